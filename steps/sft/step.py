@@ -44,6 +44,8 @@ else:
     policy = build_policy(len(tokenizer), m.n_layer, m.n_embd, m.n_head, m.n_positions, cfg.runtime.seed,
                           pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
 log.info("policy: %d parameters, vocabulary %d, %d train / %d validation examples", count_parameters(policy), len(tokenizer), len(train), len(val))
+# transformers derives the loss from the class name, which for GPT2LMHeadModel it does not recognise, and warns.
+policy.loss_type = "ForCausalLM"
 optimizer = build_optimizer(policy.parameters(), cfg.optim)
 rng = random.Random(cfg.runtime.seed + world.rank)
 per_rank = max(1, cfg.trainer.global_batch_size // world.size)

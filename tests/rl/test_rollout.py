@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from transformers import (
 from transformers.cache_utils import Cache
 
 from nemotron.errors import NotFound, UserError
+from nemotron.rl import gpt2_fast, hf_cache
 from nemotron.rl import rollout as rollout_module
 from nemotron.rl.generation_backends import GenerationBackend, TorchBackend, get_backend
 from nemotron.rl.rollout import (
@@ -57,15 +57,6 @@ def tiny_gpt2(attn_implementation: str = "sdpa", seed: int = 0) -> GPT2LMHeadMod
     model = GPT2LMHeadModel(GPT2Config(**config))
     model.train(False)
     return model
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    # Tiny models gain nothing from intra-op threads, and spinning threads crawl on a busy 2-core runner.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -121,24 +112,32 @@ def test_generation_stops_early_once_every_row_has_ended(model: GPT2LMHeadModel)
     assert out.responses.shape[1] == max(lengths) <= 3
 
 
-@pytest.mark.parametrize("mask_path", ["prebuilt", "2d-mask"])
+def use_transformers_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Route GPT-2 through ``model(...)`` instead of the engine's lean forward (``gpt2_fast``)."""
+    monkeypatch.setattr(gpt2_fast, "supports", lambda model: False)
+
+
+@pytest.mark.parametrize("mask_path", ["lean", "prebuilt", "2d-mask"])
 def test_finished_rows_leave_the_batch_without_changing_the_rollout(
     model: GPT2LMHeadModel, monkeypatch: pytest.MonkeyPatch, mask_path: str
 ) -> None:
+    if mask_path != "lean":
+        use_transformers_forward(monkeypatch)
     if mask_path == "2d-mask":
-        monkeypatch.setattr(rollout_module, "_ADDITIVE_MASK_ATTENTION", ())
+        monkeypatch.setattr(hf_cache, "ADDITIVE_MASK_ATTENTION", ())
     params = SamplingParams(max_new_tokens=12, temperature=0.8)
     free = generate(model, PROMPTS, params, torch.Generator().manual_seed(21))
     # Rows 0-3 end by their 2nd token; rows 4-5 go on unless they happen to sample one of these ids.
     params = dataclasses.replace(params, eos_token_id=tuple(int(t) for t in free.responses[:4, 1]))
     selections: list[int] = []
-    select = Cache.batch_select_indices
+    cache_class: Any = gpt2_fast.KVCache if mask_path == "lean" else Cache
+    select = cache_class.batch_select_indices
 
-    def counting_select(cache: Cache, indices: torch.Tensor) -> None:
+    def counting_select(cache: Any, indices: torch.Tensor) -> None:
         selections.append(len(indices))
         select(cache, indices)
 
-    monkeypatch.setattr(Cache, "batch_select_indices", counting_select)
+    monkeypatch.setattr(cache_class, "batch_select_indices", counting_select)
     compacted = generate(model, PROMPTS, params, torch.Generator().manual_seed(21))
     assert compacted.is_end[:4].all() and compacted.response_lengths.max() > 2
     assert selections and selections[0] <= len(PROMPTS) // 2, "the batch should have shrunk"
@@ -214,7 +213,9 @@ def tiny_llama(sliding_window: int | None = None) -> PreTrainedModel:
     return model
 
 
-@pytest.mark.parametrize("variant", ["gpt2-sdpa", "gpt2-eager", "gpt2-2d-mask", "llama", "mistral-window-4"])
+@pytest.mark.parametrize(
+    "variant", ["gpt2-lean", "gpt2-sdpa", "gpt2-eager", "gpt2-2d-mask", "llama", "mistral-window-4"]
+)
 def test_greedy_matches_transformers_generate_token_for_token(
     variant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -222,11 +223,16 @@ def test_greedy_matches_transformers_generate_token_for_token(
         model: PreTrainedModel = tiny_gpt2("eager" if variant == "gpt2-eager" else "sdpa", seed=1)
     else:
         model = tiny_llama(sliding_window=4 if variant.startswith("mistral") else None)
+    assert gpt2_fast.supports(model) == variant.startswith("gpt2")
+    if variant.startswith("gpt2") and variant != "gpt2-lean":
+        use_transformers_forward(monkeypatch)
     if variant == "gpt2-2d-mask":
         # The path for attention implementations that build their own masks from a 2D padding mask.
-        monkeypatch.setattr(rollout_module, "_ADDITIVE_MASK_ATTENTION", ())
+        monkeypatch.setattr(hf_cache, "ADDITIVE_MASK_ATTENTION", ())
     # A 4-token window is shorter than the prompts, so it must be honoured: that model takes the 2D-mask path.
-    assert rollout_module._takes_prebuilt_masks(model) == (variant in ("gpt2-sdpa", "gpt2-eager", "llama"))
+    assert hf_cache.takes_prebuilt_masks(model) == (
+        variant in ("gpt2-lean", "gpt2-sdpa", "gpt2-eager", "llama")
+    )
     input_ids, attention_mask = left_pad(PROMPTS, PAD)
 
     def reference(eos: int | None) -> torch.Tensor:
@@ -249,13 +255,26 @@ def test_greedy_matches_transformers_generate_token_for_token(
     torch.testing.assert_close(recomputed, out.logprobs, atol=1e-5, rtol=0)
 
 
-def test_repeated_prompts_are_encoded_once_and_sampled_independently(model: GPT2LMHeadModel) -> None:
+@pytest.mark.parametrize("forward", ["lean", "transformers"])
+def test_repeated_prompts_are_encoded_once_and_sampled_independently(
+    model: GPT2LMHeadModel, monkeypatch: pytest.MonkeyPatch, forward: str
+) -> None:
     prompts = [prompt for prompt in PROMPTS[:3] for _ in range(3)]  # 3 responses to each of 3 prompts
     batch_sizes: list[int] = []
 
     def record(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         batch_sizes.append(kwargs["input_ids"].shape[0])
 
+    if forward == "lean":
+        lean_forward = gpt2_fast.forward
+
+        def recording_forward(model: Any, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            batch_sizes.append(input_ids.shape[0])
+            return lean_forward(model, input_ids, *args, **kwargs)
+
+        monkeypatch.setattr(gpt2_fast, "forward", recording_forward)
+    else:
+        use_transformers_forward(monkeypatch)
     hook = model.register_forward_pre_hook(record, with_kwargs=True)
     try:
         sampled = generate(model, prompts, SamplingParams(max_new_tokens=8), torch.Generator().manual_seed(8))

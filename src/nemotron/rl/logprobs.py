@@ -34,7 +34,9 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: f
         )
     # One float32 (B, T-1, V) copy at most: upcast (a no-op for float32) fused with the temperature division.
     # log p(x) = z_x - logsumexp(z) avoids materialising the whole log_softmax next to the scaled logits.
-    scaled = logits[:, :-1].float() / temperature
+    scaled = logits[:, :-1].float()
+    if temperature != 1.0:  # skip a full (B, T-1, V) pass, forward and backward, in the common case
+        scaled = scaled / temperature
     targets = input_ids[:, 1:].unsqueeze(-1)
     picked = scaled.gather(-1, targets).squeeze(-1)
     return picked - torch.logsumexp(scaled, dim=-1)

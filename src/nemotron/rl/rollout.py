@@ -9,19 +9,17 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers import DynamicCache, GPT2LMHeadModel, PreTrainedModel
+from transformers.cache_utils import Cache
 
+from nemotron.rl import gpt2_fast, hf_cache
 from nemotron.rl.logprobs import token_logprobs
 
 logger = logging.getLogger(__name__)
 
-# Attention implementations that take a ready-made additive 4D mask (batch, 1, query, key); for these the
-# masks are built once per rollout instead of once per token inside the model (see _takes_prebuilt_masks).
-_ADDITIVE_MASK_ATTENTION = ("sdpa", "eager")
 # Finished rows leave the model's batch once at most this fraction of it is still generating: one copy of the
 # KV cache, paid back by every smaller step after it.
 _COMPACT_WHEN_LIVE_AT_MOST = 0.5
@@ -212,7 +210,8 @@ def _pick_tokens(
     elif params.top_p == 1.0:
         probs = logprobs.exp() if params.top_k == 0 else filter_logits(scaled, params.top_k).softmax(dim=-1)
         cdf = probs.double().cumsum(dim=-1)
-        tokens = (cdf < uniform * cdf[:, -1:]).sum(dim=-1)
+        # The first index whose cdf reaches the threshold = the count of entries below it (the cdf never falls).
+        tokens = torch.searchsorted(cdf, uniform * cdf[:, -1:]).squeeze(-1)
     else:
         # One sort serves both filters and the draw: the kept tokens are a prefix of the sorted order.
         sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
@@ -284,16 +283,39 @@ def _decode_loop(
     eos_ids = torch.tensor(params.eos_token_ids, dtype=torch.long, device=device)
     # The key mask of the whole rollout, filled in as tokens are generated; each step reads a prefix view.
     key_mask = torch.cat([prompt_mask.bool(), torch.zeros_like(response_mask)], dim=1)
-    additive = _takes_prebuilt_masks(model)
+    fast = gpt2_fast.supports(model)
+    additive = fast or hf_cache.takes_prebuilt_masks(model)
     dtype = next(model.parameters()).dtype
     blocked = torch.finfo(dtype).min
     key_bias = torch.zeros(key_mask.shape, dtype=dtype, device=device).masked_fill_(~key_mask, blocked)
 
-    if additive:
-        layers = model.config.get_text_config().num_hidden_layers
-        cache = Cache(layers=[_GrowingLayer(width + limit) for _ in range(layers)])
+    layers = model.config.get_text_config().num_hidden_layers
+    cache: Any
+    if fast:
+        cache = gpt2_fast.KVCache(layers)
+    elif additive:
+        cache = Cache(layers=[hf_cache.GrowingLayer(width + limit) for _ in range(layers)])
     else:
         cache = DynamicCache(config=model.config)
+
+    def next_token_logits(ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``(B, V)`` logits after ``ids`` ``(B, Q)``, extending the cache by ``Q`` positions."""
+        if fast:
+            logits = gpt2_fast.forward(
+                cast(GPT2LMHeadModel, model), ids, positions, mask, cache=cache, capacity=width + limit,
+                logits_to_keep=1,
+            )  # fmt: skip
+            return logits[:, -1, :]
+        out = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1, :]  # type: ignore[no-any-return]
+
     # RLOO and GRPO sample several responses per prompt: each distinct prompt is encoded once, and its cache
     # rows are copied to every row that repeats it.
     distinct, copies = torch.unique(torch.cat([input_ids, prompt_mask], dim=1), dim=0, return_inverse=True)
@@ -301,15 +323,11 @@ def _decode_loop(
     prefill_ids, prefill_mask = (
         (distinct[:, :width], distinct[:, width:]) if shared else (input_ids, prompt_mask)
     )
-    out = model(
-        input_ids=prefill_ids,
-        attention_mask=_prefill_bias(prefill_mask, dtype) if additive else prefill_mask,
-        position_ids=(prefill_mask.cumsum(dim=1) - 1).clamp(min=0),
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
+    next_logits = next_token_logits(
+        prefill_ids,
+        gpt2_fast.causal_bias(prefill_mask, dtype) if additive else prefill_mask,
+        (prefill_mask.cumsum(dim=1) - 1).clamp(min=0),
     )
-    next_logits = out.logits[:, -1, :]
     if shared:
         cache.batch_select_indices(copies)
         next_logits = next_logits[copies]
@@ -351,14 +369,7 @@ def _decode_loop(
             step_mask = key_bias[:, None, None, : width + t + 1]
         else:
             step_mask = key_mask[:, : width + t + 1].long()
-        out = model(
-            input_ids=responses[live, t : t + 1],
-            attention_mask=step_mask,
-            position_ids=next_positions + t,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        next_logits = out.logits[:, -1, :]
+        next_logits = next_token_logits(responses[live, t : t + 1], step_mask, next_positions + t)
     response_mask = response_mask[:, :steps]
     sequences = torch.cat([input_ids, responses[:, :steps]], dim=1)
     logger.debug("rollout: %d rows, %d prompt columns, %d response columns", batch, width, steps)
@@ -372,76 +383,6 @@ def _decode_loop(
         is_end=finished,
         logprobs=logprobs[:, :steps],
     )
-
-
-def _takes_prebuilt_masks(model: PreTrainedModel) -> bool:
-    """Whether the decode loop may give the model additive 4D masks and a ``_GrowingLayer`` cache.
-
-    True for plain causal attention in every layer (no sliding windows or linear attention) computed by sdpa or
-    eager; other models get 2D padding masks and transformers' own cache, slower but exact.
-    """
-    if getattr(model.config, "_attn_implementation", None) not in _ADDITIVE_MASK_ATTENTION:
-        return False
-    text_config = model.config.get_text_config()
-    layer_types = getattr(text_config, "layer_types", None)
-    if layer_types is not None:
-        return all(kind == "full_attention" for kind in layer_types)
-    return getattr(text_config, "sliding_window", None) is None
-
-
-class _GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
-    """One layer's KV cache in buffers sized for the whole rollout.
-
-    Appending a token writes in place; ``DynamicLayer`` concatenates, copying the whole cache every token,
-    a large share of a small model's decode step.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.capacity = capacity
-        self.length = 0
-        self.key_buffer = torch.empty(0)
-        self.value_buffer = torch.empty(0)
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
-        batch, heads = key_states.shape[:2]
-        self.key_buffer = key_states.new_empty((batch, heads, self.capacity, key_states.shape[-1]))
-        self.value_buffer = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]))
-        self.is_initialized = True
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        self.key_buffer[:, :, self.length : end] = key_states
-        self.value_buffer[:, :, self.length : end] = value_states
-        self.length = end
-        self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
-        self.keys, self.values = self.key_buffer[:, :, : self.length], self.value_buffer[:, :, : self.length]
-
-
-def _prefill_bias(prompt_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Additive causal + padding mask of the prompt, shape ``(B, 1, P, P)``.
-
-    A padding query may attend to itself: a fully masked row would make attention NaN, and a NaN value in a
-    padding position poisons every later layer (0 weight * NaN = NaN).
-    """
-    width = prompt_mask.shape[1]
-    causal = torch.ones((width, width), dtype=torch.bool, device=prompt_mask.device).tril()
-    allowed = causal & prompt_mask.bool()[:, None, :]
-    allowed |= torch.eye(width, dtype=torch.bool, device=prompt_mask.device)
-    bias = torch.zeros(allowed.shape, dtype=dtype, device=prompt_mask.device)
-    return bias.masked_fill_(~allowed, torch.finfo(dtype).min).unsqueeze(1)
 
 
 def _hits_stop_string(responses: torch.Tensor, mask: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -485,6 +426,32 @@ def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+def response_logits(
+    model: PreTrainedModel, sequences: torch.Tensor, attention_mask: torch.Tensor, response_start: int
+) -> torch.Tensor:
+    """``(B, T - P + 1)`` x vocab logits at the positions that predict the response tokens and the one after.
+
+    ``out[:, t]`` (for ``t < T - P``) is the distribution of ``sequences[:, P + t]``. GPT-2 models run the
+    engine's lean forward (`gpt2_fast`); others run ``model(...)``. Grad and train/eval modes are the caller's.
+    """
+    width = sequences.shape[1] - response_start
+    if not 1 <= response_start < sequences.shape[1]:
+        raise ValueError(f"response_start must be in [1, {sequences.shape[1]}), got {response_start}")
+    positions = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+    # Only the positions that predict response tokens go through the LM head.
+    if gpt2_fast.supports(model):
+        bias = gpt2_fast.causal_bias(attention_mask, next(model.parameters()).dtype)
+        return gpt2_fast.forward(model, sequences, positions, bias, logits_to_keep=width + 1)
+    out: Any = model(
+        input_ids=sequences,
+        attention_mask=attention_mask,
+        position_ids=positions,
+        use_cache=False,
+        logits_to_keep=width + 1,
+    )
+    return out.logits[:, -(width + 1) :]  # type: ignore[no-any-return]
+
+
 def sequence_logprobs(
     model: PreTrainedModel,
     sequences: torch.Tensor,
@@ -508,18 +475,7 @@ def sequence_logprobs(
         ``(B, T - P)`` float32: ``out[:, t]`` is the logprob of ``sequences[:, P + t]`` from the logits at
         ``P + t - 1``; 0 where ``attention_mask`` is 0.
     """
-    width = sequences.shape[1] - response_start
-    if not 1 <= response_start < sequences.shape[1]:
-        raise ValueError(f"response_start must be in [1, {sequences.shape[1]}), got {response_start}")
-    positions = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
-    out: Any = model(
-        input_ids=sequences,
-        attention_mask=attention_mask,
-        position_ids=positions,
-        use_cache=False,
-        # Only the positions that predict response tokens go through the LM head.
-        logits_to_keep=width + 1,
-    )
-    logits = out.logits[:, -(width + 1) :]
+    logits = response_logits(model, sequences, attention_mask, response_start)
+    width = logits.shape[1] - 1
     logprobs = token_logprobs(logits, sequences[:, -(width + 1) :], temperature)
     return torch.where(attention_mask[:, response_start:].bool(), logprobs, torch.zeros_like(logprobs))

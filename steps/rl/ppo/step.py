@@ -23,11 +23,12 @@ from nemotron.rl.evaluation import evaluate, parameter_checksum
 from nemotron.rl.experience import collect, micro_batches, prompt_schedule, sampling_params
 from nemotron.rl.generation_backends import get_backend
 from nemotron.rl.kl import kl_penalty, sequence_kl
-from nemotron.rl.logprobs import entropy_from_logits
+from nemotron.rl.logprobs import entropy_from_logits, token_logprobs
 from nemotron.rl.losses import ppo_clip_loss, value_loss
 from nemotron.rl.masks import explained_variance, global_mean, mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.reward_source import reward_source
+from nemotron.rl.rollout import response_logits
 from nemotron.runtime import StepRun
 from nemotron.tasks import get_task
 
@@ -114,14 +115,11 @@ with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server
                 vloss.loss.backward()
                 sums[1] += vloss.loss.detach()
                 if train_actor:
-                    width = exp.sequences.shape[1] - exp.prompt_width
-                    out = policy(input_ids=exp.sequences[mb], attention_mask=exp.attention_mask[mb],
-                                 position_ids=(exp.attention_mask[mb].cumsum(1) - 1).clamp(min=0), logits_to_keep=width + 1)
-                    logits = out.logits[:, :-1] / sampling.temperature
-                    logp = torch.log_softmax(logits.float(), -1).gather(-1, exp.sequences[mb, -width:].unsqueeze(-1)).squeeze(-1)
+                    logits = response_logits(policy, exp.sequences[mb], exp.attention_mask[mb], exp.prompt_width)
+                    logp = token_logprobs(logits, exp.sequences[mb, exp.prompt_width - 1 :], sampling.temperature)
                     clipped = ppo_clip_loss(logp, exp.logprobs[mb], advantages[mb], mask[mb], cfg.ppo.ratio_eps,
                                             dual_clip=cfg.ppo.dual_clip, level=level, normaliser=normaliser)
-                    entropy = global_mean(entropy_from_logits(out.logits[:, :-1], sampling.temperature), mask[mb], level, normaliser)
+                    entropy = global_mean(entropy_from_logits(logits[:, :-1], sampling.temperature), mask[mb], level, normaliser)
                     (clipped.loss - cfg.ppo.entropy_bonus * entropy).backward()
                     sums[0] += clipped.loss.detach()
                     sums[2] += clipped.clipfrac
