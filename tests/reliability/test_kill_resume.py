@@ -63,3 +63,31 @@ def test_kill_9_then_resume_is_bitwise_identical(fault: str, resumes_at: int, re
     assert final.keys() == reference_weights.keys()
     for k, v in reference_weights.items():
         assert bool((final[k] == v).all()), f"{k} differs from the uninterrupted run"
+
+
+@pytest.mark.slow
+def test_two_ranks_resume_bitwise_and_refuse_another_rank_count(home: Path, run_cli: Any) -> None:
+    """Each rank samples from its own stream; a resumed 2-rank run must restore every rank's, not rank 0's twice."""
+    ddp = [*ARGS, "-r", "local_ddp"]
+    r = run_cli(*ddp, timeout=600)
+    assert r.code == 0, r.err[-2000:]
+    uninterrupted = _weights(_newest(home))
+
+    r = run_cli(*ddp, env={**os.environ, "NEMOTRON_FAULT": "optimizer@5"}, timeout=600)
+    assert r.code != 0, "the fault did not fire"
+    killed = _newest(home)
+    checkpoint = latest(killed / "checkpoints")
+    assert checkpoint is not None and checkpoint.name == "step_000003"
+    state = json.loads((checkpoint / "state.json").read_text())
+    assert state["world_size"] == 2 and len(state["python_random"]) == 2
+
+    # One rank cannot continue two ranks' sampling streams: a clear usage error, not a silently different run.
+    r = run_cli(*ARGS, f"checkpoint.resume_from={killed.name}", timeout=600)
+    assert r.code == 2, r.err[-2000:]
+    assert "written by 2 rank(s) and this run has 1" in r.err + r.out
+
+    r = run_cli(*ddp, f"checkpoint.resume_from={killed.name}", timeout=600)
+    assert r.code == 0, r.err[-2000:]
+    final = _weights(_newest(home))
+    for k, v in uninterrupted.items():
+        assert bool((final[k] == v).all()), f"{k} differs from the uninterrupted 2-rank run"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
 from nemotron.errors import UserError
@@ -26,6 +27,7 @@ from nemotron.resume import (
     model_fingerprint,
     resume_checkpoint,
 )
+from nemotron.rl.distributed import World
 
 log = logging.getLogger("nemotron")
 
@@ -47,10 +49,19 @@ def save(
     data_position: int,
     meta: dict[str, Any],
     keep: int = 2,
+    world: World | None = None,
 ) -> Path:
-    """Write `root/step_NNNNNN` atomically and point `root/latest` at it; keep the newest `keep`."""
-    root.mkdir(parents=True, exist_ok=True)
+    """Write `root/step_NNNNNN` atomically and point `root/latest` at it; keep the newest `keep`.
+
+    With several ranks every rank calls this (it gathers each rank's random streams: the weights and optimizer
+    are the same everywhere, the sampling streams are not) and rank 0 writes.
+    """
+    world = world or World()
+    ranks = _gather_random_state(generators, world)
     final = root / f"{PREFIX}{step:06d}"
+    if not world.is_main:
+        return final
+    root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -60,10 +71,10 @@ def save(
     # Optimizer state is tensors and numbers only; it is read back with weights_only=True (no pickle code).
     inject("checkpoint", step)  # half-written: models are on disk, the rest is not
     torch.save({n: o.state_dict() for n, o in optimizers.items()}, tmp / "optimizers.pt")
-    rng = {f"generator.{n}": g.get_state() for n, g in generators.items()}
-    rng["torch"] = torch.get_rng_state()
-    save_file(rng, str(tmp / "rng.safetensors"))
-    info = {"step": step, "data_position": data_position, "python_random": _py_state(), **meta}
+    save_file({f"rank{r}.{k}": v for r, (streams, _) in enumerate(ranks) for k, v in streams.items()},
+              str(tmp / "rng.safetensors"))  # fmt: skip
+    info = {"step": step, "data_position": data_position, "world_size": world.size,
+            "python_random": [py for _, py in ranks], **meta}  # fmt: skip
     (tmp / "state.json").write_text(json.dumps(info, indent=2))
     for f in tmp.rglob("*"):
         if f.is_file():
@@ -87,10 +98,22 @@ def load(
     generators: dict[str, torch.Generator],
     expect: dict[str, Any],
     force: bool = False,
+    world: World | None = None,
 ) -> Resumed:
-    """Restore everything `save` wrote. Refuse a checkpoint of another model or config unless `force`."""
+    """Restore everything `save` wrote, each rank its own random streams.
+
+    Refuses, unless `force`, a checkpoint of another model or config, or one written by another number of ranks
+    (the sampling streams would not continue exactly; forced, ranks without a saved stream keep their fresh seed).
+    """
+    world = world or World()
     check_compatible(path, expect, force)
     info = json.loads((path / "state.json").read_text())
+    saved_ranks = int(info.get("world_size", 1))
+    if saved_ranks != world.size and not force:
+        raise UserError(
+            f"checkpoint {path} was written by {saved_ranks} rank(s) and this run has {world.size}: its sampling "
+            "streams would not continue exactly. Resume with the same number of ranks, or set checkpoint.force=true"
+        )
     for name, module in modules.items():
         model = _hf_model(module)
         state = load_file(str(path / name / "model.safetensors"))
@@ -104,11 +127,15 @@ def load(
         raise UserError(f"{path / 'optimizers.pt'} holds more than tensors and numbers; refusing to unpickle it ({str(e).splitlines()[0]})") from None
     for name, opt in optimizers.items():
         opt.load_state_dict(opt_states[name])
-    rng = load_file(str(path / "rng.safetensors"))
-    for name, g in generators.items():
-        g.set_state(rng[f"generator.{name}"])
-    torch.set_rng_state(rng["torch"])
-    random.setstate(_py_state_from(info["python_random"]))
+    if world.rank < saved_ranks:
+        rng = load_file(str(path / "rng.safetensors"))
+        legacy = "world_size" not in info  # written before per-rank streams: one unprefixed set
+        prefix = "" if legacy else f"rank{world.rank}."
+        for name, g in generators.items():
+            g.set_state(rng[f"{prefix}generator.{name}"])
+        torch.set_rng_state(rng[f"{prefix}torch"])
+        py = info["python_random"] if legacy else info["python_random"][world.rank]
+        random.setstate(_py_state_from(py))
     return Resumed(step=int(info["step"]), data_position=int(info["data_position"]), path=path)
 
 
@@ -118,6 +145,21 @@ def _hf_model(module: torch.nn.Module) -> Any:
     if model is None or not hasattr(model, "save_pretrained"):
         raise TypeError(f"{type(module).__name__} is not a transformers model and wraps none")
     return model
+
+
+def _gather_random_state(
+    generators: dict[str, torch.Generator], world: World
+) -> list[tuple[dict[str, torch.Tensor], list[Any]]]:
+    """Every rank's (torch streams, python `random` state), in rank order; a collective with several ranks."""
+    streams = {f"generator.{n}": g.get_state() for n, g in generators.items()}
+    streams["torch"] = torch.get_rng_state()
+    mine = (streams, _py_state())
+    if world.size == 1:
+        return [mine]
+    gathered: list[Any] = [None] * world.size
+    # Between this job's own ranks over their process group: the same trust as the process itself.
+    dist.all_gather_object(gathered, mine)
+    return gathered
 
 
 def _py_state() -> list[Any]:
@@ -142,11 +184,12 @@ def maybe_resume(
     optimizers: dict[str, torch.optim.Optimizer],
     generators: dict[str, torch.Generator],
     expect: dict[str, Any],
+    world: World | None = None,
 ) -> tuple[int, int]:
     """(start step, data position): (0, 0) for a fresh run, else where the resumed checkpoint left off."""
     if not (checkpoint.resume or checkpoint.resume_from):
         return 0, 0
     source = resume_checkpoint(job_dir, step_id, checkpoint.resume_from)
-    resumed = load(source, modules, optimizers, generators, expect, checkpoint.force)
+    resumed = load(source, modules, optimizers, generators, expect, checkpoint.force, world)
     log.info("resumed from %s at step %d", source, resumed.step)
     return resumed.step, resumed.data_position

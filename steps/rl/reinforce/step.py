@@ -60,7 +60,7 @@ sampler = torch.Generator().manual_seed(cfg.runtime.seed * 1000 + world.rank)
 # ---- resume
 expect = trainstate.fingerprints(run.record["config"], cfg.inputs.policy)
 start_step, position = trainstate.maybe_resume(run.job_dir, run.record["step"], cfg.checkpoint, {"policy": policy}, {"policy": optimizer},
-                                               {"sampler": sampler}, expect)
+                                               {"sampler": sampler}, expect, world)
 
 
 with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server.url, cfg.reward.server.token,
@@ -124,9 +124,9 @@ with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server
         run.log_metrics(step, metrics)
         if world.is_main and (step % cfg.trainer.log_interval == 0 or step == cfg.trainer.max_steps):
             print(summary_line(step, cfg.trainer.max_steps, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths")), flush=True)
-        if world.is_main and cfg.checkpoint.save_interval and step % cfg.checkpoint.save_interval == 0:
+        if cfg.checkpoint.save_interval and step % cfg.checkpoint.save_interval == 0:  # every rank: it gathers their streams
             trainstate.save(run.checkpoint_dir, step, {"policy": policy}, {"policy": optimizer},
-                            {"sampler": sampler}, position, expect)
+                            {"sampler": sampler}, position, expect, world=world)
 
     if world.is_main and eval_idx:
         after = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)

@@ -65,7 +65,7 @@ sampler = torch.Generator().manual_seed(cfg.runtime.seed * 1000 + world.rank)
 # ---- resume
 expect = trainstate.fingerprints(run.record["config"], cfg.policy.model_name)
 start_step, position = trainstate.maybe_resume(run.job_dir, run.record["step"], cfg.checkpoint, {"policy": policy}, {"policy": optimizer},
-                                               {"sampler": sampler}, expect)
+                                               {"sampler": sampler}, expect, world)
 
 judge_stats: dict[str, float] = {}
 
@@ -162,8 +162,8 @@ with judge() as (score, described):
         run.log_metrics(step, metrics)
         if world.is_main:
             print(summary_line(step, cfg.grpo.max_num_steps, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths")), flush=True)
-        if world.is_main and cfg.checkpoint.save_interval and step % cfg.checkpoint.save_interval == 0:
-            trainstate.save(run.checkpoint_dir, step, {"policy": policy}, {"policy": optimizer}, {"sampler": sampler}, position, expect)
+        if cfg.checkpoint.save_interval and step % cfg.checkpoint.save_interval == 0:  # every rank: it gathers their streams
+            trainstate.save(run.checkpoint_dir, step, {"policy": policy}, {"policy": optimizer}, {"sampler": sampler}, position, expect, world=world)
 
     if world.is_main and eval_idx:
         after = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)
