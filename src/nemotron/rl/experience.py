@@ -61,8 +61,10 @@ def collect(
     timers["generate"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    responses_ids = [r[m].tolist() for r, m in zip(rollout.responses, rollout.response_mask, strict=True)]
-    responses = [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in responses_ids]
+    # Two tolist() calls and one batched decode: per-row tensor indexing and decode calls cost more than this.
+    kept = rollout.response_mask.tolist()
+    responses_ids = [[t for t, k in zip(r, m, strict=True) if k] for r, m in zip(rollout.responses.tolist(), kept, strict=True)]
+    responses = [text.strip() for text in tokenizer.batch_decode(responses_ids, skip_special_tokens=True)]
     scores = torch.tensor(list(score([p + r for p, r in zip(rows, responses_ids, strict=True)], texts, responses)), dtype=torch.float32)
     timers["reward"] = time.perf_counter() - t0
 

@@ -90,6 +90,11 @@ def causal_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tenso
     return bias.masked_fill_(~allowed, torch.finfo(dtype).min).unsqueeze(1)
 
 
+def _dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Dropout in training mode with ``p > 0``; otherwise ``x`` itself, without a call into torch."""
+    return F.dropout(x, p) if p else x
+
+
 def _attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float, dropout: float
 ) -> torch.Tensor:
@@ -102,9 +107,7 @@ def _attention(
     if q.shape[2] == 1:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=scale)
     weights = (torch.matmul(q, k.transpose(-1, -2)) * scale + bias).softmax(dim=-1)
-    if dropout:
-        weights = F.dropout(weights, dropout)
-    return torch.matmul(weights, v)
+    return torch.matmul(_dropout(weights, dropout), v)
 
 
 def forward(
@@ -142,8 +145,7 @@ def forward(
     scale = 1.0 / math.sqrt(head_dim) if config.scale_attn_weights else 1.0
     by_layer = config.scale_attn_by_inverse_layer_idx
     hidden = F.embedding(input_ids, core.wte.weight) + F.embedding(position_ids, core.wpe.weight)
-    if training:
-        hidden = F.dropout(hidden, config.embd_pdrop, training)
+    hidden = _dropout(hidden, config.embd_pdrop if training else 0.0)
     blocks: list[Any] = list(core.h)  # GPT2Block, whose submodules transformers leaves untyped
     for index, block in enumerate(blocks):
         attn, mlp = block.attn, block.mlp
@@ -158,11 +160,11 @@ def forward(
         projected = torch.addmm(
             attn.c_proj.bias, attended.transpose(1, 2).reshape(-1, embd), attn.c_proj.weight
         )
-        hidden = hidden + F.dropout(projected.view(batch, width, embd), resid_dropout, training)
+        hidden = hidden + _dropout(projected.view(batch, width, embd), resid_dropout)
         x = F.layer_norm(hidden, (embd,), block.ln_2.weight, block.ln_2.bias, eps)
         inner = F.gelu(torch.addmm(mlp.c_fc.bias, x.view(-1, embd), mlp.c_fc.weight), approximate=approximate)
         out = torch.addmm(mlp.c_proj.bias, inner, mlp.c_proj.weight)
-        hidden = hidden + F.dropout(out.view(batch, width, embd), resid_dropout, training)
+        hidden = hidden + _dropout(out.view(batch, width, embd), resid_dropout)
     if cache is not None:
         cache.advance(width)
     if logits_to_keep:
