@@ -1,11 +1,13 @@
 """Benchmark the reward server: 64 concurrent clients on loopback, dynamic batching against batch size 1.
 
-    python bench/bench_reward_server.py            # full size (~1 min on 2 cores)
+    python bench/bench_reward_server.py            # full size (~36 s on 2 cores)
     python bench/bench_reward_server.py --small    # CI size (< 30 s)
 
-The server runs in this process; the clients run in a child process, each a thread sending one-sentence
-requests through `RewardClient` (keep-alive) back to back. Two scorers, each served with batch size 1 and
-with dynamic batching, on the same requests:
+The server runs in this process; the clients run in a child process, as 64 keep-alive connections on one
+asyncio loop, each sending one-sentence KServe v2 infer requests (binary tensors, as `RewardClient` sends
+them) back to back and timing each answer. Raw HTTP/1.1 keeps the clients' own CPU cost small, so that they
+are not what limits throughput. Two scorers, each served with batch size 1 and with dynamic batching, on the
+same requests:
 
 - `gpt2-cpu`: a random GPT-2 reward model built from a config, on one CPU thread. On a CPU the cost of a
   forward pass grows with the rows in it, so batching can win only the fixed per-call overhead.
@@ -13,23 +15,27 @@ with dynamic batching, on the same requests:
   releases the GIL while it waits, like a forward pass on an accelerator. This measures the server's
   batching itself: its ceiling is then the HTTP path, not the model.
 
-Prints throughput and p50/p99 latency per run, and the dynamic/batch-1 throughput ratio per scorer.
+Prints throughput, p50/p99 latency and the CPU time per request of the server process and of the clients,
+per run, and the dynamic/batch-1 throughput ratio per scorer.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
+import math
 import multiprocessing
 import random
 import statistics
+import struct
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import urlsplit
 from urllib.request import urlopen
 
 WORDS = "the a movie film was is great good bad awful fine plot acting boring fun loved hated it and but very".split()
@@ -46,6 +52,8 @@ class Result:
     p50_ms: float
     p99_ms: float
     mean_batch_size: float
+    server_cpu_ms: float  # CPU time of the server process per request (all its threads)
+    client_cpu_ms: float  # CPU time of the client process per request
 
 
 def sentences(count: int, words: int, seed: int) -> list[str]:
@@ -53,35 +61,82 @@ def sentences(count: int, words: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(words // 2, words))) for _ in range(count)]
 
 
-def client_worker(url: str, clients: int, per_client: int, words: int, out: Any) -> None:
-    """Child process: `clients` threads, each sending `per_client` one-sentence requests; reports latencies."""
-    from nemotron.reward.client import RewardClient
+def infer_request(host: str, sentence: str) -> bytes:
+    """The bytes of one KServe v2 infer request for one sentence, binary in and out, as RewardClient sends it."""
+    import numpy as np
 
-    latencies: list[float] = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(clients)
+    from nemotron.reward.kserve import HEADER_LENGTH, encode_infer_request
 
-    def run(index: int) -> None:
-        client = RewardClient(url, retries=2, backoff=0.05)
-        texts = sentences(per_client, words, seed=index)
-        client.score(texts[:1])  # open the keep-alive connection before the clock starts
-        barrier.wait()
-        mine = []
-        for text in texts:
+    array = np.empty(1, dtype=object)
+    array[:] = [sentence.encode("utf-8")]
+    body, json_length = encode_infer_request(
+        {"sentences": array}, binary_inputs=True, binary_data_output=True
+    )
+    head = (
+        f"POST /v2/models/reward_model/infer HTTP/1.1\r\nHost: {host}\r\n"
+        f"Content-Type: application/octet-stream\r\n{HEADER_LENGTH}: {json_length}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+class KeepAliveClient:
+    """One keep-alive connection speaking raw HTTP/1.1; checks that each answer is 200 with one finite reward."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def connect(cls, host: str, port: int) -> KeepAliveClient:
+        return cls(*await asyncio.open_connection(host, port))  # asyncio sets TCP_NODELAY
+
+    async def exchange(self, request: bytes) -> None:
+        self.writer.write(request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        if not lines[0].startswith("HTTP/1.1 200 "):
+            raise RuntimeError(f"the server answered {lines[0]!r}")
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+        body = await self.reader.readexactly(int(headers["content-length"]))
+        json_length = int(headers["inference-header-content-length"])
+        (reward,) = struct.unpack("<f", body[json_length:])  # one FP32 reward after the JSON header
+        if not math.isfinite(reward):
+            raise RuntimeError(f"a non-finite reward: {reward}")
+
+    async def timed(self, requests: list[bytes]) -> list[float]:
+        """Send `requests` back to back; the latency of each, in seconds."""
+        latencies = []
+        for request in requests:
             started = time.perf_counter()
-            client.score([text])
-            mine.append(time.perf_counter() - started)
-        client.close()
-        with lock:
-            latencies.extend(mine)
+            await self.exchange(request)
+            latencies.append(time.perf_counter() - started)
+        self.writer.close()
+        await self.writer.wait_closed()
+        return latencies
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    out.put({"seconds": time.perf_counter() - started, "latencies": latencies})
+
+async def run_clients(url: str, clients: int, per_client: int, words: int, out: Any) -> None:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", int(parts.port or 80)
+    requests = [
+        [infer_request(host, s) for s in sentences(per_client, words, seed=i)] for i in range(clients)
+    ]
+    connections = await asyncio.gather(*(KeepAliveClient.connect(host, port) for _ in range(clients)))
+    # One request each opens the connections and warms both sides up before the clock starts.
+    await asyncio.gather(*(c.exchange(r[0]) for c, r in zip(connections, requests, strict=True)))
+    out.put("start")
+    cpu, started = time.process_time(), time.perf_counter()
+    results = await asyncio.gather(*(c.timed(r) for c, r in zip(connections, requests, strict=True)))
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    out.put({"seconds": seconds, "client_cpu_s": cpu, "latencies": [x for r in results for x in r]})
+
+
+def client_worker(url: str, clients: int, per_client: int, words: int, out: Any) -> None:
+    """Child process: `clients` concurrent keep-alive connections on one asyncio loop; reports latencies."""
+    try:
+        asyncio.run(run_clients(url, clients, per_client, words, out))
+    except Exception as exc:  # tell the parent at once instead of letting it wait for a report
+        out.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
 def gpt2_scorer(layers: int, width: int, max_length: int) -> Callable[[list[str]], Sequence[float]]:
@@ -133,8 +188,14 @@ def run_mode(
             target=client_worker, args=(handle.url, args.clients, args.requests_per_client, args.words, queue)
         )
         child.start()
-        report = queue.get(timeout=600)
+        started = queue.get(timeout=120)
+        # While the clients run, this process's only busy threads are the server's (this one waits here).
+        cpu = time.process_time()
+        report = queue.get(timeout=600) if started == "start" else started
+        server_cpu = time.process_time() - cpu
         child.join()
+        if "error" in report:
+            raise RuntimeError(f"the clients failed: {report['error']}")
         with urlopen(handle.url + "/metrics") as response:
             samples = parse_samples(response.read().decode())
     finally:
@@ -152,6 +213,8 @@ def run_mode(
         p50_ms=1000 * statistics.median(latencies),
         p99_ms=1000 * latencies[min(count - 1, int(0.99 * count))],
         mean_batch_size=samples["nemotron_reward_batch_size_sum"] / batches if batches else 0.0,
+        server_cpu_ms=1000 * server_cpu / count,
+        client_cpu_ms=1000 * report["client_cpu_s"] / count,
     )
 
 
@@ -202,11 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'scorer':<12}{'mode':<18}{'max batch':>10}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'mean batch':>12}"
+        f"{'server CPU ms/req':>19}{'client CPU ms/req':>19}"
     )
     for r in results:
         print(
             f"{r.scorer:<12}{r.mode:<18}{r.max_batch_size:>10}{r.throughput_rps:>9.0f}{r.p50_ms:>9.1f}"
-            f"{r.p99_ms:>9.1f}{r.mean_batch_size:>12.1f}"
+            f"{r.p99_ms:>9.1f}{r.mean_batch_size:>12.1f}{r.server_cpu_ms:>19.3f}{r.client_cpu_ms:>19.3f}"
         )
     for name, speedup in speedups.items():
         print(f"{name}: dynamic batching gives {speedup:.1f}x the throughput of batch size 1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -186,7 +186,8 @@ def test_queue_limit_and_close_drains_queued_work() -> None:
         closer.result(10)
 
 
-def test_timed_out_chunks_are_not_scored() -> None:
+def _gated_scorer() -> tuple[threading.Event, list[int], Callable[[list[int]], list[float]]]:
+    """A scorer that blocks until the gate opens, then records what it scored."""
     gate = threading.Event()
     scored: list[int] = []
 
@@ -195,6 +196,11 @@ def test_timed_out_chunks_are_not_scored() -> None:
         scored.extend(items)
         return [float(x) for x in items]
 
+    return gate, scored, gated
+
+
+def test_timed_out_chunks_are_not_scored() -> None:
+    gate, scored, gated = _gated_scorer()
     b = _started({"n": gated}, max_batch_size=1, preferred_batch_size=1, max_queue_delay_ms=0.0)
     try:
         with ThreadPoolExecutor(1) as pool:
@@ -223,3 +229,67 @@ def test_timed_out_chunks_are_not_scored() -> None:
 def test_invalid_batching_config(config: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         BatchingConfig(**config)  # type: ignore[arg-type]
+
+
+def test_submit_returns_at_once_and_its_future_holds_the_rows_in_order(recording: RecordingScorer) -> None:
+    b = _started({"n": recording}, max_batch_size=4, preferred_batch_size=4, max_queue_delay_ms=10_000.0)
+    try:
+        # 10 rows in chunks of at most 4: 4 + 4 run at once (each a full preferred batch); the last 2 wait
+        # for company, up to the 10 s delay, so the request is not done until close() runs them.
+        future = b.submit("n", list(range(10)))
+        time.sleep(0.3)
+        assert [len(c) for c in recording.calls] == [4, 4] and not future.done()
+        b.close(5.0)
+        assert future.result(5) == [10.0 * x for x in range(10)]
+        assert [len(c) for c in recording.calls] == [4, 4, 2]
+        assert b.submit("n", []).result(0) == []
+    finally:
+        b.close(5.0)
+
+
+def test_a_cancelled_submission_is_never_scored() -> None:
+    gate, scored, gated = _gated_scorer()
+    b = _started({"n": gated}, max_batch_size=2, preferred_batch_size=1, max_queue_delay_ms=0.0)
+    try:
+        running = b.submit("n", [1])
+        time.sleep(0.2)  # the worker holds [1] at the gate
+        waiting = b.submit("n", [2, 3, 4, 5, 6])  # three chunks: [2, 3], [4, 5], [6]
+        assert waiting.cancel()
+        gate.set()
+        assert running.result(10) == [1.0]
+        b.close(5.0)
+        assert scored == [1]  # the chunks of the cancelled request were dropped
+    finally:
+        gate.set()
+        b.close(5.0)
+
+
+def test_a_failed_chunk_fails_its_request_and_drops_the_rest() -> None:
+    calls: list[list[str]] = []
+
+    def picky(items: list[str]) -> list[float]:
+        calls.append(items)
+        if "bad" in items:
+            raise ValueError("cannot score 'bad'")
+        return [1.0] * len(items)
+
+    gate = threading.Event()
+    b = _started(
+        {"s": picky, "g": lambda items: [float(gate.wait(10))] * len(items)},
+        max_batch_size=2,
+        preferred_batch_size=1,
+        max_queue_delay_ms=0.0,
+    )
+    try:
+        blocker = b.submit("g", ["x"])  # keeps the worker busy while the next request queues up whole
+        time.sleep(0.2)
+        future = b.submit("s", ["bad", "a", "b", "c"])  # chunks ["bad", "a"] and ["b", "c"]
+        gate.set()
+        with pytest.raises(ScorerFailed, match="cannot score 'bad'"):
+            future.result(10)
+        assert blocker.result(10) == [1.0]
+        b.close(5.0)
+        assert ["b", "c"] not in calls  # the failure cancelled the chunk still queued
+    finally:
+        gate.set()
+        b.close(5.0)

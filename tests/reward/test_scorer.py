@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
 
-from nemotron.reward.scorer import Scorer, scorer_from_reward_model
+from nemotron.reward.scorer import Scorer, batch_encoder, scorer_from_reward_model
 
 
 def test_batched_scores_equal_unbatched_model_calls(
@@ -60,3 +60,18 @@ def test_max_length_beyond_positions_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match="64 positions"):
         scorer_from_reward_model(reward_model, tokenizer, max_length=65)
+
+
+def test_the_batch_encoder_gives_the_tokenizers_own_ids(tokenizer: PreTrainedTokenizerFast) -> None:
+    texts = ["the movie was great", "", "  spaced   out  ", "unknown words here", "[EOS] good [PAD]", "é ü"]
+    expected = tokenizer(texts)["input_ids"]
+    assert batch_encoder(tokenizer)(texts) == expected
+    assert (
+        batch_encoder(tokenizer, add_special_tokens=False)(texts)
+        == tokenizer(texts, add_special_tokens=False)["input_ids"]
+    )
+    # The tokenizer's own call leaves its backend set to whatever the last caller asked for; ours is unmoved.
+    encode = batch_encoder(tokenizer)
+    tokenizer(texts, truncation=True, max_length=2, padding="max_length")
+    assert encode(texts) == expected
+    assert any(len(row) > 2 for row in expected)  # so truncation would have shown

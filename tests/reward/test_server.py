@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from transformers import PreTrainedTokenizerFast
 from nemotron.reward.client import RewardClient
 from nemotron.reward.prometheus import parse_samples
 from nemotron.reward.scorer import Scorer
+from nemotron.reward.server import serve
 from nemotron.reward.transport import ServerHandle
 
 TritonFactory = Callable[[ServerHandle], triton_http.InferenceServerClient]
@@ -291,3 +293,18 @@ def test_wrong_method_is_405(model_server: ServerHandle) -> None:
     assert http_call(model_server.url, "/v2/models/reward_model/infer")[0] == 405
     assert http_call(model_server.url, "/score")[0] == 405
     assert http_call(model_server.url, "/v2/health/ready", b"{}")[0] == 405
+
+
+def test_scoring_that_takes_too_long_is_504_and_the_server_keeps_serving() -> None:
+    def slow_for_the_first(sentences: list[str]) -> list[float]:
+        if "slow" in sentences:
+            time.sleep(1.0)
+        return [float(len(s)) for s in sentences]
+
+    with serve(slow_for_the_first, request_timeout_s=0.3, max_queue_delay_ms=0.0) as handle:
+        started = time.monotonic()
+        status, _, body = http_call(handle.url, "/score", json.dumps({"sentences": ["slow"]}).encode())
+        assert status == 504 and "score took longer than 0.3 s" in json.loads(body)["error"]
+        assert time.monotonic() - started < 0.9  # answered at the timeout, not when the model finished
+        time.sleep(1.0)  # the model call itself cannot be interrupted; then the next request is served
+        assert RewardClient(handle.url, retries=0).score(["abc"]) == [3.0]

@@ -4,6 +4,9 @@ One worker thread owns the model. Each request is cut into chunks of at most `ma
 worker takes the oldest chunk, waits until `preferred_batch_size` rows of the same kind are queued or the
 oldest has waited `max_queue_delay_ms`, then scores up to `preferred_batch_size` rows (never more than
 `max_batch_size`) in one call and hands each caller its own rows, in order.
+
+`submit` returns a Future at once (the HTTP transport answers from it without a thread per request);
+`score` blocks until the scores are there.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +118,7 @@ class DynamicBatcher:
         self.metrics = metrics or BatcherMetrics.register(Registry(), "batcher")
         self._queue: list[_Chunk] = []
         self._queued_rows = 0
+        self._queued_rows_by_kind: dict[str, int] = {}
         self._closed = False
         self._cond = threading.Condition()
         self._worker = threading.Thread(target=self._run, name="reward-inference", daemon=True)
@@ -123,12 +127,17 @@ class DynamicBatcher:
         self._worker.start()
         return self
 
-    def score(self, kind: str, items: Sequence[Any], timeout: float | None = None) -> list[float]:
-        """Score `items` with `functions[kind]`, batched with other callers'. Blocks until done."""
+    def submit(self, kind: str, items: Sequence[Any]) -> Future[list[float]]:
+        """Queue `items` for `functions[kind]`; the Future resolves to their scores, in order.
+
+        Raises QueueFull or BatcherClosed at once. Cancelling the Future drops its rows not yet being scored.
+        """
         if kind not in self.functions:
             raise KeyError(kind)
         if not items:
-            return []
+            empty: Future[list[float]] = Future()
+            empty.set_result([])
+            return empty
         step = self.config.max_batch_size
         now = time.monotonic()
         chunks = [_Chunk(kind, list(items[i : i + step]), Future(), now) for i in range(0, len(items), step)]
@@ -141,19 +150,24 @@ class DynamicBatcher:
                 )
             self._queue += chunks
             self._queued_rows += len(items)
+            rows_of_kind = self._queued_rows_by_kind.get(kind, 0) + len(items)
+            self._queued_rows_by_kind[kind] = rows_of_kind
             self.metrics.queued_rows.set(self._queued_rows)
-            self._cond.notify_all()
-        deadline = None if timeout is None else now + timeout
-        scores: list[float] = []
+            # Wake the worker only when that lets it start sooner: it waits for a first chunk, or for a
+            # preferred batch to fill (until then the queue delay, its own timeout, wakes it). Waking it for
+            # every request would cost a thread switch each, fighting the HTTP thread for the GIL.
+            if len(self._queue) == len(chunks) or rows_of_kind >= self.config.preferred_batch_size:
+                self._cond.notify()
+        return chunks[0].future if len(chunks) == 1 else _joined([c.future for c in chunks])
+
+    def score(self, kind: str, items: Sequence[Any], timeout: float | None = None) -> list[float]:
+        """Score `items` with `functions[kind]`, batched with other callers'. Blocks until done."""
+        future = self.submit(kind, items)
         try:
-            for chunk in chunks:
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                scores += chunk.future.result(timeout=remaining)
+            return future.result(timeout)
         except TimeoutError:
-            for chunk in chunks:
-                chunk.future.cancel()  # chunks not yet running are dropped by the worker
+            future.cancel()  # chunks not yet running are dropped by the worker
             raise
-        return scores
 
     def close(self, timeout: float | None = None) -> None:
         """Take no new work, finish what is queued, then stop the worker."""
@@ -174,7 +188,7 @@ class DynamicBatcher:
             self._execute(batch)
 
     def _ready_rows(self, kind: str) -> int:
-        return sum(len(c.items) for c in self._queue if c.kind == kind)
+        return self._queued_rows_by_kind.get(kind, 0)
 
     def _next_batch(self) -> list[_Chunk] | None:
         with self._cond:
@@ -204,6 +218,7 @@ class DynamicBatcher:
             taken = {id(c) for c in batch}
             self._queue = [c for c in self._queue if id(c) not in taken]
             self._queued_rows -= rows
+            self._queued_rows_by_kind[first.kind] -= rows
             self.metrics.queued_rows.set(self._queued_rows)
         # A caller that timed out cancelled its chunks; skip them.
         return [c for c in batch if c.future.set_running_or_notify_cancel()]
@@ -242,3 +257,32 @@ class DynamicBatcher:
         for chunk in batch:
             chunk.future.set_result(scores[offset : offset + len(chunk.items)])
             offset += len(chunk.items)
+
+
+def _joined(futures: list[Future[list[float]]]) -> Future[list[float]]:
+    """One Future for a request cut into chunks: all their scores in order, or the first failure.
+
+    Cancelling it cancels the chunks; a failed chunk cancels the others (their caller gets an error anyway).
+    """
+    joined: Future[list[float]] = Future()
+
+    def on_chunk(_: Future[list[float]]) -> None:
+        if joined.done():
+            return
+        failed = [f for f in futures if f.done() and not f.cancelled() and f.exception() is not None]
+        try:
+            if failed:
+                joined.set_exception(failed[0].exception())
+            elif all(f.done() and not f.cancelled() for f in futures):
+                joined.set_result([score for f in futures for score in f.result()])
+        except InvalidStateError:  # cancelled meanwhile, from another thread
+            pass
+
+    def on_joined(_: Future[list[float]]) -> None:
+        for future in futures:
+            future.cancel()  # no-op for chunks already scored or running
+
+    for future in futures:
+        future.add_done_callback(on_chunk)
+    joined.add_done_callback(on_joined)
+    return joined

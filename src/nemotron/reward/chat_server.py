@@ -258,22 +258,24 @@ class ChatApp:
             "nemotron_judge_generation_seconds", "Time to answer one chat request.", LATENCY_BUCKETS_S
         )
         self.closing = False
+        health = Route("health", self._health, public=True, inline=True)
+        # Generation blocks for as long as the model takes: the transport runs it in its thread pool.
+        self._routes = {
+            "/v1/chat/completions": ("POST", Route("chat_completions", self._chat)),
+            "/v1/models": ("GET", Route("models", self._models, inline=True)),
+            # The reward server's health paths too, so `wait_ready` and one launcher serve both servers.
+            "/health": ("GET", health),
+            "/v2/health/ready": ("GET", health),
+            "/v2/health/live": ("GET", health),
+        }
 
     def close(self, timeout: float) -> None:
         self.closing = True
 
     def route(self, method: str, path: str) -> Route | None:
-        routes = {
-            "/v1/chat/completions": ("POST", Route("chat_completions", self._chat)),
-            "/v1/models": ("GET", Route("models", self._models)),
-            # The reward server's health paths too, so `wait_ready` and one launcher serve both servers.
-            "/health": ("GET", Route("health", self._health, public=True)),
-            "/v2/health/ready": ("GET", Route("health", self._health, public=True)),
-            "/v2/health/live": ("GET", Route("health", self._health, public=True)),
-        }
-        if path not in routes:
+        if path not in self._routes:
             return None
-        allowed, route = routes[path]
+        allowed, route = self._routes[path]
         if method != allowed:
             raise HTTPError(405, f"use {allowed} {path}")
         return route

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nemotron.reward.batcher import UnscorableInput
 
@@ -56,25 +56,56 @@ def scorer_from_reward_model(
     if positions is not None and max_length > positions:
         raise ValueError(f"max_length {max_length} exceeds the model's {positions} positions")
     model.eval()  # type: ignore[no-untyped-call]
+    encode = batch_encoder(tokenizer, add_special_tokens)
 
     def score_tokens(rows: list[list[int]]) -> list[float]:
         """rows: B lists of token ids, each non-empty -> B rewards (the model's logit at the last token)."""
         rows = [row[-max_length:] for row in rows]
-        if any(len(row) == 0 for row in rows):
+        lengths = [len(row) for row in rows]
+        if 0 in lengths:
             # e.g. a whitespace-only sentence: the request is at fault, so the server answers 400, not 500
             raise UnscorableInput("cannot score an empty token sequence (the text has no tokens)")
-        width = max(len(row) for row in rows)
-        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # [B, T]
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # [B, T]
-        for i, row in enumerate(rows):
-            input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-            attention_mask[i, : len(row)] = 1
+        width = max(lengths)
+        # One tensor from padded lists: a torch.tensor call per row costs more than the model at batch 64.
+        padded = [row + [pad_id] * (width - len(row)) for row in rows]
+        input_ids = torch.tensor(padded, dtype=torch.long)  # [B, T]
+        attention_mask = (torch.arange(width) < torch.tensor(lengths)[:, None]).long()  # [B, T]
         with torch.inference_mode():
             logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, 1]
         return [float(x) for x in logits[:, 0].float().tolist()]
 
     def score_sentences(sentences: list[str]) -> list[float]:
-        encoded = tokenizer(sentences, add_special_tokens=add_special_tokens)["input_ids"]
-        return score_tokens([list(ids) for ids in encoded])
+        return score_tokens(encode(sentences))
 
     return Scorer(score_sentences, score_tokens, vocab_size=int(model.config.vocab_size))
+
+
+def batch_encoder(
+    tokenizer: PreTrainedTokenizerBase, add_special_tokens: bool = True
+) -> Callable[[list[str]], list[list[int]]]:
+    """texts -> their token id rows, exactly as `tokenizer(texts, add_special_tokens=...)["input_ids"]`.
+
+    For a fast tokenizer that call spends more time in Python than its Rust backend takes to encode. The
+    encoder here calls a private copy of the backend directly, set as the call sets it (no truncation, no
+    padding, special tokens split or not), so another caller's `truncation=True` cannot leak into it.
+    """
+    backend: Any = getattr(tokenizer, "backend_tokenizer", None)
+    if not getattr(tokenizer, "is_fast", False) or backend is None:
+
+        def encode_slow(texts: list[str]) -> list[list[int]]:
+            return [list(ids) for ids in tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]]
+
+        return encode_slow
+    from tokenizers import Tokenizer
+
+    own = Tokenizer.from_str(backend.to_str())
+    own.no_truncation()
+    own.no_padding()
+    own.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+    # encode_batch_fast (tokenizers >= 0.21) skips the character offsets, which we never read.
+    encode_batch = getattr(own, "encode_batch_fast", own.encode_batch)
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        return [encoding.ids for encoding in encode_batch(texts, add_special_tokens=add_special_tokens)]
+
+    return encode

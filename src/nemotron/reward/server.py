@@ -1,5 +1,8 @@
 """The reward-model server: KServe v2 inference (Triton/PyTriton compatible) with dynamic batching, and POST /score.
 
+Scoring requests are decoded on the transport's event loop and handed to the batcher, whose Future the
+transport answers from: no thread waits per request.
+
 `serve(scorer, ...)` starts it in background threads and returns a `ServerHandle`;
 `run_forever_until_signal(scorer, ...)` serves until SIGTERM/Ctrl-C. `python -m nemotron.reward.server --model DIR`
 serves a saved HF reward model.
@@ -12,6 +15,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ from nemotron.reward.batcher import (
 from nemotron.reward.kserve import (
     HEADER_LENGTH,
     Array,
+    InferRequest,
     KServeError,
     decode_infer_request,
     encode_infer_response,
@@ -38,6 +43,7 @@ from nemotron.reward.prometheus import Registry
 from nemotron.reward.scorer import Scorer
 from nemotron.reward.transport import TOKEN_ENV as TOKEN_ENV  # launchers import it from here
 from nemotron.reward.transport import (
+    Deferred,
     HTTPError,
     HTTPSettings,
     Request,
@@ -148,20 +154,26 @@ class RewardApp:
         self.batcher.close(timeout)
 
     def _routes(self) -> tuple[dict[str, dict[str, Route]], dict[str, dict[str, Route]]]:
-        """{path: {method: route}} for fixed paths, and {action: {method: route}} under /v2/models/<name>."""
-        health = Route("health", self._ready, public=True)
+        """{path: {method: route}} for fixed paths, and {action: {method: route}} under /v2/models/<name>.
+
+        Health and metadata are cheap and answered on the event loop; scoring goes to the batcher.
+        """
+        health = Route("health", self._ready, public=True, inline=True)
+        timeout = self.request_timeout_s
         fixed = {
-            "/v2/health/live": {"GET": Route("health", lambda _: json_response({"live": True}), public=True)},
+            "/v2/health/live": {
+                "GET": Route("health", lambda _: json_response({"live": True}), public=True, inline=True)
+            },
             "/v2/health/ready": {"GET": health},
             "/health": {"GET": health},
-            "/v2": {"GET": Route("server_metadata", self._server_metadata)},
-            "/score": {"POST": Route("score", self._score_json)},
+            "/v2": {"GET": Route("server_metadata", self._server_metadata, inline=True)},
+            "/score": {"POST": Route("score", submit=self._score_json, timeout_s=timeout)},
         }
         model = {
-            "": {"GET": Route("model_metadata", self._model_metadata)},
-            "ready": {"GET": Route("model_ready", self._ready, public=True)},
-            "config": {"GET": Route("model_config", self._model_config)},
-            "infer": {"POST": Route("infer", self._infer)},
+            "": {"GET": Route("model_metadata", self._model_metadata, inline=True)},
+            "ready": {"GET": Route("model_ready", self._ready, public=True, inline=True)},
+            "config": {"GET": Route("model_config", self._model_config, inline=True)},
+            "infer": {"POST": Route("infer", submit=self._infer, timeout_s=timeout)},
         }
         return fixed, model
 
@@ -250,22 +262,17 @@ class RewardApp:
             }
         )
 
-    def _score(self, kind: str, items: list[Any]) -> list[float]:
+    def _submit(self, kind: str, items: list[Any]) -> Future[list[float]]:
+        """Queue `items` for scoring, or HTTPError now (413, 503)."""
         limit = self.batching.max_queue_rows
         if len(items) > limit:  # it would never fit the queue: a 503 would have the client retry in vain
             raise HTTPError(413, f"the request has {len(items)} rows; this server takes at most {limit}")
         try:
-            return self.batcher.score(kind, items, timeout=self.request_timeout_s)
+            return self.batcher.submit(kind, items)
         except (QueueFull, BatcherClosed) as exc:
             raise HTTPError(503, str(exc), {"Retry-After": "1"}) from exc
-        except UnscorableInput as exc:
-            raise HTTPError(400, str(exc)) from exc
-        except ScorerFailed as exc:
-            raise HTTPError(500, f"scoring failed: {exc}") from exc
-        except TimeoutError as exc:
-            raise HTTPError(504, f"scoring took longer than {self.request_timeout_s} s") from exc
 
-    def _infer(self, request: Request) -> Response:
+    def _infer(self, request: Request) -> Deferred:
         header_length = None
         if HEADER_LENGTH.lower() in request.headers:
             try:
@@ -280,7 +287,10 @@ class RewardApp:
             if output.name != "rewards":
                 raise HTTPError(400, f"unknown output {output.name!r}; this model has 'rewards'")
         kind, items = reward_inputs(infer.inputs, self.scorer)
-        rewards = np.asarray(self._score(kind, items), dtype=np.float32).reshape(-1, 1)  # [B, 1]
+        return Deferred(self._submit(kind, items), lambda done: self._infer_response(infer, done))
+
+    def _infer_response(self, infer: InferRequest, done: Future[list[float]]) -> Response:
+        rewards = np.asarray(_scores(done), dtype=np.float32).reshape(-1, 1)  # [B, 1]
         body, json_length = encode_infer_response(
             model_name=self.model_name,
             model_version=MODEL_VERSION,
@@ -292,7 +302,7 @@ class RewardApp:
             return Response(200, body)
         return Response(200, body, "application/octet-stream", {HEADER_LENGTH: str(json_length)})
 
-    def _score_json(self, request: Request) -> Response:
+    def _score_json(self, request: Request) -> Deferred:
         payload = parse_json_body(request)
         if not isinstance(payload, dict) or set(payload) != {"sentences"}:
             raise HTTPError(400, 'expected {"sentences": ["...", ...]}')
@@ -304,7 +314,19 @@ class RewardApp:
                 sentence.encode("utf-8")
             except UnicodeEncodeError as exc:  # JSON can spell a lone surrogate ("\ud800"); tokenizers choke
                 raise HTTPError(400, f"sentence {i} is not valid Unicode: {exc.reason}") from exc
-        return json_response({"rewards": self._score("sentences", sentences)})
+        return Deferred(
+            self._submit("sentences", sentences), lambda done: json_response({"rewards": _scores(done)})
+        )
+
+
+def _scores(done: Future[list[float]]) -> list[float]:
+    """The scores of a resolved batcher Future, or the HTTPError for why there are none."""
+    try:
+        return done.result()
+    except UnscorableInput as exc:
+        raise HTTPError(400, str(exc)) from exc
+    except ScorerFailed as exc:
+        raise HTTPError(500, f"scoring failed: {exc}") from exc
 
 
 def _as_scorer(scorer: Scorer | Callable[[list[str]], Sequence[float]]) -> Scorer:
