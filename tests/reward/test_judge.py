@@ -171,6 +171,21 @@ def test_judge_pairwise_compare(scripted: ScriptedModel, scripted_server: Server
     assert "Response 1: r1" in scripted.requests[1].messages[-1][1]
 
 
+def test_score_groups_compares_each_prompts_run_and_scores_singletons(
+    scripted: ScriptedModel, scripted_server: ServerHandle
+) -> None:
+    scripted.answers = [
+        '{"score_1": 4, "score_2": 1}',  # prompt a: its 2 responses, one circular pair
+        '{"score": 7}',  # prompt b: one response, nothing to compare with -> scored alone
+        '{"score_1": 2, "score_2": 2, "ranking": 1}',  # prompt c: a tie broken by ranking 1 -> +-0.5
+    ]
+    judge = JudgeClient(scripted_server.url, token="judge-token", concurrency=1)
+    rewards = judge.score_groups(["a", "a", "b", "c", "c"], ["a0", "a1", "b0", "c0", "c1"])
+    # a: [4, 1]; b: 7; c: 2 + (3.5 - 1)/5 = 2.5 and 2 - 0.5 = 1.5
+    assert rewards == [4.0, 1.0, 7.0, 2.5, 1.5]
+    assert len(scripted.requests) == 3 and "Response 2: c1" in scripted.requests[2].messages[-1][1]
+
+
 def test_judge_score_many_and_server_down(scripted: ScriptedModel, scripted_server: ServerHandle) -> None:
     scripted.answers = ['{"score": 1}', '{"score": 2}', '{"score": 3}']
     judge = JudgeClient(scripted_server.url, token="judge-token", concurrency=1)

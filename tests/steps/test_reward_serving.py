@@ -104,6 +104,15 @@ def test_rlhf_generative_judge_against_a_real_chat_server(home: Path, run_cli: A
     assert last["judge/fallbacks"] > 0 and last["judge/parse_failures"] == last["judge/fallbacks"]
     assert last["rewards"] == pytest.approx(0.25)
 
+    # Pairwise: each prompt's 2 responses make 1 comparison, so 2 steps x 2 prompts ask the judge 4 times
+    # (pointwise asks once per response: 8). The tiny judge's free text never parses -> the default score.
+    r = run_cli(*base, "judge.mode=pairwise", "judge.max_retries=0", "judge.default_score=0.25", timeout=600)
+    assert r.code == 0, r.err[-3000:]
+    job = max((home / "jobs").iterdir(), key=lambda p: p.stat().st_mtime)
+    last = [json.loads(x) for x in (job / "metrics.jsonl").read_text().splitlines()][-1]
+    assert last["judge/requests"] == 4 and last["judge/fallbacks"] == 4
+    assert last["rewards"] == pytest.approx(0.25)
+
 
 @pytest.mark.slow
 def test_no_reward_server_outlives_a_cancelled_rl_step(home: Path) -> None:

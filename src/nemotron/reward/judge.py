@@ -263,6 +263,28 @@ class JudgeClient:
             results = [r for r in pool.map(judge_pair, pairs) if r is not None]
         return aggregate_pairwise(len(responses), results, self.default_score)
 
+    def score_groups(
+        self, prompts: Sequence[str], responses: Sequence[str], strategy: str = "circular"
+    ) -> list[float]:
+        """Pairwise rewards for aligned lists where each prompt's responses sit next to each other (as GRPO's
+        groups do): every run of two or more responses to the same prompt is compared with `compare`; a prompt
+        with a single response (e.g. an evaluation sample) has nothing to be compared with and gets `score`."""
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        rewards: list[float] = []
+        start = 0
+        while start < len(prompts):
+            end = start + 1
+            while end < len(prompts) and prompts[end] == prompts[start]:
+                end += 1
+            group = list(responses[start:end])
+            if len(group) == 1:
+                rewards.append(self.score(prompts[start], group[0]))
+            else:
+                rewards.extend(self.compare(prompts[start], group, strategy))
+            start = end
+        return rewards
+
     def metrics(self) -> dict[str, float]:
         """Counters for the step's metrics log (parse failures are the number to watch)."""
         with self._lock:

@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from nemotron.stepconfig import Checkpointing, Evaluation, Generation, Optim, Runtime, Strict
 
@@ -74,10 +74,40 @@ class Judge(Strict):
         "Rate how positive this review is, from 0 to 10.\nReview: {prompt} {response}\n"
         'Answer with JSON only: {"score": <0-10>}'
     )
+    mode: Literal["pointwise", "pairwise"] = Field(
+        "pointwise",
+        description="generative judge: score each response alone, or compare the responses of each prompt's "
+        "group in pairs (NeMo-Gym genrm_compare); a prompt with one response is scored alone",
+    )
+    comparison_strategy: Literal["circular", "all_pairs"] = Field(
+        "circular", description="pairwise: compare i with i+1 (N pairs per group), or every pair (N(N-1)/2)"
+    )
+    pairwise_template: str = (
+        "Compare two reviews that continue the same opening. Score how positive each is from 1 to 5 and rank them "
+        "from 1 (review 1 much better) to 6 (review 2 much better).\nOpening: {prompt}\nReview 1: {response_1}\n"
+        'Review 2: {response_2}\nAnswer with JSON only: {"score_1": <1-5>, "score_2": <1-5>, "ranking": <1-6>}'
+    )
     default_score: float = 0.0
     max_retries: int = Field(2, ge=0, description="re-asks when the judge's answer does not parse")
     timeout_s: float = Field(30.0, gt=0)
     guided_choice: bool = Field(False, description="constrain the judge to valid answers (vLLM guided_choice)")
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _pointwise_placeholders(cls, value: str) -> str:
+        return _require(value, "{prompt}", "{response}")
+
+    @field_validator("pairwise_template")
+    @classmethod
+    def _pairwise_placeholders(cls, value: str) -> str:
+        return _require(value, "{prompt}", "{response_1}", "{response_2}")
+
+
+def _require(template: str, *placeholders: str) -> str:
+    missing = [p for p in placeholders if p not in template]
+    if missing:
+        raise ValueError(f"the template lacks {', '.join(missing)}")
+    return template
 
 
 class Outputs(Strict):

@@ -83,10 +83,13 @@ def judge() -> Iterator[tuple[ScoreFn, str]]:
 
     with sibling_server(judge_model, module="nemotron.reward.chat_server", log_path=run.job_dir / "logs" / "judge.log") if not external_url(j.url) else _given(j.url, j.token) as (url, token):
         client = JudgeClient(url, j.prompt_template, token=token, timeout=j.timeout_s, parse_retries=j.max_retries,
-                             default_score=j.default_score, guided_choice=j.guided_choice)
+                             default_score=j.default_score, guided_choice=j.guided_choice, pairwise_template=j.pairwise_template)
 
         def score(rows: list[list[int]], texts: list[str], responses: list[str]) -> Sequence[float]:
-            out = client.score_many(texts, responses)
+            if j.mode == "pairwise":
+                out = client.score_groups(texts, responses, j.comparison_strategy)
+            else:
+                out = client.score_many(texts, responses)
             judge_stats.update(client.metrics())
             return out
 
