@@ -151,6 +151,7 @@ def _json_input(**fields: object) -> bytes:
         (_json_input(data=None, parameters={"binary_data_size": 16}), None, "runs past the end"),
         (_json_input(parameters={"shared_memory_region": "r"}), None, "shared-memory"),
         (_json_input(), 10_000, "does not fit"),
+        (_json_input(datatype="FP32", data=[1.0, 1e300]), None, "does not fit FP32"),  # would be inf
         (b"[" * 5000 + b"]" * 5000, None, "not valid JSON"),
         (_json_input(data=[_nested(34), 2]), None, "nested"),
     ],

@@ -199,8 +199,9 @@ def _decode_tensor(entry: object, kind: str, binary: memoryview, offset: int) ->
             raise KServeError(f"{where}: a string is not valid Unicode: {exc.reason}") from exc
         return name, _object_array(items, shape, where), offset
     try:
-        array = np.asarray(flat, dtype=DTYPES[datatype].newbyteorder("="))
-    except (OverflowError, ValueError) as exc:
+        with np.errstate(over="raise"):  # e.g. 1e300 as FP32: refuse it rather than score an inf
+            array = np.asarray(flat, dtype=DTYPES[datatype].newbyteorder("="))
+    except (OverflowError, ValueError, FloatingPointError) as exc:
         raise KServeError(f"{where}: data does not fit {datatype}: {exc}") from exc
     return name, _reshape(array, shape, where), offset
 
