@@ -117,8 +117,7 @@ class DynamicBatcher:
         self.config = config or BatchingConfig()
         self.metrics = metrics or BatcherMetrics.register(Registry(), "batcher")
         self._queue: list[_Chunk] = []
-        self._queued_rows = 0
-        self._queued_rows_by_kind: dict[str, int] = {}
+        self._queued_rows_by_kind: dict[str, int] = {}  # rows waiting, per kind (the worker batches one kind)
         self._closed = False
         self._cond = threading.Condition()
         self._worker = threading.Thread(target=self._run, name="reward-inference", daemon=True)
@@ -144,15 +143,15 @@ class DynamicBatcher:
         with self._cond:
             if self._closed:
                 raise BatcherClosed("the server is shutting down")
-            if self._queued_rows + len(items) > self.config.max_queue_rows:
+            queued = sum(self._queued_rows_by_kind.values())
+            if queued + len(items) > self.config.max_queue_rows:
                 raise QueueFull(
-                    f"{self._queued_rows} rows already queued; the limit is {self.config.max_queue_rows}"
+                    f"{queued} rows already queued; the limit is {self.config.max_queue_rows}"
                 )
             self._queue += chunks
-            self._queued_rows += len(items)
             rows_of_kind = self._queued_rows_by_kind.get(kind, 0) + len(items)
             self._queued_rows_by_kind[kind] = rows_of_kind
-            self.metrics.queued_rows.set(self._queued_rows)
+            self.metrics.queued_rows.set(queued + len(items))
             # Wake the worker only when that lets it start sooner: it waits for a first chunk, or for a
             # preferred batch to fill (until then the queue delay, its own timeout, wakes it). Waking it for
             # every request would cost a thread switch each, fighting the HTTP thread for the GIL.
@@ -217,9 +216,8 @@ class DynamicBatcher:
                     break
             taken = {id(c) for c in batch}
             self._queue = [c for c in self._queue if id(c) not in taken]
-            self._queued_rows -= rows
             self._queued_rows_by_kind[first.kind] -= rows
-            self.metrics.queued_rows.set(self._queued_rows)
+            self.metrics.queued_rows.set(sum(self._queued_rows_by_kind.values()))
         # A caller that timed out cancelled its chunks; skip them.
         return [c for c in batch if c.future.set_running_or_notify_cancel()]
 
