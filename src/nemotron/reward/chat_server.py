@@ -7,30 +7,28 @@ which makes a small or untrained judge emit parseable output.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nemotron.reward.prometheus import LATENCY_BUCKETS_S, Registry
 from nemotron.reward.transport import (
-    TOKEN_ENV,
     HTTPError,
     HTTPSettings,
     Request,
     Response,
     Route,
     ServerHandle,
+    bearer_token,
     json_response,
     parse_json_body,
     run_until_signal,
+    server_command_line,
     write_ready_file,
 )
 
@@ -354,17 +352,11 @@ def serve_chat(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The same command line as `python -m nemotron.reward.server`, so one launcher starts either."""
-    parser = argparse.ArgumentParser(prog="python -m nemotron.reward.chat_server", description=__doc__)
-    parser.add_argument("--model", type=Path, required=True, help="HF causal-LM directory (safetensors)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--model-name", default="judge")
-    parser.add_argument(
-        "--token-env", default=TOKEN_ENV, help="environment variable holding the bearer token"
+    parser = server_command_line(
+        "python -m nemotron.reward.chat_server", __doc__, "HF causal-LM directory (safetensors)"
     )
+    parser.add_argument("--model-name", default="judge")
     parser.add_argument("--max-length", type=int, default=512, help="context: prompt + answer tokens")
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    parser.add_argument("--ready-file", type=Path, help="write the URL here once serving")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -378,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         HFChatModel(model, tokenizer, args.max_length),
         args.host,
         args.port,
-        os.environ.get(args.token_env) or None,
+        bearer_token(args),
         model_name=args.model_name,
     )
     if args.ready_file is not None:

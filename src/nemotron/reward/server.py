@@ -10,9 +10,7 @@ serves a saved HF reward model.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -50,9 +48,11 @@ from nemotron.reward.transport import (
     Response,
     Route,
     ServerHandle,
+    bearer_token,
     json_response,
     parse_json_body,
     run_until_signal,
+    server_command_line,
     write_ready_file,
 )
 
@@ -397,19 +397,13 @@ def run_forever_until_signal(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nemotron.reward.server", description=__doc__)
-    parser.add_argument("--model", type=Path, required=True, help="HF reward-model directory (safetensors)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument(
-        "--token-env", default=TOKEN_ENV, help="environment variable holding the bearer token"
+    parser = server_command_line(
+        "python -m nemotron.reward.server", __doc__, "HF reward-model directory (safetensors)"
     )
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--preferred-batch-size", type=int, default=None, help="default: --max-batch-size")
     parser.add_argument("--max-queue-delay-ms", type=float, default=5.0)
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    parser.add_argument("--ready-file", type=Path, help="write the URL here once serving")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -427,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         scorer,
         args.host,
         args.port,
-        os.environ.get(args.token_env) or None,
+        bearer_token(args),
         max_batch_size=args.max_batch_size,
         preferred_batch_size=args.preferred_batch_size,
         max_queue_delay_ms=args.max_queue_delay_ms,

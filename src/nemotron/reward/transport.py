@@ -11,6 +11,7 @@ pool.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hmac
 import json
@@ -277,6 +278,25 @@ class ServerHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def server_command_line(prog: str, description: str | None, model_help: str) -> argparse.ArgumentParser:
+    """The options both server commands share: --model, --host, --port, --token-env, --threads, --ready-file.
+
+    `bearer_token(args)` reads the token from the named variable (never the command line, visible in ps).
+    """
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--model", type=Path, required=True, help=model_help)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--token-env", default=TOKEN_ENV, help="environment variable holding the bearer token")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--ready-file", type=Path, help="write the URL here once serving")
+    return parser
+
+
+def bearer_token(args: argparse.Namespace) -> str | None:
+    return os.environ.get(args.token_env) or None
 
 
 def write_ready_file(path: Path, handle: ServerHandle) -> None:
