@@ -16,7 +16,7 @@ import math
 import socket
 import struct
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +89,7 @@ class Target:
 
 
 @pytest.fixture(scope="module", params=["cheap", "gpt2"])
-def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+def target(request: pytest.FixtureRequest, report: Callable[[str], None]) -> Iterator[Target]:
     torch.set_num_threads(1)
     scorer = cheap_scorer() if request.param == "cheap" else gpt2_scorer()
     options: dict[str, Any] = {"max_queue_rows": MAX_QUEUE_ROWS, "max_body_bytes": MAX_BODY}
@@ -102,19 +102,10 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     client.close()
     handle.stop(5.0)
     report(
-        request.config,
         f"reward-server fuzz ({target.name}): "
         + ", ".join(f"{k}: {v}" for k, v in sorted(target.tally.items())),
     )
 
-
-def report(config: pytest.Config, line: str) -> None:
-    """Show a figure on the terminal even though output is captured (the count of cases tried)."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(line)
 
 
 # --- sending raw bytes and reading every response back ---------------------------------------------------

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,18 +32,10 @@ DEADLINE_S = 3.0
 DRIP_INTERVAL_S = 1.0
 
 
-def report(config: pytest.Config, line: str) -> None:
-    """Show a figure on the terminal even though output is captured."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(line)
-
 
 @pytest.mark.slow
 def test_64_clients_for_30_s_with_zero_errors_and_flat_memory(
-    tmp_path: Path, request: pytest.FixtureRequest
+    tmp_path: Path, report: Callable[[str], None]
 ) -> None:
     out = tmp_path / "load.json"
     command = [
@@ -65,7 +58,7 @@ def test_64_clients_for_30_s_with_zero_errors_and_flat_memory(
     growth = figures["rss_end_mb"] - figures["rss_warm_mb"]
     assert growth < RSS_GROWTH_BOUND_MB, f"server RSS grew {growth:.1f} MB under load"
     for line in proc.stdout.splitlines():
-        report(request.config, f"reward-server load: {line}")
+        report(f"reward-server load: {line}")
 
 
 def drip(port: int, payload: bytes, head: bytes = b"") -> tuple[float, bytes]:

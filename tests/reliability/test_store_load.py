@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,16 +98,9 @@ def run_workers(tmp_path: Path) -> tuple[list[dict[str, Any]], float]:
     return logs, max(entry["ended"] for entry in logs) - started
 
 
-def report(config: pytest.Config, line: str) -> None:
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(line)
-
 
 def test_eight_processes_at_once_lose_and_duplicate_nothing(
-    tmp_path: Path, request: pytest.FixtureRequest
+    tmp_path: Path, report: Callable[[str], None]
 ) -> None:
     logs, seconds = run_workers(tmp_path)
     store = ArtifactStore(tmp_path / "store")
@@ -153,7 +147,6 @@ def test_eight_processes_at_once_lose_and_duplicate_nothing(
 
     total = PROCESSES * OPERATIONS
     report(
-        request.config,
         f"artifact store: {PROCESSES} processes x {OPERATIONS} operations ({total // 2} registers, {total // 2} "
         f"resolves) in {seconds:.2f} s = {total / seconds:.0f} operations/s; "
         f"versions per name {dict(sorted((n, len(v)) for n, v in by_name.items()))}, {len(edges)} edges",
