@@ -54,8 +54,10 @@ class SlurmProfile(_ProfileBase):
     # interpreter on the compute nodes; default: this one (LocalTunnel), `python` in a container, `python3` over SSH
     python: str | None = None
     code_root: str | None = None  # where nemotron's steps/ root is on the cluster (default: the same path as here)
-    nemo_rl_image: str = "nvcr.io/nvidia/nemo-rl:v0.4.0"  # backend=nemo_rl runs in this container
-    nemo_rl_dir: str = "/opt/nemo-rl"  # NeMo-RL's checkout inside it
+    # backend=nemo_rl runs in this container (default: nemotron.targets.NEMO_RL_IMAGE, the pinned tag's image);
+    # another image must hold the same NeMo-RL tag: the compiled config follows that tag's schema.
+    nemo_rl_image: str | None = None
+    nemo_rl_dir: str | None = None  # NeMo-RL's checkout inside it (default: nemotron.targets.NEMO_RL_DIR)
 
 
 class LeptonMount(BaseModel):
@@ -83,8 +85,8 @@ class LeptonProfile(_ProfileBase):
     setup: list[str] = []  # shell lines run in the pod before the step (e.g. pip install nemotron)
     secret_vars: dict[str, str] = {}  # env var -> name of a Lepton workspace secret holding its value
     image_pull_secrets: list[str] = []
-    nemo_rl_image: str = "nvcr.io/nvidia/nemo-rl:v0.4.0"
-    nemo_rl_dir: str = "/opt/nemo-rl"
+    nemo_rl_image: str | None = None  # as for Slurm
+    nemo_rl_dir: str | None = None
 
 
 Profile = Annotated[LocalProfile | SlurmProfile | LeptonProfile, Field(discriminator="executor")]

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 import yaml
 from pydantic import BaseModel
 
+from nemotron.artifacts.lineage import register_job_outputs
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.catalog import _load_schema
 from nemotron.configtree import set_dotted
@@ -94,32 +95,7 @@ class StepRun(Generic[C]):
             return []
         if self._metrics is not None:
             self._metrics.close()
-        declared = self.record.get("outputs", {})
-        missing = [n for n in declared if n not in paths]
-        if missing:
-            raise RuntimeError(f"step did not produce declared outputs {missing}")
-        store = self.store()
-        parents: list[tuple[str, int]] = []
-        for binding in self.record.get("inputs", []):
-            if binding.get("artifact_id") is not None:
-                parents.append((binding["name"], int(binding["artifact_id"])))
-            elif binding.get("kind") == "path" and binding.get("path"):
-                ext = store.register_external(binding["actual_type"] or binding["expected_type"], Path(binding["path"]))
-                parents.append((binding["name"], ext.id))
-        meta = {
-            "job_id": self.record.get("job_id"),
-            "step": self.record.get("step"),
-            "preset": self.record.get("preset"),
-            "config_hash": self.record.get("config_hash"),
-            "git": self.record.get("git"),
-            "versions": self.record.get("versions"),
-            **(metadata or {}),
-        }
-        outputs = [(declared[n]["artifact"], declared[n]["type"], paths[n], meta) for n in declared]
-        arts = store.register(outputs, job_id=self.record.get("job_id"), parents=parents)
-        for a in arts:
-            log.info("registered %s (%s) at %s", a.ref, a.type, a.path)
-        return arts
+        return register_job_outputs(self.record, paths, metadata, self.store())
 
 
 def _quiet_libraries() -> None:

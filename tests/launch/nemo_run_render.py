@@ -11,7 +11,7 @@ from pathlib import Path
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
-from nemotron.launch import remote, slurm, submit
+from nemotron.launch import remote, slurm, slurm_executor
 from nemotron.profiles import SlurmProfile
 
 QUIET = {"clean_mode": True, "enable_goodbye_message": False, "skip_status_at_exit": True, "log_level": "WARNING"}
@@ -21,7 +21,7 @@ with remote.nemo_run() as run:
         job = compile_job(Catalog(), step, preset, [a for a in extra if "=" in a], profile_name=profile, mode="batch",
                           force_squash="--force-squash" in extra)
         assert isinstance(job.profile, SlurmProfile)
-        plan = submit.slurm_plan(job)
+        plan = slurm_executor.slurm_plan(job)
         executors, scripts = slurm.executors(run, plan, job.profile), slurm.scripts(run, plan)
         with run.Experiment(slurm.EXPERIMENT_TITLE, id=plan.experiment_id, **QUIET) as exp:
             if plan.heterogeneous:

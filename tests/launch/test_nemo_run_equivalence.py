@@ -39,7 +39,6 @@ def test_rendered_sbatch_equals_what_nemo_run_writes(home: Path, tmp_path: Path)
         ["rl/reinforce", "default", "gpu_local", ["--force-squash"]],  # hetjob, squash import, torchrun on 2 nodes
         ["rl/ppo", "default", "gpu_one", []],  # hetjob, ready-made .sqsh, a secret in the profile
         ["rl/rlhf", "default", "gpu_one", []],  # one group (generative judge from the hub)
-        ["rl/rlhf", "default", "gpu_local", ["backend=nemo_rl"]],  # NeMo-RL's command in its container
     ]
     env = {**os.environ, "NEMOTRON_HOME": str(home), "NEMOTRON_STEPS_PATH": str(SERVED_STEPS)}
     done = subprocess.run([sys.executable, str(HELPER), json.dumps(cases)], capture_output=True, text=True, env=env,

@@ -10,12 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
-from nemotron.errors import UserError
-from nemotron.launch import nemo_rl, slurm, submit
+from nemotron.launch import slurm, slurm_executor, submit
 from nemotron.launch.lepton import lepton_name
 
 SERVED_STEPS = Path(__file__).resolve().parents[1] / "slurm" / "steproot"
@@ -52,7 +50,7 @@ def job(step: str, profile: str, *overrides: str, preset: str = "default", **kw:
 
 def test_profile_secrets_reach_only_the_sourced_0600_file_never_the_script(profiles: Path) -> None:
     j = job("rl/ppo", "gpu", mode="batch")
-    plan = submit.slurm_plan(j)
+    plan = slurm_executor.slurm_plan(j)
     text = submit.dry_run(j)
     script = slurm.render_sbatch(plan)
     assert "sk-live-abcdef123456" not in text and "sk-live-abcdef123456" not in script
@@ -64,16 +62,16 @@ def test_profile_secrets_reach_only_the_sourced_0600_file_never_the_script(profi
 
 
 def test_partition_follows_run_or_batch_mode(profiles: Path, fixture_steps: Path) -> None:
-    attached = slurm.render_sbatch(submit.slurm_plan(job("test/count", "cpu", preset="tiny", mode="attached")))
-    batch = slurm.render_sbatch(submit.slurm_plan(job("test/count", "cpu", preset="tiny", mode="batch")))
-    plain = slurm.render_sbatch(submit.slurm_plan(job("test/count", "local_slurm", preset="tiny", mode="batch")))
+    attached = slurm.render_sbatch(slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="attached")))
+    batch = slurm.render_sbatch(slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="batch")))
+    plain = slurm.render_sbatch(slurm_executor.slurm_plan(job("test/count", "local_slurm", preset="tiny", mode="batch")))
     assert "#SBATCH --partition=interactive" in attached
     assert "#SBATCH --partition=long" in batch
     assert "#SBATCH --partition=debug" in plain
 
 
 def test_a_step_without_services_is_one_group(home: Path, fixture_steps: Path) -> None:
-    plan = submit.slurm_plan(job("test/count", "local_slurm", preset="tiny"))
+    plan = slurm_executor.slurm_plan(job("test/count", "local_slurm", preset="tiny"))
     assert [g.role for g in plan.groups] == ["test-count"]
     script = slurm.render_sbatch(plan)
     assert "hetjob" not in script and "NEMOTRON_REWARD" not in script and ".secrets.env" not in script
@@ -82,7 +80,7 @@ def test_a_step_without_services_is_one_group(home: Path, fixture_steps: Path) -
 def test_services_make_a_hetjob_serving_the_reward_model_input(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEMOTRON_STEPS_PATH", str(SERVED_STEPS))
     rm = reward_model_dir(tmp_path)
-    plan = submit.slurm_plan(job("test/served", "local_slurm", f"inputs.reward_model={rm}", preset="tiny"))
+    plan = slurm_executor.slurm_plan(job("test/served", "local_slurm", f"inputs.reward_model={rm}", preset="tiny"))
     server, policy = plan.groups
     assert server.role == "test-served-0" and policy.role == "test-served-1"
     assert server.command.words()[1:4] == ["-m", "nemotron.reward.server", "--model"]
@@ -96,7 +94,7 @@ def test_services_make_a_hetjob_serving_the_reward_model_input(home: Path, tmp_p
 
 
 def test_rlhf_serves_its_judge_only_when_the_judge_is_a_reward_model(home: Path, tmp_path: Path) -> None:
-    generative = submit.slurm_plan(job("rl/rlhf", "local_slurm"))  # HF hub id: the step starts its own judge
+    generative = slurm_executor.slurm_plan(job("rl/rlhf", "local_slurm"))  # HF hub id: the step starts its own judge
     assert len(generative.groups) == 1
     key = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
     served = slurm.served_model(job("rl/rlhf", "local_slurm", f"{key}={reward_model_dir(tmp_path)}", "judge.kind=reward_model"))
@@ -104,8 +102,8 @@ def test_rlhf_serves_its_judge_only_when_the_judge_is_a_reward_model(home: Path,
 
 
 def test_container_image_is_squashed_once_and_force_squash_reimports(profiles: Path) -> None:
-    again = slurm.render_sbatch(submit.slurm_plan(job("rl/reinforce", "gpu")))
-    forced = slurm.render_sbatch(submit.slurm_plan(job("rl/reinforce", "gpu", force_squash=True)))
+    again = slurm.render_sbatch(slurm_executor.slurm_plan(job("rl/reinforce", "gpu")))
+    forced = slurm.render_sbatch(slurm_executor.slurm_plan(job("rl/reinforce", "gpu", force_squash=True)))
     sqsh = f"{os.environ['NEMOTRON_HOME']}/jobs/nvcr.io+nvidia+nemo+25.07.sqsh"  # LocalTunnel: jobs live here
     assert f"if [ ! -f {sqsh} ]; then" in again and f"rm -f {sqsh}" not in again
     assert f"rm -f {sqsh}\nif [ ! -f {sqsh} ]" in forced
@@ -128,7 +126,7 @@ def test_squash_file_name_is_sanitised() -> None:
 
 
 def test_torchrun_steps_run_one_launcher_per_node(profiles: Path) -> None:
-    plan = submit.slurm_plan(job("rl/reinforce", "gpu"))
+    plan = slurm_executor.slurm_plan(job("rl/reinforce", "gpu"))
     policy = plan.groups[1]
     assert policy.nodes == 2 and policy.ntasks_per_node == 1  # slurm_rlhf: 2 nodes x 8 GPUs
     inner = policy.command.args[0]
@@ -139,26 +137,10 @@ def test_torchrun_steps_run_one_launcher_per_node(profiles: Path) -> None:
 
 def test_ssh_profiles_need_a_job_dir_and_map_the_code_root(home: Path) -> None:
     j = job("rl/ppo", "slurm_rlhf")
-    plan = submit.slurm_plan(j)
+    plan = slurm_executor.slurm_plan(j)
     assert plan.paths.job_dir == f"/lustre/me/nemotron/jobs/{j.job_id}"
     assert plan.paths.home == "/lustre/me/nemotron"
     assert "/lustre/me/nemotron/code/steps/rl/ppo/step.py" in plan.groups[1].command.args[0]
-
-
-def test_nemo_rl_config_uses_nemo_rl_key_names(home: Path) -> None:
-    key = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
-    j = job("rl/rlhf", "slurm_rlhf", "backend=nemo_rl", "judge.kind=reward_model", "env.should_use_nemo_gym=false",
-            f"{key}=/models/rm", "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=3")
-    tree = yaml.safe_load(nemo_rl.grpo_yaml(j, "/jobs/x"))
-    assert tree["defaults"] == "/opt/nemo-rl/examples/configs/grpo_math_1B.yaml"
-    assert tree["grpo"]["num_prompts_per_step"] == 4 and tree["grpo"]["num_generations_per_prompt"] == 3
-    assert tree["policy"]["train_global_batch_size"] == 12  # 4 prompts x 3 generations: every response of a step
-    assert tree["policy"]["optimizer"]["kwargs"]["lr"] == 5e-7  # the default preset's policy.optimizer.lr
-    assert tree["data"]["default"]["env_name"] == "reward_model" and tree["env"]["reward_model"]["model_name"] == "/models/rm"
-    assert tree["cluster"] == {"num_nodes": 2, "gpus_per_node": 8}
-    assert nemo_rl.command_line(j.step_config, "/jobs/x/c.yaml") == "cd /opt/nemo-rl && uv run python examples/run_grpo.py --config /jobs/x/c.yaml"
-    with pytest.raises(UserError, match="one-node"):
-        nemo_rl.check_submittable(j)
 
 
 def test_lepton_names_fit_kubernetes_and_keep_the_unique_suffix() -> None:

@@ -20,7 +20,8 @@ import pytest
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
-from nemotron.launch import lepton, submit
+from nemotron.launch import lepton
+from nemotron.launch.lepton import LeptonExecutor
 
 STUB_TOKEN = "stub-token-0123456789"
 
@@ -57,7 +58,7 @@ def test_submission_sends_the_rendered_job_spec_and_ships_the_job_files(env: dic
     assert all(r.authorization == f"Bearer {STUB_TOKEN}" for r in lepton_api.requests)
 
     job = replace(compile_job(Catalog(), "test/count", "tiny", ["trainer.max_steps=2"], profile_name="lepton_rl", mode="batch"), job_id=job_id)
-    plan = submit.lepton_plan(job)
+    plan = LeptonExecutor().plan(job)
     expected = lepton.job_spec(plan, "ng-0123", ["node-a", "node-b"])
     sent_nodes = main["spec"]["affinity"].pop("allowed_nodes_in_node_group")
     assert sorted(sent_nodes) == expected["spec"]["affinity"].pop("allowed_nodes_in_node_group")

@@ -93,6 +93,15 @@ def test_attached_run_streams_the_log_and_exits_with_the_step_code(env: dict[str
     assert status_of(home, job_dir.name)["state"] == "failed"
 
 
+def test_bad_input_found_by_the_step_is_exit_2_on_slurm_as_locally(env: dict[str, str], home: Path) -> None:
+    """The step runs through nemotron.run_step on Slurm too: a UserError is one line and exit 2, no traceback."""
+    done = nemotron(env, "steps", "run", "test/count", "-c", "tiny", "trainer.bad_input_at=1", "-r", "local_slurm")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "error: bad input on purpose at step 1" in done.stderr and "Traceback" not in done.stderr
+    local = nemotron(env, "steps", "run", "test/count", "-c", "tiny", "trainer.bad_input_at=1")
+    assert local.returncode == 2 and "error: bad input on purpose at step 1" in local.stderr
+
+
 def _lines(stream: Any, seen: list[str], event: threading.Event, marker: str) -> None:
     for line in stream:
         seen.append(line)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -21,10 +20,15 @@ out = Console(highlight=False)
 @app.command("ls")
 def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotated[int, typer.Option(help="newest N")] = 50) -> None:
     """Jobs, newest first."""
+    from nemotron.launch.executor import executor_named
+
     rows = []
     for job_id in records.list_job_ids()[:limit]:
         d = records.resolve_job_dir(job_id)
         rec, st = records.read_record(d), records.read_status(d)
+        if st.get("state") not in ("succeeded", "failed", "cancelled"):
+            executor = executor_named(str(rec.get("executor") or "local"))
+            st = executor.refresh(d) if executor.cheap_refresh else st
         rows.append({"job_id": job_id, "step": rec.get("step"), "preset": rec.get("preset"), "executor": rec.get("executor"),
                      "state": st.get("state"), "created_at": rec.get("created_at"), "remote_id": st.get("remote_id")})
     if as_json:
@@ -44,12 +48,11 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotate
 
 def _live_status(job_dir: Path) -> dict[str, object]:
     st = records.read_status(job_dir)
-    executor = records.read_record(job_dir).get("executor")
-    if executor != "local" and st.get("state") not in ("succeeded", "failed", "cancelled"):
-        from nemotron.launch import remote
+    if st.get("state") in ("succeeded", "failed", "cancelled"):
+        return st
+    from nemotron.launch.executor import executor_of
 
-        st = remote.refresh_status(job_dir)
-    return st
+    return executor_of(job_dir).refresh(job_dir)
 
 
 @app.command("status")
@@ -88,27 +91,10 @@ def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) 
 @app.command("logs")
 def logs(job_id: str, follow: Annotated[bool, typer.Option("-f", "--follow")] = False) -> None:
     """Print a job's log; -f follows it until the job ends."""
-    d = records.resolve_job_dir(job_id)
-    if records.read_record(d).get("executor") != "local":
-        from nemotron.launch import remote
+    from nemotron.launch.executor import executor_of
 
-        remote.print_logs(d, follow)
-        return
-    path = d / "logs" / "step.log"
-    pos = 0
-    while True:
-        if path.is_file():
-            with path.open("rb") as f:
-                f.seek(pos)
-                chunk = f.read()
-                pos += len(chunk)
-            if chunk:
-                typer.echo(chunk.decode("utf-8", "replace"), nl=False)
-        if not follow or records.read_status(d).get("state") in ("succeeded", "failed", "cancelled"):
-            if follow and path.is_file() and path.stat().st_size > pos:
-                continue
-            return
-        time.sleep(0.2)
+    d = records.resolve_job_dir(job_id)
+    executor_of(d).print_logs(d, follow)
 
 
 @app.command("cancel")
@@ -118,15 +104,9 @@ def cancel(job_id: str) -> None:
     st = records.read_status(d)
     if st.get("state") in ("succeeded", "failed", "cancelled"):
         raise UserError(f"job {d.name} already ended ({st.get('state')})")
-    if records.read_record(d).get("executor") != "local":
-        from nemotron.launch import remote
+    from nemotron.launch.executor import executor_of
 
-        remote.cancel(d)
-    else:
-        from nemotron.launch import local
-
-        if not local.cancel(d, st):
-            raise UserError(f"job {d.name} did not stop in time; its status: {records.read_status(d).get('state')}")
+    executor_of(d).cancel(d)
     out.print(f"{d.name}: cancelled")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
+from nemotron.engines.base import Launch, Placement, StepProcess
 from nemotron.errors import UserError
 from nemotron.paths import bundled_root
 from nemotron.profiles import LeptonProfile
@@ -107,14 +108,15 @@ def plan_lepton(job: Job, nemorun_home: str, command: tuple[str, ...] | None = N
         entry = p.code_root.rstrip("/") + entry[len(local_root) :]
     if command is None:
         nproc = p.gpus_per_node or 1
-        args = ("--job-dir", q, *(shlex.quote(a) for a in job.passthrough))
+        # through nemotron.run_step, as on every executor: exit codes 2/3/130 mean the same everywhere
+        args = ("-m", "nemotron.run_step", shlex.quote(entry), "--job-dir", q, *(shlex.quote(a) for a in job.passthrough))
         if job.launch == "torchrun" and p.nodes * nproc > 1:
             # lepton_env_to_pytorch.sh (sourced first) exports the rendezvous variables of the job's pods.
             command = (p.python, "-m", "torch.distributed.run", "--nnodes", str(p.nodes), "--nproc-per-node", str(nproc),
                        "--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR", "--master-port", "$MASTER_PORT",
-                       shlex.quote(entry), *args)
+                       *args)
         else:
-            command = (p.python, shlex.quote(entry), *args)
+            command = (p.python, *args)
     return LeptonPlan(name, plan.experiment_id, root, command, tuple(env), setup, p, files)
 
 
@@ -222,3 +224,81 @@ def job_log(job_id: str) -> Iterator[str]:
 
 def cancel_job(job_id: str) -> None:
     _client().job.delete(job_id)
+
+
+# ----------------------------------------------------------------------------- the executor
+
+class _ApiLog:
+    """Lepton's log comes from its API, whole, once the job is over (not a file to tail)."""
+
+    live = False
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id, self.done = job_id, False
+
+    def read(self) -> str:
+        if self.done:
+            return ""
+        self.done = True
+        return "".join(job_log(self.job_id))
+
+
+class LeptonExecutor:
+    kind = "lepton"
+    cheap_refresh = False
+
+    def plan(self, job: Job) -> LeptonPlan:
+        from nemotron.launch.remote import nemorun_home
+
+        return plan_lepton(job, str(nemorun_home()))
+
+    def placement(self, job: Job) -> Placement:
+        p = _profile(job)
+        return Placement(self.plan(job).job_dir, p.nodes, p.gpus_per_node)
+
+    def render(self, job: Job, where: Placement, launch: Launch) -> str:
+        if isinstance(launch, StepProcess):
+            return render_text(self.plan(job))
+        from nemotron.launch import ray_lepton
+
+        return ray_lepton.render_text(ray_lepton.plan_for(job, where, launch))
+
+    def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
+        from nemotron.launch import remote
+
+        if isinstance(launch, StepProcess):
+            plan = self.plan(job)
+            return remote.submit_remote(job, job_dir, lambda: submit_job(job, job_dir, plan), self)
+        from nemotron.launch import ray_lepton
+
+        ray = ray_lepton.plan_for(job, where, launch)
+        return remote.submit_remote(job, job_dir, lambda: ray_lepton.submit(job, job_dir, ray, launch), self)
+
+    def state(self, status: dict[str, Any]) -> str:
+        return job_state(str(status["remote_id"]))
+
+    def exit_code(self, status: dict[str, Any]) -> int | None:
+        return None
+
+    def log_reader(self, job_dir: Path, role: str | None = None) -> _ApiLog:
+        from nemotron.jobs import read_status
+
+        return _ApiLog(str(read_status(job_dir).get("remote_id")))
+
+    def cancel_remote(self, status: dict[str, Any]) -> None:
+        cancel_job(str(status["remote_id"]))
+
+    def refresh(self, job_dir: Path) -> dict[str, Any]:
+        from nemotron.launch import remote
+
+        return remote.refresh_status(job_dir, self)
+
+    def print_logs(self, job_dir: Path, follow: bool) -> None:
+        from nemotron.launch import remote
+
+        remote.print_logs(job_dir, follow, self)
+
+    def cancel(self, job_dir: Path) -> dict[str, Any]:
+        from nemotron.launch import remote
+
+        return remote.cancel(job_dir, self)

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 
 from nemotron.jobs import now, update_status
+from nemotron.procs import die_with_parent
 from nemotron.redact import redact_text, secret_values
 
 GRACE_S = 10.0
@@ -67,7 +68,9 @@ def run_step_process(
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    # The step dies with its launcher (a kill -9 of it included), so a job is never left running unrecorded.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=die_with_parent())
     update_status(job_dir, state="running", pid=proc.pid, pgid=proc.pid, launcher_pid=os.getpid(), started_at=now())
     stdout = proc.stdout
     assert stdout is not None

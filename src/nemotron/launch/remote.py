@@ -1,7 +1,9 @@
-"""Jobs on Slurm or Lepton after submission: status, logs, cancel and attached runs, through NeMo-Run's runner.
+"""Jobs on a scheduler after submission: submit, status, logs, cancel and attached runs, shared by the Slurm
+and Lepton executors. Each executor answers the few scheduler questions (`Scheduler`); the rest is here.
 
-status.json of a remote job holds `handle` (NeMo-Run's app handle), `remote_id` (the Slurm or Lepton job id),
-`remote_dir` (NeMo-Run's task dir, where Slurm writes the logs) and `roles` (the srun groups, step last).
+status.json of a remote job holds `handle` (NeMo-Run's handle), `remote_id` (the Slurm or Lepton job id),
+`remote_dir` (where the scheduler writes the logs), `roles` (the srun groups, step last) and, for engines whose
+run does not register its own outputs (`RayDriver`), `register` (output name -> path) for after success.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from nemotron.errors import UserError
 from nemotron.jobs import now, read_record, read_status, update_status
@@ -27,7 +29,7 @@ FINAL = ("succeeded", "failed", "cancelled")
 # sacct lags squeue by up to a second or two and knows nothing of a job in that time: pending, not lost.
 UNKNOWN_GRACE_S = 120.0
 _EXIT_LINE = re.compile(r"job exited with code (\d+)")
-_APP_STATES = {"UNSUBMITTED": "pending", "SUBMITTED": "pending", "PENDING": "pending", "RUNNING": "running",
+APP_STATES = {"UNSUBMITTED": "pending", "SUBMITTED": "pending", "PENDING": "pending", "RUNNING": "running",
                "SUCCEEDED": "succeeded", "FAILED": "failed", "CANCELLED": "cancelled", "UNKNOWN": "unknown"}
 
 
@@ -59,13 +61,33 @@ def nemo_run() -> Iterator[ModuleType]:
         root.setLevel(level)
 
 
-def _runner(run: ModuleType) -> Any:
+def runner(run: ModuleType) -> Any:
     from nemo_run.run.torchx_backend.runner import get_runner
 
     return get_runner()
 
 
-# ----------------------------------------------------------------------------- status
+# ----------------------------------------------------------------------------- what each scheduler answers
+
+class LogReader(Protocol):
+    live: bool  # True: read() may be polled while the job runs; False: the log is whole only once it ended
+
+    def read(self) -> str:
+        """The log text not returned before."""
+        ...
+
+
+class Scheduler(Protocol):
+    def state(self, status: dict[str, Any]) -> str:
+        """pending | running | succeeded | failed | cancelled | unknown."""
+        ...
+
+    def exit_code(self, status: dict[str, Any]) -> int | None: ...
+
+    def log_reader(self, job_dir: Path, role: str | None = None) -> LogReader: ...
+
+    def cancel_remote(self, status: dict[str, Any]) -> None: ...
+
 
 def _age_s(status: dict[str, Any]) -> float:
     try:
@@ -74,40 +96,78 @@ def _age_s(status: dict[str, Any]) -> float:
         return 0.0
 
 
-def _exit_code(status: dict[str, Any]) -> int | None:
-    """The batch script's last words: NeMo-Run's template echoes `job exited with code N`."""
-    remote_dir, remote_id = status.get("remote_dir"), status.get("remote_id")
-    if not remote_dir or not remote_id:
+def exit_line_code(remote_dir: str | None, pattern: str) -> int | None:
+    """The batch script's last words: `job exited with code N` in the first file matching `pattern`."""
+    if not remote_dir:
         return None
-    for path in Path(str(remote_dir)).glob(f"sbatch_*_{remote_id}.out"):
+    for path in Path(remote_dir).glob(pattern):
         found = _EXIT_LINE.findall(path.read_text(errors="replace"))
         if found:
             return int(found[-1])
     return None
 
 
-def refresh_status(job_dir: Path) -> dict[str, Any]:
-    """Ask the scheduler for the job's state, record it in status.json, return the status."""
+# ----------------------------------------------------------------------------- submit and status
+
+def submit_remote(job: Any, job_dir: Path, submit_job: Callable[[], dict[str, Any]], scheduler: Scheduler) -> int:
+    """Hand the job to its scheduler; `-b` prints the job id, `-r` streams the step's log and Ctrl-C cancels."""
+    from rich.console import Console
+
+    err = Console(stderr=True, highlight=False)
+    try:
+        submitted = submit_job()
+    except UserError:
+        update_status(job_dir, state="failed", ended_at=now(), error="refused before submission")
+        raise
+    except Exception as e:
+        update_status(job_dir, state="failed", ended_at=now(), error=str(e)[-2000:])
+        raise UserError(f"submitting {job.job_id} to '{job.profile.name}' failed: {e}") from e
+    update_status(job_dir, state="pending", submitted_at=now(), **submitted)
+    where = f"{job.profile.executor} job {submitted.get('remote_id')}"
+    if job.mode == "batch":
+        print(job.job_id)
+        err.print(f"submitted {job.job_id} ({where}). Follow it with: nemotron jobs logs {job.job_id} -f")
+        return 0
+    err.print(f"[bold]job[/] {job.job_id}  [dim]{where}; Ctrl-C cancels it[/]")
+    started = time.monotonic()
+    code = attach(job_dir, scheduler, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
+    if code == 0:
+        err.print(f"[green]✓[/] {job.step_id} finished in {time.monotonic() - started:.1f}s — nemotron jobs show {job.job_id}")
+    elif code == 130:
+        err.print(f"[yellow]cancelled[/] {job.job_id}")
+    else:
+        err.print(f"[red]✗[/] {job.step_id} failed (exit {code}) — nemotron jobs logs {job.job_id}")
+    return code
+
+
+def refresh_status(job_dir: Path, scheduler: Scheduler) -> dict[str, Any]:
+    """Ask the scheduler for the job's state, record it in status.json, return the status. A job that succeeded
+    with outputs to register (`register`) has them registered once, before it is recorded as succeeded."""
     status = read_status(job_dir)
     if status.get("state") in FINAL or not status.get("handle"):
         return status
-    executor = read_record(job_dir).get("executor")
-    if executor == "lepton":
-        from nemotron.launch import lepton
-
-        state = lepton.job_state(str(status["remote_id"]))
-    else:
-        with nemo_run() as run:
-            app = _runner(run).status(str(status["handle"]))
-        state = _APP_STATES.get(app.state.name, "unknown") if app is not None else "unknown"
+    state = scheduler.state(status)
     if state == "unknown" and _age_s(status) < UNKNOWN_GRACE_S:
         state = "pending"
     fields: dict[str, Any] = {"state": state, "checked_at": now()}
     if state in FINAL:
-        fields |= {"ended_at": now(), "exit_code": _exit_code(status) if executor == "slurm" else None}
+        fields |= {"ended_at": now(), "exit_code": scheduler.exit_code(status)}
         if state == "succeeded" and fields["exit_code"] is None:
             fields["exit_code"] = 0
+        if state == "succeeded" and status.get("register"):
+            fields |= _register_outputs(job_dir, dict(status["register"]))
     return update_status(job_dir, **fields)
+
+
+def _register_outputs(job_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
+    """Register what a remote engine left behind; a missing output fails the job (nothing is registered)."""
+    from nemotron.artifacts.lineage import register_job_outputs
+
+    missing = [f"{name}: {path}" for name, path in sorted(paths.items()) if not Path(path).exists()]
+    if missing:
+        return {"state": "failed", "exit_code": 1, "error": "the run ended without its outputs: " + "; ".join(missing)}
+    arts = register_job_outputs(read_record(job_dir), {k: Path(v) for k, v in paths.items()})
+    return {"registered": [a.ref for a in arts]}
 
 
 # ----------------------------------------------------------------------------- logs
@@ -123,6 +183,8 @@ def step_log_files(status: dict[str, Any], role: str | None = None) -> list[Path
 
 class LogTail:
     """New lines of the files `files()` names, across calls (files may appear late)."""
+
+    live = True
 
     def __init__(self, files: Callable[[], list[Path]]) -> None:
         self.files, self.offsets = files, {}  # type: ignore[var-annotated]
@@ -140,46 +202,33 @@ class LogTail:
         return "".join(chunks)
 
 
-def print_logs(job_dir: Path, follow: bool) -> None:
+def print_logs(job_dir: Path, follow: bool, scheduler: Scheduler) -> None:
     """`nemotron jobs logs [-f]` for a remote job."""
-    status = read_status(job_dir)
-    if read_record(job_dir).get("executor") == "lepton":
-        from nemotron.launch import lepton
-
-        for chunk in lepton.job_log(str(status.get("remote_id"))):
-            sys.stdout.write(chunk)
-        return
-    tail = LogTail(lambda: step_log_files(read_status(job_dir)))
+    reader = scheduler.log_reader(job_dir)
     while True:
-        sys.stdout.write(tail.read())
+        sys.stdout.write(reader.read())
         sys.stdout.flush()
-        if not follow or refresh_status(job_dir).get("state") in FINAL:
-            sys.stdout.write(tail.read())
+        if not follow or not reader.live or refresh_status(job_dir, scheduler).get("state") in FINAL:
+            sys.stdout.write(reader.read())
             break
         time.sleep(1.0)
-    roles = status.get("roles") or []
+    roles = read_status(job_dir).get("roles") or []
     if len(roles) > 1:
-        for path in step_log_files(status, roles[0]):
+        for path in step_log_files(read_status(job_dir), roles[0]):
             print(f"(reward server log: {path})", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- cancel and attached runs
 
-def cancel(job_dir: Path, wait_s: float = 30.0) -> dict[str, Any]:
+def cancel(job_dir: Path, scheduler: Scheduler, wait_s: float = 30.0) -> dict[str, Any]:
     """Cancel the remote job and wait (a little) until the scheduler says so."""
     status = read_status(job_dir)
     if not status.get("handle"):
         raise UserError(f"job {job_dir.name} was never submitted (no scheduler handle in status.json)")
-    if read_record(job_dir).get("executor") == "lepton":
-        from nemotron.launch import lepton
-
-        lepton.cancel_job(str(status["remote_id"]))
-        return update_status(job_dir, state="cancelled", ended_at=now())
-    with nemo_run() as run:
-        _runner(run).cancel(str(status["handle"]))
+    scheduler.cancel_remote(status)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        status = refresh_status(job_dir)
+        status = refresh_status(job_dir, scheduler)
         if status.get("state") in FINAL:
             break
         time.sleep(0.5)
@@ -188,31 +237,25 @@ def cancel(job_dir: Path, wait_s: float = 30.0) -> dict[str, Any]:
     return status
 
 
-def attach(job_dir: Path, on_line: Callable[[str], None], poll_s: float = 0.5) -> int:
+def attach(job_dir: Path, scheduler: Scheduler, on_line: Callable[[str], None], poll_s: float = 0.5) -> int:
     """Stream the step's log until the job ends; Ctrl-C cancels it. Returns the exit code (130 if cancelled)."""
-    tail = LogTail(lambda: step_log_files(read_status(job_dir)))
-    lepton = read_record(job_dir).get("executor") == "lepton"
+    reader = scheduler.log_reader(job_dir)
 
-    def emit() -> None:
-        for line in tail.read().splitlines():
-            on_line(line)
-        if lepton and read_status(job_dir).get("state") in FINAL:
-            # Lepton logs come from the API, not files: read them once the job is over.
-            from nemotron.launch.lepton import job_log
-
-            for line in "".join(job_log(str(read_status(job_dir).get("remote_id")))).splitlines():
+    def emit(final: bool) -> None:
+        if reader.live or final:
+            for line in reader.read().splitlines():
                 on_line(line)
 
     try:
         while True:
-            emit()
-            status = refresh_status(job_dir)
+            emit(False)
+            status = refresh_status(job_dir, scheduler)
             if status.get("state") in FINAL:
-                emit()
+                emit(True)
                 break
             time.sleep(poll_s)
     except KeyboardInterrupt:
-        cancel(job_dir)
+        cancel(job_dir, scheduler)
         return 130
     state = status.get("state")
     if state == "cancelled":

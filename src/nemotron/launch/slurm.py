@@ -196,13 +196,14 @@ def secrets_source_line(path: str) -> str:
 
 
 def step_command(job: Job, paths: ClusterPaths, nodes: int, nproc: int, rdzv_host: str) -> Command:
-    """The step process: plain python, or torchrun (one per node) when the step is distributed."""
-    args = ("--job-dir", shlex.quote(paths.job_dir), *(shlex.quote(a) for a in job.passthrough))
+    """The step process, through `nemotron.run_step` as on every executor (so exit codes 2/3/130 mean the same):
+    plain python, or torchrun (one per node) when the step is distributed."""
+    args = (shlex.quote(paths.entry(job.entry)), "--job-dir", shlex.quote(paths.job_dir), *(shlex.quote(a) for a in job.passthrough))
     if job.launch == "torchrun" and nodes * nproc > 1:
         head = ("--nnodes", str(nodes), "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"{rdzv_host}:29500", "--rdzv-id", "$SLURM_JOB_ID")
-        return Command(paths.python, "torch.distributed.run", (*head, shlex.quote(paths.entry(job.entry)), *args), module=True)
-    return Command(paths.python, shlex.quote(paths.entry(job.entry)), args)
+        return Command(paths.python, "torch.distributed.run", (*head, "-m", "nemotron.run_step", *args), module=True)
+    return Command(paths.python, "nemotron.run_step", args, module=True)
 
 
 def server_command(served: ServedModel, paths: ClusterPaths, threads: int) -> Command:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from nemotron.procs import die_with_parent
 from nemotron.reward.client import RewardServerError, wait_ready
 from nemotron.reward.server import TOKEN_ENV
 
@@ -49,8 +50,9 @@ def sibling_server(
         cmd = [sys.executable, "-m", module, "--model", str(model), "--host", "127.0.0.1", "--port", "0",
                "--threads", str(threads), "--max-length", str(max_length), "--ready-file", str(ready)]
         out = log_path.open("ab") if log_path else subprocess.DEVNULL
+        # die_with_parent: a trainer killed with -9 cannot run its `finally`; the server must not outlive it.
         proc = subprocess.Popen(cmd, env={**os.environ, TOKEN_ENV: token}, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent())
         try:
             deadline = time.monotonic() + startup_timeout
             while not ready.is_file():

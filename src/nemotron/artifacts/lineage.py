@@ -1,0 +1,53 @@
+"""Registering a job's outputs with lineage edges to its inputs: one function for every engine, whether the
+step registers from inside its own process (builtin) or nemotron registers after a remote run ended (NeMo-RL)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from nemotron.artifacts.store import Artifact, ArtifactStore
+from nemotron.paths import artifacts_dir
+
+log = logging.getLogger("nemotron")
+
+
+def job_store(record: dict[str, Any]) -> ArtifactStore:
+    """The store a job registers into: $NEMOTRON_ARTIFACTS_ROOT (set for step processes), else the profile's
+    artifacts_root, else this home's."""
+    root = os.environ.get("NEMOTRON_ARTIFACTS_ROOT") or (record.get("profile") or {}).get("artifacts_root")
+    return ArtifactStore(Path(root).expanduser() if root else artifacts_dir())
+
+
+def register_job_outputs(record: dict[str, Any], paths: dict[str, Path], metadata: dict[str, Any] | None = None,
+                         store: ArtifactStore | None = None) -> list[Artifact]:
+    """Register every declared output of the job record (job.yaml) in one transaction, each with edges to the
+    job's inputs (a plain-path input is registered as an external artifact first)."""
+    declared = record.get("outputs", {})
+    missing = [n for n in declared if n not in paths]
+    if missing:
+        raise RuntimeError(f"step did not produce declared outputs {missing}")
+    store = store or job_store(record)
+    parents: list[tuple[str, int]] = []
+    for binding in record.get("inputs", []):
+        if binding.get("artifact_id") is not None:
+            parents.append((binding["name"], int(binding["artifact_id"])))
+        elif binding.get("kind") == "path" and binding.get("path"):
+            ext = store.register_external(binding["actual_type"] or binding["expected_type"], Path(binding["path"]))
+            parents.append((binding["name"], ext.id))
+    meta = {
+        "job_id": record.get("job_id"),
+        "step": record.get("step"),
+        "preset": record.get("preset"),
+        "config_hash": record.get("config_hash"),
+        "git": record.get("git"),
+        "versions": record.get("versions"),
+        **(metadata or {}),
+    }
+    outputs = [(declared[n]["artifact"], declared[n]["type"], paths[n], meta) for n in declared]
+    arts = store.register(outputs, job_id=record.get("job_id"), parents=parents)
+    for a in arts:
+        log.info("registered %s (%s) at %s", a.ref, a.type, a.path)
+    return arts

@@ -1,0 +1,39 @@
+"""The NeMo-RL engine: rl/rlhf, rl/reinforce and rl/ppo as NeMo-RL runs (pinned in `nemotron.targets`), in
+NeMo-RL's container, on a Ray cluster across the profile's nodes. The config compiler is
+`nemotron.engines.nemo_rl_config`; this class only hands its result to the executor."""
+
+from __future__ import annotations
+
+from nemotron.compile import Job
+from nemotron.engines.base import Launch, Placement, RayDriver
+from nemotron.engines.nemo_rl_config import compile_run
+from nemotron.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
+
+
+def image(job: Job) -> str:
+    """The profile may name another image (a mirror, a site build); the config schema stays the tag's."""
+    return str(getattr(job.profile, "nemo_rl_image", None) or NEMO_RL_IMAGE)
+
+
+def nemo_rl_dir(job: Job) -> str:
+    return str(getattr(job.profile, "nemo_rl_dir", None) or NEMO_RL_DIR)
+
+
+class NemoRLEngine:
+    name = "nemo_rl"
+
+    def launch(self, job: Job, where: Placement) -> Launch:
+        run = compile_run(job.step_id, job.step_config, job_dir=where.job_dir, nodes=where.nodes,
+                          gpus_per_node=where.gpus_per_node, nemo_rl_dir=nemo_rl_dir(job))
+        files = tuple(sorted(run.files.items()))
+        shown = [f"# backend=nemo_rl: NeMo-RL {NEMO_RL_VERSION} ({run.entry}) in {image(job)}, Ray across "
+                 f"{where.nodes} node(s) x {where.gpus_per_node} GPU(s)"]
+        shown += [f"# ---- {where.job_dir}/{name}\n{text.rstrip()}" for name, text in files]
+        shown += [f"# ---- driver (once, on the Ray head)\n{run.driver}"]
+        if run.finalize:
+            shown.append(f"# ---- then, if it succeeded\n{run.finalize}")
+        shown += [f"# ---- registered after success: {name} <- {path}" for name, path in sorted(run.outputs.items())]
+        return RayDriver(
+            image=image(job), driver=run.driver, finalize=run.finalize, files=files,
+            outputs=tuple(sorted(run.outputs.items())), shown="\n".join(shown) + "\n# ---- executor\n",
+        )

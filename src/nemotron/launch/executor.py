@@ -1,0 +1,70 @@
+"""The Executor interface: where a compiled Job runs. One class per executor kind (local, slurm, lepton),
+found through `EXECUTORS` by the profile's `executor`; nothing outside this registry asks which kind it has.
+
+Every executor places both launch shapes an engine can answer with (`StepProcess`, `RayDriver`) or refuses
+one with exit 2 before anything is written. `render` is pure and is exactly what `submit` sends.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Protocol
+
+from nemotron.compile import Job
+from nemotron.engines.base import Launch, Placement
+from nemotron.errors import UserError, did_you_mean
+
+
+class Executor(Protocol):
+    kind: str
+    # refresh asks nothing but this machine: cheap enough for every row of `jobs ls`
+    cheap_refresh: bool
+
+    def placement(self, job: Job) -> Placement:
+        """The job dir as the nodes see it, and the nodes and GPUs per node the profile asks for."""
+        ...
+
+    def render(self, job: Job, where: Placement, launch: Launch) -> str:
+        """The text `--dry-run` prints under `## launch` and `submit` sends (a command, an sbatch script, a spec)."""
+        ...
+
+    def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
+        """Start the job whose record is `job_dir`; attached: stream it and return its exit code; batch: 0."""
+        ...
+
+    def refresh(self, job_dir: Path) -> dict[str, Any]:
+        """The job's status, updated from the scheduler where it has one."""
+        ...
+
+    def print_logs(self, job_dir: Path, follow: bool) -> None: ...
+
+    def cancel(self, job_dir: Path) -> dict[str, Any]: ...
+
+
+# profile `executor` -> "module:Class"; imported on first use (the Slurm and Lepton modules pull in more).
+EXECUTORS: dict[str, str] = {
+    "local": "nemotron.launch.local_executor:LocalExecutor",
+    "slurm": "nemotron.launch.slurm_executor:SlurmExecutor",
+    "lepton": "nemotron.launch.lepton:LeptonExecutor",
+}
+
+
+def executor_named(kind: str) -> Executor:
+    target = EXECUTORS.get(kind)
+    if target is None:
+        raise UserError(f"unknown executor '{kind}'{did_you_mean(kind, EXECUTORS)}; executors: {', '.join(sorted(EXECUTORS))}")
+    module, _, cls = target.partition(":")
+    executor: Executor = getattr(importlib.import_module(module), cls)()
+    return executor
+
+
+def executor_for(job: Job) -> Executor:
+    return executor_named(job.profile.executor)
+
+
+def executor_of(job_dir: Path) -> Executor:
+    """The executor a recorded job ran on."""
+    from nemotron.jobs import read_record
+
+    return executor_named(str(read_record(job_dir).get("executor") or "local"))

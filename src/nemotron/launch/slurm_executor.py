@@ -1,0 +1,91 @@
+"""The Slurm executor: our step process as an sbatch job (a heterogeneous one with rm/serve beside it), or a
+Ray cluster across the profile's nodes for engines that bring their own driver (NeMo-RL); both through NeMo-Run.
+Status, logs and cancel go through NeMo-Run's runner and the job's log files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from nemotron.compile import Job
+from nemotron.engines.base import Launch, Placement, RayDriver, StepProcess
+from nemotron.launch import remote, slurm
+from nemotron.paths import nemotron_home
+from nemotron.profiles import SlurmProfile
+
+
+def slurm_plan(job: Job) -> slurm.SlurmPlan:
+    """The Slurm plan of our own step process: the interpreter, the cluster paths, the served reward model."""
+    paths = slurm.cluster_paths(job, nemotron_home(), _python(job))
+    return slurm.plan_slurm(job, paths, slurm.served_model(job))
+
+
+def _python(job: Job) -> str:
+    profile = job.profile
+    assert isinstance(profile, SlurmProfile)
+    return profile.python or ("python" if profile.container_image else sys.executable if profile.tunnel == "local" else "python3")
+
+
+def ray_plan(job: Job, where: Placement, launch: RayDriver) -> Any:
+    """The Ray cluster of an engine's driver, on the profile's nodes, in the engine's image."""
+    from nemotron.launch import ray_slurm
+
+    return ray_slurm.plan_for(job, where, launch)
+
+
+class SlurmExecutor:
+    kind = "slurm"
+    cheap_refresh = False
+
+    def placement(self, job: Job) -> Placement:
+        profile = job.profile
+        assert isinstance(profile, SlurmProfile)
+        paths = slurm.cluster_paths(job, nemotron_home(), _python(job))
+        return Placement(paths.job_dir, profile.nodes, profile.gpus_per_node)
+
+    def render(self, job: Job, where: Placement, launch: Launch) -> str:
+        if isinstance(launch, StepProcess):
+            return slurm.render_text(slurm_plan(job))
+        from nemotron.launch import ray_slurm
+
+        return ray_slurm.render_text(ray_plan(job, where, launch))
+
+    def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
+        if isinstance(launch, StepProcess):
+            return remote.submit_remote(job, job_dir, lambda: slurm.submit_job(job, job_dir, slurm_plan(job)), self)
+        from nemotron.launch import ray_slurm
+
+        plan = ray_plan(job, where, launch)
+        return remote.submit_remote(job, job_dir, lambda: ray_slurm.submit(job, job_dir, plan, launch), self)
+
+    # ------------------------------------------------------------------ the scheduler's answers (remote.Scheduler)
+
+    def state(self, status: dict[str, Any]) -> str:
+        with remote.nemo_run() as run:
+            app = remote.runner(run).status(str(status["handle"]))
+        return remote.APP_STATES.get(app.state.name, "unknown") if app is not None else "unknown"
+
+    def exit_code(self, status: dict[str, Any]) -> int | None:
+        return remote.exit_line_code(status.get("remote_dir"), f"sbatch_*_{status.get('remote_id')}.out")
+
+    def log_reader(self, job_dir: Path, role: str | None = None) -> remote.LogReader:
+        from nemotron.jobs import read_status
+
+        return remote.LogTail(lambda: remote.step_log_files(read_status(job_dir), role))
+
+    def cancel_remote(self, status: dict[str, Any]) -> None:
+        with remote.nemo_run() as run:
+            remote.runner(run).cancel(str(status["handle"]))
+
+    # ------------------------------------------------------------------ jobs commands
+
+    def refresh(self, job_dir: Path) -> dict[str, Any]:
+        return remote.refresh_status(job_dir, self)
+
+    def print_logs(self, job_dir: Path, follow: bool) -> None:
+        remote.print_logs(job_dir, follow, self)
+
+    def cancel(self, job_dir: Path) -> dict[str, Any]:
+        return remote.cancel(job_dir, self)
+

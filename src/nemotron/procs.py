@@ -1,0 +1,50 @@
+"""Child processes that cannot outlive their parent: a killed trainer takes its reward server with it, and a
+killed launcher takes its step, so nothing is left running with parent 1 and a job record that says running."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
+    """A `preexec_fn` for subprocess.Popen: the child gets `sig` when the process that started it dies (Linux's
+    parent-death signal; None elsewhere). A parent that died between fork and prctl is caught by the ppid check."""
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
+
+
+def is_alive(pid: object, marker: str = "nemotron") -> bool:
+    """True if `pid` is a live (not zombie) process whose command line holds `marker`, so a recycled pid of
+    some other program does not count."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    proc = Path(f"/proc/{pid}")
+    try:
+        stat = (proc / "stat").read_text()
+        cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        if not proc.parent.joinpath("self").exists():  # no /proc: ask the kernel
+            try:
+                os.kill(pid, 0)
+            except (ProcessLookupError, PermissionError):
+                return False
+            return True
+        return False
+    state = stat[stat.rfind(")") + 2 :][:1]
+    return state not in ("Z", "X") and marker in cmdline
