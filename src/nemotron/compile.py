@@ -21,14 +21,14 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
-from nemotron.artifacts.refs import parse_ref
+from nemotron.artifacts.refs import check_artifact_name, parse_ref
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.artifacts.typecheck import conforms, detect_type, validate_records
 from nemotron.catalog import Catalog, Resources, Step
 from nemotron.configtree import deep_merge, flatten, get_dotted, set_dotted, unflatten
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.paths import artifacts_dir
-from nemotron.profiles import DEFAULT_PROFILE, LeptonProfile, LocalProfile, SlurmProfile, load_profile
+from nemotron.profiles import DEFAULT_PROFILE, LeptonProfile, LocalProfile, SlurmProfile, implicit_profile, load_profile
 
 AnyProfile = LocalProfile | SlurmProfile | LeptonProfile
 
@@ -100,6 +100,8 @@ def preset_path(step: Step, preset: str) -> Path:
     """`-c` takes a preset name (config/NAME.yaml beside the step) or a path to a YAML file."""
     if preset.endswith((".yaml", ".yml")) or "/" in preset:
         p = Path(preset).expanduser()
+        if p.is_dir():
+            raise UserError(f"-c {preset}: {p} is a directory; -c takes a preset name ({', '.join(step.presets())}) or a YAML file")
         if not p.is_file():
             raise NotFound(f"preset file {p} does not exist")
         return p.resolve()
@@ -109,8 +111,10 @@ def preset_path(step: Step, preset: str) -> Path:
     return p
 
 
-def load_preset_chain(path: Path, chain: tuple[Path, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
-    """[(label, tree)] from the deepest `defaults:` ancestor to `path` itself."""
+def load_preset_chain(path: Path, chain: tuple[Path, ...] = (), step_presets: Path | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """[(label, tree)] from the deepest `defaults:` ancestor to `path` itself. A parent named in `defaults:` is
+    looked up beside the file first, then among the step's shipped presets (`step_presets`), so a user's own
+    preset file can extend `tiny` or `default`."""
     if path in chain:
         raise UserError(f"preset `defaults:` cycle: {' -> '.join(p.name for p in (*chain, path))}")
     data = _yaml_file(path)
@@ -119,10 +123,12 @@ def load_preset_chain(path: Path, chain: tuple[Path, ...] = ()) -> list[tuple[st
         parents = [parents]
     layers: list[tuple[str, dict[str, Any]]] = []
     for parent in parents:
-        ppath = path.parent / (parent if str(parent).endswith((".yaml", ".yml")) else f"{parent}.yaml")
-        if not ppath.is_file():
-            raise NotFound(f"{path}: `defaults:` names '{parent}', but {ppath} does not exist")
-        layers += load_preset_chain(ppath.resolve(), (*chain, path))
+        name = str(parent) if str(parent).endswith((".yaml", ".yml")) else f"{parent}.yaml"
+        places = [path.parent / name] + ([step_presets / name] if step_presets is not None else [])
+        found = next((p for p in places if p.is_file()), None)
+        if found is None:
+            raise NotFound(f"{path}: `defaults:` names '{parent}', which is in none of: {', '.join(str(p.parent) for p in places)}")
+        layers += load_preset_chain(found.resolve(), (*chain, path), step_presets)
     layers.append((f"preset:{path.stem}", unflatten(data)))
     return layers
 
@@ -133,10 +139,15 @@ def parse_dotlist(items: list[str]) -> dict[str, Any]:
     bad = [i for i in items if "=" not in i or not i.split("=", 1)[0]]
     if bad:
         raise UserError("overrides must look like key=value:", [f"'{b}'" for b in bad], hint="Arguments for the step itself go after `--`.")
-    try:
-        tree = OmegaConf.to_container(OmegaConf.from_dotlist(items), resolve=False)
-    except OmegaConfBaseException as e:
-        raise UserError(f"cannot parse overrides: {e}") from None
+    problems = []
+    for item in items:  # one at a time, so every malformed value is named
+        try:
+            OmegaConf.from_dotlist([item])
+        except (OmegaConfBaseException, yaml.YAMLError) as e:
+            problems.append(f"'{item}': {str(e).splitlines()[0]}")
+    if problems:
+        raise UserError("cannot parse overrides (values are YAML: quote a string that holds [ ] { } or quotes):", problems)
+    tree = OmegaConf.to_container(OmegaConf.from_dotlist(items), resolve=False)
     assert isinstance(tree, dict)
     return {str(k): v for k, v in tree.items()}
 
@@ -263,7 +274,7 @@ def compose_config(step: Step, preset: str, overrides: list[str], profile: AnyPr
     Returns the validated config (plain data) and the source of every key not left at its default."""
     schema = step.config_schema()
     layers: list[tuple[str, dict[str, Any]]] = [("default", schema().model_dump(mode="json"))]
-    layers += load_preset_chain(preset_path(step, preset))
+    layers += load_preset_chain(preset_path(step, preset), step_presets=step.config_dir)
     if profile.config:
         layers.append((f"profile:{profile.name}", profile.config))
     cli = parse_dotlist(overrides)
@@ -272,17 +283,20 @@ def compose_config(step: Step, preset: str, overrides: list[str], profile: AnyPr
 
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    touched: dict[str, str] = {}  # every prefix of a set key -> the last layer that set something under it
     for label, tree in layers:
         merged = deep_merge(merged, tree)
         if label != "default":
             for key, _ in flatten(tree):
                 sources[key] = label
+                parts = key.split(".")
+                touched.update({".".join(parts[:i]): label for i in range(1, len(parts) + 1)})
     try:
         resolved = OmegaConf.to_container(OmegaConf.create(merged), resolve=True)
     except OmegaConfBaseException as e:
         raise UserError(f"cannot resolve config interpolation: {str(e).splitlines()[0]}") from None
     assert isinstance(resolved, dict)
-    config = validate_config(step.id, schema, {str(k): v for k, v in resolved.items()}, sources).model_dump(mode="json")
+    config = validate_config(step.id, schema, {str(k): v for k, v in resolved.items()}, touched).model_dump(mode="json")
     return config, sources
 
 
@@ -299,7 +313,7 @@ def compile_job(
     store: ArtifactStore | None = None,
 ) -> Job:
     step = catalog.get(step_id)
-    profile = load_profile(profile_name) if profile_name else DEFAULT_PROFILE
+    profile = load_profile(profile_name) if profile_name else implicit_profile()
     config, sources = compose_config(step, preset, overrides or [], profile)
     store = store or ArtifactStore(Path(profile.artifacts_root).expanduser() if profile.artifacts_root else artifacts_dir())
     bindings = bind_inputs(catalog, step, config, store, remote=profile.executor != "local")
@@ -309,6 +323,10 @@ def compile_job(
         set_dotted(step_config, by_name[b.name].config_key, b.path or b.ref)
     _refuse_mismatched_resume(step.id, config, bindings)
     outputs = {p.name: (str(get_dotted(config, p.config_key) or p.name), p.type) for p in step.manifest.produces}
+    bad_names = [f"{p.config_key}: {why}" for p in step.manifest.produces
+                 if (why := check_artifact_name(outputs[p.name][0])) is not None]
+    if bad_names:
+        raise UserError("invalid output names (a name:vN reference must be able to reach each output):", bad_names)
     preset_name = Path(preset).stem
     return Job(
         job_id=new_job_id(step.id),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from nemotron.errors import NotFound, did_you_mean
-from nemotron.paths import jobs_dir
+from nemotron.paths import jobs_dir, writable_dir
 from nemotron.redact import redact_tree, redact_values, secret_values
 
 if TYPE_CHECKING:
@@ -93,8 +94,7 @@ def job_record(job: Job, rendered: str) -> dict[str, Any]:
 
 def create_job_dir(job: Job, rendered: str) -> Path:
     """Write the record into a temporary dir, then rename: a job dir is either complete or absent."""
-    root = jobs_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    root = writable_dir(jobs_dir(), "jobs directory")
     final = root / job.job_id
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{job.job_id}."))
     try:
@@ -144,11 +144,21 @@ def resolve_job_dir(job_id: str) -> Path:
     raise NotFound(f"no job '{job_id}' in {root}{did_you_mean(job_id, ids)}", hint="List jobs with: nemotron jobs ls")
 
 
+_ID_STAMP = re.compile(r"-(\d{8}-\d{6})-[0-9a-f]+$")
+
+
 def list_job_ids() -> list[str]:
+    """Job ids, newest first: by the creation time in the id (`<step>-YYYYMMDD-HHMMSS-<hex>`), then by the dir's
+    mtime; never by the id as a string, which begins with the step name."""
     root = jobs_dir()
     if not root.is_dir():
         return []
-    return sorted((p.name for p in root.iterdir() if (p / "job.yaml").is_file()), reverse=True)
+
+    def created(p: Path) -> tuple[str, int]:
+        m = _ID_STAMP.search(p.name)
+        return (m.group(1) if m else "", p.stat().st_mtime_ns)
+
+    return [p.name for p in sorted((p for p in root.iterdir() if (p / "job.yaml").is_file()), key=created, reverse=True)]
 
 
 def read_record(job_dir: Path) -> dict[str, Any]:

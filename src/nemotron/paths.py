@@ -27,6 +27,20 @@ def nemotron_home() -> Path:
     return Path(os.environ.get("NEMOTRON_HOME", ".nemotron")).expanduser().resolve()
 
 
+def writable_dir(path: Path, what: str) -> Path:
+    """Create `path` if needed and check it can be written: a read-only or misplaced home is one clear line (exit
+    2), not a PermissionError traceback halfway through a submission."""
+    from nemotron.errors import UserError
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the {what} {path}: {e.strerror or e}", hint="Point $NEMOTRON_HOME at a writable directory.") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"the {what} {path} is not writable", hint="Point $NEMOTRON_HOME at a writable directory.")
+    return path
+
+
 def jobs_dir() -> Path:
     return nemotron_home() / "jobs"
 

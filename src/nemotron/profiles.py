@@ -164,6 +164,16 @@ def load_profile(name: str) -> LocalProfile | SlurmProfile | LeptonProfile:
         raise UserError(f"profile '{name}' in {source} is invalid:", problems) from None
 
 
+def implicit_profile() -> LocalProfile:
+    """The profile of a run without -r/-b: `local` as the user's env.toml (or the shipped one) defines it, so its
+    config and env_vars apply; reading it also reports a $NEMOTRON_ENV_FILE that does not exist."""
+    profile = load_profile("local")
+    if not isinstance(profile, LocalProfile):
+        raise UserError(f"profile 'local' is used when no -r/-b is given, so it must have executor = \"local\" (it has "
+                        f"\"{profile.executor}\"); give the cluster profile another name")
+    return profile
+
+
 def list_profiles() -> list[tuple[str, str, str]]:
     """(name, executor, file) for every profile that can be named with -r/-b."""
     out = []

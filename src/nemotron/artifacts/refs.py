@@ -10,7 +10,19 @@ from typing import Literal
 from nemotron.errors import UserError
 from nemotron.paths import shipped_root
 
-_STORE_REF = re.compile(r"^(?:art://)?(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*):(?P<version>latest|v\d+)$")
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]*"  # an artifact name: what `name:vN` references can reach
+_STORE_REF = re.compile(rf"^(?:art://)?(?P<name>{NAME_PATTERN}):(?P<version>latest|v\d+)$")
+_NAME = re.compile(rf"^{NAME_PATTERN}$")
+
+
+def check_artifact_name(name: str) -> str | None:
+    """Why `name` cannot be an artifact name (None if it can): letters, digits, `_`, `.` and `-`, starting with a
+    letter or digit, at most 128 characters."""
+    if len(name) > 128:
+        return f"'{name[:40]}...' is longer than 128 characters"
+    if not _NAME.match(name):
+        return f"'{name}' is not an artifact name (letters, digits, _ . -, starting with a letter or digit)"
+    return None
 _HUB_ID = re.compile(r"^(?:hf://)?[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.errors import NotFound, did_you_mean
+from nemotron.paths import writable_dir
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS artifacts (
@@ -83,7 +84,7 @@ class ArtifactStore:
     @contextmanager
     def _connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
         if write:
-            self.root.mkdir(parents=True, exist_ok=True)
+            writable_dir(self.root, "artifact store")
         elif not self.exists():
             # Reads on an empty home must not create anything (dry-run writes nothing).
             conn = sqlite3.connect(":memory:")

@@ -109,7 +109,8 @@ def show(
 def run(
     step_id: Annotated[str, typer.Argument(metavar="ID")],
     overrides: Annotated[list[str] | None, typer.Argument(metavar="[KEY=VALUE]...", help="config overrides (dotlist)")] = None,
-    config: Annotated[str, typer.Option("-c", "--config", help="preset name or YAML path")] = "default",
+    config: Annotated[list[str] | None, typer.Option("-c", "--config", help="preset name or YAML path (once; a YAML "
+                                                      "file may extend presets with `defaults: [tiny]`)")] = None,
     run_profile: Annotated[str | None, typer.Option("-r", "--run", help="profile to run attached (logs stream)")] = None,
     batch_profile: Annotated[str | None, typer.Option("-b", "--batch", help="profile to submit detached")] = None,
     dry_run: Annotated[bool, typer.Option("-d", "--dry-run", help="print what would be submitted; write nothing")] = False,
@@ -118,13 +119,17 @@ def run(
     """Compile STEP + preset + profile + overrides into a job and run it (args after `--` go to the step)."""
     if run_profile and batch_profile:
         raise UserError("-r/--run and -b/--batch are mutually exclusive: -r runs attached, -b submits detached")
+    if config and len(config) > 1:
+        raise UserError(f"-c given {len(config)} times ({', '.join(config)}): give one preset; to combine them, write a "
+                        "YAML file with `defaults: [first, second]` and pass that")
+    preset = config[0] if config else "default"
     from nemotron.compile import compile_job
     from nemotron.launch import submit
 
     job = compile_job(
         Catalog(),
         step_id,
-        config,
+        preset,
         overrides=list(overrides or []),
         profile_name=run_profile or batch_profile,
         mode="batch" if batch_profile else "attached",
