@@ -102,6 +102,19 @@ def test_bad_input_found_by_the_step_is_exit_2_on_slurm_as_locally(env: dict[str
     assert local.returncode == 2 and "error: bad input on purpose at step 1" in local.stderr
 
 
+def test_a_hostile_home_is_refused_before_anything_runs(env: dict[str, str], tmp_path: Path) -> None:
+    """NeMo-Run's submission runs `mkdir -p <dir>` unquoted: a home with a space or `$(...)` is exit 2, nothing
+    written, nothing run (it used to create the file on the submitting machine)."""
+    home = tmp_path / "x $(touch PWNED);y" / "home"
+    env = {**env, "NEMOTRON_HOME": str(home)}
+    for flags in (["-r", "local_slurm"], ["-b", "local_slurm"], ["-b", "local_slurm", "--dry-run"]):
+        done = subprocess.run([sys.executable, "-m", "nemotron", "steps", "run", "test/count", "-c", "tiny", *flags],
+                              capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert "NeMo-Run's Slurm submission cannot carry" in done.stderr and "Traceback" not in done.stderr
+    assert not home.exists() and not list(tmp_path.rglob("PWNED"))
+
+
 def _lines(stream: Any, seen: list[str], event: threading.Event, marker: str) -> None:
     for line in stream:
         seen.append(line)

@@ -78,12 +78,21 @@ def _profile(job: Job) -> LeptonProfile:
     return job.profile
 
 
+_SHELL_SAFE = re.compile(r"^[A-Za-z0-9/._+@:,=-]+$")
+
+
 def nemo_run_dir(profile: LeptonProfile) -> str:
     if profile.nemo_run_dir:
-        return profile.nemo_run_dir.rstrip("/")
-    if not profile.mounts:
+        root = profile.nemo_run_dir.rstrip("/")
+    elif not profile.mounts:
         raise UserError(f"profile '{profile.name}': Lepton needs shared storage: add a mount (from, path, mount_path) or nemo_run_dir")
-    return f"{profile.mounts[0].mount_path.rstrip('/')}/nemorun"
+    else:
+        root = f"{profile.mounts[0].mount_path.rstrip('/')}/nemorun"
+    if not _SHELL_SAFE.match(root):
+        # NeMo-Run's LeptonExecutor pastes the job dir into the pod's shell command unquoted.
+        raise UserError(f"profile '{profile.name}': the job root {root!r} holds characters the pod's shell command cannot "
+                        "carry; use letters, digits and / . _ + @ : , = -")
+    return root
 
 
 def plan_lepton(job: Job, nemorun_home: str, command: tuple[str, ...] | None = None,
@@ -112,11 +121,11 @@ def plan_lepton(job: Job, nemorun_home: str, command: tuple[str, ...] | None = N
         args = ("-m", "nemotron.run_step", shlex.quote(entry), "--job-dir", q, *(shlex.quote(a) for a in job.passthrough))
         if job.launch == "torchrun" and p.nodes * nproc > 1:
             # lepton_env_to_pytorch.sh (sourced first) exports the rendezvous variables of the job's pods.
-            command = (p.python, "-m", "torch.distributed.run", "--nnodes", str(p.nodes), "--nproc-per-node", str(nproc),
+            command = (shlex.quote(p.python), "-m", "torch.distributed.run", "--nnodes", str(p.nodes), "--nproc-per-node", str(nproc),
                        "--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR", "--master-port", "$MASTER_PORT",
                        *args)
         else:
-            command = (p.python, *args)
+            command = (shlex.quote(p.python), *args)
     return LeptonPlan(name, plan.experiment_id, root, command, tuple(env), setup, p, files)
 
 

@@ -56,7 +56,7 @@ class ClusterPaths:
     job_dir: str  # the step's job dir
     artifacts_root: str
     nemorun_jobs: str  # NeMo-Run's experiments root (its tunnel's job_dir)
-    python: str  # interpreter on the compute nodes
+    python: str  # interpreter on the compute nodes, as a shell word
     code: tuple[str, str] | None = None  # (root here, root there) of the steps' code, when they differ
 
     def entry(self, local: str) -> str:
@@ -133,8 +133,9 @@ class SlurmPlan:
         return f"{self.paths.nemorun_jobs}/{EXPERIMENT_TITLE}/{self.experiment_id}/{self.task}"
 
     def log_path(self, role: str) -> str:
-        """The srun output of one group (`%j` is the Slurm job id)."""
-        return f"{self.task_dir}/log-{JOB_NAME_PREFIX}{role}_%j_${{SLURM_RESTART_COUNT:-0}}.out"
+        """The srun output of one group (`%j` is the Slurm job id), as one shell word whatever the path holds
+        (nemo_run_slurm.QuotedJobDetails gives NeMo-Run the same text)."""
+        return shlex.quote(f"{self.task_dir}/log-{JOB_NAME_PREFIX}{role}_%j_") + "${SLURM_RESTART_COUNT:-0}.out"
 
 
 # ----------------------------------------------------------------------------- planning (pure)
@@ -152,7 +153,26 @@ def cluster_paths(job: Job, local_home: Path, python: str) -> ClusterPaths:
         home = str(PurePosixPath(jobs_root).parent)
     artifacts = profile.artifacts_root or f"{home}/artifacts"
     code = (str(bundled_root()), profile.code_root.rstrip("/")) if profile.code_root else None
-    return ClusterPaths(home, f"{jobs_root}/{job.job_id}", artifacts, f"{home}/nemorun/experiments", python, code)
+    for what, path in (("NEMOTRON_HOME", home), ("artifacts_root", artifacts), ("code_root", code[1] if code else "")):
+        if any(ord(c) < 32 or ord(c) == 127 for c in path):
+            # an #SBATCH line ends at a newline whatever the quoting: the rest would run as a command
+            raise UserError(f"{what} {path!r} holds a control character (newline, tab, ...), which no sbatch script can carry")
+    return ClusterPaths(home, f"{jobs_root}/{job.job_id}", artifacts, f"{home}/nemorun/experiments", shlex.quote(python), code)
+
+
+_NEMO_RUN_SAFE = re.compile(r"^[A-Za-z0-9/._+@:,=~-]+$")
+
+
+def refuse_unsafe_paths(paths: ClusterPaths) -> None:
+    """Our scripts quote every path, but NeMo-Run's own submission runs `mkdir -p <dir>` and friends with the
+    path unquoted: a space splits it and a `$(...)` runs on the submitting machine. Such paths are refused
+    (exit 2) before anything is written or run."""
+    shown = {"NEMOTRON_HOME": paths.home, "artifacts_root": paths.artifacts_root,
+             "code_root": paths.code[1] if paths.code else paths.home}
+    bad = [f"{what} {path!r}" for what, path in shown.items() if not _NEMO_RUN_SAFE.match(path)]
+    if bad:
+        raise UserError("these paths hold characters NeMo-Run's Slurm submission cannot carry (it runs shell commands "
+                        "with them unquoted):", bad, hint="Use paths of letters, digits and / . _ + @ : , = ~ -")
 
 
 def partition_for(job: Job) -> str | None:
@@ -397,6 +417,8 @@ def render_text(plan: SlurmPlan) -> str:
 
 def executors(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> list[Any]:
     """One SlurmExecutor per group, as NeMo-Run merges them into a heterogeneous job."""
+    from nemotron.launch.nemo_run_slurm import QuotedJobDetails
+
     if profile.tunnel == "local":
         tunnel = run.LocalTunnel(job_dir=plan.paths.nemorun_jobs)
     else:
@@ -406,6 +428,7 @@ def executors(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> list[A
         account=plan.account, partition=plan.partition, time=plan.time, cpus_per_task=plan.cpus_per_task, mem=plan.mem,
         container_image=plan.container_image, container_mounts=list(plan.mounts), setup_lines="\n".join(plan.setup) or None,
         tunnel=tunnel, packager=run.Packager(), poll_estimated_start_time=False, job_name_prefix=JOB_NAME_PREFIX,
+        job_details=QuotedJobDetails(),
     )
     out = []
     for i, group in enumerate(plan.groups):

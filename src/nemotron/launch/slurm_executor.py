@@ -42,6 +42,7 @@ class SlurmExecutor:
         profile = job.profile
         assert isinstance(profile, SlurmProfile)
         paths = slurm.cluster_paths(job, nemotron_home(), _python(job))
+        slurm.refuse_unsafe_paths(paths)
         return Placement(paths.job_dir, profile.nodes, profile.gpus_per_node)
 
     def render(self, job: Job, where: Placement, launch: Launch) -> str:

@@ -1,0 +1,33 @@
+"""Our layer over NeMo-Run's Slurm job details (imports nemo_run: only the submit path loads this module).
+
+NeMo-Run pastes each srun's `--output` path into the script unquoted (its `noquote`), so a job dir with a space
+or a `$(...)` broke the script or ran the text. `QuotedJobDetails` hands NeMo-Run the path already quoted, with
+only Slurm's `%j` and the restart-count variable left for the shell to see.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from nemo_run.core.execution.slurm import SlurmJobDetails
+
+RESTART = "${SLURM_RESTART_COUNT:-0}"
+
+
+def quoted_log_path(folder: str, job_name: str, suffix: str) -> str:
+    """`'<folder>/log-<name>_%j_'${SLURM_RESTART_COUNT:-0}<suffix>`: one shell word whatever the folder holds."""
+    return shlex.quote(f"{folder}/log-{job_name}_%j_") + RESTART + suffix
+
+
+@dataclass(kw_only=True)
+class QuotedJobDetails(SlurmJobDetails):
+    @property
+    def srun_stdout(self) -> str:  # type: ignore[override]
+        assert self.folder and self.job_name
+        return quoted_log_path(self.folder, self.job_name, ".out")
+
+    @property
+    def srun_stderr(self) -> str:  # type: ignore[override]
+        assert self.folder and self.job_name
+        return quoted_log_path(self.folder, self.job_name, ".err")
