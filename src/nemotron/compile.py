@@ -28,7 +28,14 @@ from nemotron.catalog import Catalog, Resources, Step
 from nemotron.configtree import deep_merge, flatten, get_dotted, set_dotted, unflatten
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.paths import artifacts_dir
-from nemotron.profiles import DEFAULT_PROFILE, LeptonProfile, LocalProfile, SlurmProfile, implicit_profile, load_profile
+from nemotron.profiles import (
+    DEFAULT_PROFILE,
+    LeptonProfile,
+    LocalProfile,
+    SlurmProfile,
+    implicit_profile,
+    load_profile,
+)
 
 AnyProfile = LocalProfile | SlurmProfile | LeptonProfile
 
