@@ -1,0 +1,1 @@
+"""Engines: each turns a compiled step config into the commands, files and outputs of one run."""
