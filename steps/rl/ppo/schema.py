@@ -4,7 +4,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from nemotron.stepconfig import Checkpointing, Evaluation, Generation, NemoRL, Optim, RewardServer, Runtime, Strict
+from nemotron.stepconfig import (
+    Checkpointing,
+    Evaluation,
+    Generation,
+    NemoRL,
+    Optim,
+    RewardServer,
+    Runtime,
+    Strict,
+)
 
 
 class Inputs(Strict):
