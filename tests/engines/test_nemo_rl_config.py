@@ -78,11 +78,16 @@ def step_config(step_id: str, **overrides: Any) -> dict[str, Any]:
 
 
 def compiled(
-    step_id: str, env: str = "reward_model", backend: str = "dtensor", nodes: int = 1, **overrides: Any
+    step_id: str,
+    env: str = "reward_model",
+    backend: str = "dtensor",
+    *,
+    nodes: int = 1,
+    overrides: dict[str, Any] | None = None,
 ) -> NemoRLRun:
     extra = dict(GYM) if env == "nemo_gym" else {}
     extra["nemo_rl.policy_backend"] = backend
-    cfg = step_config(step_id, **{k.replace(".", "__"): v for k, v in (extra | overrides).items()})
+    cfg = step_config(step_id, **{k.replace(".", "__"): v for k, v in (extra | (overrides or {})).items()})
     return compile_run(step_id, cfg, job_dir=JOB, nodes=nodes, gpus_per_node=8)
 
 
@@ -186,7 +191,7 @@ def test_the_loader_rule_would_leak_without_override() -> None:
 
 @pytest.mark.parametrize(("step_id", "env", "backend"), COMBOS)
 def test_lengths_are_consistent(step_id: str, env: str, backend: str) -> None:
-    run = compiled(step_id, env, backend, **{"nemo_rl.max_prompt_tokens": 300})
+    run = compiled(step_id, env, backend, overrides={"nemo_rl.max_prompt_tokens": 300})
     pol = run.config["policy"]
     gen = pol["generation"]
     total = pol["max_total_sequence_length"]
@@ -205,7 +210,7 @@ def test_lengths_are_consistent(step_id: str, env: str, backend: str) -> None:
     ],
 )
 def test_policy_backend_selects_dtensor_or_megatron(backend: str, enabled: str, tp_key: str) -> None:
-    pol = compiled("rl/rlhf", backend=backend, **{"nemo_rl.tensor_parallel_size": 2}).config["policy"]
+    pol = compiled("rl/rlhf", backend=backend, overrides={"nemo_rl.tensor_parallel_size": 2}).config["policy"]
     other = "megatron_cfg" if enabled == "dtensor_cfg" else "dtensor_cfg"
     assert pol[enabled]["enabled"] is True and pol[other]["enabled"] is False
     assert pol[enabled][tp_key] == 2 and pol["make_sequence_length_divisible_by"] == 2
@@ -233,7 +238,8 @@ def test_nemo_gym_path_meets_the_async_engine_assertion() -> None:
 
 def test_reinforce_is_rloo_with_no_ratio() -> None:
     cfg = compiled(
-        "rl/reinforce", **{"reinforce.initial_policy_kl_penalty": 0.05, "reinforce.kl_estimator": "k2"}
+        "rl/reinforce",
+        overrides={"reinforce.initial_policy_kl_penalty": 0.05, "reinforce.kl_estimator": "k2"},
     ).config
     assert cfg["grpo"]["use_leave_one_out_baseline"] is True and cfg["grpo"]["normalize_rewards"] is False
     assert cfg["grpo"]["adv_estimator"] == {
@@ -252,7 +258,7 @@ def test_reinforce_is_rloo_with_no_ratio() -> None:
 
 def test_ppo_critic_starts_from_the_reward_model() -> None:
     cfg = compiled(
-        "rl/ppo", **{"ppo.dual_clip": 3.0, "critic.loss_clip_val": 0.5, "ppo.critic_warmup_steps": 2}
+        "rl/ppo", overrides={"ppo.dual_clip": 3.0, "critic.loss_clip_val": 0.5, "ppo.critic_warmup_steps": 2}
     ).config
     assert cfg["value"]["model_name"] == "/models/rm"
     assert cfg["value"]["reward_model_cfg"] == {"enabled": True, "reward_model_type": "regression"}
@@ -270,7 +276,7 @@ def test_ppo_critic_starts_from_the_reward_model() -> None:
 
 def test_rlhf_stop_strings_warmup_and_kl_reach_nemo_rl() -> None:
     cfg = compiled(
-        "rl/rlhf", **{"policy.generation.stop_strings": ["\n\n"], "policy.optimizer.warmup_steps": 10}
+        "rl/rlhf", overrides={"policy.generation.stop_strings": ["\n\n"], "policy.optimizer.warmup_steps": 10}
     ).config
     assert cfg["policy"]["generation"]["stop_strings"] == ["\n\n"]
     assert cfg["loss_fn"]["reference_policy_kl_type"] == "k3"
@@ -318,7 +324,7 @@ def test_finalize_picks_the_newest_step(tmp_path: Path) -> None:
 )
 def test_abs_kl_is_refused(step_id: str, key: str) -> None:
     with pytest.raises(UserError) as err:
-        compiled(step_id, **{key: "abs"})
+        compiled(step_id, overrides={key: "abs"})
     assert any(p.startswith(f"{key}='abs'") and "k1/k2/k3" in p for p in err.value.problems)
 
 
@@ -326,7 +332,7 @@ def test_all_refusals_come_in_one_error() -> None:
     with pytest.raises(UserError) as err:
         compiled(
             "rl/reinforce",
-            **{
+            overrides={
                 "reinforce.kl_estimator": "abs",
                 "reinforce.discount_factor": 0.9,
                 "reinforce.reinforce_epochs": 2,
@@ -366,7 +372,7 @@ def test_inexpressible_settings_are_refused(
     step_id: str, env: str, overrides: dict[str, Any], key: str
 ) -> None:
     with pytest.raises(UserError) as err:
-        compiled(step_id, env, **overrides)
+        compiled(step_id, env, overrides=overrides)
     assert [p.split("=")[0] for p in err.value.problems] == [key]
 
 
