@@ -71,3 +71,30 @@ class Evaluation(Strict):
     task: Literal["sentiment", "reverse"] | None = Field(None, description="task whose ground-truth scorer to report")
     num_prompts: int = Field(64, ge=0, description="0 = skip evaluation")
     seed: int = 7
+
+
+class NemoRL(Strict):
+    """Settings only `backend: nemo_rl` reads (NeMo-RL v0.7.0 in its container). The built-in backend refuses
+    non-default values here, because there they would do nothing."""
+
+    policy_backend: Literal["dtensor", "megatron"] = Field(
+        "dtensor", description="NeMo-RL's training backend: PyTorch DTensor (FSDP2) or Megatron-Core"
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="tensor-parallel size of the policy (and critic) training")
+    pipeline_parallel_size: int = Field(1, ge=1, description="pipeline-parallel size; Megatron-Core only")
+    context_parallel_size: int = Field(1, ge=1, description="context-parallel size of the policy training")
+    sequence_packing: bool = Field(True, description="pack several sequences into one row for the policy's passes")
+    generation_tensor_parallel_size: int = Field(1, ge=1, description="tensor-parallel size of the vLLM rollout engine")
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1, description="share of GPU memory vLLM may take")
+    max_prompt_tokens: int = Field(
+        512,
+        ge=1,
+        description="longest prompt in tokens; the sequence budget is this plus max_new_tokens, and longer prompts "
+        "are masked out of the loss",
+    )
+    reward_model_gpus: int = Field(
+        1,
+        ge=1,
+        description="GPUs of the reward model's own workers: on one node they come out of that node's GPUs, on "
+        "several nodes the reward model gets a node of its own",
+    )

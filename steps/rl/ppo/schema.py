@@ -4,7 +4,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from nemotron.stepconfig import Checkpointing, Evaluation, Generation, Optim, RewardServer, Runtime, Strict
+from nemotron.stepconfig import (
+    Checkpointing,
+    Evaluation,
+    Generation,
+    NemoRL,
+    Optim,
+    RewardServer,
+    Runtime,
+    Strict,
+)
 
 
 class Inputs(Strict):
@@ -51,6 +60,9 @@ class Reward(Strict):
 
 
 class Config(Strict):
+    backend: Literal["builtin", "nemo_rl"] = Field(
+        "builtin", description="nemo_rl: run NeMo-RL v0.7.0 in its container (see docs/nemo-rl.md)"
+    )
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
     trainer: Trainer = Trainer()
@@ -62,3 +74,4 @@ class Config(Strict):
     checkpoint: Checkpointing = Checkpointing()
     eval: Evaluation = Evaluation()
     runtime: Runtime = Runtime()
+    nemo_rl: NemoRL = NemoRL()

@@ -13,6 +13,7 @@ import torch
 
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PromptRecord
+from nemotron.errors import UserError
 from nemotron.faults import inject
 from nemotron.metrics import summary_line
 from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
@@ -34,6 +35,9 @@ from nemotron.tasks import get_task
 log = logging.getLogger("nemotron")
 run = StepRun.start(__file__)
 cfg = run.config
+if cfg.backend == "nemo_rl":
+    raise UserError("backend=nemo_rl runs NeMo-RL in its container on GPUs; submit it with a Slurm or Lepton profile "
+                    "(-b PROFILE). `--dry-run` shows the NeMo-RL config and command it would run.")
 world = distributed.init_world()
 torch.set_num_threads(cfg.runtime.num_threads)
 torch.manual_seed(cfg.runtime.seed)

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from nemotron.stepconfig import Checkpointing, Evaluation, Generation, Optim, Runtime, Strict
+from nemotron.stepconfig import Checkpointing, Evaluation, Generation, NemoRL, Optim, Runtime, Strict
 
 
 class GRPO(Strict):
@@ -126,3 +126,4 @@ class Config(Strict):
     checkpoint: Checkpointing = Checkpointing()
     eval: Evaluation = Evaluation()
     runtime: Runtime = Runtime()
+    nemo_rl: NemoRL = NemoRL()

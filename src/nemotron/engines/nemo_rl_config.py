@@ -1,0 +1,131 @@
+"""Compile rl/rlhf, rl/reinforce and rl/ppo configs into NeMo-RL v0.7.0 runs: config tree, files, commands.
+
+Pure: a validated step config in, a `NemoRLRun` out. Every key of our schemas is mapped to a NeMo-RL key, has
+no effect there (documented in docs/nemo-rl.md), or is refused when set to a value NeMo-RL cannot express; all
+refusals are raised together as one UserError."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from nemotron.catalog import Catalog
+from nemotron.configtree import flatten
+from nemotron.engines import nemo_rl_sections as sec
+from nemotron.engines.nemo_rl_steps import Compiled, compile_ppo, compile_reinforce, compile_rlhf
+from nemotron.errors import UserError
+from nemotron.stepconfig import NemoRL
+from nemotron.targets import NEMO_RL_DIR, NEMO_RL_VERSION
+
+CONFIG_FILE = "nemo_rl_config.yaml"
+
+
+@dataclass(frozen=True)
+class NemoRLRun:
+    entry: str  # script relative to the NeMo-RL dir, e.g. "examples/run_grpo.py"
+    config: dict[
+        str, Any
+    ]  # the NeMo-RL config: the tag's example YAML (`defaults:`) + our keys; data/env owned whole
+    config_file: str  # file name in the job dir
+    files: dict[str, str]  # every file to write into the job dir before launch (name -> text)
+    driver: str  # run once on the Ray head
+    finalize: str  # run after the driver succeeds: newest checkpoint -> HF checkpoints at `outputs`
+    outputs: dict[str, str]  # our output name ([[produces]] name) -> absolute HF checkpoint path
+
+
+class _Refusals:
+    """Collects every key NeMo-RL cannot express, so the user sees them all at once."""
+
+    def __init__(self, step_id: str, config: dict[str, Any], defaults: dict[str, Any]) -> None:
+        self.step_id, self.flat, self.defaults = step_id, dict(flatten(config)), dict(flatten(defaults))
+        self.problems: list[str] = []
+
+    def __call__(self, key: str, why: str) -> None:
+        self.problems.append(f"{key}={self.flat.get(key)!r}: {why}")
+
+    def unless_default(self, key: str, why: str) -> None:
+        if self.flat.get(key) != self.defaults.get(key):
+            self(key, why)
+
+    def raise_any(self) -> None:
+        if self.problems:
+            raise UserError(
+                f"{self.step_id}: backend=nemo_rl (NeMo-RL {NEMO_RL_VERSION}) cannot express these settings",
+                self.problems,
+                hint="Change them, or run with backend=builtin. docs/nemo-rl.md lists every key's mapping.",
+            )
+
+
+def _schema_defaults(step_id: str) -> dict[str, Any]:
+    return dict(Catalog().get(step_id).config_schema()().model_dump(mode="json"))
+
+
+def builtin_refusals(step_config: dict[str, Any]) -> list[str]:
+    """Problems of a config on the built-in backend: the `nemo_rl.*` keys do nothing there, so a non-default
+    value is a mistake. Empty when backend is nemo_rl or the section is untouched."""
+    if step_config.get("backend", "builtin") == "nemo_rl":
+        return []
+    given = dict(flatten({"nemo_rl": step_config.get("nemo_rl") or {}}))
+    default = dict(flatten({"nemo_rl": NemoRL.model_validate({}).model_dump()}))
+    return [
+        f"{key}={value!r}: only backend=nemo_rl reads it (the built-in backend would ignore it)"
+        for key, value in sorted(given.items())
+        if default.get(key) != value
+    ]
+
+
+_STEPS: dict[str, Callable[[dict[str, Any], Any, str, int, int], Compiled]] = {
+    "rl/rlhf": compile_rlhf,
+    "rl/reinforce": compile_reinforce,
+    "rl/ppo": compile_ppo,
+}
+
+
+def _yaml(tree: dict[str, Any], title: str) -> str:
+    return f"# {title}\n" + yaml.safe_dump(tree, sort_keys=False, allow_unicode=True)
+
+
+def compile_run(
+    step_id: str,
+    step_config: dict[str, Any],
+    *,
+    job_dir: str,
+    nodes: int,
+    gpus_per_node: int,
+    nemo_rl_dir: str = NEMO_RL_DIR,
+) -> NemoRLRun:
+    """Our resolved step config (input refs already paths) -> the NeMo-RL run. Raises one UserError listing
+    every setting NeMo-RL cannot express."""
+    if step_id not in _STEPS:
+        raise UserError(f"backend=nemo_rl runs {', '.join(_STEPS)}; {step_id} has no NeMo-RL mapping")
+    schema = Catalog().get(step_id).config_schema()
+    config = schema.model_validate(step_config).model_dump(mode="json")
+    refuse = _Refusals(step_id, config, schema().model_dump(mode="json"))
+    compiled = _STEPS[step_id](config, refuse, job_dir, nodes, gpus_per_node)
+    refuse.raise_any()
+    tree = {"defaults": f"{nemo_rl_dir}/{compiled.base}", **compiled.config}
+    config_path = f"{job_dir}/{CONFIG_FILE}"
+    title = f"NeMo-RL {NEMO_RL_VERSION} config compiled by nemotron from {step_id}"
+    files = {CONFIG_FILE: _yaml(tree, title)}
+    files.update(
+        {name: _yaml(t, f"converter config for {step_id}") for name, t in compiled.extra_files.items()}
+    )
+    outputs = {name: f"{job_dir}/outputs/{name}" for _, _, name in compiled.conversions}
+    conversions = [
+        (component, f"{job_dir}/{cfg}" if cfg else None, outputs[name])
+        for component, cfg, name in compiled.conversions
+    ]
+    megatron = config["nemo_rl"]["policy_backend"] == "megatron"
+    checkpoint_dir = tree["checkpointing"]["checkpoint_dir"]
+    return NemoRLRun(
+        entry=compiled.entry,
+        config=tree,
+        config_file=CONFIG_FILE,
+        files=files,
+        driver=sec.driver_command(nemo_rl_dir, compiled.entry, config_path),
+        finalize=sec.finalize_command(nemo_rl_dir, checkpoint_dir, megatron, conversions),
+        outputs=outputs,
+    )

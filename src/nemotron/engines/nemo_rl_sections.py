@@ -1,0 +1,337 @@
+"""Sections of a NeMo-RL v0.7.0 config shared by the three RL steps (policy, data, reward environments, runtime).
+
+Pure functions: our validated step config in, plain dicts out. Key names and where NeMo-RL reads them are
+recorded in tests/engines/nemo_rl_v070.py; docs/nemo-rl.md is the mapping table."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+GRPO_BASE = "examples/configs/grpo_math_1B.yaml"
+PPO_BASE = "examples/configs/ppo_math_1B.yaml"
+GRPO_ENTRY = "examples/run_grpo.py"
+GYM_ENTRY = "examples/nemo_gym/run_grpo_nemo_gym.py"
+PPO_ENTRY = "examples/run_ppo.py"
+DCP_CONVERTER = "examples/converters/convert_dcp_to_hf.py"
+MEGATRON_CONVERTER = "examples/converters/convert_megatron_to_hf.py"
+# NeMo-Gym's pairwise GenRM judge: its policy-model server and the resources server, by path inside NeMo-Gym.
+GYM_CONFIG_PATHS = [
+    "responses_api_models/vllm_model/configs/vllm_model_for_training.yaml",
+    "resources_servers/genrm_compare/configs/genrm_compare.yaml",
+]
+NEVER = 10_000_000_000  # "total_iters" of a scheduler that never ends
+
+
+def sequence_budget(prompt_tokens: int, max_new_tokens: int) -> int:
+    """NeMo-RL's policy.max_total_sequence_length: the longest prompt plus the longest response."""
+    return prompt_tokens + max_new_tokens
+
+
+def adamw(optim: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "torch.optim.AdamW",
+        "kwargs": {
+            "lr": optim["lr"],
+            "weight_decay": optim["weight_decay"],
+            "betas": [optim["adam_beta1"], optim["adam_beta2"]],
+            "eps": 1e-8,
+            "foreach": False,
+            "fused": False,
+        },
+    }
+
+
+def lr_schedule(optim: dict[str, Any], max_steps: int) -> list[dict[str, Any]]:
+    """Our schedule (linear warm-up from lr/W at step 1 to lr at step W, then linear decay to lr * min_lr_ratio
+    at the last step) as torch schedulers chained by NeMo-RL (a `milestones` entry makes a SequentialLR)."""
+    warmup, ratio = int(optim["warmup_steps"]), float(optim["min_lr_ratio"])
+    after = 1.0 - (1.0 - ratio) * warmup / max_steps  # our decay factor at the end of warm-up
+    decay: dict[str, Any]
+    if ratio < 1.0:
+        decay = {
+            "name": "torch.optim.lr_scheduler.LinearLR",
+            "kwargs": {"start_factor": after, "end_factor": ratio, "total_iters": max(max_steps - warmup, 1)},
+        }
+    else:
+        decay = {
+            "name": "torch.optim.lr_scheduler.ConstantLR",
+            "kwargs": {"factor": 1.0, "total_iters": NEVER},
+        }
+    if warmup <= 1:
+        return [decay, {"milestones": []}]
+    warm = {
+        "name": "torch.optim.lr_scheduler.LinearLR",
+        "kwargs": {"start_factor": 1.0 / warmup, "end_factor": 1.0, "total_iters": warmup - 1},
+    }
+    return [warm, decay, {"milestones": [warmup - 1]}]
+
+
+def megatron_optimizer(optim: dict[str, Any], max_steps: int) -> dict[str, Any]:
+    """Megatron-Core's own optimizer and scheduler keys (policy.optimizer is null on that backend)."""
+    lr, ratio, warmup = optim["lr"], optim["min_lr_ratio"], optim["warmup_steps"]
+    return {
+        "optimizer": {
+            "optimizer": "adam",
+            "lr": lr,
+            "min_lr": lr * ratio,
+            "weight_decay": optim["weight_decay"],
+            "adam_beta1": optim["adam_beta1"],
+            "adam_beta2": optim["adam_beta2"],
+            "adam_eps": 1e-8,
+            "clip_grad": optim["clip_grad"],
+        },
+        "scheduler": {
+            "start_weight_decay": optim["weight_decay"],
+            "end_weight_decay": optim["weight_decay"],
+            "weight_decay_incr_style": "constant",
+            "lr_decay_style": "linear" if ratio < 1.0 else "constant",
+            "lr_decay_iters": max_steps,
+            "lr_warmup_iters": warmup,
+            "lr_warmup_init": lr / warmup if warmup > 0 else lr,
+        },
+    }
+
+
+def trainer(nemo: dict[str, Any], optim: dict[str, Any], max_steps: int, *, packing: bool) -> dict[str, Any]:
+    """The training backend keys shared by policy.* and value.*: DTensor or Megatron-Core, parallel sizes,
+    optimizer, schedule. NeMo-RL reads the parallel sizes of the enabled backend only."""
+    megatron = nemo["policy_backend"] == "megatron"
+    tp, pp, cp = nemo["tensor_parallel_size"], nemo["pipeline_parallel_size"], nemo["context_parallel_size"]
+    out: dict[str, Any] = {
+        "max_grad_norm": optim["clip_grad"],
+        "make_sequence_length_divisible_by": tp,
+        "sequence_packing": {"enabled": packing},
+        "dynamic_batching": {"enabled": False},
+        "dtensor_cfg": {
+            "enabled": not megatron,
+            "tensor_parallel_size": tp,
+            "context_parallel_size": cp,
+            "sequence_parallel": False,
+            "cpu_offload": False,
+            "activation_checkpointing": False,
+        },
+        "megatron_cfg": {
+            "enabled": megatron,
+            "tensor_model_parallel_size": tp,
+            "pipeline_model_parallel_size": pp,
+            "context_parallel_size": cp,
+            **megatron_optimizer(optim, max_steps),
+        },
+        "optimizer": None if megatron else adamw(optim),
+        "scheduler": None if megatron else lr_schedule(optim, max_steps),
+    }
+    return out
+
+
+def policy(
+    *,
+    model: str,
+    optim: dict[str, Any],
+    generation: dict[str, Any],
+    nemo: dict[str, Any],
+    max_steps: int,
+    micro_batch: int,
+    global_batch: int,
+    nemo_gym: bool,
+) -> dict[str, Any]:
+    """policy.*: the model, batches, the sequence budget, the trainer and the vLLM rollout engine."""
+    budget = sequence_budget(nemo["max_prompt_tokens"], generation["max_new_tokens"])
+    return {
+        "model_name": model,
+        # chat_template null = NeMo-RL's passthrough template: the prompt text as is, like our built-in engine.
+        "tokenizer": {"name": model, "chat_template": None, "chat_template_kwargs": None},
+        "train_global_batch_size": global_batch,
+        "train_micro_batch_size": micro_batch,
+        "logprob_batch_size": micro_batch,
+        "max_total_sequence_length": budget,
+        **trainer(nemo, optim, max_steps, packing=nemo["sequence_packing"]),
+        "generation": {
+            "backend": "vllm",
+            "max_new_tokens": generation["max_new_tokens"],
+            "temperature": generation["temperature"],
+            "top_p": generation["top_p"],
+            "top_k": generation["top_k"] or None,
+            "stop_strings": list(generation["stop_strings"]) or None,
+            "stop_token_ids": None,
+            "vllm_cfg": {
+                "tensor_parallel_size": nemo["generation_tensor_parallel_size"],
+                "gpu_memory_utilization": nemo["gpu_memory_utilization"],
+                "max_model_len": budget,
+                # NeMo-Gym talks to the policy through vLLM's HTTP server, which needs the async engine.
+                "async_engine": nemo_gym,
+                "expose_http_server": nemo_gym,
+            },
+            "colocated": {"enabled": True, "resources": {"gpus_per_node": None, "num_nodes": None}},
+        },
+    }
+
+
+def prompt_data(train: str, validation: str | None, prompt_tokens: int, env_name: str) -> dict[str, Any]:
+    """data.*, owned whole (`_override_`): our prompt JSONL read by NeMo-RL's ResponseDataset with no conversion.
+    Rows are {"prompt": ...}; the loader also indexes an output column, so it reads the prompt there too (the
+    reward-model environment never looks at it)."""
+    return {
+        "_override_": True,
+        "max_input_seq_length": prompt_tokens,
+        "shuffle": True,
+        "num_workers": 1,
+        "use_multiple_dataloader": False,
+        "train": {"data_path": train},
+        "validation": {"data_path": validation} if validation else None,
+        "default": {
+            "dataset_name": "ResponseDataset",
+            "input_key": "prompt",
+            "output_key": "prompt",
+            "split_validation_size": 0,
+            "prompt_file": None,
+            "system_prompt_file": None,
+            "processor": "math_hf_data_processor",
+            "env_name": env_name,
+        },
+    }
+
+
+def gym_data(train: str, validation: str | None) -> dict[str, Any]:
+    """data.* for NeMo-Gym: rows are NeMo-Gym's own JSONL (responses_create_params ...), read verbatim."""
+    return {
+        "_override_": True,
+        "max_input_seq_length": None,
+        "shuffle": True,
+        "num_workers": 1,
+        "use_multiple_dataloader": False,
+        "train": {"data_path": train},
+        "validation": {"data_path": validation} if validation else None,
+        "default": {
+            "dataset_name": "NemoGymDataset",
+            "prompt_file": None,
+            "system_prompt_file": None,
+            "processor": "nemo_gym_data_processor",
+            "env_name": "nemo_gym",
+        },
+    }
+
+
+def reward_model_resources(nodes: int, gpus_per_node: int, nemo: dict[str, Any]) -> dict[str, int]:
+    """The reward model's own Ray workers. NeMo-RL's GRPO setup takes these GPUs out of a one-node cluster, or
+    these nodes out of a larger one (grpo.py, setup: rm_nodes / rm_gpus_per_node)."""
+    if nodes == 1:
+        return {"num_nodes": 1, "gpus_per_node": nemo["reward_model_gpus"]}
+    return {"num_nodes": 1, "gpus_per_node": min(nemo["reward_model_gpus"], gpus_per_node)}
+
+
+def reward_model_env(
+    model: str, *, micro_batch: int, budget: int, resources: dict[str, int]
+) -> dict[str, Any]:
+    """env.*, owned whole: NeMo-RL's reward-model environment scoring with our Bradley-Terry reward model."""
+    return {
+        "_override_": True,
+        "reward_model": {
+            "enabled": True,
+            "model_name": model,
+            "tokenizer": {"name": model, "chat_template": None},
+            "precision": "bfloat16",
+            "batch_size": micro_batch,
+            "logprob_batch_size": micro_batch,
+            "checkpoint_path": None,
+            "max_model_len": budget,
+            "offload_optimizer_for_logprob": False,
+            "processor": "math_hf_data_processor",
+            "resources": resources,
+            "dtensor_cfg": {
+                "_v2": True,
+                "enabled": True,
+                "cpu_offload": False,
+                "sequence_parallel": False,
+                "activation_checkpointing": False,
+                "tensor_parallel_size": 1,
+                "context_parallel_size": 1,
+                "custom_parallel_plan": None,
+            },
+            "reward_model_cfg": {"enabled": True, "reward_model_type": "bradley_terry"},
+            "dynamic_batching": {"enabled": False},
+            "sequence_packing": {"enabled": False},
+            "max_grad_norm": None,
+        },
+    }
+
+
+def genrm_env(judge_model: str, judge: dict[str, Any], group_size: int) -> dict[str, Any]:
+    """env.*, owned whole: NeMo-Gym with its pairwise GenRM resources server judging each prompt's group."""
+    return {
+        "_override_": True,
+        "should_use_nemo_gym": True,
+        "nemo_gym": {
+            "config_paths": list(GYM_CONFIG_PATHS),
+            "genrm_compare_resources_server": {
+                "resources_servers": {
+                    "genrm_compare": {
+                        "comparison_strategy": judge["comparison_strategy"],
+                        # genrm_compare waits for this many rollouts of a prompt before comparing them.
+                        "num_rollouts_per_prompt": group_size,
+                        "default_score": judge["default_score"],
+                        "genrm_parse_retries": judge["max_retries"],
+                    }
+                }
+            },
+            "genrm_model": {"responses_api_models": {"genrm_model": {"model": judge_model}}},
+        },
+    }
+
+
+def runtime(job_dir: str, nodes: int, gpus_per_node: int, save_period: int) -> dict[str, Any]:
+    """checkpointing.*, logger.*, cluster.*: everything under the job directory."""
+    return {
+        "checkpointing": {
+            "enabled": True,
+            "checkpoint_dir": f"{job_dir}/checkpoints/nemo_rl",
+            "save_period": save_period,
+            "metric_name": None,
+            "keep_top_k": None,
+            "model_save_format": "safetensors",
+            "save_consolidated": False,
+            "save_optimizer": True,
+        },
+        "logger": {
+            "log_dir": f"{job_dir}/logs/nemo_rl",
+            "tensorboard_enabled": True,
+            "wandb_enabled": False,
+            "mlflow_enabled": False,
+            "swanlab_enabled": False,
+        },
+        "cluster": {"num_nodes": nodes, "gpus_per_node": gpus_per_node},
+    }
+
+
+def driver_command(nemo_rl_dir: str, entry: str, config_path: str) -> str:
+    q = shlex.quote
+    return f"cd {q(nemo_rl_dir)} && uv run python {q(entry)} --config {q(config_path)}"
+
+
+def finalize_command(
+    nemo_rl_dir: str, checkpoint_dir: str, megatron: bool, conversions: list[tuple[str, str | None, str]]
+) -> str:
+    """Shell: pick the newest step_N under checkpoint_dir (NeMo-RL's CheckpointManager names them so and always
+    saves the last step), then convert each (component, converter config or None for the step's own config.yaml,
+    HF output dir) with the tag's converter: convert_dcp_to_hf.py on <step>/<component>/weights, or
+    convert_megatron_to_hf.py on <step>/<component>/weights/iter_0000000."""
+    q = shlex.quote
+    ckpt = q(checkpoint_dir)
+    newest = (
+        f"n=$(for d in {ckpt}/step_*; do b=${{d##*/step_}}; case $b in ''|*[!0-9]*) ;; *) echo \"$b\";; esac; done"
+        " | sort -n | tail -n 1)"
+    )
+    parts = [f"cd {q(nemo_rl_dir)}", newest, 'test -n "$n"', f'step={ckpt}/step_"$n"']
+    for component, config, out in conversions:
+        cfg = q(config) if config else '"$step"/config.yaml'
+        weights = f'"$step"/{q(component)}/weights'
+        if megatron:
+            parts.append(
+                f"uv run --extra mcore python {MEGATRON_CONVERTER} --config {cfg}"
+                f" --megatron-ckpt-path {weights}/iter_0000000 --hf-ckpt-path {q(out)}"
+            )
+        else:
+            parts.append(
+                f"uv run python {DCP_CONVERTER} --config {cfg} --dcp-ckpt-path {weights} --hf-ckpt-path {q(out)}"
+            )
+    return " && ".join(parts)

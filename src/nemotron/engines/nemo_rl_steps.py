@@ -1,0 +1,389 @@
+"""How each RL step maps onto NeMo-RL v0.7.0: one function per step, our keys in, NeMo-RL sections out.
+
+Every refusal goes to the shared `Refusals` collector, so the user sees all of them at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from nemotron.engines import nemo_rl_sections as sec
+from nemotron.targets import NEMO_RL_VERSION
+
+CRITIC_CONVERT_FILE = "nemo_rl_critic_convert.yaml"
+KL_TYPES = ("k1", "k2", "k3")  # loss_fn.reference_policy_kl_type at v0.7.0 (calculate_kl)
+
+
+class Refusals(Protocol):
+    def __call__(self, key: str, why: str) -> None: ...
+
+    def unless_default(self, key: str, why: str) -> None: ...
+
+
+def _common_refusals(
+    c: dict[str, Any], refuse: Refusals, *, nodes: int, gpus_per_node: int, reward_model: bool
+) -> None:
+    nemo = c["nemo_rl"]
+    if c["runtime"]["device"] == "cpu":
+        refuse("runtime.device", "NeMo-RL trains on GPUs only")
+    refuse.unless_default(
+        "checkpoint.resume_from", "NeMo-RL resumes only from its own checkpoint_dir in this job"
+    )
+    refuse.unless_default("checkpoint.force", "NeMo-RL has no check to force past")
+    refuse.unless_default("eval.task", "our ground-truth scorers do not run inside NeMo-RL")
+    if nemo["policy_backend"] == "dtensor" and nemo["pipeline_parallel_size"] > 1:
+        refuse("nemo_rl.pipeline_parallel_size", "pipeline parallelism needs nemo_rl.policy_backend=megatron")
+    if reward_model and nodes == 1 and gpus_per_node <= nemo["reward_model_gpus"]:
+        refuse("nemo_rl.reward_model_gpus", f"leaves none of the node's {gpus_per_node} GPUs to the policy")
+
+
+def _validation(c: dict[str, Any], train: str, validation: str | None) -> tuple[dict[str, Any], str | None]:
+    """Our before/after evaluation as NeMo-RL validation at the start and the end on the first N prompts."""
+    n = c["eval"]["num_prompts"]
+    keys = {
+        "val_at_start": n > 0,
+        "val_at_end": n > 0,
+        "max_val_samples": max(n, 1),
+        "val_batch_size": max(n, 1),
+    }
+    return keys, (validation or train) if n > 0 else validation
+
+
+def _need(c: dict[str, Any], refuse: Refusals, key: str) -> str:
+    node: Any = c
+    for part in key.split("."):
+        node = node[part]
+    if not node:
+        refuse(key, "NeMo-RL needs it set (an artifact ref or a path)")
+        return ""
+    return str(node)
+
+
+def _grpo(
+    c: dict[str, Any], *, prompts: int, group: int, steps: int, loo: bool, normalize: bool, kl: float
+) -> dict[str, Any]:
+    return {
+        "num_prompts_per_step": prompts,
+        "num_generations_per_prompt": group,
+        "max_num_steps": steps,
+        "max_num_epochs": steps,  # our prompt schedule cycles the file; steps, not epochs, end the run
+        "max_rollout_turns": 1,
+        "normalize_rewards": normalize,
+        "use_leave_one_out_baseline": loo,
+        "adv_estimator": {"name": "grpo", "normalize_rewards": normalize, "use_leave_one_out_baseline": loo},
+        "seed": c["runtime"]["seed"],
+        "overlong_filtering": False,
+        "use_dynamic_sampling": False,
+        "batch_multiplier": 1,
+        "advantage_clip_low": None,
+        "advantage_clip_high": None,
+        "reward_shaping": {"enabled": False},
+        "reward_scaling": {"enabled": False},
+        "async_grpo": {"enabled": False},
+        "skip_reference_policy_logprobs_calculation": kl == 0,
+    }
+
+
+def _loss(
+    *,
+    kl: float,
+    kl_type: str,
+    clip_min: float,
+    clip_max: float,
+    clip_c: float | None,
+    token_level: bool,
+    reinforce: bool = False,
+    kl_in_reward: bool = False,
+) -> dict[str, Any]:
+    return {
+        "reference_policy_kl_penalty": kl,
+        "reference_policy_kl_type": kl_type,
+        "ratio_clip_min": clip_min,
+        "ratio_clip_max": clip_max,
+        "ratio_clip_c": clip_c,
+        "token_level_loss": token_level,
+        "disable_ppo_ratio": reinforce,
+        "use_kl_in_reward": kl_in_reward,
+        "use_on_policy_kl_approximation": False,
+        "use_importance_sampling_correction": False,
+        "truncated_importance_sampling_type": None,
+        "truncated_importance_sampling_ratio": None,
+        "truncated_importance_sampling_ratio_min": None,
+        "sequence_level_importance_ratios": False,
+        "force_on_policy_ratio": False,
+        "use_cispo": False,
+        "positive_example_nll_weight": 0.0,
+    }
+
+
+def _kl_type(refuse: Refusals, key: str, value: str) -> str:
+    if value not in KL_TYPES:
+        refuse(
+            key,
+            f"NeMo-RL {NEMO_RL_VERSION}'s loss_fn.reference_policy_kl_type takes {'/'.join(KL_TYPES)} only",
+        )
+        return "k3"
+    return value
+
+
+@dataclass(frozen=True)
+class Compiled:
+    entry: str
+    base: str
+    config: dict[str, Any]
+    conversions: list[
+        tuple[str, str | None, str]
+    ]  # (component, converter config file or None, our output name)
+    extra_files: dict[str, dict[str, Any]]
+
+
+def compile_rlhf(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
+    grpo, loss, pol, judge = c["grpo"], c["loss_fn"], c["policy"], c["judge"]
+    gym = bool(c["env"]["should_use_nemo_gym"])
+    _common_refusals(c, refuse, nodes=nodes, gpus_per_node=gpus, reward_model=not gym)
+    judge_key = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
+    model, train, judge_model = (
+        _need(c, refuse, k) for k in ("policy.model_name", "data.train.data_path", judge_key)
+    )
+    refuse.unless_default(
+        "grpo.std_floor", "NeMo-RL divides by the group std + 1e-6 (a zero std stays unscaled)"
+    )
+    refuse.unless_default("judge.url", "NeMo-RL runs the judge itself; it cannot call a running server")
+    if gym:
+        if judge["kind"] != "generative":
+            refuse(
+                "env.should_use_nemo_gym",
+                "NeMo-Gym judges with a generative model: set judge.kind=generative",
+            )
+        if judge["mode"] != "pairwise":
+            refuse("judge.mode", "NeMo-Gym's GenRM judge (genrm_compare) compares responses in pairs only")
+        for key, why in (
+            ("judge.prompt_template", "genrm_compare uses the GenRM's own judging prompt"),
+            ("judge.pairwise_template", "genrm_compare uses the GenRM's own judging prompt"),
+            ("judge.guided_choice", "genrm_compare parses free-form GenRM answers"),
+        ):
+            refuse.unless_default(key, why)
+        if pol["generation"]["stop_strings"]:
+            refuse(
+                "policy.generation.stop_strings",
+                "NeMo-Gym rollouts take no stop strings (setup_nemo_gym_config)",
+            )
+    elif judge["kind"] != "reward_model":
+        refuse(
+            "judge.kind", "a generative judge runs through NeMo-Gym only: set env.should_use_nemo_gym=true"
+        )
+    val_keys, val_path = _validation(c, train, c["data"]["validation"]["data_path"])
+    if grpo["val_period"] > 0 and c["eval"]["num_prompts"] == 0:
+        refuse(
+            "grpo.val_period", "validation needs eval.num_prompts > 0 (how many prompts NeMo-RL validates)"
+        )
+    group = grpo["num_generations_per_prompt"]
+    batch = pol["train_global_batch_size"] or grpo["num_prompts_per_step"] * group
+    steps, kl = grpo["max_num_steps"], loss["reference_policy_kl_penalty"]
+    nemo = c["nemo_rl"]
+    budget = sec.sequence_budget(nemo["max_prompt_tokens"], pol["generation"]["max_new_tokens"])
+    gcfg = _grpo(
+        c,
+        prompts=grpo["num_prompts_per_step"],
+        group=group,
+        steps=steps,
+        loo=grpo["use_leave_one_out_baseline"],
+        normalize=grpo["normalize_rewards"],
+        kl=kl,
+    )
+    gcfg.update(val_keys, val_period=grpo["val_period"])
+    if gym:  # run_grpo_nemo_gym.py refuses a max_val_samples and sets both from the validation file
+        gcfg.update(max_val_samples=None, val_batch_size=None)
+    config: dict[str, Any] = {
+        "grpo": gcfg,
+        "loss_fn": _loss(
+            kl=kl,
+            kl_type=_kl_type(refuse, "loss_fn.kl_estimator", loss["kl_estimator"]),
+            clip_min=loss["ratio_clip_min"],
+            clip_max=loss["ratio_clip_max"],
+            clip_c=loss["ratio_clip_c"],
+            token_level=loss["token_level_loss"],
+        ),
+        "policy": sec.policy(
+            model=model,
+            optim=pol["optimizer"],
+            generation=pol["generation"],
+            nemo=nemo,
+            max_steps=steps,
+            micro_batch=pol["train_micro_batch_size"],
+            global_batch=batch,
+            nemo_gym=gym,
+        ),
+        **sec.runtime(job_dir, nodes, gpus, c["checkpoint"]["save_interval"] or steps),
+    }
+    if gym:
+        config["data"] = sec.gym_data(train, val_path)
+        config["env"] = sec.genrm_env(judge_model, judge, group)
+    else:
+        config["data"] = sec.prompt_data(train, val_path, nemo["max_prompt_tokens"], "reward_model")
+        resources = sec.reward_model_resources(nodes, gpus, nemo)
+        config["env"] = sec.reward_model_env(
+            judge_model, micro_batch=pol["train_micro_batch_size"], budget=budget, resources=resources
+        )
+    entry = sec.GYM_ENTRY if gym else sec.GRPO_ENTRY
+    return Compiled(entry, sec.GRPO_BASE, config, [("policy", None, "policy")], {})
+
+
+def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
+    r, t = c["reinforce"], c["trainer"]
+    _common_refusals(c, refuse, nodes=nodes, gpus_per_node=gpus, reward_model=True)
+    model, prompts, rm = (
+        _need(c, refuse, k) for k in ("inputs.policy", "inputs.prompts", "inputs.reward_model")
+    )
+    refuse.unless_default("trainer.log_interval", "NeMo-RL logs every step")
+    refuse.unless_default(
+        "reward.server.url", "NeMo-RL scores with its own reward-model workers, not a server"
+    )
+    if r["kl_in"] != "reward_sequence_mean":
+        refuse("reinforce.kl_in", "NeMo-RL's RLOO (the GRPO estimator) puts the KL in the loss only")
+    refuse.unless_default("reinforce.discount_factor", "NeMo-RL's GRPO estimator does not discount")
+    refuse.unless_default(
+        "reinforce.reinforce_epochs", "NeMo-RL's GRPO makes one pass over each rollout batch"
+    )
+    refuse.unless_default("reinforce.truncated_responses", "NeMo-RL keeps truncated responses' rewards")
+    group, steps, kl = r["num_rollouts_per_prompt"], t["max_steps"], r["initial_policy_kl_penalty"]
+    nemo = c["nemo_rl"]
+    budget = sec.sequence_budget(nemo["max_prompt_tokens"], c["generation"]["max_new_tokens"])
+    val_keys, val_path = _validation(c, prompts, None)
+    gcfg = _grpo(
+        c, prompts=t["num_prompts_per_step"], group=group, steps=steps, loo=True, normalize=False, kl=kl
+    )
+    gcfg.update(val_keys, val_period=0)
+    config: dict[str, Any] = {
+        "grpo": gcfg,
+        # REINFORCE: -A * log pi with no probability ratio (disable_ppo_ratio makes the ratio clips inert).
+        "loss_fn": _loss(
+            kl=kl,
+            kl_type=_kl_type(refuse, "reinforce.kl_estimator", r["kl_estimator"]),
+            clip_min=0.2,
+            clip_max=0.2,
+            clip_c=None,
+            token_level=r["loss_level"] == "token",
+            reinforce=True,
+        ),
+        "policy": sec.policy(
+            model=model,
+            optim=c["optim"],
+            generation=c["generation"],
+            nemo=nemo,
+            max_steps=steps,
+            micro_batch=t["micro_batch_size"],
+            global_batch=t["num_prompts_per_step"] * group,
+            nemo_gym=False,
+        ),
+        "data": sec.prompt_data(prompts, val_path, nemo["max_prompt_tokens"], "reward_model"),
+        "env": sec.reward_model_env(
+            rm,
+            micro_batch=t["micro_batch_size"],
+            budget=budget,
+            resources=sec.reward_model_resources(nodes, gpus, nemo),
+        ),
+        **sec.runtime(job_dir, nodes, gpus, c["checkpoint"]["save_interval"] or steps),
+    }
+    return Compiled(sec.GRPO_ENTRY, sec.GRPO_BASE, config, [("policy", None, "policy")], {})
+
+
+def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
+    p, t, nemo = c["ppo"], c["trainer"], c["nemo_rl"]
+    _common_refusals(c, refuse, nodes=nodes, gpus_per_node=gpus, reward_model=True)
+    model, prompts, rm = (
+        _need(c, refuse, k) for k in ("inputs.policy", "inputs.prompts", "inputs.reward_model")
+    )
+    refuse.unless_default("trainer.log_interval", "NeMo-RL logs every step")
+    refuse.unless_default(
+        "reward.server.url", "NeMo-RL scores with its own reward-model workers, not a server"
+    )
+    refuse.unless_default("ppo.entropy_bonus", "NeMo-RL's clipped PG loss only logs the entropy")
+    megatron = nemo["policy_backend"] == "megatron"
+    if not megatron and nemo["context_parallel_size"] > 1:
+        refuse(
+            "nemo_rl.context_parallel_size",
+            "NeMo-RL's DTensor value model (the critic) takes no context parallelism",
+        )
+    group, steps, kl = p["num_rollouts_per_prompt"], t["max_steps"], p["initial_policy_kl_penalty"]
+    budget = sec.sequence_budget(nemo["max_prompt_tokens"], c["generation"]["max_new_tokens"])
+    batch, micro = t["num_prompts_per_step"] * group, t["micro_batch_size"]
+    val_keys, val_path = _validation(c, prompts, None)
+    ppo_cfg = _grpo(
+        c, prompts=t["num_prompts_per_step"], group=group, steps=steps, loo=False, normalize=False, kl=kl
+    )
+    for key in (
+        "normalize_rewards",
+        "use_leave_one_out_baseline",
+        "advantage_clip_low",
+        "advantage_clip_high",
+        "async_grpo",
+    ):
+        del ppo_cfg[key]
+    ppo_cfg.update(
+        val_keys,
+        val_period=0,
+        ppo_epochs=p["ppo_epochs"],
+        policy_training_start_step=p["critic_warmup_steps"],
+    )
+    ppo_cfg["adv_estimator"] = {
+        "name": "gae",
+        "gae_lambda": p["gae_lambda"],
+        "gae_gamma": p["discount_factor"],
+        "normalize_advantages": p["whiten_advantages"],
+        "gae_lambda_value": None,
+        "gae_lambda_policy": None,
+        "length_adaptive_alpha": 0.0,
+    }
+    # The critic starts from our reward model (backbone and head) as NeMo-RL's "regression" value model.
+    value = {
+        "model_name": rm,
+        "tokenizer": {"name": rm, "chat_template": None, "chat_template_kwargs": None},
+        "train_global_batch_size": batch,
+        "train_micro_batch_size": micro,
+        "max_total_sequence_length": budget,
+        "precision": "bfloat16",
+        "reward_model_cfg": {"enabled": not megatron, "reward_model_type": "regression"},
+        **sec.trainer(nemo, c["critic"]["optim"], steps, packing=megatron and nemo["sequence_packing"]),
+    }
+    # ppo.setup subtracts the reward model's GPUs only when a top-level data.env_name says so, which v0.7.0's
+    # DataConfig does not carry: size the policy cluster to its share here instead.
+    resources = sec.reward_model_resources(nodes, gpus, nemo)
+    cluster = (
+        {"num_nodes": nodes, "gpus_per_node": gpus - resources["gpus_per_node"]}
+        if nodes == 1
+        else {"num_nodes": nodes - 1, "gpus_per_node": gpus}
+    )
+    config: dict[str, Any] = {
+        "ppo": ppo_cfg,
+        # NeMo-Aligner's PPO: per-token KL to the initial policy inside the reward (GAE's token rewards).
+        "loss_fn": _loss(
+            kl=kl,
+            kl_type=_kl_type(refuse, "ppo.kl_estimator", p["kl_estimator"]),
+            clip_min=p["ratio_eps"],
+            clip_max=p["ratio_eps"],
+            clip_c=p["dual_clip"],
+            token_level=p["loss_level"] == "token",
+            kl_in_reward=True,
+        ),
+        "value_loss_fn": {"scale": 1.0, "cliprange": c["critic"]["loss_clip_val"]},
+        "policy": sec.policy(
+            model=model,
+            optim=c["optim"],
+            generation=c["generation"],
+            nemo=nemo,
+            max_steps=steps,
+            micro_batch=micro,
+            global_batch=batch,
+            nemo_gym=False,
+        ),
+        "value": value,
+        "data": sec.prompt_data(prompts, val_path, nemo["max_prompt_tokens"], "reward_model"),
+        "env": sec.reward_model_env(rm, micro_batch=micro, budget=budget, resources=resources),
+        **sec.runtime(job_dir, nodes, gpus, c["checkpoint"]["save_interval"] or steps),
+    }
+    config["cluster"] = cluster
+    # The converters build the HF config from `policy.model_name`: the critic's is the reward model.
+    critic_cfg = {"policy": {"model_name": rm, "tokenizer": {"name": rm}}}
+    conversions = [("policy", None, "policy"), ("value", CRITIC_CONVERT_FILE, "critic")]
+    return Compiled(sec.PPO_ENTRY, sec.PPO_BASE, config, conversions, {CRITIC_CONVERT_FILE: critic_cfg})

@@ -1,0 +1,5 @@
+"""The pinned versions of the external engines nemotron compiles configs for."""
+
+NEMO_RL_VERSION = "v0.7.0"
+NEMO_RL_IMAGE = "nvcr.io/nvidia/nemo-rl:v0.7.0"
+NEMO_RL_DIR = "/opt/nemo-rl"  # WORKDIR of docker/Dockerfile at v0.7.0
