@@ -27,17 +27,29 @@ def nemotron_home() -> Path:
     return Path(os.environ.get("NEMOTRON_HOME", ".nemotron")).expanduser().resolve()
 
 
+def check_writable(path: Path, what: str) -> None:
+    """Fail (exit 2, one line) unless `path` exists as a writable directory or could be created: the nearest
+    existing ancestor is a writable directory. Creates nothing."""
+    from nemotron.errors import UserError
+
+    hint = "Point $NEMOTRON_HOME at a writable directory."
+    existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        raise UserError(f"cannot create the {what} {path}: {existing} is not a directory", hint=hint)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot create the {what} {path}: {existing} is not writable", hint=hint)
+
+
 def writable_dir(path: Path, what: str) -> Path:
     """Create `path` if needed and check it can be written: a read-only or misplaced home is one clear line (exit
     2), not a PermissionError traceback halfway through a submission."""
     from nemotron.errors import UserError
 
+    check_writable(path, what)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot create the {what} {path}: {e.strerror or e}", hint="Point $NEMOTRON_HOME at a writable directory.") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UserError(f"the {what} {path} is not writable", hint="Point $NEMOTRON_HOME at a writable directory.")
     return path
 
 

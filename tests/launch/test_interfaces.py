@@ -38,7 +38,7 @@ def test_unknown_names_get_a_suggestion() -> None:
 
 
 def test_no_engine_or_executor_if_chains_outside_the_registries() -> None:
-    chain = re.compile(r"""(executor|backend)["')\]]*\s*(==|!=|in\s*\()""")
+    chain = re.compile(r"""(\.executor|\(["'](executor|backend)["']\)|\[["'](executor|backend)["']\])\s*(==|!=|in\s*\()""")
     offenders = []
     for path in SRC.rglob("*.py"):
         for n, line in enumerate(path.read_text().splitlines(), 1):

@@ -26,12 +26,12 @@ def run(
     from nemotron.artifacts.store import ArtifactStore
     from nemotron.catalog import Catalog
     from nemotron.launch import submit
-    from nemotron.paths import artifacts_dir, jobs_dir, writable_dir
+    from nemotron.paths import artifacts_dir, check_writable, jobs_dir
     from nemotron.pipeline import PipelineStep, load_pipeline, run_pipeline
 
     catalog = Catalog()
     pipe = load_pipeline(name, catalog)
-    writable_dir(jobs_dir(), "jobs directory")  # before the first step's header, not after it
+    check_writable(jobs_dir(), "jobs directory")  # before the first step's header, not after it
     store = ArtifactStore(artifacts_dir())
 
     def on_event(kind: str, step: PipelineStep, payload: Any) -> None:

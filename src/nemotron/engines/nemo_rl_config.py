@@ -66,7 +66,7 @@ def _schema_defaults(step_id: str) -> dict[str, Any]:
 def builtin_refusals(step_config: dict[str, Any]) -> list[str]:
     """Problems of a config on the built-in backend: the `nemo_rl.*` keys do nothing there, so a non-default
     value is a mistake. Empty when backend is nemo_rl or the section is untouched."""
-    if step_config.get("backend", "builtin") == "nemo_rl":
+    if step_config.get("backend", "builtin") == "nemo_rl" or "nemo_rl" not in step_config:
         return []
     given = dict(flatten({"nemo_rl": step_config.get("nemo_rl") or {}}))
     default = dict(flatten({"nemo_rl": NemoRL.model_validate({}).model_dump()}))

@@ -21,13 +21,13 @@ def quoted_log_path(folder: str, job_name: str, suffix: str) -> str:
 
 
 @dataclass(kw_only=True)
-class QuotedJobDetails(SlurmJobDetails):
+class QuotedJobDetails(SlurmJobDetails):  # type: ignore[misc]  # nemo_run ships no types
     @property
-    def srun_stdout(self) -> str:  # type: ignore[override]
+    def srun_stdout(self) -> str:
         assert self.folder and self.job_name
         return quoted_log_path(self.folder, self.job_name, ".out")
 
     @property
-    def srun_stderr(self) -> str:  # type: ignore[override]
+    def srun_stderr(self) -> str:
         assert self.folder and self.job_name
         return quoted_log_path(self.folder, self.job_name, ".err")
