@@ -13,6 +13,7 @@ import torch
 
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PromptRecord
+from nemotron.errors import UserError
 from nemotron.metrics import summary_line
 from nemotron.models.checkpoint import load_policy, load_reward_model, load_tokenizer, save_checkpoint
 from nemotron.models.reward import build_critic_from_reward_model
