@@ -35,7 +35,7 @@ class RayDriver:
     `finalize` (only if the driver succeeded). After the job succeeds, each of `outputs` (our output name, the
     path the run leaves it at) is registered as the step's artifact, with lineage to the job's inputs."""
 
-    image: str
+    image: str  # "": no container, the nodes' own environment
     driver: str
     finalize: str = ""
     files: tuple[tuple[str, str], ...] = ()  # (name, text) written into the job dir before launch

@@ -11,8 +11,10 @@ from nemotron.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
 
 
 def image(job: Job) -> str:
-    """The profile may name another image (a mirror, a site build); the config schema stays the tag's."""
-    return str(getattr(job.profile, "nemo_rl_image", None) or NEMO_RL_IMAGE)
+    """The profile may name another image (a mirror, a site build) whose NeMo-RL is the pinned tag; an empty
+    string runs on the nodes' own environment (NeMo-RL installed at `nemo_rl_dir`, no container)."""
+    chosen = getattr(job.profile, "nemo_rl_image", None)
+    return NEMO_RL_IMAGE if chosen is None else str(chosen)
 
 
 def nemo_rl_dir(job: Job) -> str:
@@ -26,8 +28,11 @@ class NemoRLEngine:
         run = compile_run(job.step_id, job.step_config, job_dir=where.job_dir, nodes=where.nodes,
                           gpus_per_node=where.gpus_per_node, nemo_rl_dir=nemo_rl_dir(job))
         files = tuple(sorted(run.files.items()))
-        shown = [f"# backend=nemo_rl: NeMo-RL {NEMO_RL_VERSION} ({run.entry}) in {image(job)}, Ray across "
+        where_it_runs = f"in {image(job)}" if image(job) else f"on the nodes' own environment ({nemo_rl_dir(job)})"
+        shown = [f"# backend=nemo_rl: NeMo-RL {NEMO_RL_VERSION} ({run.entry}) {where_it_runs}, Ray across "
                  f"{where.nodes} node(s) x {where.gpus_per_node} GPU(s)"]
+        if where.gpus_per_node < 1:
+            shown.append("# note: the profile gives no GPUs per node; NeMo-RL's workers need GPUs (gpus_per_node)")
         shown += [f"# ---- {where.job_dir}/{name}\n{text.rstrip()}" for name, text in files]
         shown += [f"# ---- driver (once, on the Ray head)\n{run.driver}"]
         if run.finalize:

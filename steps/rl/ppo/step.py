@@ -28,6 +28,7 @@ from nemotron.rl.logprobs import entropy_from_logits, token_logprobs
 from nemotron.rl.losses import ppo_clip_loss, value_loss
 from nemotron.rl.masks import explained_variance, global_mean, mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
+from nemotron.rl.prompts import fit_prompts, model_positions
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import response_logits
 from nemotron.runtime import StepRun
@@ -53,6 +54,7 @@ task = get_task(cfg.eval.task) if cfg.eval.task else None
 
 # ---- models: actor, frozen initial policy, and a critic made from the reward model
 policy = load_policy(cfg.inputs.policy)
+prompt_ids = fit_prompts(prompt_ids, model_positions(policy.config), cfg.generation.max_new_tokens)
 reference = load_policy(cfg.inputs.policy).eval().requires_grad_(False)
 reference_checksum = parameter_checksum(reference)
 critic = build_critic_from_reward_model(load_reward_model(cfg.inputs.reward_model))

@@ -27,6 +27,7 @@ from nemotron.rl.kl import kl_penalty, rewards_with_kl, sequence_kl
 from nemotron.rl.losses import reinforce_loss
 from nemotron.rl.masks import mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
+from nemotron.rl.prompts import fit_prompts, model_positions
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import sequence_logprobs
 from nemotron.runtime import StepRun
@@ -53,6 +54,7 @@ task = get_task(cfg.eval.task) if cfg.eval.task else None
 
 # ---- models: the actor, and the frozen initial policy it is kept close to
 policy = load_policy(cfg.inputs.policy)
+prompt_ids = fit_prompts(prompt_ids, model_positions(policy.config), cfg.generation.max_new_tokens)
 reference = load_policy(cfg.inputs.policy).eval().requires_grad_(False)
 reference_checksum = parameter_checksum(reference)
 optimizer = build_optimizer(policy.parameters(), cfg.optim)

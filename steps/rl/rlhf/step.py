@@ -29,6 +29,7 @@ from nemotron.rl.kl import kl_penalty, sequence_kl
 from nemotron.rl.losses import kl_loss, ppo_clip_loss
 from nemotron.rl.masks import mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
+from nemotron.rl.prompts import fit_prompts, model_positions
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import sequence_logprobs
 from nemotron.runtime import StepRun
@@ -55,6 +56,7 @@ task = get_task(cfg.eval.task) if cfg.eval.task else None
 
 # ---- models
 policy = load_policy(cfg.policy.model_name)
+prompt_ids = fit_prompts(prompt_ids, model_positions(policy.config), cfg.policy.generation.max_new_tokens)
 reference = load_policy(cfg.policy.model_name).eval().requires_grad_(False)
 reference_checksum = parameter_checksum(reference)
 optimizer = build_optimizer(policy.parameters(), cfg.policy.optimizer)
