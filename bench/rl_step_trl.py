@@ -17,7 +17,7 @@ import torch
 from rl_step_common import BenchModels, StepTiming, Workload
 
 TRL_REQUIREMENT = "trl==1.16.*"
-INSTALL_HINT = f'pip install -c constraints.txt "{TRL_REQUIREMENT}"   (brings datasets and accelerate)'
+INSTALL_HINT = f'pip install -c requirements.lock "{TRL_REQUIREMENT}"   (brings datasets and accelerate)'
 
 log = logging.getLogger(__name__)
 

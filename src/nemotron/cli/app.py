@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from nemotron.cli import artifacts, jobs, pipeline, profiles, steps
-from nemotron.errors import UserError
+from nemotron.errors import UserError, did_you_mean
 
 app = typer.Typer(
     name="nemotron",
     help="A declarative steps runner for LLM alignment: typed steps, one config compiler, local/Slurm/Lepton executors, checkpoint lineage.",
     no_args_is_help=True,
+    invoke_without_command=True,  # so `nemotron --version` needs no command
     add_completion=False,
     pretty_exceptions_enable=False,
 )
@@ -24,6 +27,56 @@ app.add_typer(profiles.app, name="profiles")
 app.add_typer(artifacts.app, name="artifacts")
 
 
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="nemotron's version and the engine versions it targets",
+                                          is_eager=True)] = False,
+) -> None:
+    """A declarative steps runner for LLM alignment. Exit codes: 0 done, 2 bad input, 3 a needed service failed,
+    130 cancelled. Example: nemotron steps run rl/reinforce -c tiny"""
+    if version:
+        from nemotron import __version__
+        from nemotron.targets import NEMO_ALIGNER_VERSION, NEMO_RL_IMAGE, NEMO_RL_VERSION, VLLM_VERSION
+
+        print(f"nemotron {__version__}")
+        print(f"targets: NeMo-RL {NEMO_RL_VERSION} ({NEMO_RL_IMAGE}), NeMo-Aligner {NEMO_ALIGNER_VERSION}, vLLM {VLLM_VERSION}")
+        raise typer.Exit(0)
+
+
+def _click_classes(name: str) -> tuple[type[BaseException], ...]:
+    """Class `name` from every click the installed typer may raise from: its vendored copy (typer >= 0.29 vendors
+    click as typer._click, Abort in typer.exceptions) and the separate package (older typer)."""
+    found = []
+    for module in ("typer._click.exceptions", "typer.exceptions", "click.exceptions"):
+        try:
+            cls = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            found.append(cls)
+    return tuple(found)
+
+
+def usage_error_lines(e: BaseException) -> tuple[int, list[str]] | None:
+    """(exit code, lines) for a click error of any flavour: the help for a bare group (exit 0), or one `error:` line
+    and where to look (exit 2). None: not a click error."""
+    if isinstance(e, _click_classes("Abort")):
+        return 130, ["interrupted"]
+    if isinstance(e, _click_classes("NoArgsIsHelpError")):
+        return 0, [str(e.format_message())]  # type: ignore[attr-defined]
+    if not isinstance(e, _click_classes("ClickException")):
+        return None
+    ctx = getattr(e, "ctx", None)
+    path = getattr(ctx, "command_path", "") or "nemotron"
+    message = str(e.format_message())  # type: ignore[attr-defined]
+    command = getattr(ctx, "command", None)
+    if message.startswith("No such command") and command is not None and hasattr(command, "list_commands"):
+        word = message.split("'")[1] if "'" in message else ""
+        if "did you mean" not in message.lower():
+            message = message.rstrip(".") + did_you_mean(word, command.list_commands(ctx)) + "."
+    return 2, [f"error: {message}", f"try '{path} --help'"]
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     # Everything after `--` belongs to the step itself; keep it away from click.
@@ -31,6 +84,10 @@ def main(argv: list[str] | None = None) -> None:
         i = args.index("--")
         args, steps.PASSTHROUGH[:] = args[:i], args[i + 1 :]
     err = Console(stderr=True, highlight=False)
+    if not args:
+        # bare `nemotron`: the help, exit 0 (asking what there is is not an error)
+        app(args=["--help"], prog_name="nemotron", standalone_mode=False)
+        sys.exit(0)
     try:
         code = app(args=args, prog_name="nemotron", standalone_mode=False)
         if isinstance(code, int) and code:
@@ -46,11 +103,13 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit:
         raise
     except Exception as e:
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(130)
-        raise
+        shown = usage_error_lines(e)
+        if shown is None:
+            raise
+        code, lines = shown
+        for line in lines:
+            if code == 0:
+                print(line)
+            else:
+                err.print(line, markup=False, highlight=False, soft_wrap=True)
+        sys.exit(code)

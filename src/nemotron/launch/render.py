@@ -36,10 +36,11 @@ def bindings_table(bindings: tuple[Binding, ...]) -> str:
     if not bindings:
         return "(this step consumes no artifacts)"
     rows = []
+    width = max(14, *(len(b.name) for b in bindings))
     for b in bindings:
         where = b.artifact or b.path or b.ref
         got = f"{b.actual_type}" if b.actual_type else "unchecked"
-        rows.append(f"{b.name:<14} {b.expected_type:<18} <- {b.ref}  [{b.kind}: {where}; type {got}]")
+        rows.append(f"{b.name:<{width}} {b.expected_type:<18} <- {b.ref}  [{b.kind}: {where}; type {got}]")
     return "\n".join(rows)
 
 

@@ -13,7 +13,8 @@ import re
 import secrets
 import shlex
 import string
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +118,6 @@ class SlurmPlan:
     env: tuple[tuple[str, str], ...] = ()  # exported for every group; values are shell words
     setup: tuple[str, ...] = ()
     secret_names: tuple[str, ...] = ()  # variables the 0600 secrets file exports (names only)
-    files: dict[str, str] = field(default_factory=dict)  # extra files written into the job dir at submit
 
     @property
     def heterogeneous(self) -> bool:
@@ -244,27 +244,47 @@ def after_server_is_ready(command: Command, paths: ClusterPaths, timeout_s: int 
     return Command("bash", "-c", (shlex.quote(inner),))
 
 
-def plan_slurm(
-    job: Job,
-    paths: ClusterPaths,
-    served: ServedModel | None = None,
-    command: Command | None = None,
-) -> SlurmPlan:
-    """The job as Slurm sees it. `served` makes it heterogeneous: rm/serve in group 0, the step in group 1.
-    `command` replaces the step process (the NeMo-RL backend)."""
+def job_env(job: Job, paths: ClusterPaths) -> tuple[tuple[tuple[str, str], ...], list[str]]:
+    """(the variables every group exports, as shell words; the names the 0600 secrets file exports instead)."""
     p = _slurm_profile(job)
-    task = job.step_id.replace("/", "-").replace(".", "-")
-    nproc = p.gpus_per_node or p.ntasks_per_node
-    distributed = job.launch == "torchrun" and p.nodes * nproc > 1 and command is None
-    # NeMo-Run writes --gpus-per-node for every group once the first has it: all groups set it, or none.
-    gpus = p.gpus_per_node or None
-    jobs_root = str(PurePosixPath(paths.job_dir).parent)
-
     env = [("NEMOTRON_HOME", paths.home), ("NEMOTRON_ARTIFACTS_ROOT", paths.artifacts_root), ("NEMOTRON_JOB_DIR", paths.job_dir)]
     secret_names = sorted(k for k, v in p.env_vars.items() if v and is_secret_name(k))
     env += [(k, v) for k, v in sorted(p.env_vars.items()) if v and k not in secret_names]
-    quoted_env = tuple((k.upper(), shlex.quote(v)) for k, v in env)
+    return tuple((k.upper(), shlex.quote(v)) for k, v in env), secret_names
 
+
+def container(job: Job, paths: ClusterPaths, image: str | None) -> tuple[str | None, list[str], tuple[str, ...]]:
+    """(the image pyxis runs: a .sqsh, imported once beside the job dirs; the import lines; the mounts, with the
+    home and the artifact store added). No image: (None, [], ())."""
+    if not image:
+        return None, [], ()
+    lines: list[str] = []
+    if not image.endswith(".sqsh"):
+        sqsh = squash_path(image, str(PurePosixPath(paths.job_dir).parent))
+        lines = squash_lines(image, sqsh, job.force_squash)
+        image = sqsh
+    shared = [paths.home] + ([paths.artifacts_root] if not paths.artifacts_root.startswith(paths.home + "/") else [])
+    return image, lines, tuple(dict.fromkeys([*_slurm_profile(job).mounts, *(f"{d}:{d}" for d in shared)]))
+
+
+def write_secrets(job: Job, job_dir: Path, names: Sequence[str], generated: dict[str, str] | None = None) -> None:
+    """<job dir>/.secrets.env (mode 0600): the profile's secret variables and any generated ones, never in a script."""
+    from nemotron.jobs import write_atomic
+
+    values = {k: v for k, v in _slurm_profile(job).env_vars.items() if k in names} | (generated or {})
+    write_atomic(job_dir / SECRETS_FILE, "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(values.items())), mode=0o600)
+
+
+def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None) -> SlurmPlan:
+    """The job as Slurm sees it. `served` makes it heterogeneous: rm/serve in group 0, the step in group 1."""
+    p = _slurm_profile(job)
+    task = job.step_id.replace("/", "-").replace(".", "-")
+    nproc = p.gpus_per_node or p.ntasks_per_node
+    distributed = job.launch == "torchrun" and p.nodes * nproc > 1
+    # NeMo-Run writes --gpus-per-node for every group once the first has it: all groups set it, or none.
+    gpus = p.gpus_per_node or None
+
+    quoted_env, secret_names = job_env(job, paths)
     setup: list[str] = []
     if served is not None:
         secret_names.append(REWARD_TOKEN_ENV)
@@ -272,23 +292,16 @@ def plan_slurm(
         setup.append(f"export {REWARD_PORT_ENV}=$((20000 + SLURM_JOB_ID % 10000))")
     if secret_names:
         setup.insert(0, secrets_source_line(f"{paths.job_dir}/{SECRETS_FILE}"))
-    image = p.container_image
-    if image and not image.endswith(".sqsh"):
-        sqsh = squash_path(image, jobs_root)
-        setup += squash_lines(image, sqsh, job.force_squash)
-        image = sqsh
-    mounts: tuple[str, ...] = ()
-    if image:
-        shared = [paths.home] + ([paths.artifacts_root] if not paths.artifacts_root.startswith(paths.home + "/") else [])
-        mounts = tuple(dict.fromkeys([*p.mounts, *(f"{d}:{d}" for d in shared)]))
+    image, import_lines, mounts = container(job, paths, p.container_image)
+    setup += import_lines
 
     if served is None:
-        cmd = command or step_command(job, paths, p.nodes, nproc, "$head_node_ip")
+        cmd = step_command(job, paths, p.nodes, nproc, "$head_node_ip")
         groups: tuple[SrunGroup, ...] = (SrunGroup(task, cmd, p.nodes, 1 if distributed else p.ntasks_per_node, gpus),)
     else:
         threads = p.cpus_per_task or 1
         # The policy waits inside `bash -c`, where the script's unexported het_group_host_* are gone: export them.
-        policy = command or step_command(job, paths, p.nodes, nproc, f"${RDZV_HOST_ENV}")
+        policy = step_command(job, paths, p.nodes, nproc, f"${RDZV_HOST_ENV}")
         policy_env = [(REWARD_URL_ENV, f'"http://${{het_group_host_0}}:${{{REWARD_PORT_ENV}}}"')]
         if distributed:
             policy_env.append((RDZV_HOST_ENV, '"${het_group_host_1}"'))
@@ -408,8 +421,6 @@ def render_text(plan: SlurmPlan) -> str:
     head = [f"# submitted with: {' '.join(SBATCH_COMMAND)} {plan.paths.nemorun_jobs}/{EXPERIMENT_TITLE}/{plan.experiment_id}/{plan.task}_sbatch.sh"]
     if plan.secret_names:
         head.append(f"# {plan.paths.job_dir}/{SECRETS_FILE} (mode 0600) exports: {', '.join(plan.secret_names)}")
-    for name in plan.files:
-        head.append(f"# {plan.paths.job_dir}/{name}: shown above")
     return "\n".join(head) + "\n" + render_sbatch(plan)
 
 
@@ -462,19 +473,12 @@ def submit_plan(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> str:
 
 def submit_job(job: Job, job_dir: Path, plan: SlurmPlan) -> dict[str, Any]:
     """Write the job's cluster-side files, submit the plan through NeMo-Run, return what status.json records."""
-    from nemotron.jobs import write_atomic
     from nemotron.launch.remote import nemo_run
 
     profile = _slurm_profile(job)
-    values = {k: v for k, v in profile.env_vars.items() if k in plan.secret_names}
-    if REWARD_TOKEN_ENV in plan.secret_names:
-        values[REWARD_TOKEN_ENV] = secrets.token_urlsafe(24)
-    files = dict(plan.files)
     if plan.secret_names:
-        write_atomic(job_dir / SECRETS_FILE, "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(values.items())), mode=0o600)
-        files[SECRETS_FILE] = ""
-    for name, text in plan.files.items():
-        write_atomic(job_dir / name, text)
+        token = {REWARD_TOKEN_ENV: secrets.token_urlsafe(24)} if REWARD_TOKEN_ENV in plan.secret_names else {}
+        write_secrets(job, job_dir, plan.secret_names, token)
     with nemo_run() as run:
         if profile.tunnel == "ssh":
             _upload(run, profile, job_dir, plan)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.compile import Job
-from nemotron.engines.base import Launch, Placement, RayDriver, StepProcess
-from nemotron.launch import remote, slurm
+from nemotron.engines.base import Launch, Placement, StepProcess
+from nemotron.launch import ray_slurm, remote, slurm
 from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
 
@@ -27,13 +27,6 @@ def _python(job: Job) -> str:
     return profile.python or ("python" if profile.container_image else sys.executable if profile.tunnel == "local" else "python3")
 
 
-def ray_plan(job: Job, where: Placement, launch: RayDriver) -> Any:
-    """The Ray cluster of an engine's driver, on the profile's nodes, in the engine's image."""
-    from nemotron.launch import ray_slurm
-
-    return ray_slurm.plan_for(job, where, launch)
-
-
 class SlurmExecutor:
     kind = "slurm"
     cheap_refresh = False
@@ -48,21 +41,19 @@ class SlurmExecutor:
     def render(self, job: Job, where: Placement, launch: Launch) -> str:
         if isinstance(launch, StepProcess):
             return slurm.render_text(slurm_plan(job))
-        from nemotron.launch import ray_slurm
-
-        return ray_slurm.render_text(ray_plan(job, where, launch))
+        return ray_slurm.render_text(ray_slurm.plan_for(job, where, launch))
 
     def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
         if isinstance(launch, StepProcess):
             return remote.submit_remote(job, job_dir, lambda: slurm.submit_job(job, job_dir, slurm_plan(job)), self)
-        from nemotron.launch import ray_slurm
-
-        plan = ray_plan(job, where, launch)
+        plan = ray_slurm.plan_for(job, where, launch)
         return remote.submit_remote(job, job_dir, lambda: ray_slurm.submit(job, job_dir, plan, launch), self)
 
     # ------------------------------------------------------------------ the scheduler's answers (remote.Scheduler)
 
     def state(self, status: dict[str, Any]) -> str:
+        if status.get("launch") == "ray":  # submitted as a NeMo-Run Ray cluster, not through the torchx runner
+            return ray_slurm.state(_profile_of(status), status)
         with remote.nemo_run() as run:
             app = remote.runner(run).status(str(status["handle"]))
         return remote.APP_STATES.get(app.state.name, "unknown") if app is not None else "unknown"
@@ -76,6 +67,9 @@ class SlurmExecutor:
         return remote.LogTail(lambda: remote.step_log_files(read_status(job_dir), role))
 
     def cancel_remote(self, status: dict[str, Any]) -> None:
+        if status.get("launch") == "ray":
+            ray_slurm.cancel(_profile_of(status), status)
+            return
         with remote.nemo_run() as run:
             remote.runner(run).cancel(str(status["handle"]))
 
@@ -90,3 +84,7 @@ class SlurmExecutor:
     def cancel(self, job_dir: Path) -> dict[str, Any]:
         return remote.cancel(job_dir, self)
 
+
+def _profile_of(status: dict[str, Any]) -> SlurmProfile:
+    """The profile a job was submitted with (kept in status.json: job.yaml's copy has its secrets masked)."""
+    return SlurmProfile.model_validate(status["profile"])

@@ -1,0 +1,271 @@
+"""A Ray cluster across a Slurm allocation, for engines that bring their own driver (NeMo-RL): the sbatch script
+(pure, every path quoted) and its submission, state and cancel through NeMo-Run's Slurm Ray API.
+
+One `ray start --head` on the first node, one `ray start --address` on each other node, then the driver once on
+the head (`srun --overlap`), which first waits until every node has joined. Each raylet gets a port block of its
+own (derived from the Slurm job id and the node's index), so two jobs on one node, or two raylets on one host,
+never collide; the script stops the raylets itself when the driver ends, so the job does not linger.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nemotron.compile import Job
+from nemotron.engines.base import Placement, RayDriver
+from nemotron.launch import slurm
+from nemotron.paths import nemotron_home
+from nemotron.profiles import SlurmProfile
+
+DRIVER_FILE = "ray_driver.sh"
+READY_TIMEOUT_S = 600  # pulling a container and starting raylets on many nodes takes minutes
+# A raylet's ports: BASE + (job id % JOBS) * JOBS_STRIDE + (node index % NODES) * NODE_STRIDE + offset, all
+# below Linux's ephemeral range (32768+), so no outgoing connection takes one first.
+PORT_BASE, PORT_JOBS, PORT_JOB_STRIDE, PORT_NODES, PORT_NODE_STRIDE = 10000, 12, 1600, 8, 200
+_PORT_OFFSETS = {  # within a node's block of 200; workers take [20, 199]
+    "node-manager-port": 0, "object-manager-port": 1, "dashboard-agent-listen-port": 2,
+    "dashboard-agent-grpc-port": 3, "metrics-export-port": 4, "runtime-env-agent-port": 5,
+}
+GCS_OFFSET, CLIENT_OFFSET, MIN_WORKER_OFFSET, MAX_WORKER_OFFSET = 6, 7, 20, 199
+HEAD, WORKER, WORKER_INDEX = '"$head"', '"${nodes[$i]}"', '"$i"'  # shell words of the script's own variables
+
+
+@dataclass(frozen=True)
+class RayPlan:
+    """Everything the Ray sbatch script depends on: the one input of `render_sbatch` and `submit`."""
+
+    job_id: str
+    cluster_dir: str  # NeMo-Run's dir of this Ray cluster: ray.sub and logs/ live there
+    job_dir: str  # the step's job dir on shared storage (the engine's files and the driver script)
+    nodes: int
+    gpus_per_node: int
+    time: str
+    account: str | None = None
+    partition: str | None = None
+    cpus_per_task: int | None = None
+    mem: str | None = None
+    container_image: str | None = None
+    mounts: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # exported in the script; values are shell words
+    setup: tuple[str, ...] = ()
+    secret_names: tuple[str, ...] = ()
+    driver_script: str = ""  # the text of <job dir>/ray_driver.sh
+    files: tuple[tuple[str, str], ...] = ()  # the engine's files for the job dir
+
+    @property
+    def name(self) -> str:
+        """The Ray cluster's name in NeMo-Run (its dir under the experiments root)."""
+        return self.job_id
+
+    @property
+    def job_name(self) -> str:
+        return f"{slurm.JOB_NAME_PREFIX}{self.name}"  # what NeMo-Run's SlurmRayRequest.get_job_name gives
+
+    @property
+    def role(self) -> str:
+        return f"{self.name}-driver"
+
+    @property
+    def logs(self) -> str:
+        return f"{self.cluster_dir}/logs"
+
+    @property
+    def sbatch_path(self) -> str:
+        return f"{self.cluster_dir}/ray.sub"
+
+
+def plan_for(job: Job, where: Placement, launch: RayDriver) -> RayPlan:
+    profile = job.profile
+    assert isinstance(profile, SlurmProfile), profile
+    paths = slurm.cluster_paths(job, nemotron_home(), profile.python or "python")
+    env, secret_names = slurm.job_env(job, paths)
+    setup = [slurm.secrets_source_line(f"{paths.job_dir}/{slurm.SECRETS_FILE}")] if secret_names else []
+    image, import_lines, mounts = slurm.container(job, paths, launch.image or None)
+    return RayPlan(
+        job_id=job.job_id, cluster_dir=f"{paths.nemorun_jobs}/{job.job_id}", job_dir=where.job_dir, nodes=where.nodes,
+        gpus_per_node=where.gpus_per_node, time=profile.time, account=profile.account, partition=slurm.partition_for(job),
+        cpus_per_task=profile.cpus_per_task, mem=profile.mem, container_image=image, mounts=mounts, env=env,
+        setup=(*setup, *import_lines, *profile.setup), secret_names=tuple(secret_names),
+        driver_script=driver_script(launch.command), files=launch.files,
+    )
+
+
+# ----------------------------------------------------------------------------- rendering (pure)
+
+def driver_script(command: str, timeout_s: int = READY_TIMEOUT_S) -> str:
+    """<job dir>/ray_driver.sh: wait until all $NEMOTRON_RAY_NODES nodes joined, then the engine's command."""
+    active = "awk '/^Active:/{a=1;next} /^[A-Z][a-z]+:/{a=0} a && /node_/{n++} END{print n+0}'"
+    return f"""#!/bin/bash
+# Runs once, on the Ray head, after `ray start` on every node (written by nemotron; see ray.sub beside the logs).
+set -uo pipefail
+want=$NEMOTRON_RAY_NODES
+n=0
+for i in $(seq {timeout_s // 2}); do
+    n=$(ray status --address "$RAY_ADDRESS" 2>/dev/null | {active})
+    [ "$n" -ge "$want" ] && break
+    sleep 2
+done
+if [ "$n" -lt "$want" ]; then
+    echo "nemotron: only $n of $want Ray nodes joined within {timeout_s} s" >&2
+    exit 1
+fi
+echo "nemotron: Ray cluster ready: $n node(s) at $RAY_ADDRESS"
+set -e
+{command}
+"""
+
+
+def _flags(plan: RayPlan) -> list[str]:
+    values: dict[str, Any] = {
+        "job-name": plan.job_name, "nodes": plan.nodes, "ntasks-per-node": 1, "time": plan.time,
+        "output": f"{plan.logs}/sbatch_{plan.job_name}_%j.out", "account": plan.account, "partition": plan.partition,
+        "cpus-per-task": plan.cpus_per_task, "mem": plan.mem, "gpus-per-node": plan.gpus_per_node or None,
+    }
+    return [f"#SBATCH --{k}={shlex.quote(str(v))}" for k, v in values.items() if v is not None]
+
+
+def _srun(plan: RayPlan, where: str, log: str, *, overlap: bool = False) -> str:
+    """`srun` on one node (`where` is a shell word), its output in `log`, in the container when there is one."""
+    words = ["srun", *(["--overlap"] if overlap else []), "--nodes=1", "--ntasks=1", "-w", where, "--output", log]
+    if plan.container_image:
+        words += ["--container-image", shlex.quote(plan.container_image), "--no-container-mount-home"]
+        if plan.mounts:
+            words += ["--container-mounts", shlex.quote(",".join(plan.mounts))]
+    return " ".join(words)
+
+
+def _ports(node: str) -> str:
+    block = f"$(( {PORT_BASE} + (SLURM_JOB_ID % {PORT_JOBS}) * {PORT_JOB_STRIDE} + ({node} % {PORT_NODES}) * {PORT_NODE_STRIDE} ))"
+    lines = [f"b={block}"]
+    flags = " ".join(f"--{k}=$((b + {v}))" for k, v in _PORT_OFFSETS.items())
+    lines.append(f'ports="{flags} --min-worker-port=$((b + {MIN_WORKER_OFFSET})) --max-worker-port=$((b + {MAX_WORKER_OFFSET}))"')
+    return "\n".join(lines)
+
+
+def render_sbatch(plan: RayPlan) -> str:
+    """The sbatch script: Ray head, workers, the driver once on the head, the raylets stopped at the end."""
+    q = shlex.quote
+    gpus = f" --num-gpus={plan.gpus_per_node}"
+    cpus = f" --num-cpus={plan.cpus_per_task}" if plan.cpus_per_task else ""
+    common = f'--temp-dir="/tmp/ray-$SLURM_JOB_ID-$i" --disable-usage-stats{gpus}{cpus} $ports --block'
+    logs = q(plan.logs)
+    lines = [
+        "#!/bin/bash",
+        *_flags(plan),
+        "",
+        f"# nemotron {plan.job_id}: a Ray cluster on {plan.nodes} node(s); the driver runs once on the head.",
+        "set -uo pipefail",
+        *(f"export {k}={v}" for k, v in plan.env),
+        "export RAY_AUTH_MODE=disabled  # a token file left by an earlier local ray.init() must not lock us out",
+        f"export NEMOTRON_RAY_NODES={plan.nodes}",
+        *plan.setup,
+        f"mkdir -p {logs}",
+        'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
+        'head=${nodes[0]}',
+        'head_ip=$(srun --nodes=1 --ntasks=1 -w "$head" hostname --ip-address | awk \'{print $1}\')',
+        "i=0",
+        _ports("0"),
+        f"export RAY_ADDRESS=\"$head_ip:$((b + {GCS_OFFSET}))\"",
+        "",
+        "# the head",
+        f'{_srun(plan, HEAD, q(f"{plan.logs}/ray-head_%j.out"))} ray start --head --node-ip-address="$head_ip" '
+        f'--port=$((b + {GCS_OFFSET})) --ray-client-server-port=$((b + {CLIENT_OFFSET})) --include-dashboard=false {common} &',
+        "raylets=($!)",
+        "",
+        "# one worker per other node",
+        'for ((i = 1; i < ${#nodes[@]}; i++)); do',
+        *("    " + line for line in _ports("i").splitlines()),
+        f'    {_srun(plan, WORKER, q(f"{plan.logs}/ray-worker-") + WORKER_INDEX + "_%j.out")} '
+        f'ray start --address="$RAY_ADDRESS" {common} &',
+        "    raylets+=($!)",
+        "done",
+        "",
+        "# the driver, once, on the head: it waits for every node, then runs the engine's command",
+        f'{_srun(plan, HEAD, q(f"{plan.logs}/log-{slurm.JOB_NAME_PREFIX}{plan.role}_%j.out"), overlap=True)} '
+        f"bash {q(f'{plan.job_dir}/{DRIVER_FILE}')}",
+        "code=$?",
+        "",
+        "# stop the raylets (their sruns end with them), so the job ends now rather than at its time limit",
+        'kill "${raylets[@]}" 2>/dev/null',
+        "for _ in $(seq 30); do jobs -r | grep -q . || break; sleep 1; done",
+        'echo "job exited with code $code"',
+        "exit $code",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_text(plan: RayPlan) -> str:
+    """What --dry-run shows after the engine's files: the driver script, the submit command, the script."""
+    head = [f"# ---- {plan.job_dir}/{DRIVER_FILE}", plan.driver_script.rstrip(), f"# ---- submitted with: sbatch --parsable {plan.sbatch_path}"]
+    if plan.secret_names:
+        head.append(f"# {plan.job_dir}/{slurm.SECRETS_FILE} (mode 0600) exports: {', '.join(plan.secret_names)}")
+    return "\n".join(head) + "\n" + render_sbatch(plan)
+
+
+# ----------------------------------------------------------------------------- submission and control (NeMo-Run)
+
+def submit(job: Job, job_dir: Path, plan: RayPlan, launch: RayDriver) -> dict[str, Any]:
+    """Write the driver script and the engine's files into the job dir, submit through NeMo-Run's Slurm Ray API,
+    return what status.json records."""
+    from nemotron.jobs import write_atomic
+    from nemotron.launch.remote import nemo_run
+
+    if plan.secret_names:
+        slurm.write_secrets(job, job_dir, plan.secret_names)
+    for name, text in plan.files:
+        write_atomic(job_dir / name, text)
+    write_atomic(job_dir / DRIVER_FILE, plan.driver_script, mode=0o755)
+    profile = job.profile
+    assert isinstance(profile, SlurmProfile)
+    with nemo_run() as run:
+        from nemotron.launch.nemo_run_ray import ScriptedSlurmRayCluster
+
+        executor = slurm_executor(run, profile, str(Path(plan.cluster_dir).parent))
+        slurm_id = ScriptedSlurmRayCluster(name=plan.name, executor=executor).create_from_script(render_sbatch(plan))
+    return {"handle": f"ray://{plan.name}", "remote_id": slurm_id, "remote_dir": plan.logs, "roles": [plan.role],
+            "launch": "ray", "ray_name": plan.name, "ray_root": str(Path(plan.cluster_dir).parent),
+            "register": dict(launch.outputs),
+            # what status and cancel need to reach the cluster again (no secrets: job.yaml's profile is masked)
+            "profile": profile.model_dump(mode="json", include={"executor", "tunnel", "host", "user", "identity", "account"})}
+
+
+def slurm_executor(run: Any, profile: SlurmProfile, root: str) -> Any:
+    """The NeMo-Run executor whose tunnel reaches the cluster; only its tunnel and job-name prefix are used."""
+    if profile.tunnel == "local":
+        tunnel = run.LocalTunnel(job_dir=root)
+    else:
+        tunnel = run.SSHTunnel(host=profile.host or "", user=profile.user or "", job_dir=root, identity=profile.identity)
+    return run.SlurmExecutor(account=profile.account, tunnel=tunnel, job_name_prefix=slurm.JOB_NAME_PREFIX)
+
+
+_STATES = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "RUNNING": "running",
+           "COMPLETING": "running", "COMPLETED": "succeeded", "CANCELLED": "cancelled", "FAILED": "failed",
+           "TIMEOUT": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed", "PREEMPTED": "failed",
+           "BOOT_FAIL": "failed", "DEADLINE": "failed"}
+
+
+def _job(run: Any, profile: SlurmProfile, status: dict[str, Any]) -> Any:
+    from nemotron.launch.nemo_run_ray import SlurmRayJob
+
+    job = SlurmRayJob(name=str(status["ray_name"]), executor=slurm_executor(run, profile, str(status["ray_root"])))
+    job.job_id = str(status["remote_id"])
+    return job
+
+
+def state(profile: SlurmProfile, status: dict[str, Any]) -> str:
+    from nemotron.launch.remote import nemo_run
+
+    with nemo_run() as run:
+        found = str(_job(run, profile, status).status(display=False).get("state") or "UNKNOWN")
+    return _STATES.get(found.split()[0].rstrip("+"), "unknown")  # sacct says "CANCELLED by 0"
+
+
+def cancel(profile: SlurmProfile, status: dict[str, Any]) -> None:
+    from nemotron.launch.remote import nemo_run
+
+    with nemo_run() as run:
+        _job(run, profile, status).stop(wait=False)

@@ -1,0 +1,134 @@
+"""backend=nemo_rl for real on the local 2-node Slurm: nemotron brings up Ray across both nodes through NeMo-Run's
+Slurm Ray API, runs the compiled driver once on the head, converts and registers the outputs with lineage.
+
+NeMo-RL itself cannot run here (GPUs, its container), so `nemo_rl_dir` points at tests/fixtures/fake_nemo_rl: the
+same entry scripts and converters at the same paths, which check the config they get, join the Ray cluster, run a
+task on every node, and leave a checkpoint where NeMo-RL would. Everything else is the real launch path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE = REPO / "tests" / "fixtures" / "fake_nemo_rl"
+# our tiny presets score with a task NeMo-RL does not have, and put the KL per token: the engine refuses both
+NEMO_RL_TINY = ["backend=nemo_rl", "eval.task=null"]
+FINAL = ("succeeded", "failed", "cancelled")
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def env(home: Path, tmp_path: Path) -> dict[str, str]:
+    path = f"{FAKE / 'bin'}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+    (tmp_path / "env.toml").write_text(f"""
+[ray2]
+extends = "local_slurm"
+nodes = 2
+cpus_per_task = 1
+nemo_rl_image = ""
+nemo_rl_dir = "{FAKE}"
+env_vars = {{ PATH = "{path}" }}
+
+[ray2_slow]
+extends = "ray2"
+env_vars = {{ PATH = "{path}", FAKE_NEMO_RL_SLEEP_S = "300" }}
+
+[ray2_crash]
+extends = "ray2"
+env_vars = {{ PATH = "{path}", FAKE_NEMO_RL_EXIT = "1" }}
+""")
+    return {**os.environ, "COLUMNS": "200", "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml")}
+
+
+def nemotron(env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def status(home: Path, job_id: str) -> dict[str, Any]:
+    return dict(json.loads((home / "jobs" / job_id / "status.json").read_text()))
+
+
+def sacct(slurm_id: str) -> str:
+    out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True).stdout
+    return out.split("\n")[0].split(" ")[0]
+
+
+def raylets_of(slurm_id: str) -> list[str]:
+    """Processes still using this job's Ray temp dirs (/tmp/ray-<slurm id>-<node>)."""
+    out = subprocess.run(["pgrep", "-af", f"/tmp/ray-{slurm_id}-"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout:.0f} s: {what}")
+
+
+def test_reinforce_runs_once_on_a_two_node_ray_cluster_and_registers_its_policy(env: dict[str, str], home: Path) -> None:
+    started = time.monotonic()
+    done = nemotron(env, "steps", "run", "rl/reinforce", "-c", "tiny", *NEMO_RL_TINY,
+                    "reinforce.kl_in=reward_sequence_mean", "-r", "ray2")
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "fake NeMo-RL grpo: 2 alive Ray nodes (cluster.num_nodes=2)" in done.stderr
+    assert done.stderr.count("fake NeMo-RL grpo:") == 1  # the driver ran once, on the head
+    seen = done.stderr.split("ran one task on each node: ")[1].splitlines()[0]
+    assert ":node1:" in seen and ":node2:" in seen
+    (job_dir,) = (home / "jobs").iterdir()
+    st = status(home, job_dir.name)
+    assert st["state"] == "succeeded" and st["exit_code"] == 0 and st["registered"] == ["tiny_reinforce_policy:v1"]
+    assert sacct(str(st["remote_id"])) == "COMPLETED" and raylets_of(str(st["remote_id"])) == []
+    lineage = nemotron(env, "artifacts", "lineage", "tiny_reinforce_policy:v1")
+    assert lineage.returncode == 0 and "sft_policy" in lineage.stdout and "prompts" in lineage.stdout, lineage.stdout
+    print(f"submit to succeeded and registered: {took:.1f} s")
+
+
+def test_ppo_in_batch_registers_policy_and_critic_and_its_logs_show(env: dict[str, str], home: Path) -> None:
+    done = nemotron(env, "steps", "run", "rl/ppo", "-c", "tiny", *NEMO_RL_TINY, "-b", "ray2")
+    assert done.returncode == 0, done.stderr[-4000:]
+    job_id = done.stdout.strip().splitlines()[-1]
+    wait_for(lambda: json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] in FINAL, 180, "the end")
+    assert status(home, job_id)["state"] == "succeeded", status(home, job_id)
+    assert sorted(status(home, job_id)["registered"]) == ["tiny_ppo_critic:v1", "tiny_ppo_policy:v1"]
+    logs = nemotron(env, "jobs", "logs", job_id)
+    assert "fake NeMo-RL ppo: 2 alive Ray nodes" in logs.stdout and ":node1:" in logs.stdout and ":node2:" in logs.stdout and "converted " in logs.stdout
+
+
+def test_cancel_stops_the_ray_cluster_and_registers_nothing(env: dict[str, str], home: Path) -> None:
+    done = nemotron(env, "steps", "run", "rl/rlhf", "-c", "tiny", *NEMO_RL_TINY, "-b", "ray2_slow")
+    assert done.returncode == 0, done.stderr[-4000:]
+    job_id = done.stdout.strip().splitlines()[-1]
+    log = lambda: "".join(p.read_text() for p in Path(status(home, job_id)["remote_dir"]).glob("log-*.out"))  # noqa: E731
+    wait_for(lambda: Path(status(home, job_id)["remote_dir"]).is_dir() and "alive Ray nodes" in log(), 120, "the driver")
+
+    cancelled = nemotron(env, "jobs", "cancel", job_id)
+
+    assert cancelled.returncode == 0, cancelled.stderr
+    st = status(home, job_id)
+    assert st["state"] == "cancelled" and "registered" not in st
+    slurm_id = str(st["remote_id"])
+    wait_for(lambda: sacct(slurm_id).startswith("CANCELLED"), 60, "Slurm to record the cancel")
+    wait_for(lambda: raylets_of(slurm_id) == [], 60, "the raylets to stop")
+
+
+def test_a_crashed_driver_fails_the_job_with_its_exit_code_and_registers_nothing(env: dict[str, str], home: Path) -> None:
+    done = nemotron(env, "steps", "run", "rl/rlhf", "-c", "tiny", *NEMO_RL_TINY, "-r", "ray2_crash")
+    assert done.returncode == 1, done.stderr[-4000:]
+    assert "fake NeMo-RL: failing on purpose" in done.stderr
+    (job_dir,) = (home / "jobs").iterdir()
+    st = status(home, job_dir.name)
+    assert st["state"] == "failed" and st["exit_code"] == 1 and "registered" not in st
+    assert nemotron(env, "artifacts", "ls", "--json").stdout.count("tiny_rlhf_policy") == 0
