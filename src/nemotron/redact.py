@@ -8,13 +8,24 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 MASK = "***"
-_SECRET_NAME = re.compile(r"(key|token|secret|passw(or)?d|passwd|credential|auth|cookie|private)", re.IGNORECASE)
+# Secret-looking name parts (a name splits at _ . - and camelCase): `token`, `api_key`, `WANDB_API_KEY`, `authToken`
+# are secrets; `max_new_tokens`, `token_level_loss`, `keyword` are not (a part must be one of these words).
+_SECRET_PARTS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential", "credentials",
+                           "auth", "authorization", "cookie", "private", "bearer"})
+_PARTS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+# names that only describe how tokens are counted or handled, never hold one
+_NOT_SECRET = frozenset({"token_level_loss", "tokenizer"})
 # Values shorter than this are not hunted for in free text: they would mask innocent substrings.
 _MIN_VALUE_LEN = 6
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
+    """True when one of the name's parts is a secret word: `judge.token`, `WANDB_API_KEY`, `authToken`; not
+    `max_new_tokens`, `token_level_loss`, `keyword` or `monkey`."""
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf.lower() in _NOT_SECRET:
+        return False
+    return any(part.lower() in _SECRET_PARTS for part in _PARTS.findall(leaf))
 
 
 def redact_tree(tree: Any) -> Any:

@@ -37,14 +37,35 @@ CASES = [
     for step in ("rl/reinforce", "rl/ppo", "rl/rlhf")
 ] + [
     # rl/rlhf with a served reward-model judge: the heterogeneous job (judge detected from the local dir)
-    ("local_slurm", "rl/rlhf", "default", ("judge.kind=reward_model", "env.should_use_nemo_gym=false",
+    ("local_slurm", "rl/rlhf", "default", ("backend=builtin", "judge.kind=reward_model", "env.should_use_nemo_gym=false",
                                            f"env.nemo_gym.genrm_model.responses_api_models.vllm_model.model={RM}")),
     ("slurm_rlhf", "rl/reinforce", "default", ("--force-squash",)),
-    ("slurm_rlhf", "rl/rlhf", "default", ("backend=nemo_rl",)),
-    ("lepton_rl", "rl/rlhf", "default", ("backend=nemo_rl",)),
-    ("slurm_rlhf", "rl/rlhf", "default", ("backend=nemo_rl", "judge.kind=reward_model", "env.should_use_nemo_gym=false",
+    # backend=nemo_rl (rl/rlhf's default preset): a Ray head, workers and one driver on 1, 2 and 8 nodes
+    ("slurm_1node", "rl/rlhf", "default", ()),
+    ("slurm_8nodes", "rl/rlhf", "default", ()),
+    ("lepton_1node", "rl/rlhf", "default", ()),
+    ("lepton_8nodes", "rl/rlhf", "default", ()),
+    ("slurm_rlhf", "rl/reinforce", "default", ("backend=nemo_rl",)),
+    ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_rl",)),
+    ("slurm_rlhf", "rl/rlhf", "default", ("judge.kind=reward_model", "env.should_use_nemo_gym=false",
                                           "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=/models/rm")),
+    ("slurm_rlhf", "rl/rlhf", "default", ("backend=builtin", "judge.mode=pointwise")),
 ]
+# node counts beyond the shipped templates (slurm_rlhf and lepton_rl have 2 and 1 nodes)
+PROFILES = """
+[slurm_1node]
+extends = "slurm_rlhf"
+nodes = 1
+[slurm_8nodes]
+extends = "slurm_rlhf"
+nodes = 8
+[lepton_1node]
+extends = "lepton_rl"
+nodes = 1
+[lepton_8nodes]
+extends = "lepton_rl"
+nodes = 8
+"""
 
 
 def _name(profile: str, step: str, extra: tuple[str, ...]) -> str:
@@ -53,6 +74,7 @@ def _name(profile: str, step: str, extra: tuple[str, ...]) -> str:
 
 
 def render(profile: str, step: str, preset: str, extra: tuple[str, ...], home: Path, tmp_path: Path) -> str:
+    (tmp_path / "env.toml").write_text(PROFILES)  # the working directory: found by walking up from it
     rm = _reward_model_dir(tmp_path) if any(RM in e for e in extra) else None
     overrides = [e.replace(RM, str(rm)) for e in extra if not e.startswith("--")]
     job = compile_job(Catalog(), step, preset, overrides, profile_name=profile, mode="batch",
@@ -78,5 +100,5 @@ def test_dry_run_matches_golden(profile: str, step: str, preset: str, extra: tup
 
 def test_goldens_have_no_unnormalised_paths() -> None:
     """A golden holding this machine's paths would break on any other checkout."""
-    leaks = [(g.name, p) for g in GOLDEN.glob("*.txt") for p in (str(REPO), sys.executable, "/tmp/") if p in g.read_text()]
+    leaks = [(g.name, p) for g in GOLDEN.glob("*.txt") for p in (str(REPO), sys.executable, "/tmp/pytest-") if p in g.read_text()]
     assert GOLDEN.is_dir() and not leaks

@@ -1,5 +1,6 @@
 """A loopback stub of the Lepton workspace API: the endpoints leptonai's APIClient calls for NeMo-Run's
-LeptonExecutor (node groups, jobs, replicas, logs), recording every request.
+LeptonExecutor (node groups, jobs, replicas, logs) and LeptonRayJob (rayclusters, and Ray's job API behind a
+cluster's dashboard path: version, working_dir packages, jobs, stop, logs), recording every request.
 
 Jobs named `data-mover-*` (NeMo-Run copies the job dir with them) complete at once; other jobs are Running
 until the test sets their state. Point the SDK at it with LEPTON_WORKSPACE_URL/_ID/_TOKEN (`stub.env`).
@@ -20,6 +21,7 @@ import pytest
 NODE_GROUP = {"name": "my-node-group", "id": "ng-0123"}
 NODES = ["node-a", "node-b"]
 TOKEN = "stub-token-0123456789"
+RAY_VERSION = "2.60.0"
 
 
 @dataclass
@@ -36,6 +38,9 @@ class LeptonStub:
     requests: list[Recorded] = field(default_factory=list)
     states: dict[str, str] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
+    clusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # RayCluster id -> its spec
+    packages: dict[str, bytes] = field(default_factory=dict)  # Ray working_dir packages, by name
+    ray_jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # submission id -> job details
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -71,7 +76,11 @@ def _handler(stub: LeptonStub) -> type[BaseHTTPRequestHandler]:
         def _record(self) -> tuple[str, Any]:
             path = urlsplit(self.path).path
             length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else None
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:  # a Ray working_dir package (zip bytes)
+                body = raw
             with stub.lock:
                 stub.requests.append(Recorded(self.command, path, body, self.headers.get("Authorization", "")))
             return path, body
@@ -79,6 +88,8 @@ def _handler(stub: LeptonStub) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             path, _ = self._record()
             parts = path.strip("/").split("/")
+            if parts[0] == "rayclusters":
+                return self._raycluster_get(parts)
             if path == "/dedicated-node-groups":
                 return self._reply([{"metadata": NODE_GROUP, "spec": {}, "status": {}}])
             if parts[0] == "dedicated-node-groups" and parts[-1] == "nodes":
@@ -96,6 +107,12 @@ def _handler(stub: LeptonStub) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             path, body = self._record()
+            parts = path.strip("/").split("/")
+            if path == "/rayclusters":
+                stub.clusters[body["metadata"]["id"]] = body
+                return self._reply({})
+            if parts[0] == "rayclusters" and parts[2:4] == ["dashboard", "api"]:
+                return self._ray_post(parts[4:], body)
             if path == "/jobs":
                 job_id = body["metadata"]["id"]
                 stub.states[job_id] = "Completed" if job_id.startswith("data-mover") else "Running"
@@ -106,9 +123,48 @@ def _handler(stub: LeptonStub) -> type[BaseHTTPRequestHandler]:
             self._record()
             return self._reply({})
 
+        def do_PUT(self) -> None:
+            path, body = self._record()
+            stub.packages[path.rsplit("/", 1)[-1]] = body
+            return self._reply({})
+
+        def _raycluster_get(self, parts: list[str]) -> None:
+            name = parts[1] if len(parts) > 1 else ""
+            if len(parts) == 2:
+                if name not in stub.clusters:
+                    return self._reply({"code": "not_found", "message": f"raycluster {name} not found"}, 404)
+                return self._reply({**stub.clusters[name], "status": {"state": "Ready"}})
+            api = parts[4:]  # rayclusters/<name>/dashboard/api/...
+            if api == ["version"]:
+                return self._reply({"version": "4", "ray_version": RAY_VERSION, "ray_commit": "stub"})
+            if api[:1] == ["packages"]:
+                return self._reply({}, 200 if api[-1] in stub.packages else 404)
+            if api == ["jobs"]:
+                return self._reply(list(stub.ray_jobs.values()))
+            if api[:1] == ["jobs"] and len(api) == 2:
+                return self._reply(stub.ray_jobs[api[1]])
+            if api[:1] == ["jobs"] and api[-1] == "logs":
+                return self._reply({"logs": stub.logs.get(api[1], "")})
+            return self._reply({"error": f"no route {parts}"}, 404)
+
+        def _ray_post(self, api: list[str], body: Any) -> None:
+            if api == ["jobs"]:
+                sid = body["submission_id"]
+                stub.ray_jobs[sid] = {"type": "SUBMISSION", "job_id": None, "submission_id": sid, "status": "RUNNING",
+                                      "entrypoint": body["entrypoint"], "runtime_env": body.get("runtime_env")}
+                return self._reply({"job_id": sid, "submission_id": sid})
+            if api[:1] == ["jobs"] and api[-1] == "stop":
+                stub.ray_jobs[api[1]]["status"] = "STOPPED"
+                return self._reply({"stopped": True})
+            return self._reply({"error": f"no route {api}"}, 404)
+
         def do_DELETE(self) -> None:
             path, _ = self._record()
-            job_id = path.strip("/").split("/")[1]
+            parts = path.strip("/").split("/")
+            if parts[0] == "rayclusters":
+                stub.clusters.pop(parts[1], None)
+                return self._reply({})
+            job_id = parts[1]
             if stub.states.get(job_id) == "Running":
                 stub.states[job_id] = "Stopped"
             return self._reply({})

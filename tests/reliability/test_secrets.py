@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 PLANTED = {
     "env": "wandb-FAKE-abcdef123",  # WANDB_API_KEY in the caller's environment
     "profile_env": "hf_FAKE_1234567890",  # HF_TOKEN in the profile's env_vars
@@ -52,3 +54,21 @@ def test_secrets_never_leak(home: Path, tmp_path: Path, fixture_steps: Path, run
     assert "token available to the step: True" in (job / "logs" / "step.log").read_text()  # masked, not lost
     secrets = job / ".secrets.json"
     assert oct(secrets.stat().st_mode & 0o777) == "0o600" and PLANTED["cli"] in secrets.read_text()
+
+
+@pytest.mark.parametrize("name", ["judge.token", "WANDB_API_KEY", "HF_TOKEN", "authToken", "server.token", "db_passwd",
+                                  "api_key", "AWS_SECRET_ACCESS_KEY", "NEMOTRON_REWARD_TOKEN", "Authorization"])
+def test_secret_names_are_masked(name: str) -> None:
+    from nemotron.redact import is_secret_name
+
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["generation.max_new_tokens", "loss_fn.token_level_loss", "keyword", "monkey",
+                                  "tokenizer", "num_tokens", "max_total_sequence_length"])
+def test_names_that_only_mention_tokens_are_shown(name: str) -> None:
+    """`max_new_tokens` was masked as `***` in dry-run, config.yaml and job.yaml (a name *part* must be secret)."""
+    from nemotron.redact import is_secret_name, redact_tree
+
+    assert not is_secret_name(name)
+    assert redact_tree({name: 16}) == {name: 16}

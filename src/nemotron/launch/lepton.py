@@ -238,18 +238,23 @@ def cancel_job(job_id: str) -> None:
 # ----------------------------------------------------------------------------- the executor
 
 class _ApiLog:
-    """Lepton's log comes from its API, whole, once the job is over (not a file to tail)."""
+    """Lepton's log comes from its API, whole, once the job is over (not a file to tail): the job's first
+    replica, or the Ray job's driver log for a Ray launch."""
 
     live = False
 
-    def __init__(self, job_id: str) -> None:
-        self.job_id, self.done = job_id, False
+    def __init__(self, status: dict[str, Any]) -> None:
+        self.status, self.done = status, False
 
     def read(self) -> str:
         if self.done:
             return ""
         self.done = True
-        return "".join(job_log(self.job_id))
+        if self.status.get("launch") == "ray":
+            from nemotron.launch import ray_lepton
+
+            return ray_lepton.log_text(self.status)
+        return "".join(job_log(str(self.status.get("remote_id"))))
 
 
 class LeptonExecutor:
@@ -284,6 +289,10 @@ class LeptonExecutor:
         return remote.submit_remote(job, job_dir, lambda: ray_lepton.submit(job, job_dir, ray, launch), self)
 
     def state(self, status: dict[str, Any]) -> str:
+        if status.get("launch") == "ray":  # a RayCluster and a Ray job, not a Lepton job
+            from nemotron.launch import ray_lepton
+
+            return ray_lepton.state(status)
         return job_state(str(status["remote_id"]))
 
     def exit_code(self, status: dict[str, Any]) -> int | None:
@@ -292,9 +301,14 @@ class LeptonExecutor:
     def log_reader(self, job_dir: Path, role: str | None = None) -> _ApiLog:
         from nemotron.jobs import read_status
 
-        return _ApiLog(str(read_status(job_dir).get("remote_id")))
+        return _ApiLog(read_status(job_dir))
 
     def cancel_remote(self, status: dict[str, Any]) -> None:
+        if status.get("launch") == "ray":
+            from nemotron.launch import ray_lepton
+
+            ray_lepton.cancel(status)
+            return
         cancel_job(str(status["remote_id"]))
 
     def refresh(self, job_dir: Path) -> dict[str, Any]:

@@ -87,7 +87,8 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> RayPlan:
     return RayPlan(
         job_id=job.job_id, cluster_dir=f"{paths.nemorun_jobs}/{job.job_id}", job_dir=where.job_dir, nodes=where.nodes,
         gpus_per_node=where.gpus_per_node, time=profile.time, account=profile.account, partition=slurm.partition_for(job),
-        cpus_per_task=profile.cpus_per_task, mem=profile.mem, container_image=image, mounts=mounts, env=env,
+        # one task per node holds the node's whole CPU share (the profile's tasks x CPUs per task)
+        cpus_per_task=profile.cpus_per_task * profile.ntasks_per_node if profile.cpus_per_task else None, mem=profile.mem, container_image=image, mounts=mounts, env=env,
         setup=(*setup, *import_lines, *profile.setup), secret_names=tuple(secret_names),
         driver_script=driver_script(launch.command), files=launch.files,
     )

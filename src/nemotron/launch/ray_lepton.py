@@ -1,0 +1,186 @@
+"""A Ray cluster on DGX Cloud Lepton, for engines that bring their own driver (NeMo-RL): the RayCluster spec
+(pure), and the job run on it, both through NeMo-Run's Lepton Ray API (`LeptonRayJob`).
+
+The cluster is one head plus `nodes - 1` workers of the profile's resource shape, in the engine's image, on the
+profile's node group and mounts. The job's files (the engine's config, the driver script) travel as the Ray job's
+`working_dir` package; its entrypoint copies them into the job dir on the shared mount and runs the driver once.
+nemotron deletes the RayCluster once it sees the job end (`jobs status`, `jobs logs -f`, an attached run), so the
+nodes are not held after the run.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nemotron.compile import Job
+from nemotron.engines.base import Placement, RayDriver
+from nemotron.errors import UserError
+from nemotron.launch.lepton import lepton_name, nemo_run_dir
+from nemotron.launch.ray_slurm import DRIVER_FILE, driver_script
+from nemotron.profiles import LeptonProfile
+
+# The state Lepton reports for a RayCluster whose head and workers all run (nemo_run's RAY_READY_STATE).
+READY_STATE = "Ready"
+# Ray job states (ray.job_submission.JobStatus) -> ours
+STATES = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "cancelled"}
+
+
+@dataclass(frozen=True)
+class LeptonRayPlan:
+    name: str  # the RayCluster's id: Kubernetes-safe, at most 35 characters
+    nodes: int
+    gpus_per_node: int
+    image: str
+    profile: LeptonProfile
+    job_dir: str  # on the shared mount
+    env: tuple[tuple[str, str], ...]
+    files: tuple[tuple[str, str], ...]  # (name, text) shipped in the job's working_dir, copied into job_dir
+
+    @property
+    def entrypoint(self) -> str:
+        """What the Ray job runs on the head, from its working_dir."""
+        q = shlex.quote(self.job_dir)
+        names = " ".join(shlex.quote(name) for name, _ in self.files)
+        return f"mkdir -p {q}/logs {q}/checkpoints && cp {names} {q}/ && NEMOTRON_RAY_NODES={self.nodes} bash {q}/{DRIVER_FILE}"
+
+
+def plan_for(job: Job, where: Placement, launch: RayDriver) -> LeptonRayPlan:
+    profile = job.profile
+    assert isinstance(profile, LeptonProfile), profile
+    if not launch.image:
+        raise UserError("on Lepton the engine runs in a container: profile nemo_rl_image cannot be empty")
+    root = nemo_run_dir(profile)
+    home = str(Path(root).parent)
+    env = (("NEMOTRON_HOME", home), ("NEMOTRON_ARTIFACTS_ROOT", profile.artifacts_root or f"{home}/artifacts"),
+           ("NEMOTRON_JOB_DIR", where.job_dir), *sorted((k, v) for k, v in profile.env_vars.items() if v))
+    files = (*launch.files, (DRIVER_FILE, driver_script(launch.command)))
+    return LeptonRayPlan(lepton_name(job.job_id), where.nodes, where.gpus_per_node, launch.image, profile,
+                         where.job_dir, env, files)
+
+
+# ----------------------------------------------------------------------------- rendering (pure)
+
+def cluster_spec(plan: LeptonRayPlan, node_group_id: str, ray_version: str) -> dict[str, Any]:
+    """The body of POST /rayclusters, as leptonai serialises NeMo-Run's LeptonRayCluster (aliases, no nulls)."""
+    p = plan.profile
+    envs: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plan.env]
+    envs += [{"name": k, "value_from": {"secret_name_ref": v}} for k, v in sorted(p.secret_vars.items())]
+    group = {
+        "affinity": {"allowed_dedicated_node_groups": [node_group_id]},
+        "resource_shape": p.resource_shape,
+        "envs": envs,
+        "mounts": [m.model_dump(by_alias=True) for m in p.mounts],
+    }
+    return {
+        "metadata": {"id": plan.name, "name": plan.name},
+        "spec": {
+            "image": plan.image,
+            "image_pull_secrets": list(p.image_pull_secrets),
+            "ray_version": ray_version,
+            "suspend": False,
+            "head_group_spec": {**group, "min_replicas": 1},
+            "worker_group_specs": [{**group, "min_replicas": plan.nodes - 1}],
+        },
+    }
+
+
+def render_text(plan: LeptonRayPlan) -> str:
+    """What --dry-run shows after the engine's files: the driver script, the RayCluster spec, the Ray job."""
+    group = plan.profile.node_group
+    spec = cluster_spec(plan, f"<id of node group {group}>", "<the workspace's default Ray version>")
+    job = {"entrypoint": plan.entrypoint, "runtime_env": {"working_dir": f"<{', '.join(n for n, _ in plan.files)}>"},
+           "submission_id": f"{plan.name}-<time>"}
+    driver = dict(plan.files)[DRIVER_FILE]
+    return (f"# ---- {plan.job_dir}/{DRIVER_FILE}\n{driver.rstrip()}\n"
+            f"# ---- POST $LEPTON_WORKSPACE_URL/rayclusters (then wait until it is {READY_STATE})\n{json.dumps(spec, indent=2)}\n"
+            f"# ---- the Ray job, through the cluster's dashboard (POST .../rayclusters/{plan.name}/dashboard/api/jobs/)\n"
+            f"{json.dumps(job, indent=2)}\n")
+
+
+# ----------------------------------------------------------------------------- submission and control (NeMo-Run)
+
+def _executor(run: Any, plan_or_profile: LeptonProfile, nodes: int, image: str, env: dict[str, str]) -> Any:
+    p = plan_or_profile
+    return run.LeptonExecutor(
+        container_image=image, nemo_run_dir=nemo_run_dir(p), nodes=nodes - 1, gpus_per_node=p.gpus_per_node,
+        resource_shape=p.resource_shape, node_group=p.node_group, secret_vars=dict(p.secret_vars),
+        mounts=[m.model_dump(by_alias=True) for m in p.mounts], env_vars=env, image_pull_secrets=list(p.image_pull_secrets),
+    )
+
+
+def submit(job: Job, job_dir: Path, plan: LeptonRayPlan, launch: RayDriver) -> dict[str, Any]:
+    """Create the RayCluster and run the job on it through NeMo-Run's LeptonRayJob; return what status.json keeps."""
+    from nemotron.jobs import write_atomic
+    from nemotron.launch.remote import nemo_run
+
+    if json.loads((job_dir / ".secrets.json").read_text() or "{}"):
+        raise UserError("this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
+                        "(profile secret_vars), never in the job's files")
+    workdir = Path(tempfile.mkdtemp(prefix="nemotron-ray-"))
+    for name, text in plan.files:
+        write_atomic(workdir / name, text)
+        write_atomic(job_dir / name, text)  # the record here shows what ran there
+    with nemo_run() as run:
+        from nemo_run.run.ray.lepton import LeptonRayJob
+
+        ray_job = LeptonRayJob(name=plan.name, executor=_executor(run, plan.profile, plan.nodes, plan.image, dict(plan.env)))
+        submission_id = ray_job.start(command=plan.entrypoint, workdir=str(workdir))
+    return {"handle": f"lepton-ray://{plan.name}", "remote_id": plan.name, "submission_id": submission_id,
+            "roles": [plan.name], "launch": "ray", "register": dict(launch.outputs),
+            "profile": plan.profile.model_dump(mode="json", by_alias=True, include={"executor", "node_group", "resource_shape", "nemo_run_dir", "mounts"})}
+
+
+def _ray_job(run: Any, status: dict[str, Any]) -> Any:
+    from nemo_run.run.ray.lepton import LeptonRayJob
+
+    profile = LeptonProfile.model_validate(status["profile"])
+    job = LeptonRayJob(name=str(status["remote_id"]), executor=_executor(run, profile, 1, "", {}))
+    job.submission_id = status.get("submission_id")
+    return job
+
+
+def state(status: dict[str, Any]) -> str:
+    from nemotron.launch.remote import nemo_run
+
+    with nemo_run() as run:
+        try:
+            found = str(_ray_job(run, status).status(display=False))
+        except RuntimeError as e:
+            if "does not exist" not in str(e):
+                raise
+            return "cancelled"  # its RayCluster is gone (deleted by a cancel, or by hand): nothing runs it any more
+    ours = STATES.get(found.rsplit(".", 1)[-1].upper(), "unknown")
+    if ours in ("succeeded", "failed", "cancelled"):
+        delete_cluster(status)
+    return ours
+
+
+def log_text(status: dict[str, Any]) -> str:
+    from nemotron.launch.remote import nemo_run
+
+    with nemo_run() as run:
+        job = _ray_job(run, status)
+        return str(job._ray_client().get_job_logs(job.submission_id))
+
+
+def cancel(status: dict[str, Any]) -> None:
+    from nemotron.launch.remote import nemo_run
+
+    with nemo_run() as run:
+        _ray_job(run, status).stop(wait=False)
+    delete_cluster(status)
+
+
+def delete_cluster(status: dict[str, Any]) -> None:
+    """Free the cluster's nodes (the RayCluster outlives its job otherwise)."""
+    from leptonai.api.v2.client import APIClient
+
+    try:
+        APIClient().raycluster.delete(str(status["remote_id"]))
+    except Exception:  # already gone; a later look deletes nothing twice
+        return

@@ -1,0 +1,76 @@
+"""backend=nemo_rl on Lepton through NeMo-Run's LeptonRayJob, against the loopback stub of the Lepton API: the
+RayCluster spec it receives is the one --dry-run prints, the job's files travel as its Ray working_dir, the job
+state maps to ours, and cancel stops the job and deletes the cluster."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nemotron.launch import ray_lepton
+
+PROFILES = '[lep4]\nextends = "lepton_rl"\nnodes = 4\n'
+
+
+def nemotron(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=180)
+
+
+@pytest.fixture
+def env(home: Path, tmp_path: Path, lepton_api: Any) -> dict[str, str]:
+    (tmp_path / "env.toml").write_text(PROFILES)
+    return {**os.environ, "COLUMNS": "200", "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml"), **lepton_api.env}
+
+
+def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(env: dict[str, str], home: Path, lepton_api: Any) -> None:
+    done = nemotron(env, "steps", "run", "rl/rlhf", "-c", "default", "-b", "lep4")
+    assert done.returncode == 0, done.stderr[-4000:]
+    job_id = done.stdout.strip().splitlines()[-1]
+
+    (cluster,) = lepton_api.clusters.values()
+    spec = cluster["spec"]
+    assert spec["image"] == "nvcr.io/nvidia/nemo-rl:v0.7.0"
+    assert spec["head_group_spec"]["min_replicas"] == 1 and spec["worker_group_specs"][0]["min_replicas"] == 3
+    assert spec["head_group_spec"]["affinity"] == {"allowed_dedicated_node_groups": ["ng-0123"]}
+    # the dry-run's spec is this one, but for what only the workspace knows (node group id, default Ray version)
+    shown = nemotron(env, "steps", "run", "rl/rlhf", "-c", "default", "-b", "lep4", "--dry-run").stdout
+    rendered = json.loads(shown.split("/rayclusters (then wait until it is Ready)\n")[1].split("\n# ----")[0])
+    rendered["metadata"] = cluster["metadata"]
+    for group in [rendered["spec"]["head_group_spec"], *rendered["spec"]["worker_group_specs"]]:
+        group["affinity"] = {"allowed_dedicated_node_groups": ["ng-0123"]}
+        for e in group["envs"]:
+            if e["name"] == "NEMOTRON_JOB_DIR":
+                e["value"] = next(x["value"] for x in spec["head_group_spec"]["envs"] if x["name"] == "NEMOTRON_JOB_DIR")
+            if "value_from" in e:
+                e["value_from"] = {"secret_name_ref": "wandb-api-key"}  # masked in the dry-run
+    rendered["spec"]["ray_version"] = spec["ray_version"]
+    assert {k: v for k, v in spec.items() if v not in (None, [], {})} == {k: v for k, v in rendered["spec"].items() if v not in (None, [], {})}
+
+    (ray_job,) = lepton_api.ray_jobs.values()
+    assert ray_job["entrypoint"].endswith("/ray_driver.sh") and "NEMOTRON_RAY_NODES=4" in ray_job["entrypoint"]
+    (package,) = lepton_api.packages.values()
+    files = zipfile.ZipFile(io.BytesIO(package)).namelist()
+    assert {"nemo_rl_config.yaml", "ray_driver.sh"} <= set(files)
+    assert "run_grpo_nemo_gym.py" in zipfile.ZipFile(io.BytesIO(package)).read("ray_driver.sh").decode()
+
+    status = json.loads((home / "jobs" / job_id / "status.json").read_text())
+    assert status["launch"] == "ray" and status["submission_id"] == ray_job["submission_id"]
+    assert json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] == "running"
+
+    cancelled = nemotron(env, "jobs", "cancel", job_id)
+    assert cancelled.returncode == 0, cancelled.stderr[-3000:]
+    assert ray_job["status"] == "STOPPED" and lepton_api.clusters == {}  # the job stopped, the nodes freed
+    assert json.loads((home / "jobs" / job_id / "status.json").read_text())["state"] == "cancelled"
+
+
+def test_the_ray_job_states_map_to_ours() -> None:
+    assert ray_lepton.STATES == {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "succeeded",
+                                 "FAILED": "failed", "STOPPED": "cancelled"}
