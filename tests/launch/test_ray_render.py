@@ -21,7 +21,7 @@ PROFILES = "".join(f'[slurm_{n}]\nextends = "slurm_rlhf"\nnodes = {n}\n' for n i
 def test_one_head_workers_and_one_driver(nodes: int, home: Path, tmp_path: Path) -> None:
     (tmp_path / "env.toml").write_text(PROFILES)
     job = compile_job(Catalog(), "rl/rlhf", "default", [], profile_name=f"slurm_{nodes}", mode="batch")
-    executor, where, launch, text = submit.plan(job)
+    _, where, launch, text = submit.plan(job)
     plan = ray_slurm.plan_for(job, where, launch)  # type: ignore[arg-type]
     script = ray_slurm.render_sbatch(plan)
 
