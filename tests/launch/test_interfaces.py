@@ -122,3 +122,26 @@ def test_a_failed_run_registers_nothing(home: Path, tmp_path: Path) -> None:
 
     assert remote.refresh_status(job_dir, Finished("failed"))["state"] == "failed"
     assert not ArtifactStore(home / "artifacts").exists() or not ArtifactStore(home / "artifacts").list_artifacts()
+
+
+def test_outputs_the_run_registered_on_the_cluster_are_recorded_not_registered_twice(home: Path, tmp_path: Path) -> None:
+    from nemotron.artifacts.lineage import main as register_main
+
+    sft = _model_dir(tmp_path / "sft", "sft")
+    out = _model_dir(tmp_path / "run" / "outputs" / "policy", "aligned")
+    job_dir = _remote_job(home, sft, out)
+    assert register_main(["--job-dir", str(job_dir), f"policy={out}"]) == 0  # what the driver script runs last
+    assert register_main(["--job-dir", str(job_dir), f"policy={out}"]) == 0  # again: nothing twice
+
+    status = remote.refresh_status(job_dir, Finished("succeeded"))
+
+    assert status["state"] == "succeeded" and status["registered"] == ["ppo_policy:v1"]
+    assert [a.ref for a in ArtifactStore(home / "artifacts").list_artifacts(name="ppo_policy")] == ["ppo_policy:v1"]
+
+
+def test_outputs_on_storage_this_machine_cannot_see_are_not_called_missing(home: Path, tmp_path: Path) -> None:
+    job_dir = _remote_job(home, _model_dir(tmp_path / "sft", "sft"), Path("/lustre/nowhere/jobs/x/outputs/policy"))
+
+    status = remote.refresh_status(job_dir, Finished("succeeded"))
+
+    assert status["state"] == "succeeded" and "does not see" in status["registration"]

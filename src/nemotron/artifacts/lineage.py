@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,32 @@ def register_job_outputs(record: dict[str, Any], paths: dict[str, Path], metadat
     for a in arts:
         log.info("registered %s (%s) at %s", a.ref, a.type, a.path)
     return arts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m nemotron.artifacts.lineage --job-dir DIR NAME=PATH...`: register a job's outputs from where they
+    are, e.g. at the end of a NeMo-RL driver on the cluster (the store is $NEMOTRON_ARTIFACTS_ROOT there). A job
+    whose outputs are registered already registers nothing twice."""
+    import argparse
+
+    import yaml
+
+    parser = argparse.ArgumentParser(prog="python -m nemotron.artifacts.lineage", description=main.__doc__)
+    parser.add_argument("--job-dir", required=True, type=Path)
+    parser.add_argument("outputs", nargs="+", metavar="NAME=PATH")
+    args = parser.parse_args(argv)
+    record = yaml.safe_load((args.job_dir / "job.yaml").read_text())
+    paths = {name: Path(path) for name, _, path in (o.partition("=") for o in args.outputs)}
+    missing = [f"{name}: {path}" for name, path in paths.items() if not path.exists()]
+    if missing:
+        print(f"nemotron: the run left no {', '.join(missing)}; nothing registered", file=sys.stderr)
+        return 1
+    store = job_store(record)
+    done = store.by_job(str(record.get("job_id"))) if store.exists() else []
+    arts = done or register_job_outputs(record, paths, store=store)
+    print("nemotron: registered " + ", ".join(a.ref for a in arts), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

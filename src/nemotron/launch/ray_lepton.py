@@ -21,7 +21,7 @@ from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
 from nemotron.errors import UserError
 from nemotron.launch.lepton import lepton_name, nemo_run_dir
-from nemotron.launch.ray_slurm import DRIVER_FILE, driver_script
+from nemotron.launch.ray_slurm import DRIVER_FILE, driver_script, register_lines
 from nemotron.profiles import LeptonProfile
 
 # The state Lepton reports for a RayCluster whose head and workers all run (nemo_run's RAY_READY_STATE).
@@ -58,7 +58,8 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> LeptonRayPlan:
     home = str(Path(root).parent)
     env = (("NEMOTRON_HOME", home), ("NEMOTRON_ARTIFACTS_ROOT", profile.artifacts_root or f"{home}/artifacts"),
            ("NEMOTRON_JOB_DIR", where.job_dir), *sorted((k, v) for k, v in profile.env_vars.items() if v))
-    files = (*launch.files, (DRIVER_FILE, driver_script(launch.command)))
+    register = register_lines(profile.python, where.job_dir, launch.outputs)
+    files = (*launch.files, (DRIVER_FILE, driver_script(launch.command, register)))
     return LeptonRayPlan(lepton_name(job.job_id), where.nodes, where.gpus_per_node, launch.image, profile,
                          where.job_dir, env, files)
 

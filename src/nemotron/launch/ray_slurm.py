@@ -90,14 +90,30 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> RayPlan:
         # one task per node holds the node's whole CPU share (the profile's tasks x CPUs per task)
         cpus_per_task=profile.cpus_per_task * profile.ntasks_per_node if profile.cpus_per_task else None, mem=profile.mem, container_image=image, mounts=mounts, env=env,
         setup=(*setup, *import_lines, *profile.setup), secret_names=tuple(secret_names),
-        driver_script=driver_script(launch.command), files=launch.files,
+        driver_script=driver_script(launch.command, register_lines(profile.python or "python", where.job_dir, launch.outputs)),
+        files=launch.files,
     )
 
 
 # ----------------------------------------------------------------------------- rendering (pure)
 
-def driver_script(command: str, timeout_s: int = READY_TIMEOUT_S) -> str:
-    """<job dir>/ray_driver.sh: wait until all $NEMOTRON_RAY_NODES nodes joined, then the engine's command."""
+def register_lines(python: str, job_dir: str, outputs: tuple[tuple[str, str], ...]) -> str:
+    """Shell: register the outputs where they are (the store is on the cluster's storage) when nemotron is
+    importable next to the engine (the profile's PYTHONPATH / code_root); else the watching machine does."""
+    if not outputs:
+        return ""
+    py = shlex.quote(python)
+    pairs = " ".join(shlex.quote(f"{name}={path}") for name, path in outputs)
+    return (f"if {py} -c 'import nemotron.artifacts.lineage' 2>/dev/null; then\n"
+            f"    {py} -m nemotron.artifacts.lineage --job-dir {shlex.quote(job_dir)} {pairs}\n"
+            "else\n"
+            f'    echo "nemotron: nemotron is not importable by {python} here; the outputs are registered by the machine that watches this job"\n'
+            "fi\n")
+
+
+def driver_script(command: str, register: str = "", timeout_s: int = READY_TIMEOUT_S) -> str:
+    """<job dir>/ray_driver.sh: wait until all $NEMOTRON_RAY_NODES nodes joined, then the engine's command, then
+    the outputs registered (`register`, shell lines)."""
     active = "awk '/^Active:/{a=1;next} /^[A-Z][a-z]+:/{a=0} a && /node_/{n++} END{print n+0}'"
     return f"""#!/bin/bash
 # Runs once, on the Ray head, after `ray start` on every node (written by nemotron; see ray.sub beside the logs).
@@ -116,7 +132,7 @@ fi
 echo "nemotron: Ray cluster ready: $n node(s) at $RAY_ADDRESS"
 set -e
 {command}
-"""
+{register}"""
 
 
 def _flags(plan: RayPlan) -> list[str]:

@@ -160,13 +160,22 @@ def refresh_status(job_dir: Path, scheduler: Scheduler) -> dict[str, Any]:
 
 
 def _register_outputs(job_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
-    """Register what a remote engine left behind; a missing output fails the job (nothing is registered)."""
-    from nemotron.artifacts.lineage import register_job_outputs
+    """Record what a remote engine's run registered on the cluster, else register what it left where this machine
+    sees it; a run that left an output missing fails (nothing is registered)."""
+    from nemotron.artifacts.lineage import job_store, register_job_outputs
 
+    record = read_record(job_dir)
+    store = job_store(record)
+    done = store.by_job(str(record.get("job_id"))) if store.exists() else []
+    if done:
+        return {"registered": [a.ref for a in done]}
+    if not any(Path(path).parent.parent.is_dir() for path in paths.values()):
+        return {"registration": "the outputs stay in the job dir on the cluster's storage, which this machine does not "
+                                "see, and the run could not register them there (nemotron not importable by it)"}
     missing = [f"{name}: {path}" for name, path in sorted(paths.items()) if not Path(path).exists()]
     if missing:
         return {"state": "failed", "exit_code": 1, "error": "the run ended without its outputs: " + "; ".join(missing)}
-    arts = register_job_outputs(read_record(job_dir), {k: Path(v) for k, v in paths.items()})
+    arts = register_job_outputs(record, {k: Path(v) for k, v in paths.items()}, store=store)
     return {"registered": [a.ref for a in arts]}
 
 
