@@ -10,7 +10,7 @@ from typing import Any
 MASK = "***"
 # Secret-looking name parts (a name splits at _ . - and camelCase): `token`, `api_key`, `WANDB_API_KEY`, `authToken`
 # are secrets; `max_new_tokens`, `token_level_loss`, `keyword` are not (a part must be one of these words).
-_SECRET_PARTS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential", "credentials",
+_SECRET_PARTS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials",
                            "auth", "authorization", "cookie", "private", "bearer"})
 _PARTS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 # names that only describe how tokens are counted or handled, never hold one

@@ -65,7 +65,7 @@ def test_secret_names_are_masked(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["generation.max_new_tokens", "loss_fn.token_level_loss", "keyword", "monkey",
-                                  "tokenizer", "num_tokens", "max_total_sequence_length"])
+                                  "tokenizer", "num_tokens", "max_total_sequence_length", "PWD", "OLDPWD"])
 def test_names_that_only_mention_tokens_are_shown(name: str) -> None:
     """`max_new_tokens` was masked as `***` in dry-run, config.yaml and job.yaml (a name *part* must be secret)."""
     from nemotron.redact import is_secret_name, redact_tree
