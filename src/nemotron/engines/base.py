@@ -6,12 +6,11 @@ answers with one of two launch shapes, and every executor knows how to place bot
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Protocol
 
 from nemotron.compile import Job
-from nemotron.errors import UserError, did_you_mean
+from nemotron.registry import load
 
 
 @dataclass(frozen=True)
@@ -68,11 +67,7 @@ ENGINES: dict[str, str] = {
 
 
 def engine_named(name: str) -> Engine:
-    target = ENGINES.get(name)
-    if target is None:
-        raise UserError(f"unknown backend '{name}'{did_you_mean(name, ENGINES)}; backends: {', '.join(sorted(ENGINES))}")
-    module, _, cls = target.partition(":")
-    engine: Engine = getattr(importlib.import_module(module), cls)()
+    engine: Engine = load(ENGINES, name, "backend")
     return engine
 
 

@@ -7,13 +7,12 @@ one with exit 2 before anything is written. `render` is pure and is exactly what
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, Protocol
 
 from nemotron.compile import Job
 from nemotron.engines.base import Launch, Placement
-from nemotron.errors import UserError, did_you_mean
+from nemotron.registry import load
 
 
 class Executor(Protocol):
@@ -51,11 +50,7 @@ EXECUTORS: dict[str, str] = {
 
 
 def executor_named(kind: str) -> Executor:
-    target = EXECUTORS.get(kind)
-    if target is None:
-        raise UserError(f"unknown executor '{kind}'{did_you_mean(kind, EXECUTORS)}; executors: {', '.join(sorted(EXECUTORS))}")
-    module, _, cls = target.partition(":")
-    executor: Executor = getattr(importlib.import_module(module), cls)()
+    executor: Executor = load(EXECUTORS, kind, "executor")
     return executor
 
 

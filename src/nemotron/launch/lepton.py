@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from nemotron.compile import Job
 from nemotron.engines.base import Launch, Placement, StepProcess
 from nemotron.errors import UserError
+from nemotron.launch.remote import SchedulerJobs
 from nemotron.paths import bundled_root
 from nemotron.profiles import LeptonProfile
 from nemotron.redact import is_secret_name
@@ -257,7 +258,7 @@ class _ApiLog:
         return "".join(job_log(str(self.status.get("remote_id"))))
 
 
-class LeptonExecutor:
+class LeptonExecutor(SchedulerJobs):
     kind = "lepton"
     cheap_refresh = False
 
@@ -310,18 +311,3 @@ class LeptonExecutor:
             ray_lepton.cancel(status)
             return
         cancel_job(str(status["remote_id"]))
-
-    def refresh(self, job_dir: Path) -> dict[str, Any]:
-        from nemotron.launch import remote
-
-        return remote.refresh_status(job_dir, self)
-
-    def print_logs(self, job_dir: Path, follow: bool) -> None:
-        from nemotron.launch import remote
-
-        remote.print_logs(job_dir, follow, self)
-
-    def cancel(self, job_dir: Path) -> dict[str, Any]:
-        from nemotron.launch import remote
-
-        return remote.cancel(job_dir, self)

@@ -89,6 +89,19 @@ class Scheduler(Protocol):
     def cancel_remote(self, status: dict[str, Any]) -> None: ...
 
 
+class SchedulerJobs:
+    """`refresh`, `print_logs` and `cancel` of an executor whose jobs run on a scheduler (it answers `Scheduler`)."""
+
+    def refresh(self, job_dir: Path) -> dict[str, Any]:
+        return refresh_status(job_dir, self)  # type: ignore[arg-type]
+
+    def print_logs(self, job_dir: Path, follow: bool) -> None:
+        print_logs(job_dir, follow, self)  # type: ignore[arg-type]
+
+    def cancel(self, job_dir: Path) -> dict[str, Any]:
+        return cancel(job_dir, self)  # type: ignore[arg-type]
+
+
 def _age_s(status: dict[str, Any]) -> float:
     try:
         return (datetime.now(UTC) - datetime.fromisoformat(str(status.get("submitted_at")))).total_seconds()

@@ -27,7 +27,7 @@ def _python(job: Job) -> str:
     return profile.python or ("python" if profile.container_image else sys.executable if profile.tunnel == "local" else "python3")
 
 
-class SlurmExecutor:
+class SlurmExecutor(remote.SchedulerJobs):
     kind = "slurm"
     cheap_refresh = False
 
@@ -73,16 +73,6 @@ class SlurmExecutor:
         with remote.nemo_run() as run:
             remote.runner(run).cancel(str(status["handle"]))
 
-    # ------------------------------------------------------------------ jobs commands
-
-    def refresh(self, job_dir: Path) -> dict[str, Any]:
-        return remote.refresh_status(job_dir, self)
-
-    def print_logs(self, job_dir: Path, follow: bool) -> None:
-        remote.print_logs(job_dir, follow, self)
-
-    def cancel(self, job_dir: Path) -> dict[str, Any]:
-        return remote.cancel(job_dir, self)
 
 
 def _profile_of(status: dict[str, Any]) -> SlurmProfile:
