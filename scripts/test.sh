@@ -10,4 +10,4 @@ if [ -f scripts/slurm-up.sh ] && [ "$(id -u)" = 0 ]; then
 fi
 ruff check src steps tests bench
 mypy
-pytest "$@"
+pytest --durations=15 "$@"
