@@ -118,5 +118,7 @@ def prompt_schedule(num_prompts: int, seed: int, position: int, count: int) -> l
 def sampling_params(generation: Any, tokenizer: Any) -> SamplingParams:
     """The SamplingParams of a `generation` config group, with the tokenizer's EOS and pad ids."""
     g = generation
+    stops = tuple(g.stop_strings)
     return SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_k=g.top_k, top_p=g.top_p,
-                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, stop_strings=stops,
+                          decode=(lambda ids: str(tokenizer.decode(ids))) if stops else None)
