@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import sqlite3
@@ -15,6 +16,7 @@ from typing import Any
 from nemotron.errors import NotFound, did_you_mean
 from nemotron.paths import writable_dir
 
+SCHEMA_VERSION = 1  # PRAGMA user_version of a store with this schema
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS artifacts (
   id INTEGER PRIMARY KEY,
@@ -77,6 +79,27 @@ class ArtifactStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.db_path = root / "index.sqlite"
+        self._created = False
+
+    def _create_once(self) -> None:
+        """Create the schema and switch to WAL exactly once per store, under an exclusive file lock: any number of
+        processes may open a fresh home at once (the schema switch is where simultaneous first users raced into
+        `database is locked`). `PRAGMA user_version` records the schema version, so later opens skip all DDL and an
+        older store is brought up to date in place."""
+        if self._created:
+            return
+        with (self.root / "index.sqlite.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            conn = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
+            try:
+                conn.execute("PRAGMA busy_timeout=60000")
+                if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    conn.executescript(SCHEMA)
+                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            finally:
+                conn.close()
+        self._created = True
 
     def exists(self) -> bool:
         return self.db_path.is_file()
@@ -94,13 +117,12 @@ class ArtifactStore:
             finally:
                 conn.close()
             return
+        if write:
+            self._create_once()
         conn = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
         try:
             conn.execute("PRAGMA busy_timeout=60000")
-            if write:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.executescript(SCHEMA)
-            elif not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='artifacts'").fetchone():
+            if not write and not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='artifacts'").fetchone():
                 # The first writer created the file but not yet its tables: to a reader the store is still empty.
                 conn.close()
                 conn = sqlite3.connect(":memory:")

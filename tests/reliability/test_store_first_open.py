@@ -1,0 +1,61 @@
+"""Any number of simultaneous first users of a fresh home: 16 processes register into a store that does not exist
+yet, released at once, 20 rounds. The schema switch (WAL, tables) used to race into `database is locked`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nemotron.artifacts.store import SCHEMA_VERSION, ArtifactStore
+
+PROCESSES, ROUNDS = 16, 20
+WORKER = """
+import sys, time
+from pathlib import Path
+from nemotron.artifacts.store import ArtifactStore
+root, src, go = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+while not go.exists():
+    time.sleep(0.001)
+ArtifactStore(root).register_external("prompt_jsonl", src)
+ArtifactStore(root).register([("w" + sys.argv[4], "prompt_jsonl", src, {})], None)
+"""
+
+
+def test_sixteen_first_users_of_a_fresh_store_at_once(tmp_path: Path) -> None:
+    src = tmp_path / "p.jsonl"
+    src.write_text('{"prompt": "hi"}\n')
+    for round_ in range(ROUNDS):
+        root, go = tmp_path / f"home{round_}" / "artifacts", tmp_path / f"go{round_}"
+        procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(root), str(src), str(go), str(i)],
+                                  stderr=subprocess.PIPE, text=True) for i in range(PROCESSES)]
+        time.sleep(0.5)  # every worker is waiting for the start signal
+        go.touch()
+        errors = [p.communicate(timeout=120)[1] for p in procs if p.wait(timeout=120) != 0]
+        assert errors == [], f"round {round_}: {errors[0][-2000:]}"
+        store = ArtifactStore(root)
+        assert sorted(a.name for a in store.list_artifacts() if a.name.startswith("w")) == sorted(f"w{i}" for i in range(PROCESSES))
+        import sqlite3
+
+        conn = sqlite3.connect(store.db_path)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        conn.close()
+
+
+def test_a_store_written_before_schema_versions_opens_and_is_upgraded(tmp_path: Path) -> None:
+    import sqlite3
+
+    from nemotron.artifacts.store import SCHEMA
+
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    old = sqlite3.connect(root / "index.sqlite")
+    old.executescript(SCHEMA)  # the previous release's store: tables, no user_version
+    old.close()
+    src = tmp_path / "p.jsonl"
+    src.write_text('{"prompt": "hi"}\n')
+    ArtifactStore(root).register([("old", "prompt_jsonl", src, {})], None)
+    conn = sqlite3.connect(root / "index.sqlite")
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
