@@ -66,9 +66,16 @@ def reference_path() -> Path:
     return bundled_root() / "docs" / "reference" / "steps.md"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m nemotron.docgen",
+                                     description="Write the step reference generated from the manifests.")
+    parser.add_argument("output", nargs="?", type=Path, default=reference_path(),
+                        help="where to write it (default: docs/reference/steps.md)")
+    args = parser.parse_args(argv)
     text = step_reference(Catalog([bundled_root()]))
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else reference_path()
+    path: Path = args.output
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     print(path)

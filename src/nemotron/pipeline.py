@@ -120,7 +120,9 @@ def run_pipeline(
     import time
 
     if until is not None and until not in {s.id for s in pipe.steps}:
-        raise UserError(f"--until {until}: no such step in pipeline '{pipe.pipeline.name}'{did_you_mean(until, [s.id for s in pipe.steps])}")
+        ids = [s.id for s in pipe.steps]
+        raise UserError(f"--until {until}: no such step in pipeline '{pipe.pipeline.name}'{did_you_mean(until, ids)}; "
+                        f"its steps: {', '.join(ids)}")
     results: dict[str, StepResult] = {}
     for s in pipe.steps:
         overrides = list(s.overrides)

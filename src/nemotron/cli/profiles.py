@@ -32,7 +32,17 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 
 
 @app.command("show")
-def show(name: str) -> None:
-    """A profile with `extends` resolved and secrets redacted."""
+def show(name: str, as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False) -> None:
+    """A profile with `extends` resolved and secrets redacted. Example: nemotron profiles show slurm_rlhf"""
     profile = load_profile(name)
-    print(json.dumps(redact_tree(profile.model_dump(mode="json", by_alias=True)), indent=2))
+    data = redact_tree(profile.model_dump(mode="json", by_alias=True))
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    table = Table(title=f"profile {name} ({data.get('executor')})", title_justify="left")
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
+    for key, value in data.items():
+        if value not in (None, "", [], {}):
+            table.add_row(key, value if isinstance(value, str) else json.dumps(value))
+    Console(highlight=False).print(table)

@@ -1,0 +1,23 @@
+"""Small defects a new user met: docgen's --help wrote a file named --help; `profiles show` printed JSON where every
+other `show` prints a table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def test_docgen_help_is_help_not_a_file_named_help(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "nemotron.docgen", "--help"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and "usage: python -m nemotron.docgen" in done.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_profiles_show_is_a_table_and_json_on_request(home: Path, run_cli: Any) -> None:
+    table = run_cli("profiles", "show", "local_slurm")
+    assert table.code == 0 and "┃ field" in table.out and "partition" in table.out
+    shown = json.loads(run_cli("profiles", "show", "local_slurm", "--json").out)
+    assert shown["executor"] == "slurm" and shown["partition"] == "debug"
