@@ -48,12 +48,11 @@ class LeptonPlan:
     env: tuple[tuple[str, str], ...]
     setup: tuple[str, ...]
     profile: LeptonProfile
-    files: tuple[tuple[str, str], ...] = ()  # extra files for the job dir (name, text), e.g. NeMo-RL's config
 
     @property
     def shipped(self) -> tuple[str, ...]:
         """Files packaged from the local job dir into the pod's job dir."""
-        return (*RECORD_FILES, *(name for name, _ in self.files))
+        return RECORD_FILES
 
     @property
     def local_task_dir_suffix(self) -> str:
@@ -96,9 +95,8 @@ def nemo_run_dir(profile: LeptonProfile) -> str:
     return root
 
 
-def plan_lepton(job: Job, nemorun_home: str, command: tuple[str, ...] | None = None,
-                files: tuple[tuple[str, str], ...] = ()) -> LeptonPlan:
-    """The job as Lepton sees it. `command` (and `files`) replace the step process (the NeMo-RL backend)."""
+def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
+    """Our step process as a Lepton job (engines with their own driver run as a Ray cluster: ray_lepton)."""
     p = _profile(job)
     literal = sorted(k for k, v in p.env_vars.items() if v and is_secret_name(k))
     if literal:
@@ -106,7 +104,7 @@ def plan_lepton(job: Job, nemorun_home: str, command: tuple[str, ...] | None = N
                         "workspace secret and name it in secret_vars instead")
     root = nemo_run_dir(p)
     name = lepton_name(job.job_id)
-    plan = LeptonPlan(name, f"{EXPERIMENT_TITLE}_{job.job_id.replace('_', '-')}", root, (), (), (), p, files)
+    plan = LeptonPlan(name, f"{EXPERIMENT_TITLE}_{job.job_id.replace('_', '-')}", root, (), (), (), p)
     home = str(Path(root).parent)
     env = [("NEMOTRON_HOME", home), ("NEMOTRON_ARTIFACTS_ROOT", p.artifacts_root or f"{home}/artifacts"),
            ("NEMOTRON_JOB_DIR", plan.job_dir), *sorted((k, v) for k, v in p.env_vars.items() if v)]
@@ -116,18 +114,17 @@ def plan_lepton(job: Job, nemorun_home: str, command: tuple[str, ...] | None = N
     local_root = str(bundled_root())
     if p.code_root and entry.startswith(local_root + "/"):
         entry = p.code_root.rstrip("/") + entry[len(local_root) :]
-    if command is None:
-        nproc = p.gpus_per_node or 1
-        # through nemotron.run_step, as on every executor: exit codes 2/3/130 mean the same everywhere
-        args = ("-m", "nemotron.run_step", shlex.quote(entry), "--job-dir", q, *(shlex.quote(a) for a in job.passthrough))
-        if job.launch == "torchrun" and p.nodes * nproc > 1:
-            # lepton_env_to_pytorch.sh (sourced first) exports the rendezvous variables of the job's pods.
-            command = (shlex.quote(p.python), "-m", "torch.distributed.run", "--nnodes", str(p.nodes), "--nproc-per-node", str(nproc),
-                       "--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR", "--master-port", "$MASTER_PORT",
-                       *args)
-        else:
-            command = (shlex.quote(p.python), *args)
-    return LeptonPlan(name, plan.experiment_id, root, command, tuple(env), setup, p, files)
+    nproc = p.gpus_per_node or 1
+    # through nemotron.run_step, as on every executor: exit codes 2/3/130 mean the same everywhere
+    args = ("-m", "nemotron.run_step", shlex.quote(entry), "--job-dir", q, *(shlex.quote(a) for a in job.passthrough))
+    command: tuple[str, ...]
+    if job.launch == "torchrun" and p.nodes * nproc > 1:
+        # lepton_env_to_pytorch.sh (sourced first) exports the rendezvous variables of the job's pods.
+        command = (shlex.quote(p.python), "-m", "torch.distributed.run", "--nnodes", str(p.nodes), "--nproc-per-node", str(nproc),
+                   "--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR", "--master-port", "$MASTER_PORT", *args)
+    else:
+        command = (shlex.quote(p.python), *args)
+    return LeptonPlan(name, plan.experiment_id, root, command, tuple(env), setup, p)
 
 
 # ----------------------------------------------------------------------------- rendering (pure)
@@ -165,8 +162,7 @@ def render_text(plan: LeptonPlan) -> str:
     """What --dry-run shows: the job spec (node ids are looked up at submit) and the script it runs."""
     group = plan.profile.node_group
     spec = job_spec(plan, f"<id of node group {group}>", [f"<nodes of {group}>"])
-    shown = "".join(f"# {plan.job_dir}/{name}: shown above\n" for name, _ in plan.files)
-    return (f"{shown}# POST $LEPTON_WORKSPACE_URL/jobs\n{json.dumps(spec, indent=2)}\n"
+    return (f"# POST $LEPTON_WORKSPACE_URL/jobs\n{json.dumps(spec, indent=2)}\n"
             f"# {plan.job_dir}/launch_script.sh (copied there by NeMo-Run's data-mover job first)\n{launch_script(plan)}")
 
 
@@ -174,14 +170,11 @@ def render_text(plan: LeptonPlan) -> str:
 
 def submit_job(job: Job, job_dir: Path, plan: LeptonPlan) -> dict[str, Any]:
     """Submit through NeMo-Run's LeptonExecutor; return what status.json records."""
-    from nemotron.jobs import write_atomic
     from nemotron.launch.remote import nemo_run
 
     if json.loads((job_dir / ".secrets.json").read_text() or "{}"):
         raise UserError("this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
                         "(profile secret_vars), never in the job's files")
-    for name, text in plan.files:
-        write_atomic(job_dir / name, text)
     with nemo_run() as run:
         handle = _submit(run, plan, job_dir)
     return {"handle": handle, "remote_id": plan.name, "roles": [plan.name]}
