@@ -21,3 +21,16 @@ def test_profiles_show_is_a_table_and_json_on_request(home: Path, run_cli: Any) 
     assert table.code == 0 and "┃ field" in table.out and "partition" in table.out
     shown = json.loads(run_cli("profiles", "show", "local_slurm", "--json").out)
     assert shown["executor"] == "slurm" and shown["partition"] == "debug"
+
+
+def test_every_command_help_shows_an_example_and_the_exit_codes(home: Path, run_cli: Any) -> None:
+    import typer.main
+
+    from nemotron.cli.app import app
+
+    group = typer.main.get_command(app)
+    for name, sub in group.commands.items():  # type: ignore[attr-defined]
+        for cmd in getattr(sub, "commands", {name: sub}):
+            args = [name, cmd, "--help"] if hasattr(sub, "commands") else [name, "--help"]
+            shown = run_cli(*args)
+            assert shown.code == 0 and "Example: nemotron" in shown.out and "Exit codes: 0 done" in shown.out, args

@@ -13,6 +13,7 @@ from rich.tree import Tree
 
 from nemotron.artifacts.refs import parse_ref
 from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash
+from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 from nemotron.paths import artifacts_dir
 
@@ -36,7 +37,7 @@ def _as_dict(a: Artifact) -> dict[str, Any]:
             "created_at": a.created_at, "metadata": a.metadata, "files": a.files}
 
 
-@app.command("ls")
+@app.command("ls", epilog=epilog("nemotron artifacts ls --json"))
 def ls(
     name: Annotated[str | None, typer.Argument(help="only versions of this artifact")] = None,
     type_: Annotated[str | None, typer.Option("--type", help="only this type")] = None,
@@ -55,7 +56,7 @@ def ls(
     out.print(table)
 
 
-@app.command("show")
+@app.command("show", epilog=epilog("nemotron artifacts show tiny_sft_policy:v1"))
 def show(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """One artifact: type, hash, files, producing job, inputs."""
     store = _store()
@@ -81,7 +82,7 @@ def _lineage(store: ArtifactStore, a: Artifact, path: frozenset[int] = frozenset
     return node
 
 
-@app.command("lineage")
+@app.command("lineage", epilog=epilog("nemotron artifacts lineage tiny_rlhf_policy:latest"))
 def lineage(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The ancestry tree of an artifact: which job made it, from which inputs, with which config."""
     store = _store()
@@ -103,7 +104,7 @@ def lineage(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) 
     out.print(tree)
 
 
-@app.command("verify")
+@app.command("verify", epilog=epilog("nemotron artifacts verify tiny_sft_policy:v1"))
 def verify(ref: str) -> None:
     """Re-hash an artifact's files and report tampering or corruption (exit 1)."""
     a = _resolve(_store(), ref)
@@ -122,7 +123,7 @@ def verify(ref: str) -> None:
     raise typer.Exit(1)
 
 
-@app.command("gc")
+@app.command("gc", epilog=epilog("nemotron artifacts gc --keep 2 (add --yes to delete)"))
 def gc(
     keep: Annotated[int, typer.Option(min=1, help="versions of each artifact to keep (their ancestors are always kept)")] = 1,
     yes: Annotated[bool, typer.Option("--yes", help="really delete; without it gc only reports")] = False,

@@ -11,13 +11,14 @@ from rich.console import Console
 from rich.table import Table
 
 from nemotron import jobs as records
+from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 
 app = typer.Typer(help="Inspect and control jobs.", no_args_is_help=True)
 out = Console(highlight=False)
 
 
-@app.command("ls")
+@app.command("ls", epilog=epilog("nemotron jobs ls --limit 10"))
 def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotated[int, typer.Option(help="newest N")] = 50) -> None:
     """Jobs, newest first."""
     from nemotron.launch.executor import executor_named
@@ -55,7 +56,7 @@ def _live_status(job_dir: Path) -> dict[str, object]:
     return executor_of(job_dir).refresh(job_dir)
 
 
-@app.command("status")
+@app.command("status", epilog=epilog("nemotron jobs status JOB_ID --json"))
 def status(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """A job's state."""
     d = records.resolve_job_dir(job_id)
@@ -66,7 +67,7 @@ def status(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
         out.print(f"{d.name}: [bold]{st.get('state')}[/]" + (f" (exit {st['exit_code']})" if st.get("exit_code") is not None else ""))
 
 
-@app.command("show")
+@app.command("show", epilog=epilog("nemotron jobs show JOB_ID"))
 def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """A job's record, its last metrics, and the artifacts it consumed and produced."""
     from nemotron.artifacts.store import ArtifactStore
@@ -88,7 +89,7 @@ def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) 
         out.print(f"[bold]{k}[/]: {v}", markup=True, highlight=False)
 
 
-@app.command("logs")
+@app.command("logs", epilog=epilog("nemotron jobs logs JOB_ID -f"))
 def logs(job_id: str, follow: Annotated[bool, typer.Option("-f", "--follow")] = False) -> None:
     """Print a job's log; -f follows it until the job ends."""
     from nemotron.launch.executor import executor_of
@@ -97,7 +98,7 @@ def logs(job_id: str, follow: Annotated[bool, typer.Option("-f", "--follow")] = 
     executor_of(d).print_logs(d, follow)
 
 
-@app.command("cancel")
+@app.command("cancel", epilog=epilog("nemotron jobs cancel JOB_ID"))
 def cancel(job_id: str) -> None:
     """Stop a running job (SIGTERM, then SIGKILL after a grace period)."""
     d = records.resolve_job_dir(job_id)
@@ -110,7 +111,7 @@ def cancel(job_id: str) -> None:
     out.print(f"{d.name}: cancelled")
 
 
-@app.command("plot")
+@app.command("plot", epilog=epilog("nemotron jobs plot JOB_ID -o curves.png"))
 def plot(job_id: str, output: Annotated[Path | None, typer.Option("-o", "--output", help="PNG path (default: JOB_DIR/metrics.png)")] = None) -> None:
     """Write a PNG of reward, KL and loss curves."""
     from nemotron.plotting import plot_metrics

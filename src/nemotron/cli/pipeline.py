@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 
 app = typer.Typer(help="Run declared pipelines of steps.", no_args_is_help=True)
@@ -16,7 +17,7 @@ err = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
 
 
-@app.command("run")
+@app.command("run", epilog=epilog("nemotron pipeline run tiny --until sft"))
 def run(
     name: Annotated[str, typer.Argument(help="pipeline name (manifests/pipelines/NAME.toml) or a .toml path")],
     force: Annotated[bool, typer.Option("--force", help="rerun steps whose outputs already exist")] = False,

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from nemotron.cli.help import epilog
 from nemotron.profiles import list_profiles, load_profile
 from nemotron.redact import redact_tree
 
@@ -16,7 +17,7 @@ app = typer.Typer(help="Execution profiles (env.toml).", no_args_is_help=True)
 out = Console(highlight=False)
 
 
-@app.command("ls")
+@app.command("ls", epilog=epilog("nemotron profiles ls"))
 def ls(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every profile: shipped templates and your env.toml."""
     rows = list_profiles()
@@ -31,7 +32,7 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     out.print(table)
 
 
-@app.command("show")
+@app.command("show", epilog=epilog("nemotron profiles show slurm_rlhf --json"))
 def show(name: str, as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False) -> None:
     """A profile with `extends` resolved and secrets redacted. Example: nemotron profiles show slurm_rlhf"""
     profile = load_profile(name)

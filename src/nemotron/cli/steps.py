@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nemotron.catalog import Catalog, Step
+from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 
 app = typer.Typer(help="Browse and run steps.", no_args_is_help=True)
@@ -31,7 +32,7 @@ def _summary(step: Step) -> dict[str, Any]:
     }
 
 
-@app.command("list")
+@app.command("list", epilog=epilog("nemotron steps list --json"))
 def list_steps(
     consumes: Annotated[str | None, typer.Option(help="only steps consuming this type (is_a counts)")] = None,
     produces: Annotated[str | None, typer.Option(help="only steps producing this type (is_a counts)")] = None,
@@ -65,7 +66,7 @@ def list_steps(
     out.print(table)
 
 
-@app.command("show")
+@app.command("show", epilog=epilog("nemotron steps show rl/reinforce"))
 def show(
     step_id: Annotated[str, typer.Argument(metavar="ID")],
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -105,7 +106,7 @@ def show(
         out.print("resources: " + "; ".join(f"{k}: {v.nodes} node(s) × {v.gpus_per_node} GPU, {v.cpus} CPU, {v.time}" for k, v in m.resources.items()))
 
 
-@app.command("run", context_settings={"allow_interspersed_args": True})
+@app.command("run", context_settings={"allow_interspersed_args": True}, epilog=epilog("nemotron steps run rl/reinforce -c tiny trainer.max_steps=20 --dry-run"))
 def run(
     step_id: Annotated[str, typer.Argument(metavar="ID")],
     overrides: Annotated[list[str] | None, typer.Argument(metavar="[KEY=VALUE]...", help="config overrides (dotlist)")] = None,
