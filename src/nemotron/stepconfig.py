@@ -29,7 +29,9 @@ class Optim(Strict):
     adam_beta2: float = 0.999
     clip_grad: float = Field(1.0, gt=0, description="max global gradient norm")
     warmup_steps: int = Field(0, ge=0)
-    min_lr_ratio: float = Field(1.0, gt=0, le=1, description="decay linearly to lr * this by the last step (1 = constant)")
+    min_lr_ratio: float = Field(
+        1.0, gt=0, le=1, description="decay linearly to lr * this by the last step (1 = constant)"
+    )
 
 
 class Generation(Strict):
@@ -40,7 +42,10 @@ class Generation(Strict):
     top_k: int = Field(0, ge=0, description="0 = off")
     top_p: float = Field(1.0, gt=0, le=1.0)
     max_new_tokens: int = Field(16, ge=1)
-    stop_strings: list[str] = []
+    stop_strings: list[str] = Field(
+        [],
+        description="end a response on the token that completes one of these (kept, as in vLLM's output tokens)",
+    )
 
 
 class Checkpointing(Strict):
@@ -68,7 +73,9 @@ class Runtime(Strict):
 class Evaluation(Strict):
     """Before/after evaluation on a fixed prompt subset (logged as eval_rm_*, eval_gt_*, eval_distinct_*)."""
 
-    task: Literal["sentiment", "reverse"] | None = Field(None, description="task whose ground-truth scorer to report")
+    task: Literal["sentiment", "reverse"] | None = Field(
+        None, description="task whose ground-truth scorer to report"
+    )
     num_prompts: int = Field(64, ge=0, description="0 = skip evaluation")
     seed: int = 7
 
@@ -80,11 +87,17 @@ class NemoRL(Strict):
     policy_backend: Literal["dtensor", "megatron"] = Field(
         "dtensor", description="NeMo-RL's training backend: PyTorch DTensor (FSDP2) or Megatron-Core"
     )
-    tensor_parallel_size: int = Field(1, ge=1, description="tensor-parallel size of the policy (and critic) training")
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="tensor-parallel size of the policy (and critic) training"
+    )
     pipeline_parallel_size: int = Field(1, ge=1, description="pipeline-parallel size; Megatron-Core only")
     context_parallel_size: int = Field(1, ge=1, description="context-parallel size of the policy training")
-    sequence_packing: bool = Field(True, description="pack several sequences into one row for the policy's passes")
-    generation_tensor_parallel_size: int = Field(1, ge=1, description="tensor-parallel size of the vLLM rollout engine")
+    sequence_packing: bool = Field(
+        True, description="pack several sequences into one row for the policy's passes"
+    )
+    generation_tensor_parallel_size: int = Field(
+        1, ge=1, description="tensor-parallel size of the vLLM rollout engine"
+    )
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1, description="share of GPU memory vLLM may take")
     max_prompt_tokens: int = Field(
         512,

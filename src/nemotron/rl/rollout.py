@@ -17,6 +17,7 @@ from transformers.cache_utils import Cache
 
 from nemotron.rl import gpt2_fast, hf_cache
 from nemotron.rl.logprobs import token_logprobs
+from nemotron.rl.stop_strings import ends_in_stop_string, stop_window
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,8 @@ class SamplingParams:
         greedy: take the most likely token (temperature, top_k and top_p then only matter for the logprobs).
         eos_token_id: one id or several; a response that emits one stops, and that token is part of it.
         pad_token_id: written after a response has stopped (masked out everywhere).
-        stop_strings: a response also stops when its decoded text contains one of these.
+        stop_strings: a response also stops on the token that completes its first match of one of these in its
+            decoded text; that token stays in the response, like vLLM's output tokens (``rl/stop_strings.py``).
         decode: turns response token ids into text; required with ``stop_strings``.
     """
 
@@ -334,6 +336,7 @@ def _decode_loop(
     # Row i of the model's batch generates rollout row live[i]; finished rows leave the batch (see
     # _COMPACT_WHEN_LIVE_AT_MOST), everything indexed by rollout row stays full size.
     live = torch.arange(batch, device=device)
+    window = stop_window(params.stop_strings)
     next_positions = prompt_lengths.unsqueeze(1)
     steps = limit
     for t in range(limit):
@@ -349,9 +352,7 @@ def _decode_loop(
         response_mask[live, t] = active
         stopped = active & torch.isin(tokens, eos_ids)
         if params.stop_strings:
-            stopped |= active & _hits_stop_string(
-                responses[live, : t + 1], response_mask[live, : t + 1], params
-            )
+            stopped |= _completes_stop_string(responses, live, active, t, window, params)
         finished[live] = finished[live] | stopped
         still_going = active & ~stopped
         going = int(still_going.sum())
@@ -385,17 +386,25 @@ def _decode_loop(
     )
 
 
-def _hits_stop_string(responses: torch.Tensor, mask: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """``(B,)`` bool: the response so far (``responses``/``mask`` of shape ``(B, t)``) contains a stop string."""
+def _completes_stop_string(
+    responses: torch.Tensor,
+    live: torch.Tensor,
+    active: torch.Tensor,
+    t: int,
+    window: int,
+    params: SamplingParams,
+) -> torch.Tensor:
+    """``(L,)`` bool over the model's batch: the active rows whose token ``t`` completed a stop string.
+
+    Only the last ``window`` tokens are decoded (see ``stop_window``), so each step costs the same at any length.
+    """
     assert params.decode is not None  # checked by SamplingParams
-    hits = torch.zeros(responses.shape[0], dtype=torch.bool)
-    # Decoding the whole response (not a window of recent tokens) is exact for tokens that decode to any
-    # number of characters; responses are short, and this only runs when stop strings are set.
-    for row, (ids, keep) in enumerate(zip(responses.tolist(), mask.tolist(), strict=True)):
-        if keep[-1]:
-            text = params.decode([i for i, k in zip(ids, keep, strict=True) if k])
-            hits[row] = any(stop in text for stop in params.stop_strings)
-    return hits.to(responses.device)
+    hits = torch.zeros_like(active)
+    rows = active.nonzero().squeeze(1)
+    if rows.numel():
+        tails = responses[live[rows], max(0, t + 1 - window) : t + 1]
+        hits[rows] = ends_in_stop_string(tails, params.decode, params.stop_strings)
+    return hits
 
 
 def _as_left_padded(
