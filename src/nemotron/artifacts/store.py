@@ -94,9 +94,12 @@ class ArtifactStore:
             try:
                 conn.execute("PRAGMA busy_timeout=60000")
                 if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                    conn.execute("PRAGMA journal_mode=WAL")
-                    conn.executescript(SCHEMA)
-                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                    conn.execute("PRAGMA journal_mode=WAL")  # cannot change inside a transaction
+                    # One transaction: a reader (which takes no file lock) sees all the tables or none, and a
+                    # creation that fails half-way leaves nothing behind.
+                    conn.executescript(
+                        f"BEGIN IMMEDIATE; {SCHEMA}; PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
+                    )
             finally:
                 conn.close()
         self._created = True
@@ -122,7 +125,12 @@ class ArtifactStore:
         conn = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
         try:
             conn.execute("PRAGMA busy_timeout=60000")
-            if not write and not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='artifacts'").fetchone():
+            if (
+                not write
+                and not conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='artifacts'"
+                ).fetchone()
+            ):
                 # The first writer created the file but not yet its tables: to a reader the store is still empty.
                 conn.close()
                 conn = sqlite3.connect(":memory:")
@@ -133,7 +141,18 @@ class ArtifactStore:
 
     @staticmethod
     def _row(row: Sequence[Any]) -> Artifact:
-        return Artifact(row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6]), json.loads(row[7]), row[8], row[9])
+        return Artifact(
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            row[5],
+            json.loads(row[6]),
+            json.loads(row[7]),
+            row[8],
+            row[9],
+        )
 
     _COLS = "id, name, version, type, path, sha256, files, metadata, job_id, created_at"
 
@@ -146,28 +165,47 @@ class ArtifactStore:
         """Register (name, type, path, metadata) outputs in ONE transaction, each with edges to `parents`
         ((input name, artifact id)). Versions are allocated inside the transaction, so concurrent writers never
         collide or skip."""
-        hashed = [(name, type_, path.resolve(), meta, *content_hash(path)) for name, type_, path, meta in outputs]
+        hashed = [
+            (name, type_, path.resolve(), meta, *content_hash(path)) for name, type_, path, meta in outputs
+        ]
         now = datetime.now(UTC).isoformat(timespec="seconds")
         with self._connect(write=True) as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 ids = []
                 for name, type_, path, meta, sha, files in hashed:
-                    (ver,) = conn.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM artifacts WHERE name=?", (name,)).fetchone()
+                    (ver,) = conn.execute(
+                        "SELECT COALESCE(MAX(version), 0) + 1 FROM artifacts WHERE name=?", (name,)
+                    ).fetchone()
                     cur = conn.execute(
                         "INSERT INTO artifacts (name, version, type, path, sha256, files, metadata, job_id, created_at)"
                         " VALUES (?,?,?,?,?,?,?,?,?)",
-                        (name, ver, type_, str(path), sha, json.dumps(files), json.dumps(meta, sort_keys=True), job_id, now),
+                        (
+                            name,
+                            ver,
+                            type_,
+                            str(path),
+                            sha,
+                            json.dumps(files),
+                            json.dumps(meta, sort_keys=True),
+                            job_id,
+                            now,
+                        ),
                     )
                     assert cur.lastrowid is not None
                     ids.append(cur.lastrowid)
                     for input_name, parent in parents:
-                        conn.execute("INSERT OR IGNORE INTO edges VALUES (?,?,?)", (cur.lastrowid, parent, input_name))
+                        conn.execute(
+                            "INSERT OR IGNORE INTO edges VALUES (?,?,?)", (cur.lastrowid, parent, input_name)
+                        )
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-            rows = conn.execute(f"SELECT {self._COLS} FROM artifacts WHERE id IN ({','.join('?' * len(ids))}) ORDER BY id", ids)
+            rows = conn.execute(
+                f"SELECT {self._COLS} FROM artifacts WHERE id IN ({','.join('?' * len(ids))}) ORDER BY id",
+                ids,
+            )
             return [self._row(r) for r in rows]
 
     def register_external(self, type_: str, path: Path) -> Artifact:
@@ -175,7 +213,8 @@ class ArtifactStore:
         sha, _ = content_hash(path)
         with self._connect() as conn:
             row = conn.execute(
-                f"SELECT {self._COLS} FROM artifacts WHERE sha256=? AND path=? ORDER BY id DESC LIMIT 1", (sha, str(path.resolve()))
+                f"SELECT {self._COLS} FROM artifacts WHERE sha256=? AND path=? ORDER BY id DESC LIMIT 1",
+                (sha, str(path.resolve())),
             ).fetchone()
         if row:
             return self._row(row)
@@ -185,14 +224,22 @@ class ArtifactStore:
     def resolve(self, name: str, version: str = "latest") -> Artifact:
         with self._connect() as conn:
             if version == "latest":
-                row = conn.execute(f"SELECT {self._COLS} FROM artifacts WHERE name=? ORDER BY version DESC LIMIT 1", (name,)).fetchone()
+                row = conn.execute(
+                    f"SELECT {self._COLS} FROM artifacts WHERE name=? ORDER BY version DESC LIMIT 1", (name,)
+                ).fetchone()
             else:
-                row = conn.execute(f"SELECT {self._COLS} FROM artifacts WHERE name=? AND version=?", (name, int(version.lstrip("v")))).fetchone()
+                row = conn.execute(
+                    f"SELECT {self._COLS} FROM artifacts WHERE name=? AND version=?",
+                    (name, int(version.lstrip("v"))),
+                ).fetchone()
             if row:
                 return self._row(row)
             names = [r[0] for r in conn.execute("SELECT DISTINCT name FROM artifacts")]
         if name in names:
-            raise NotFound(f"artifact '{name}' has no version {version}", hint=f"See its versions with: nemotron artifacts ls {name}")
+            raise NotFound(
+                f"artifact '{name}' has no version {version}",
+                hint=f"See its versions with: nemotron artifacts ls {name}",
+            )
         raise NotFound(f"no artifact named '{name}' in {self.root}{did_you_mean(name, names)}")
 
     def get(self, artifact_id: int) -> Artifact:
@@ -231,7 +278,12 @@ class ArtifactStore:
 
     def by_job(self, job_id: str) -> list[Artifact]:
         with self._connect() as conn:
-            return [self._row(r) for r in conn.execute(f"SELECT {self._COLS} FROM artifacts WHERE job_id=? ORDER BY id", (job_id,))]
+            return [
+                self._row(r)
+                for r in conn.execute(
+                    f"SELECT {self._COLS} FROM artifacts WHERE job_id=? ORDER BY id", (job_id,)
+                )
+            ]
 
     def ancestors(self, artifact_ids: Sequence[int]) -> set[int]:
         """Every artifact the given ones were made from, transitively (the given ones included)."""
@@ -254,7 +306,10 @@ class ArtifactStore:
         with self._connect(write=True) as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute(f"DELETE FROM edges WHERE child IN ({marks}) OR parent IN ({marks})", [*artifact_ids, *artifact_ids])
+                conn.execute(
+                    f"DELETE FROM edges WHERE child IN ({marks}) OR parent IN ({marks})",
+                    [*artifact_ids, *artifact_ids],
+                )
                 conn.execute(f"DELETE FROM artifacts WHERE id IN ({marks})", list(artifact_ids))
                 conn.execute("COMMIT")
             except BaseException:
