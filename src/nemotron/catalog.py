@@ -31,6 +31,8 @@ class StepInfo(_Strict):
     launch: Literal["python", "torchrun"] = "python"
     # Steps this one needs running beside it (e.g. the reward server). Executors read this, never the step id.
     services: list[str] = []
+    # The names the step logs to metrics.jsonl: the one list docs are checked against (tests/foundation).
+    metrics: list[str] = []
 
 
 class Consumes(_Strict):
@@ -227,6 +229,14 @@ class Catalog:
 
     def producers_of(self, type_name: str) -> list[str]:
         """Steps whose outputs satisfy this type: exact producers first, then those closest to the data."""
-        makers = [s for s in self.steps.values() if any(self.is_a(p.type, type_name) for p in s.manifest.produces)]
-        makers.sort(key=lambda s: (all(p.type != type_name for p in s.manifest.produces), len(s.manifest.consumes), s.id))
+        makers = [
+            s for s in self.steps.values() if any(self.is_a(p.type, type_name) for p in s.manifest.produces)
+        ]
+        makers.sort(
+            key=lambda s: (
+                all(p.type != type_name for p in s.manifest.produces),
+                len(s.manifest.consumes),
+                s.id,
+            )
+        )
         return [s.id for s in makers]
