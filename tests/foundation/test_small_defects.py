@@ -34,3 +34,4 @@ def test_every_command_help_shows_an_example_and_the_exit_codes(home: Path, run_
             args = [name, cmd, "--help"] if hasattr(sub, "commands") else [name, "--help"]
             shown = run_cli(*args)
             assert shown.code == 0 and "Example: nemotron" in shown.out and "Exit codes: 0 done" in shown.out, args
+            assert len(shown.out.splitlines()) <= 40, f"{args}: help longer than a screen"
