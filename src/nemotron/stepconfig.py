@@ -16,39 +16,90 @@ class Strict(BaseModel):
 class ModelArch(Strict):
     """Architecture for a model built from a config (random init): the tiny GPT-2 family."""
 
-    n_layer: int = Field(2, ge=1)
-    n_embd: int = Field(64, ge=8)
-    n_head: int = Field(4, ge=1)
-    n_positions: int = Field(64, ge=8)
+    n_layer: int = Field(
+        2, ge=1, description="transformer blocks (HF GPT2Config.n_layer); ignored with inputs.init_from"
+    )
+    n_embd: int = Field(64, ge=8, description="hidden size; must divide by n_head (HF GPT2Config.n_embd)")
+    n_head: int = Field(4, ge=1, description="attention heads per block (HF GPT2Config.n_head)")
+    n_positions: int = Field(
+        64,
+        ge=8,
+        description="context length in tokens: prompt plus response must fit (HF GPT2Config.n_positions)",
+    )
 
 
 class Optim(Strict):
-    lr: float = Field(1e-5, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    clip_grad: float = Field(1.0, gt=0, description="max global gradient norm")
-    warmup_steps: int = Field(0, ge=0)
+    """AdamW and its learning-rate schedule (NeMo-Aligner: model.optim; NeMo-RL: policy.optimizer)."""
+
+    lr: float = Field(
+        1e-5, gt=0, description="peak learning rate, reached after warmup_steps (NeMo-Aligner: optim.lr)"
+    )
+    weight_decay: float = Field(
+        0.0, ge=0, description="AdamW decoupled weight decay (NeMo-Aligner: optim.weight_decay)"
+    )
+    adam_beta1: float = Field(
+        0.9, description="AdamW beta1, the gradient moving-average factor (NeMo-Aligner: optim.betas[0])"
+    )
+    adam_beta2: float = Field(
+        0.999,
+        description="AdamW beta2, the squared-gradient moving-average factor (NeMo-Aligner: optim.betas[1])",
+    )
+    clip_grad: float = Field(
+        1.0,
+        gt=0,
+        description="max global gradient norm before each step (NeMo-Aligner: gradient_clip_val; NeMo-RL: "
+        "max_grad_norm)",
+    )
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="optimizer steps of linear warm-up from lr/warmup_steps to lr (0 = none; NeMo-Aligner: "
+        "optim.sched.warmup_steps)",
+    )
     min_lr_ratio: float = Field(
-        1.0, gt=0, le=1, description="decay linearly to lr * this by the last step (1 = constant)"
+        1.0,
+        gt=0,
+        le=1,
+        description="decay linearly to lr * this by the last step (1 = constant; NeMo-Aligner: "
+        "optim.sched.min_lr / lr). The built-in RL steps do not decay yet: there only warm-up applies",
     )
 
 
 class Generation(Strict):
     """Sampling for rollouts. `backend: vllm` needs a GPU and the vllm package."""
 
-    backend: Literal["torch", "vllm"] = "torch"
-    temperature: float = Field(1.0, gt=0)
-    top_k: int = Field(0, ge=0, description="0 = off")
-    top_p: float = Field(1.0, gt=0, le=1.0)
-    max_new_tokens: int = Field(16, ge=1)
+    backend: Literal["torch", "vllm"] = Field(
+        "torch", description="who samples rollouts: our torch sampler, or vLLM (GPU and the vllm package)"
+    )
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="sampling temperature; log-probs for the loss are divided by it too "
+        "(NeMo-Aligner: sampling_params.temperature)",
+    )
+    top_k: int = Field(0, ge=0, description="sample from the k most likely tokens only (0 = off)")
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1.0,
+        description="nucleus sampling: the smallest token set with this much mass (1 = off)",
+    )
+    max_new_tokens: int = Field(
+        16,
+        ge=1,
+        description="longest response in tokens; longer ones are cut and count as not ended "
+        "(NeMo-Aligner: length_params.max_length)",
+    )
     stop_strings: list[str] = Field(
         [],
-        description="end a response on the token that completes one of these (kept, as in vLLM's output tokens)",
+        description="end a response on the token that completes one of these strings; that token is kept, as in "
+        "vLLM's output tokens (NeMo-Aligner: sampling_params.end_strings)",
     )
 
 
 class Checkpointing(Strict):
+    """Training checkpoints for exact resume (weights, optimizer, RNG streams, data position)."""
+
     save_interval: int = Field(0, ge=0, description="save every N steps (0 = only at the end)")
     resume: bool = Field(False, description="continue from the job's (or resume_from's) last checkpoint")
     resume_from: str | None = Field(None, description="job id or checkpoint dir to resume from")
@@ -58,16 +109,35 @@ class Checkpointing(Strict):
 class RewardServer(Strict):
     """Where the reward model is served. With no url, local runs start rm/serve beside the trainer."""
 
-    url: str | None = None
-    token: str | None = None
-    timeout_s: float = Field(30.0, gt=0)
-    retries: int = Field(5, ge=0)
+    url: str | None = Field(
+        None,
+        description="base URL of a running rm/serve (http://host:port); unset: $NEMOTRON_REWARD_URL (a Slurm "
+        "hetjob's server), else a sibling rm/serve on a free loopback port (NeMo-Aligner: remote_rm.reward_model.ip/port)",
+    )
+    token: str | None = Field(
+        None,
+        description="bearer token for url; unset: $NEMOTRON_REWARD_TOKEN. Secret: kept out of config.yaml",
+    )
+    timeout_s: float = Field(30.0, gt=0, description="seconds to wait for one scoring request")
+    retries: int = Field(
+        5,
+        ge=0,
+        description="re-sends, with exponential backoff, of a request that failed (connection error, timeout or 5xx answer)",
+    )
 
 
 class Runtime(Strict):
-    seed: int = 1234
+    """Process settings: seeds, CPU threads, device."""
+
+    seed: int = Field(
+        1234, description="seed of model init, data order and sampling (rank r samples with seed*1000+r)"
+    )
     num_threads: int = Field(2, ge=1, description="torch CPU threads per process")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="where the model runs. The built-in engine does not read it yet (it runs on the CPU); "
+        "NeMo-RL refuses cpu",
+    )
 
 
 class Evaluation(Strict):
@@ -76,8 +146,12 @@ class Evaluation(Strict):
     task: Literal["sentiment", "reverse"] | None = Field(
         None, description="task whose ground-truth scorer to report"
     )
-    num_prompts: int = Field(64, ge=0, description="0 = skip evaluation")
-    seed: int = 7
+    num_prompts: int = Field(
+        64, ge=0, description="evaluate on the first N training prompts before and after training (0 = skip)"
+    )
+    seed: int = Field(
+        7, description="sampling seed of the evaluation responses, so before and after are comparable"
+    )
 
 
 class NemoRL(Strict):

@@ -10,7 +10,15 @@ import pytest
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compose_config
-from nemotron.docgen import reference_path, step_reference
+from nemotron.docgen import (
+    BUILTIN_UNREAD,
+    config_reference,
+    config_reference_path,
+    nemo_rl_mapping,
+    reference_path,
+    schema_fields,
+    step_reference,
+)
 from nemotron.paths import bundled_root
 
 ROOT = bundled_root()
@@ -18,7 +26,58 @@ ROOT = bundled_root()
 
 def test_step_reference_is_not_stale() -> None:
     expected = step_reference(Catalog([ROOT]))
-    assert reference_path().read_text() == expected, "docs/reference/steps.md is stale: run `python -m nemotron.docgen`"
+    assert reference_path().read_text() == expected, (
+        "docs/reference/steps.md is stale: run `python -m nemotron.docgen`"
+    )
+
+
+def test_config_reference_is_not_stale() -> None:
+    expected = config_reference(Catalog([ROOT]))
+    assert config_reference_path().read_text() == expected, (
+        "docs/reference/config.md is stale: run `python -m nemotron.docgen`"
+    )
+
+
+@pytest.mark.parametrize("step_id", sorted(Catalog([ROOT]).steps))
+def test_every_schema_field_has_a_description(step_id: str) -> None:
+    """The config reference is generated from the descriptions: a key without one would be a blank row. A group
+    may describe itself with its class docstring instead."""
+    fields = list(schema_fields(Catalog([ROOT]).get(step_id).config_schema()))
+    assert len(fields) > 5
+    assert [f.key for f in fields if not f.description] == []
+
+
+def test_the_config_reference_shows_the_nemo_rl_mapping_of_every_rl_key() -> None:
+    mapping = nemo_rl_mapping()
+    assert sorted(mapping) == ["rl/ppo", "rl/reinforce", "rl/rlhf"]
+    text = config_reference_path().read_text()
+    for step_id, rows in mapping.items():
+        section = text.split(f"## `{step_id}`\n")[1].split("\n## ")[0]
+        for key, cell in rows.items():
+            assert f"| `{key}` |" in section and cell in section, (step_id, key)
+    assert (
+        "refused on nemo_rl when not 1 (NeMo-RL logs every step)" in mapping["rl/ppo"]["trainer.log_interval"]
+    )
+
+
+def test_keys_listed_as_unread_by_the_builtin_engine_are_still_unread() -> None:
+    """Each entry of BUILTIN_UNREAD names a real key, and its probe is absent from the step's code: once a step
+    reads the key, this fails until the entry goes (and the reference stops saying it has no effect)."""
+    catalog = Catalog([ROOT])
+    package = ROOT / "src" / "nemotron"
+    # A key every step has may be read by the library too (not by the engines, which map it, nor the docs' own code).
+    library = "".join(p.read_text() for p in sorted(package.rglob("*.py"))
+                      if "engines" not in p.parts and p.name not in ("stepconfig.py", "docgen.py"))  # fmt: skip
+    for step_id, entries in BUILTIN_UNREAD.items():
+        steps = [s for s in catalog.steps.values() if step_id in ("*", s.id)]
+        for key, (_, probe) in entries.items():
+            for step in steps:
+                keys = {f.key for f in schema_fields(step.config_schema())}
+                if step_id == "*" and key not in keys:
+                    continue
+                assert key in keys, (step.id, key)
+                code = step.entry_path.read_text() + (library if step_id == "*" else "")
+                assert not re.search(probe, code), (step.id, key)
 
 
 def _documented_step_runs() -> list[tuple[str, str]]:
@@ -71,7 +130,12 @@ def test_the_documented_example_step_runs(home: Path, run_cli: object, tmp_path:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": " ".join(["w"] * n)}) + "\n" for n in (1, 3, 5, 9)))
     env = {"NEMOTRON_STEPS_PATH": str(ROOT / "docs" / "examples" / "my-steps")}
-    r = run_cli("steps", "run", "data/filter", "-c", "tiny", f"inputs.prompts={prompts}", env={**os.environ, **env})  # type: ignore[operator]
+    r = run_cli(
+        "steps", "run", "data/filter", "-c", "tiny", f"inputs.prompts={prompts}", env={**os.environ, **env}
+    )  # type: ignore[operator]
     assert r.code == 0, r.err
     (out,) = (home / "jobs").glob("*/outputs/prompts.jsonl")
-    assert [len(json.loads(x)["prompt"].split()) for x in out.read_text().splitlines()] == [1, 3]  # max_words: 4
+    assert [len(json.loads(x)["prompt"].split()) for x in out.read_text().splitlines()] == [
+        1,
+        3,
+    ]  # max_words: 4

@@ -8,21 +8,38 @@ from nemotron.stepconfig import Runtime, Strict
 
 
 class Task(Strict):
-    name: Literal["sentiment", "reverse"] = Field("sentiment", description="sentiment (VADER ground truth) or reverse (digits)")
-    num_prompts: int = Field(512, ge=1)
-    num_validation_prompts: int = Field(64, ge=1)
-    num_sft: int = Field(4000, ge=1)
-    num_preferences: int = Field(4000, ge=1)
+    """Which tiny task to generate, and how many records of each file."""
+
+    name: Literal["sentiment", "reverse"] = Field(
+        "sentiment",
+        description="sentiment: continue a review positively (VADER ground truth); reverse: reverse digits",
+    )
+    num_prompts: int = Field(512, ge=1, description="lines of the RL training prompt JSONL")
+    num_validation_prompts: int = Field(
+        64, ge=1, description="lines of the held-out prompt JSONL (a separate seed)"
+    )
+    num_sft: int = Field(4000, ge=1, description="{prompt, response} lines of the SFT JSONL")
+    num_preferences: int = Field(
+        4000, ge=1, description="{prompt, chosen, rejected} lines of the preference JSONL"
+    )
 
 
 class Outputs(Strict):
-    prompts: str = "tiny_prompts"
-    validation_prompts: str = "tiny_validation_prompts"
-    sft: str = "tiny_sft_data"
-    preferences: str = "tiny_preferences"
+    """Names the four JSONL files are registered under in the artifact store."""
+
+    prompts: str = Field("tiny_prompts", description="artifact name of the training prompts (prompt_jsonl)")
+    validation_prompts: str = Field(
+        "tiny_validation_prompts", description="artifact name of the held-out prompts (prompt_jsonl)"
+    )
+    sft: str = Field("tiny_sft_data", description="artifact name of the SFT data (sft_jsonl)")
+    preferences: str = Field(
+        "tiny_preferences", description="artifact name of the preference pairs (preference_jsonl)"
+    )
 
 
 class Config(Strict):
+    """data/prep: the tiny task's prompt, SFT and preference JSONL, generated from shipped word lists."""
+
     task: Task = Task()
     outputs: Outputs = Outputs()
     runtime: Runtime = Runtime()

@@ -17,58 +17,152 @@ from nemotron.stepconfig import (
 
 
 class Inputs(Strict):
-    prompts: str | None = Field(None, description="prompt JSONL: artifact ref or path")
-    policy: str | None = Field(None, description="the SFT policy (checkpoint_hf) to align")
-    reward_model: str | None = Field(None, description="the reward model (reward_model_hf): served for rewards, and the critic's init")
+    """The artifacts rl/ppo reads: an artifact reference (name:latest, name:vN, art://...) or a path."""
+
+    prompts: str | None = Field(
+        None, description="prompt JSONL, one {prompt} per line (prompt_jsonl): artifact ref or path"
+    )
+    policy: str | None = Field(
+        None,
+        description="the SFT policy (checkpoint_hf) to align; it also starts the frozen initial (reference) policy",
+    )
+    reward_model: str | None = Field(
+        None,
+        description="the reward model (reward_model_hf): served for rewards, and the critic's initialisation "
+        "(backbone and head)",
+    )
 
 
 class Outputs(Strict):
+    """Names the outputs are registered under in the artifact store."""
+
     policy: str = Field("ppo_policy", description="artifact name of the aligned policy")
     critic: str = Field("ppo_critic", description="artifact name of the trained critic")
 
 
 class Trainer(Strict):
-    max_steps: int = Field(100, ge=1)
-    num_prompts_per_step: int = Field(16, ge=1, description="prompts per step (global batch)")
-    micro_batch_size: int = Field(16, ge=1)
-    log_interval: int = Field(1, ge=1)
+    """The rollout + update loop."""
+
+    max_steps: int = Field(
+        100, ge=1, description="rollout + update steps (NeMo-Aligner: trainer.ppo.max_steps)"
+    )
+    num_prompts_per_step: int = Field(
+        16,
+        ge=1,
+        description="prompts per step over all ranks; each gets num_rollouts_per_prompt responses "
+        "(NeMo-Aligner: model.ppo.num_rollout_samples)",
+    )
+    micro_batch_size: int = Field(
+        16,
+        ge=1,
+        description="responses per forward/backward pass of the actor and the critic; gradients accumulate "
+        "to one optimizer step per PPO epoch (NeMo-Aligner: model.micro_batch_size)",
+    )
+    log_interval: int = Field(
+        1, ge=1, description="print a summary line every N steps (metrics.jsonl gets every step)"
+    )
 
 
 class PPO(Strict):
-    num_rollouts_per_prompt: int = Field(1, ge=1)
-    discount_factor: float = Field(1.0, ge=0, le=1, description="gamma")
-    gae_lambda: float = Field(0.95, ge=0, le=1)
-    ratio_eps: float = Field(0.2, gt=0, description="clip the ratio to [1-eps, 1+eps]")
-    dual_clip: float | None = Field(None, gt=1, description="dual-clip constant c for negative advantages (off when null)")
-    entropy_bonus: float = Field(0.0, ge=0)
-    initial_policy_kl_penalty: float = Field(0.02, ge=0, description="per-token KL penalty in the reward")
-    kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k1"
-    ppo_epochs: int = Field(1, ge=1)
-    critic_warmup_steps: int = Field(0, ge=0, description="steps that train only the critic")
-    whiten_advantages: bool = True
-    loss_level: Literal["token", "sequence"] = "token"
+    """PPO with GAE over per-token rewards (NeMo-Aligner: trainer.ppo.* and model.ppo.*)."""
+
+    num_rollouts_per_prompt: int = Field(
+        1, ge=1, description="responses sampled per prompt (NeMo-RL: ppo.num_generations_per_prompt)"
+    )
+    discount_factor: float = Field(
+        1.0, ge=0, le=1, description="GAE gamma (NeMo-Aligner: trainer.ppo.discount_factor; TRL: gamma)"
+    )
+    gae_lambda: float = Field(
+        0.95,
+        ge=0,
+        le=1,
+        description="GAE lambda: 1 = Monte-Carlo returns, 0 = one-step TD (NeMo-Aligner: "
+        "gae_lambda; TRL: lam)",
+    )
+    ratio_eps: float = Field(
+        0.2,
+        gt=0,
+        description="clip the probability ratio to [1-eps, 1+eps] (NeMo-Aligner: model.ppo.ratio_eps; "
+        "TRL: cliprange)",
+    )
+    dual_clip: float | None = Field(
+        None,
+        gt=1,
+        description="dual-clip constant c: for negative advantages the per-token loss is capped at c*|A| (off when "
+        "null; NeMo-RL: loss_fn.ratio_clip_c)",
+    )
+    entropy_bonus: float = Field(
+        0.0,
+        ge=0,
+        description="subtract this times the mean token entropy from the actor loss (NeMo-Aligner: "
+        "model.ppo.entropy_bonus)",
+    )
+    initial_policy_kl_penalty: float = Field(
+        0.02,
+        ge=0,
+        description="beta of the per-token KL penalty to the initial policy, subtracted from each token's "
+        "reward (NeMo-Aligner: initial_policy_kl_penalty; TRL: kl_coef)",
+    )
+    kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
+        "k1",
+        description="per-token KL estimate from d = logp - ref_logp: k1 = d, k2 = d^2/2, k3 = exp(-d)+d-1, abs = "
+        "|d| (NeMo-Aligner's use_absolute_kl: true is abs)",
+    )
+    ppo_epochs: int = Field(
+        1, ge=1, description="optimisation passes over each rollout batch, one optimizer step each"
+    )
+    critic_warmup_steps: int = Field(
+        0, ge=0, description="first N steps train only the critic (NeMo-RL: ppo.policy_training_start_step)"
+    )
+    whiten_advantages: bool = Field(
+        True,
+        description="normalise advantages to mean 0, std 1 over the global batch (NeMo-Aligner: "
+        "normalize_advantages)",
+    )
+    loss_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="average the losses over all response tokens of the global batch (token), or per "
+        "response first (sequence) (NeMo-RL: loss_fn.token_level_loss)",
+    )
 
 
 class Critic(Strict):
-    loss_clip_val: float = Field(0.2, gt=0, description="clip the value update around the old value")
-    optim: Optim = Optim(lr=5e-5)
+    """The value model, initialised from the reward model and trained in the actor's process."""
+
+    loss_clip_val: float = Field(
+        0.2,
+        gt=0,
+        description="clip the new value to old value +- this in the value loss (NeMo-Aligner critic: "
+        "model.loss_clip_val; TRL: cliprange_value)",
+    )
+    optim: Optim = Field(Optim(lr=5e-5), description="the critic's optimizer")
 
 
 class Reward(Strict):
-    source: Literal["server", "in_process"] = "server"
+    """Where the rewards come from."""
+
+    source: Literal["server", "in_process"] = Field(
+        "server",
+        description="server: ask an rm/serve over HTTP (KServe v2, as NeMo-Aligner's remote_rm); in_process: "
+        "load inputs.reward_model into the trainer (no server; local runs only)",
+    )
     server: RewardServer = RewardServer()
 
 
 class Config(Strict):
+    """rl/ppo: NeMo-Aligner's PPO (actor, critic from the reward model, GAE, clipped losses)."""
+
     backend: Literal["builtin", "nemo_rl"] = Field(
-        "builtin", description="nemo_rl: run NeMo-RL v0.7.0 in its container (see docs/nemo-rl.md)"
+        "builtin",
+        description="builtin: our torch engine (one process, or torchrun data parallel); nemo_rl: NeMo-RL v0.7.0 PPO in "
+        "its container on GPUs (see docs/nemo-rl.md)",
     )
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
     trainer: Trainer = Trainer()
     ppo: PPO = PPO()
     critic: Critic = Critic()
-    optim: Optim = Optim()
+    optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")
     generation: Generation = Generation()
     reward: Reward = Reward()
     checkpoint: Checkpointing = Checkpointing()

@@ -17,51 +17,120 @@ from nemotron.stepconfig import (
 
 
 class Inputs(Strict):
-    prompts: str | None = Field(None, description="prompt JSONL: artifact ref or path")
-    policy: str | None = Field(None, description="the SFT policy (checkpoint_hf) to align")
-    reward_model: str | None = Field(None, description="the reward model (reward_model_hf) served by rm/serve")
+    """The artifacts rl/reinforce reads: an artifact reference (name:latest, name:vN, art://...) or a path."""
+
+    prompts: str | None = Field(
+        None, description="prompt JSONL, one {prompt} per line (prompt_jsonl): artifact ref or path"
+    )
+    policy: str | None = Field(
+        None,
+        description="the SFT policy (checkpoint_hf) to align; it also starts the frozen initial (reference) policy",
+    )
+    reward_model: str | None = Field(
+        None,
+        description="the reward model (reward_model_hf): served by rm/serve, or loaded with reward.source=in_process",
+    )
 
 
 class Outputs(Strict):
+    """Names the outputs are registered under in the artifact store."""
+
     policy: str = Field("reinforce_policy", description="artifact name of the aligned policy")
 
 
 class Trainer(Strict):
-    max_steps: int = Field(100, ge=1, description="rollout + update steps")
-    num_prompts_per_step: int = Field(8, ge=1, description="prompts per step (global batch)")
-    micro_batch_size: int = Field(16, ge=1, description="responses per forward/backward pass")
-    log_interval: int = Field(1, ge=1)
+    """The rollout + update loop."""
+
+    max_steps: int = Field(
+        100, ge=1, description="rollout + update steps (NeMo-Aligner: trainer.reinforce.max_steps)"
+    )
+    num_prompts_per_step: int = Field(
+        8,
+        ge=1,
+        description="prompts per step over all ranks; each gets num_rollouts_per_prompt responses "
+        "(NeMo-Aligner: model.reinforce.num_rollout_samples)",
+    )
+    micro_batch_size: int = Field(
+        16,
+        ge=1,
+        description="responses per forward/backward pass; gradients accumulate to one optimizer step per "
+        "epoch (NeMo-Aligner: model.micro_batch_size)",
+    )
+    log_interval: int = Field(
+        1, ge=1, description="print a summary line every N steps (metrics.jsonl gets every step)"
+    )
 
 
 class Reinforce(Strict):
-    initial_policy_kl_penalty: float = Field(0.01, ge=0, description="beta: reward -= beta * KL(policy || initial policy)")
-    kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k1"
-    kl_in: Literal["reward_sequence_mean", "reward_per_token"] = Field(
-        "reward_sequence_mean", description="NeMo-Aligner subtracts the sequence-mean KL from the reward"
+    """REINFORCE with a leave-one-out (RLOO) baseline and a KL penalty to the initial policy (NeMo-Aligner:
+    trainer.reinforce.*)."""
+
+    initial_policy_kl_penalty: float = Field(
+        0.01,
+        ge=0,
+        description="beta: reward -= beta * KL(policy || initial policy) (NeMo-Aligner: "
+        "initial_policy_kl_penalty; TRL RLOO: kl_coef)",
     )
-    num_rollouts_per_prompt: int = Field(4, ge=2, description="responses per prompt (RLOO needs >= 2)")
-    discount_factor: float = Field(1.0, ge=0, le=1)
-    reinforce_epochs: int = Field(1, ge=1, description="optimisation passes over each rollout batch")
-    loss_level: Literal["token", "sequence"] = "token"
+    kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
+        "k1",
+        description="per-token KL estimate from d = logp - ref_logp: k1 = d, k2 = d^2/2, k3 = exp(-d)+d-1, abs = "
+        "|d| (NeMo-Aligner's use_absolute_kl: true is abs)",
+    )
+    kl_in: Literal["reward_sequence_mean", "reward_per_token"] = Field(
+        "reward_sequence_mean",
+        description="reward_sequence_mean: subtract beta times the mean token KL of the "
+        "response (NeMo-Aligner); reward_per_token: subtract beta times the sum of the token KLs",
+    )
+    num_rollouts_per_prompt: int = Field(
+        4,
+        ge=2,
+        description="responses per prompt (RLOO needs >= 2; NeMo-Aligner: num_rollouts_per_prompt; TRL: rloo_k)",
+    )
+    discount_factor: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="gamma of NeMo-Aligner's REINFORCE. The built-in engine does not read it yet "
+        "(the reward is not discounted); NeMo-RL refuses values other than 1",
+    )
+    reinforce_epochs: int = Field(
+        1, ge=1, description="optimisation passes over each rollout batch, one optimizer step each"
+    )
+    loss_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="average the loss over all response tokens of the global batch (token), or per "
+        "response first (sequence) (NeMo-RL: loss_fn.token_level_loss)",
+    )
     truncated_responses: Literal["keep", "zero_reward"] = Field(
-        "keep", description="responses without EOS: keep their reward, or score them 0 (they never enter baselines)"
+        "keep",
+        description="responses without EOS: keep their reward, or score them 0 (they never enter baselines)",
     )
 
 
 class Reward(Strict):
-    source: Literal["server", "in_process"] = "server"
+    """Where the rewards come from."""
+
+    source: Literal["server", "in_process"] = Field(
+        "server",
+        description="server: ask an rm/serve over HTTP (KServe v2, as NeMo-Aligner's remote_rm); in_process: "
+        "load inputs.reward_model into the trainer (no server; local runs only)",
+    )
     server: RewardServer = RewardServer()
 
 
 class Config(Strict):
+    """rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no critic)."""
+
     backend: Literal["builtin", "nemo_rl"] = Field(
-        "builtin", description="nemo_rl: run NeMo-RL v0.7.0 in its container (see docs/nemo-rl.md)"
+        "builtin",
+        description="builtin: our torch engine (one process, or torchrun data parallel); nemo_rl: NeMo-RL v0.7.0 GRPO run "
+        "as RLOO in its container on GPUs (see docs/nemo-rl.md)",
     )
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
     trainer: Trainer = Trainer()
     reinforce: Reinforce = Reinforce()
-    optim: Optim = Optim()
+    optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")
     generation: Generation = Generation()
     reward: Reward = Reward()
     checkpoint: Checkpointing = Checkpointing()

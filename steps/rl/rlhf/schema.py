@@ -8,71 +8,173 @@ from nemotron.stepconfig import Checkpointing, Evaluation, Generation, NemoRL, O
 
 
 class GRPO(Strict):
-    num_prompts_per_step: int = Field(32, ge=1)
-    num_generations_per_prompt: int = Field(8, ge=2, description="the GRPO group size")
-    max_num_steps: int = Field(1000, ge=1)
-    use_leave_one_out_baseline: bool = True
-    normalize_rewards: bool = Field(True, description="divide advantages by the group's std (floored)")
-    std_floor: float = Field(1e-3, gt=0)
-    val_period: int = Field(0, ge=0, description="validate every N steps (0 = off)")
+    """The GRPO loop (NeMo-RL: grpo.*)."""
+
+    num_prompts_per_step: int = Field(
+        32, ge=1, description="prompts per step over all ranks (NeMo-RL: grpo.num_prompts_per_step)"
+    )
+    num_generations_per_prompt: int = Field(
+        8,
+        ge=2,
+        description="the GRPO group size: responses per prompt (NeMo-RL: grpo.num_generations_per_prompt; "
+        "TRL: num_generations)",
+    )
+    max_num_steps: int = Field(1000, ge=1, description="rollout + update steps (NeMo-RL: grpo.max_num_steps)")
+    use_leave_one_out_baseline: bool = Field(
+        True,
+        description="baseline each response with the mean of the other responses of its group instead of "
+        "the whole group's mean",
+    )
+    normalize_rewards: bool = Field(
+        True,
+        description="divide advantages by the group's std when it is above std_floor (NeMo-RL: "
+        "grpo.normalize_rewards)",
+    )
+    std_floor: float = Field(
+        1e-3,
+        gt=0,
+        description="groups whose reward std is at or below this keep unscaled advantages (a zero-variance "
+        "group gets 0)",
+    )
+    val_period: int = Field(
+        0,
+        ge=0,
+        description="NeMo-RL validates every N steps (0 = off); the built-in engine evaluates before and "
+        "after only (eval.*)",
+    )
 
 
 class LossFn(Strict):
-    reference_policy_kl_penalty: float = Field(0.01, ge=0)
-    kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k3"
-    ratio_clip_min: float = Field(0.2, gt=0)
-    ratio_clip_max: float = Field(0.2, gt=0)
-    ratio_clip_c: float | None = Field(None, gt=1, description="dual-clip constant (off when null)")
-    token_level_loss: bool = True
+    """The clipped policy-gradient loss with the KL to the reference policy in the loss (NeMo-RL: loss_fn.*)."""
+
+    reference_policy_kl_penalty: float = Field(
+        0.01,
+        ge=0,
+        description="beta: the loss adds beta times the KL(policy || reference) estimate (TRL GRPO: beta)",
+    )
+    kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
+        "k3",
+        description="per-token KL estimate from d = logp - ref_logp: k1 = d, k2 = d^2/2, k3 = exp(-d)+d-1, abs = "
+        "|d| (NeMo-RL: loss_fn.reference_policy_kl_type, k1/k2/k3 only)",
+    )
+    ratio_clip_min: float = Field(0.2, gt=0, description="clip the probability ratio from below at 1 - this")
+    ratio_clip_max: float = Field(
+        0.2,
+        gt=0,
+        description="clip the probability ratio from above at 1 + this (a larger value is DAPO's clip-higher)",
+    )
+    ratio_clip_c: float | None = Field(
+        None,
+        gt=1,
+        description="dual-clip constant c: for negative advantages the per-token loss is capped at c*|A| "
+        "(off when null)",
+    )
+    token_level_loss: bool = Field(
+        True,
+        description="average the loss over all response tokens of the update (true), or per response first (false)",
+    )
 
 
 class Policy(Strict):
-    model_name: str | None = Field(None, description="the SFT policy to align: artifact ref or path")
-    train_micro_batch_size: int = Field(16, ge=1, description="responses per forward/backward pass")
-    train_global_batch_size: int | None = Field(None, ge=1, description="responses per optimizer step (default: all of a step's)")
+    """The policy being trained (NeMo-RL: policy.*)."""
+
+    model_name: str | None = Field(
+        None,
+        description="the SFT policy (checkpoint_hf) to align: artifact ref or path; it also starts the frozen "
+        "reference policy",
+    )
+    train_micro_batch_size: int = Field(
+        16, ge=1, description="responses per forward/backward pass; also the reward model's batch on NeMo-RL"
+    )
+    train_global_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="responses per optimizer step over all ranks (default: all of a step's, one update per "
+        "step)",
+    )
     generation: Generation = Generation()
-    optimizer: Optim = Optim(lr=5e-6)
+    optimizer: Optim = Field(Optim(lr=5e-6), description="the policy's optimizer")
 
 
 class DataSplit(Strict):
-    data_path: str | None = None
+    """One prompt file."""
+
+    data_path: str | None = Field(None, description="prompt JSONL (prompt_jsonl): artifact ref or path")
 
 
 class Data(Strict):
-    train: DataSplit = DataSplit()
-    validation: DataSplit = DataSplit()
+    """Prompt files (NeMo-RL: data.*). The built-in engine trains and evaluates on data.train."""
+
+    train: DataSplit = Field(DataSplit(), description="the training prompts")
+    validation: DataSplit = Field(
+        DataSplit(),
+        description="NeMo-RL's validation prompts (default: the training prompts); the built-in engine "
+        "does not read it",
+    )
 
 
 class VllmModel(Strict):
-    model: str | None = Field(None, description="judge model: HF id or local path")
+    """The judge model."""
+
+    model: str | None = Field(
+        None,
+        description="judge model: the reward model (reward_model_hf) for judge.kind=reward_model, a causal LM "
+        "for generative; artifact ref, path or HF id",
+    )
 
 
 class ResponsesApiModels(Strict):
+    """NeMo-Gym's models section."""
+
     vllm_model: VllmModel = VllmModel()
 
 
 class GenRM(Strict):
+    """NeMo-Gym's GenRM model."""
+
     responses_api_models: ResponsesApiModels = ResponsesApiModels()
 
 
 class NemoGym(Strict):
+    """NeMo-Gym settings, in NeMo-RL's key layout."""
+
     genrm_model: GenRM = GenRM()
 
 
 class Env(Strict):
-    should_use_nemo_gym: bool = False
+    """The reward environment (NeMo-RL: env.*)."""
+
+    should_use_nemo_gym: bool = Field(
+        False,
+        description="nemo_rl only: judge through NeMo-Gym's pairwise GenRM (needs judge.kind=generative, "
+        "judge.mode=pairwise)",
+    )
     nemo_gym: NemoGym = NemoGym()
 
 
 class Judge(Strict):
     """How responses are scored: a served Bradley-Terry reward model, or a generative judge (chat completions)."""
 
-    kind: Literal["reward_model", "generative"] = "reward_model"
-    url: str | None = Field(None, description="a running server; unset: local runs start rm/serve beside the trainer")
-    token: str | None = None
-    prompt_template: str = (
-        "Rate how positive this review is, from 0 to 10.\nReview: {prompt} {response}\n"
-        'Answer with JSON only: {"score": <0-10>}'
+    kind: Literal["reward_model", "generative"] = Field(
+        "reward_model",
+        description="reward_model: a Bradley-Terry reward model behind rm/serve (KServe v2); generative: "
+        "a causal LM asked for a score through chat completions",
+    )
+    url: str | None = Field(
+        None,
+        description="base URL of a running server (reward_model: rm/serve; generative: an OpenAI-compatible "
+        "/v1/chat/completions); unset: $NEMOTRON_REWARD_URL, else local runs start one beside the trainer",
+    )
+    token: str | None = Field(
+        None,
+        description="bearer token for url; unset: $NEMOTRON_REWARD_TOKEN. Secret: kept out of config.yaml",
+    )
+    prompt_template: str = Field(
+        (
+            "Rate how positive this review is, from 0 to 10.\nReview: {prompt} {response}\n"
+            'Answer with JSON only: {"score": <0-10>}'
+        ),
+        description="generative, pointwise: the judge's user message; must contain {prompt} and {response}",
     )
     mode: Literal["pointwise", "pairwise"] = Field(
         "pointwise",
@@ -82,15 +184,29 @@ class Judge(Strict):
     comparison_strategy: Literal["circular", "all_pairs"] = Field(
         "circular", description="pairwise: compare i with i+1 (N pairs per group), or every pair (N(N-1)/2)"
     )
-    pairwise_template: str = (
-        "Compare two reviews that continue the same opening. Score how positive each is from 1 to 5 and rank them "
-        "from 1 (review 1 much better) to 6 (review 2 much better).\nOpening: {prompt}\nReview 1: {response_1}\n"
-        'Review 2: {response_2}\nAnswer with JSON only: {"score_1": <1-5>, "score_2": <1-5>, "ranking": <1-6>}'
+    pairwise_template: str = Field(
+        (
+            "Compare two reviews that continue the same opening. Score how positive each is from 1 to 5 and rank them "
+            "from 1 (review 1 much better) to 6 (review 2 much better).\nOpening: {prompt}\nReview 1: {response_1}\n"
+            'Review 2: {response_2}\nAnswer with JSON only: {"score_1": <1-5>, "score_2": <1-5>, "ranking": <1-6>}'
+        ),
+        description="generative, pairwise: the judge's user message; must contain {prompt}, {response_1} and "
+        "{response_2}",
     )
-    default_score: float = 0.0
-    max_retries: int = Field(2, ge=0, description="re-asks when the judge's answer does not parse")
-    timeout_s: float = Field(30.0, gt=0)
-    guided_choice: bool = Field(False, description="constrain the judge to valid answers (vLLM guided_choice)")
+    default_score: float = Field(
+        0.0,
+        description="generative: the score of a response whose verdict never parses (NeMo-Gym: "
+        "genrm_compare.default_score)",
+    )
+    max_retries: int = Field(
+        2,
+        ge=0,
+        description="generative: re-asks when the judge's answer does not parse (NeMo-Gym: genrm_parse_retries)",
+    )
+    timeout_s: float = Field(30.0, gt=0, description="seconds to wait for one request to the judge")
+    guided_choice: bool = Field(
+        False, description="constrain the judge to valid answers (vLLM guided_choice)"
+    )
 
     @field_validator("prompt_template")
     @classmethod
@@ -111,11 +227,19 @@ def _require(template: str, *placeholders: str) -> str:
 
 
 class Outputs(Strict):
+    """Names the outputs are registered under in the artifact store."""
+
     policy: str = Field("rlhf_policy", description="artifact name of the aligned policy")
 
 
 class Config(Strict):
-    backend: Literal["builtin", "nemo_rl"] = Field("builtin", description="nemo_rl: run NeMo-RL's GRPO in its container")
+    """rl/rlhf: GRPO scored by a judge, in NeMo-RL's key layout."""
+
+    backend: Literal["builtin", "nemo_rl"] = Field(
+        "builtin",
+        description="builtin: our torch engine (one process, or torchrun data parallel); nemo_rl: NeMo-RL v0.7.0 GRPO in its "
+        "container on GPUs (see docs/nemo-rl.md)",
+    )
     grpo: GRPO = GRPO()
     loss_fn: LossFn = LossFn()
     policy: Policy = Policy()

@@ -8,23 +8,71 @@ from nemotron.stepconfig import Runtime, Strict
 
 
 class Inputs(Strict):
-    reward_model: str | None = Field(None, description="reward_model_hf (or, for mode=chat, a causal LM checkpoint_hf)")
+    """The model to serve: an artifact reference or a path."""
+
+    reward_model: str | None = Field(
+        None, description="reward_model_hf (or, for mode=chat, a causal LM checkpoint_hf)"
+    )
 
 
 class Server(Strict):
-    host: str = Field("127.0.0.1", description="bind address; loopback unless told otherwise")
-    port: int = Field(8000, ge=0, le=65535, description="0 = a free port (written to the job's server.json)")
-    token: str | None = Field(None, description="bearer token required on every request")
-    mode: Literal["reward", "chat"] = Field("reward", description="chat = OpenAI-compatible judge endpoint")
-    model_name: str = "reward_model"
-    max_batch_size: int = Field(64, ge=1)
-    preferred_batch_size: int = Field(16, ge=1)
-    max_queue_delay_ms: float = Field(5.0, ge=0)
-    max_body_bytes: int = Field(8 << 20, ge=1024)
-    max_length: int = Field(128, ge=8, description="tokens per scored sequence")
+    """The HTTP server: KServe v2 (Triton's protocol) for mode=reward, OpenAI chat completions for mode=chat."""
+
+    host: str = Field(
+        "127.0.0.1",
+        description="bind address; loopback unless told otherwise (0.0.0.0 without a token logs a warning)",
+    )
+    port: int = Field(
+        8000, ge=0, le=65535, description="TCP port; 0 = a free port (written to the job's server.json)"
+    )
+    token: str | None = Field(
+        None,
+        description="bearer token required on every request except the health probes; unset: no auth. Secret: "
+        "kept out of config.yaml",
+    )
+    mode: Literal["reward", "chat"] = Field(
+        "reward",
+        description="reward: score sequences with a reward model (KServe v2); chat: an OpenAI-compatible "
+        "/v1/chat/completions judge from a causal LM",
+    )
+    model_name: str = Field(
+        "reward_model",
+        description="the model name clients use (/v2/models/<name>/infer; the chat request's model)",
+    )
+    max_batch_size: int = Field(
+        64,
+        ge=1,
+        description="reward: requests are cut into chunks of at most this many sequences; an upper bound of "
+        "preferred_batch_size",
+    )
+    preferred_batch_size: int = Field(
+        16,
+        ge=1,
+        description="reward: the batcher runs as soon as this many sequences wait, and scores at most this many "
+        "per forward pass; at most max_batch_size (Triton: preferred_batch_size)",
+    )
+    max_queue_delay_ms: float = Field(
+        5.0,
+        ge=0,
+        description="reward: longest a request waits for others to fill a batch, in ms (Triton: "
+        "max_queue_delay_microseconds / 1000)",
+    )
+    max_body_bytes: int = Field(
+        8 << 20,
+        ge=1024,
+        description="largest request body in bytes (after decompression); bigger requests get 413",
+    )
+    max_length: int = Field(
+        128,
+        ge=8,
+        description="reward: tokens per scored sequence, capped at the model's context; a longer one keeps "
+        "its last max_length tokens",
+    )
 
 
 class Config(Strict):
+    """rm/serve: a reward model behind a KServe v2 (Triton-compatible) HTTP server."""
+
     inputs: Inputs = Inputs()
     server: Server = Server()
     runtime: Runtime = Runtime()

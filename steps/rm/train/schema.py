@@ -6,26 +6,60 @@ from nemotron.stepconfig import ModelArch, Optim, Runtime, Strict
 
 
 class Inputs(Strict):
-    data: str | None = Field(None, description="preference JSONL (prompt, chosen, rejected)")
-    init_from: str | None = Field(None, description="the SFT policy: its backbone and tokenizer start the reward model")
+    """The artifacts rm/train reads: an artifact reference or a path."""
+
+    data: str | None = Field(
+        None, description="preference JSONL, one {prompt, chosen, rejected} per line (type preference_jsonl)"
+    )
+    init_from: str | None = Field(
+        None,
+        description="the SFT policy (checkpoint_hf): its backbone and tokenizer start the reward model, with a "
+        "fresh scalar head; unset: a random init from model.*",
+    )
 
 
 class Outputs(Strict):
-    reward_model: str = "reward_model"
+    """Names the outputs are registered under in the artifact store."""
+
+    reward_model: str = Field(
+        "reward_model", description="artifact name of the trained reward model (reward_model_hf)"
+    )
 
 
 class Trainer(Strict):
-    max_steps: int = Field(250, ge=1)
-    global_batch_size: int = Field(64, ge=1, description="preference pairs per step")
-    max_length: int = Field(32, ge=4)
-    validation_fraction: float = Field(0.1, gt=0, lt=1, description="held-out pairs for pairwise accuracy")
-    log_interval: int = Field(50, ge=1)
+    """The training loop (Bradley-Terry loss: -log sigmoid(r_chosen - r_rejected))."""
+
+    max_steps: int = Field(250, ge=1, description="optimizer steps (NeMo-Aligner: trainer.rm.max_steps)")
+    global_batch_size: int = Field(
+        64,
+        ge=1,
+        description="preference pairs per optimizer step, split evenly over ranks (NeMo-Aligner: "
+        "model.global_batch_size)",
+    )
+    max_length: int = Field(
+        32, ge=4, description="tokens per scored sequence (prompt + response); longer ones are cut"
+    )
+    validation_fraction: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        description="share of pairs held out (seeded split, at least one) for the pairwise accuracy",
+    )
+    log_interval: int = Field(
+        50, ge=1, description="print a summary line and measure held-out accuracy every N steps"
+    )
 
 
 class Config(Strict):
+    """rm/train: a Bradley-Terry reward model trained on preference pairs."""
+
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
-    model: ModelArch = ModelArch()
+    model: ModelArch = Field(
+        ModelArch(), description="architecture of a random-init reward model (unused with inputs.init_from)"
+    )
     trainer: Trainer = Trainer()
-    optim: Optim = Optim(lr=1e-3, warmup_steps=20, min_lr_ratio=0.1)
+    optim: Optim = Field(
+        Optim(lr=1e-3, warmup_steps=20, min_lr_ratio=0.1), description="the reward model's optimizer"
+    )
     runtime: Runtime = Runtime()
