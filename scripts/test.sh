@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${NEMOTRON_VENV:-.venv}
+# No core dumps: the cancel tests kill Ray and torchrun workers, and a core file there is hundreds of MB.
+ulimit -c 0
 export PATH="$PWD/$VENV/bin:$PATH"
 if [ -f scripts/slurm-up.sh ] && [ "$(id -u)" = 0 ]; then
   bash scripts/slurm-up.sh || echo "slurm-up failed: the Slurm tests will say why they skip" >&2

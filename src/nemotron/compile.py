@@ -6,6 +6,7 @@ schema (every error at once, with did-you-mean), binds and type-checks the input
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import secrets
@@ -27,6 +28,7 @@ from nemotron.artifacts.typecheck import conforms, detect_type, validate_records
 from nemotron.catalog import Catalog, Resources, Step
 from nemotron.configtree import deep_merge, flatten, get_dotted, set_dotted, unflatten
 from nemotron.errors import NotFound, UserError, did_you_mean
+from nemotron.models.layout import CONFIG_FILE, describe
 from nemotron.paths import artifacts_dir
 from nemotron.profiles import (
     DEFAULT_PROFILE,
@@ -52,6 +54,7 @@ class Binding:
     actual_type: str | None = None
     artifact_id: int | None = None
     artifact: str | None = None  # name:vN for store artifacts
+    model: str | None = None  # a local HF checkpoint's family, classes and parameter count (models.layout.describe)
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,8 @@ def bind_inputs(catalog: Catalog, step: Step, config: dict[str, Any], store: Art
         if not catalog.is_a(binding.actual_type or "", c.type):
             problems.append(f"input '{c.name}' ({ref.text}): expected type {c.type}, got {binding.actual_type}{_converter_hint(catalog, binding.actual_type or '', c.type)}")
             continue
+        if binding.path and (Path(binding.path) / CONFIG_FILE).is_file():
+            binding = dataclasses.replace(binding, model=describe(Path(binding.path)))
         bindings.append(binding)
     if problems:
         raise UserError(f"cannot bind the inputs of '{step.id}':", problems)

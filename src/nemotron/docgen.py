@@ -125,22 +125,11 @@ NEMO_RL_DOC = "nemo-rl.md"
 # Keys the built-in engine accepts but does not read yet, per step ("*": every step that has the key). Each has a
 # probe: a pattern that would appear in the step's step.py once the key is read, so a test catches a stale entry.
 # They are defects to fix in the engine, listed here so the reference does not claim they act.
-_RL = ("rl/reinforce", "rl/ppo", "rl/rlhf")
-_UNREAD_LR = "not read yet: the built-in RL steps keep lr constant after warm-up (sft and rm/train decay)"
-_NO_TOTAL = r"optimizer_step\([^\n]*world, \w"  # optimizer_step(..., world, total_steps) is what decays
 BUILTIN_UNREAD: dict[str, dict[str, tuple[str, str]]] = {
-    "*": {"runtime.device": ("not read yet: the built-in engine runs on the CPU", r"runtime\.device")},
-    "data/prep": {"runtime.num_threads": ("no effect: data/prep runs no torch", r"num_threads")},
     "rl/reinforce": {
         "reinforce.discount_factor": ("not read yet: the reward is not discounted", r"discount_factor"),
-        "optim.min_lr_ratio": (_UNREAD_LR, _NO_TOTAL),
-    },
-    "rl/ppo": {
-        "optim.min_lr_ratio": (_UNREAD_LR, _NO_TOTAL),
-        "critic.optim.min_lr_ratio": (_UNREAD_LR, _NO_TOTAL),
     },
     "rl/rlhf": {
-        "policy.optimizer.min_lr_ratio": (_UNREAD_LR, _NO_TOTAL),
         "grpo.val_period": (
             "no effect: NeMo-RL only (the built-in engine evaluates before and after)",
             r"val_period",
@@ -232,7 +221,7 @@ def nemo_rl_mapping(doc: Path | None = None) -> dict[str, dict[str, str]]:
 def builtin_support(step_id: str, key: str) -> str:
     if key.startswith("nemo_rl."):
         return "refused unless default (only backend=nemo_rl reads it)"
-    unread = {**BUILTIN_UNREAD["*"], **BUILTIN_UNREAD.get(step_id, {})}
+    unread = {**BUILTIN_UNREAD.get("*", {}), **BUILTIN_UNREAD.get(step_id, {})}
     return unread[key][0] if key in unread else "yes"
 
 

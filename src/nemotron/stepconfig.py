@@ -14,17 +14,26 @@ class Strict(BaseModel):
 
 
 class ModelArch(Strict):
-    """Architecture for a model built from a config (random init): the tiny GPT-2 family."""
+    """Architecture of a model built from a config with random weights (no inputs.init_from): a tiny member of a
+    Hugging Face causal-LM family, named in GPT-2's terms."""
 
-    n_layer: int = Field(
-        2, ge=1, description="transformer blocks (HF GPT2Config.n_layer); ignored with inputs.init_from"
+    family: Literal["gpt2", "llama", "qwen2", "mistral"] = Field(
+        "gpt2",
+        description="the transformers model family (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
+        "MistralForCausalLM); ignored with inputs.init_from",
     )
-    n_embd: int = Field(64, ge=8, description="hidden size; must divide by n_head (HF GPT2Config.n_embd)")
-    n_head: int = Field(4, ge=1, description="attention heads per block (HF GPT2Config.n_head)")
+    n_layer: int = Field(
+        2, ge=1, description="transformer blocks (GPT2Config.n_layer, num_hidden_layers); ignored with inputs.init_from"
+    )
+    n_embd: int = Field(
+        64, ge=8, description="hidden size; must divide by n_head (GPT2Config.n_embd, hidden_size)"
+    )
+    n_head: int = Field(4, ge=1, description="attention heads per block (GPT2Config.n_head, num_attention_heads)")
     n_positions: int = Field(
         64,
         ge=8,
-        description="context length in tokens: prompt plus response must fit (HF GPT2Config.n_positions)",
+        description="context length in tokens: prompt plus response must fit (GPT2Config.n_positions, "
+        "max_position_embeddings)",
     )
 
 
@@ -126,8 +135,14 @@ class RewardServer(Strict):
     )
 
 
+class DataRuntime(Strict):
+    """Process settings of a step that runs no model."""
+
+    seed: int = Field(1234, description="seed of everything the step draws at random")
+
+
 class Runtime(Strict):
-    """Process settings: seeds, CPU threads, device."""
+    """Process settings: seeds, CPU threads, device and precision (docs/rl-engine.md)."""
 
     seed: int = Field(
         1234, description="seed of model init, data order and sampling (rank r samples with seed*1000+r)"
@@ -135,8 +150,37 @@ class Runtime(Strict):
     num_threads: int = Field(2, ge=1, description="torch CPU threads per process")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
-        description="where the model runs. The built-in engine does not read it yet (it runs on the CPU); "
-        "NeMo-RL refuses cpu",
+        description="where models, optimizer state and batches live: auto = CUDA when present, else the CPU; each "
+        "torchrun rank takes cuda:LOCAL_RANK. cuda on a machine without one is exit 2 before any work. NeMo-RL "
+        "refuses cpu",
+    )
+    precision: Literal["fp32", "bf16", "bf16-mixed"] = Field(
+        "fp32",
+        description="fp32; bf16 (weights, gradients and optimizer state in bfloat16); bf16-mixed (fp32 master "
+        "weights and optimizer, forwards under bfloat16 autocast). Logprobs for the loss and the KL are fp32 in "
+        "every mode",
+    )
+
+
+class ServeRuntime(Strict):
+    """Process settings of a server: CPU threads, device and weight precision."""
+
+    num_threads: int = Field(2, ge=1, description="torch CPU threads of the server process")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="where the served model runs: auto = CUDA when present (cuda:LOCAL_RANK), else the CPU; cuda "
+        "on a machine without one is exit 2",
+    )
+    precision: Literal["fp32", "bf16"] = Field("fp32", description="dtype of the served weights")
+
+
+class TrainRuntime(Runtime):
+    """Process settings of a training step: Runtime plus memory controls."""
+
+    gradient_checkpointing: bool = Field(
+        False,
+        description="recompute each block's activations in the backward pass instead of storing them: less "
+        "memory, about a third more compute (transformers' gradient_checkpointing_enable)",
     )
 
 

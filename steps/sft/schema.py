@@ -3,7 +3,7 @@ tokenizer trained on the data) or started from a checkpoint."""
 
 from pydantic import Field
 
-from nemotron.stepconfig import ModelArch, Optim, Runtime, Strict
+from nemotron.stepconfig import ModelArch, Optim, Strict, TrainRuntime
 
 
 class Inputs(Strict):
@@ -55,4 +55,4 @@ class Config(Strict):
     optim: Optim = Field(
         Optim(lr=3e-3, warmup_steps=20, min_lr_ratio=0.1), description="the policy's optimizer"
     )
-    runtime: Runtime = Runtime()
+    runtime: TrainRuntime = TrainRuntime()

@@ -12,7 +12,8 @@ import torch
 
 from nemotron.data.batches import sft_batch
 from nemotron.data.jsonl import read_jsonl
-from nemotron.data.records import SFTRecord
+from nemotron.data.records import SFTRecord, prompt_text
+from nemotron.devices import peak_memory_mb
 from nemotron.metrics import summary_line
 from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
 from nemotron.models.tiny import build_policy, count_parameters
@@ -24,9 +25,7 @@ from nemotron.runtime import StepRun
 log = logging.getLogger("nemotron")
 run = StepRun.start(__file__)
 cfg = run.config
-world = distributed.init_world()
-torch.set_num_threads(cfg.runtime.num_threads)
-torch.manual_seed(cfg.runtime.seed)
+plan, world = distributed.start(cfg.runtime)  # device, process group, threads, seeds
 
 # ---- data: a deterministic held-out split for the validation loss
 records = read_jsonl(cfg.inputs.data, SFTRecord)
@@ -37,15 +36,21 @@ val, train = shuffled[:n_val], shuffled[n_val:]
 # ---- model and tokenizer
 if cfg.inputs.init_from:
     tokenizer = load_tokenizer(cfg.inputs.init_from)
-    policy = load_policy(cfg.inputs.init_from)
+    policy = load_policy(cfg.inputs.init_from, device=plan.device, dtype=plan.dtype)
 else:
-    tokenizer = train_tokenizer([t for r in records for t in (r.prompt, r.response)], model_max_length=cfg.model.n_positions)
+    tokenizer = train_tokenizer([t for r in records for t in (prompt_text(r.prompt), r.response)], model_max_length=cfg.model.n_positions)
     m = cfg.model
     policy = build_policy(len(tokenizer), m.n_layer, m.n_embd, m.n_head, m.n_positions, cfg.runtime.seed,
-                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-log.info("policy: %d parameters, vocabulary %d, %d train / %d validation examples", count_parameters(policy), len(tokenizer), len(train), len(val))
+                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, family=m.family)
+policy = plan.prepare(policy)
+log.info("policy: %s, %d parameters, vocabulary %d, %d train / %d validation examples", type(policy).__name__, count_parameters(policy), len(tokenizer), len(train), len(val))
 # transformers derives the loss from the class name, which for GPT2LMHeadModel it does not recognise, and warns.
 policy.loss_type = "ForCausalLM"
+
+
+def on_device(batch: object) -> dict[str, torch.Tensor]:
+    return {k: v.to(plan.device) for k, v in batch._asdict().items()}  # type: ignore[attr-defined]
+
 optimizer = build_optimizer(policy.parameters(), cfg.optim)
 rng = random.Random(cfg.runtime.seed + world.rank)
 per_rank = max(1, cfg.trainer.global_batch_size // world.size)
@@ -57,7 +62,8 @@ def validation_loss() -> float:
         return float("nan")
     policy.eval()
     batch = sft_batch(tokenizer, val, cfg.trainer.max_length)
-    loss = float(policy(**batch._asdict()).loss)
+    with plan.autocast():
+        loss = float(policy(**on_device(batch)).loss)
     policy.train()
     return loss
 
@@ -68,10 +74,12 @@ total = cfg.trainer.max_steps
 for step in range(1, total + 1):
     t0 = time.perf_counter()
     batch = sft_batch(tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length)
-    loss = policy(**batch._asdict()).loss
+    with plan.autocast():
+        loss = policy(**on_device(batch)).loss
     (loss / world.size).backward()
     grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.optim, world, total)
-    metrics = {"loss": loss.item(), "grad_norm": grad_norm, "lr": lr, "train": time.perf_counter() - t0}
+    metrics = {"loss": loss.item(), "grad_norm": grad_norm, "lr": lr, "train": time.perf_counter() - t0,
+               "peak_memory_mb": peak_memory_mb(plan.device)}
     if step % cfg.trainer.log_interval == 0 or step == total:
         metrics["val_loss"] = validation_loss()
         if world.is_main:

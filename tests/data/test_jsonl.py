@@ -121,3 +121,10 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
         write_jsonl_atomic(path, records_then_crash())  # type: ignore[arg-type]
     assert read_jsonl(path, PromptRecord) == [PromptRecord(prompt="old")]
     assert [p.name for p in tmp_path.iterdir()] == ["prompts.jsonl"]
+
+
+def test_a_bad_conversation_prompt_names_the_message_and_field(tmp_path: Path) -> None:
+    bad = '{"prompt": [{"role": "user", "content": "hi"}, {"role": "robot", "content": "x"}], "response": "b"}\n'
+    message = _error(_file(tmp_path, bad))
+    assert ":1: field 'prompt.1.role': Input should be 'system', 'user' or 'assistant'" in message
+    assert "valid string" not in message  # one expectation per error, not the text branch's too

@@ -26,3 +26,45 @@ def test_records_are_frozen_values() -> None:
     with pytest.raises(ValidationError):
         record.prompt = "q"  # type: ignore[misc]
     assert record == SFTRecord(prompt="p", response="r")
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def test_a_prompt_may_be_a_conversation_ending_with_the_user() -> None:
+    from nemotron.data.records import PromptRecord, prompt_text
+
+    record = PromptRecord.model_validate(
+        {"prompt": [{"role": "system", "content": "be kind"}, {"role": "user", "content": "the movie was"}]}
+    )
+    assert prompt_text(record.prompt) == "system: be kind\nuser: the movie was"
+    assert prompt_text(PromptRecord(prompt="the movie was").prompt) == "the movie was"
+    for bad, why in [
+        ([], "at least one message"),
+        ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "ends with the user's turn"),
+        ([{"role": "robot", "content": "hi"}], "role"),
+        ([{"role": "user", "content": "  "}], "empty or only whitespace"),
+        ([{"role": "user", "content": "hi", "name": "x"}], "Extra inputs"),
+    ]:
+        with pytest.raises(ValidationError, match=why):
+            PromptRecord.model_validate({"prompt": bad})
+
+
+def test_conversations_go_through_the_chat_template_and_text_through_ours() -> None:
+    from nemotron.data.records import PromptRecord
+    from nemotron.errors import UserError
+    from nemotron.models.checkpoint import load_tokenizer
+    from nemotron.models.tokenizer import encode_prompt, format_prompt
+    from nemotron.paths import shipped_root
+
+    tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
+    conversation = PromptRecord.model_validate({"prompt": [{"role": "user", "content": "the movie was"}]}).prompt
+    with pytest.raises(UserError, match="has no chat template"):
+        encode_prompt(tokenizer, conversation)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    ids = encode_prompt(tokenizer, conversation)
+    assert tokenizer.decode(ids) == tokenizer.decode(tokenizer.encode("user: the movie was\nassistant:"))
+    assert encode_prompt(tokenizer, "the movie was") == tokenizer.encode(format_prompt("the movie was"))

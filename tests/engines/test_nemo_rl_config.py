@@ -274,6 +274,21 @@ def test_ppo_critic_starts_from_the_reward_model() -> None:
     assert cfg["cluster"] == {"num_nodes": 1, "gpus_per_node": 7}
 
 
+@pytest.mark.parametrize("backend", ["dtensor", "megatron"])
+def test_precision_and_activation_checkpointing_reach_policy_and_value(backend: str) -> None:
+    """NeMo-RL loads fp32 master weights and computes in policy.precision (automodel/setup.py, megatron/setup.py):
+    bf16-mixed is its "bfloat16", fp32 its "float32"; gradient checkpointing is the enabled backend's
+    activation_checkpointing."""
+    mixed = compiled("rl/ppo", backend=backend, overrides={"runtime.precision": "bf16-mixed",
+                                                           "runtime.gradient_checkpointing": True}).config  # fmt: skip
+    full = compiled("rl/ppo", backend=backend, overrides={"runtime.precision": "fp32"}).config
+    section = "megatron_cfg" if backend == "megatron" else "dtensor_cfg"
+    for part in ("policy", "value"):
+        assert mixed[part]["precision"] == "bfloat16" and full[part]["precision"] == "float32"
+        assert mixed[part][section]["activation_checkpointing"] is True
+        assert full[part][section]["activation_checkpointing"] is False
+
+
 def test_rlhf_stop_strings_warmup_and_kl_reach_nemo_rl() -> None:
     cfg = compiled(
         "rl/rlhf", overrides={"policy.generation.stop_strings": ["\n\n"], "policy.optimizer.warmup_steps": 10}
@@ -366,6 +381,7 @@ def test_all_refusals_come_in_one_error() -> None:
         ("rl/reinforce", "reward_model", {"reward.server.url": "http://rm:8000"}, "reward.server.url"),
         ("rl/reinforce", "reward_model", {"nemo_rl.reward_model_gpus": 8}, "nemo_rl.reward_model_gpus"),
         ("rl/reinforce", "reward_model", {"inputs.prompts": None}, "inputs.prompts"),
+        ("rl/ppo", "reward_model", {"runtime.precision": "bf16"}, "runtime.precision"),
     ],
 )
 def test_inexpressible_settings_are_refused(

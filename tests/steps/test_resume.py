@@ -18,7 +18,7 @@ import pytest
 # differently from run to run. The server path is covered by the tiny preset tests.
 ARGS = ["steps", "run", "rl/reinforce", "-c", "tiny", "trainer.max_steps=6", "checkpoint.save_interval=3",
         "reward.source=in_process", "trainer.num_prompts_per_step=8", "eval.num_prompts=0"]
-TIMERS = {"time", "generate", "reward", "logprobs", "train", "step_time"}
+TIMERS = {"time", "generate", "reward", "logprobs", "train", "step_time", "peak_memory_mb"}
 
 
 def _steps(job_dir: Path) -> dict[int, dict[str, float]]:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerFast
 
-from nemotron.data.records import PreferenceRecord, SFTRecord
+from nemotron.data.records import PreferenceRecord, Prompt, SFTRecord, prompt_text
 from nemotron.models.tokenizer import encode_prompt, encode_response
 
 # What transformers' causal-LM loss ignores.
@@ -50,7 +50,7 @@ def sft_batch(tokenizer: PreTrainedTokenizerFast, records: Sequence[SFTRecord], 
     for record in records:
         prompt = encode_prompt(tokenizer, record.prompt)
         if len(prompt) >= max_length:
-            raise ValueError(f"prompt {record.prompt!r} has {len(prompt)} tokens, max_length is {max_length}")
+            raise ValueError(f"prompt {prompt_text(record.prompt)!r} has {len(prompt)} tokens, max_length is {max_length}")
         ids = (prompt + encode_response(tokenizer, record.response))[:max_length]
         rows.append((ids, len(prompt)))
     input_ids, attention_mask = _pad_right([ids for ids, _ in rows], _pad_id(tokenizer))
@@ -77,7 +77,7 @@ def preference_batch(
     return PreferenceBatch(input_ids, attention_mask)
 
 
-def _prompt_response(tokenizer: PreTrainedTokenizerFast, prompt: str, response: str) -> list[int]:
+def _prompt_response(tokenizer: PreTrainedTokenizerFast, prompt: Prompt, response: str) -> list[int]:
     return encode_prompt(tokenizer, prompt) + encode_response(tokenizer, response)
 
 

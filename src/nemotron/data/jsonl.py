@@ -16,6 +16,7 @@ from typing import BinaryIO, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from nemotron.data.records import PROMPT_TAGS
 from nemotron.errors import UserError
 
 DEFAULT_MAX_LINE_BYTES = 1 << 20
@@ -144,7 +145,7 @@ def _parse_line(raw: bytes, record_type: type[RecordT], records: list[RecordT]) 
 
 def _describe(error: ErrorDetails) -> str:
     """One pydantic error as `field 'name': message`."""
-    loc = ".".join(str(part) for part in error["loc"])
+    loc = ".".join(str(part) for part in error["loc"] if part not in PROMPT_TAGS)
     message = error["msg"]
     if error["type"] == "string_type":
         message += f", got {type(error['input']).__name__}"

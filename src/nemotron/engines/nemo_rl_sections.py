@@ -93,12 +93,21 @@ def megatron_optimizer(optim: dict[str, Any], max_steps: int) -> dict[str, Any]:
     }
 
 
-def trainer(nemo: dict[str, Any], optim: dict[str, Any], max_steps: int, *, packing: bool) -> dict[str, Any]:
+# runtime.precision -> policy.precision. NeMo-RL loads policies in float32 (master weights) and trains "bfloat16"
+# under FSDP2's MixedPrecisionPolicy (nemo_rl/models/automodel/setup.py): our bf16-mixed. Pure bf16 weights it has
+# no setting for, so that one is refused (nemo_rl_steps._common_refusals).
+PRECISION = {"fp32": "float32", "bf16-mixed": "bfloat16"}
+
+
+def trainer(
+    nemo: dict[str, Any], optim: dict[str, Any], max_steps: int, *, packing: bool, runtime: dict[str, Any]
+) -> dict[str, Any]:
     """The training backend keys shared by policy.* and value.*: DTensor or Megatron-Core, parallel sizes,
-    optimizer, schedule. NeMo-RL reads the parallel sizes of the enabled backend only."""
+    precision, activation checkpointing, optimizer, schedule. NeMo-RL reads the keys of the enabled backend only."""
     megatron = nemo["policy_backend"] == "megatron"
     tp, pp, cp = nemo["tensor_parallel_size"], nemo["pipeline_parallel_size"], nemo["context_parallel_size"]
     out: dict[str, Any] = {
+        "precision": PRECISION.get(runtime["precision"], "bfloat16"),
         "max_grad_norm": optim["clip_grad"],
         "make_sequence_length_divisible_by": tp,
         "sequence_packing": {"enabled": packing},
@@ -109,10 +118,11 @@ def trainer(nemo: dict[str, Any], optim: dict[str, Any], max_steps: int, *, pack
             "context_parallel_size": cp,
             "sequence_parallel": False,
             "cpu_offload": False,
-            "activation_checkpointing": False,
+            "activation_checkpointing": runtime["gradient_checkpointing"],
         },
         "megatron_cfg": {
             "enabled": megatron,
+            "activation_checkpointing": runtime["gradient_checkpointing"],
             "tensor_model_parallel_size": tp,
             "pipeline_model_parallel_size": pp,
             "context_parallel_size": cp,
@@ -134,6 +144,7 @@ def policy(
     micro_batch: int,
     global_batch: int,
     nemo_gym: bool,
+    runtime: dict[str, Any],
 ) -> dict[str, Any]:
     """policy.*: the model, batches, the sequence budget, the trainer and the vLLM rollout engine."""
     budget = sequence_budget(nemo["max_prompt_tokens"], generation["max_new_tokens"])
@@ -145,7 +156,7 @@ def policy(
         "train_micro_batch_size": micro_batch,
         "logprob_batch_size": micro_batch,
         "max_total_sequence_length": budget,
-        **trainer(nemo, optim, max_steps, packing=nemo["sequence_packing"]),
+        **trainer(nemo, optim, max_steps, packing=nemo["sequence_packing"], runtime=runtime),
         "generation": {
             "backend": "vllm",
             "max_new_tokens": generation["max_new_tokens"],

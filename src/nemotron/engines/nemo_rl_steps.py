@@ -26,6 +26,8 @@ def _common_refusals(
     nemo = c["nemo_rl"]
     if c["runtime"]["device"] == "cpu":
         refuse("runtime.device", "NeMo-RL trains on GPUs only")
+    if c["runtime"]["precision"] not in sec.PRECISION:
+        refuse("runtime.precision", "NeMo-RL keeps fp32 master weights: use bf16-mixed (its policy.precision bfloat16)")
     refuse.unless_default(
         "checkpoint.resume_from", "NeMo-RL resumes only from its own checkpoint_dir in this job"
     )
@@ -213,6 +215,7 @@ def compile_rlhf(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, 
             micro_batch=pol["train_micro_batch_size"],
             global_batch=batch,
             nemo_gym=gym,
+            runtime=c["runtime"],
         ),
         **sec.runtime(job_dir, nodes, gpus, c["checkpoint"]["save_interval"] or steps),
     }
@@ -275,6 +278,7 @@ def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: 
             micro_batch=t["micro_batch_size"],
             global_batch=t["num_prompts_per_step"] * group,
             nemo_gym=False,
+            runtime=c["runtime"],
         ),
         "data": sec.prompt_data(prompts, val_path, nemo["max_prompt_tokens"], "reward_model"),
         "env": sec.reward_model_env(
@@ -342,9 +346,8 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
         "train_global_batch_size": batch,
         "train_micro_batch_size": micro,
         "max_total_sequence_length": budget,
-        "precision": "bfloat16",
         "reward_model_cfg": {"enabled": not megatron, "reward_model_type": "regression"},
-        **sec.trainer(nemo, c["critic"]["optim"], steps, packing=megatron and nemo["sequence_packing"]),
+        **sec.trainer(nemo, c["critic"]["optim"], steps, packing=megatron and nemo["sequence_packing"], runtime=c["runtime"]),
     }
     # ppo.setup subtracts the reward model's GPUs only when a top-level data.env_name says so, which v0.7.0's
     # DataConfig does not carry: size the policy cluster to its share here instead.
@@ -376,6 +379,7 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
             micro_batch=micro,
             global_batch=batch,
             nemo_gym=False,
+            runtime=c["runtime"],
         ),
         "value": value,
         "data": sec.prompt_data(prompts, val_path, nemo["max_prompt_tokens"], "reward_model"),

@@ -3,6 +3,7 @@ behind a small launcher). It runs our own step processes only; a Ray launch need
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import sys
 import time
@@ -36,6 +37,9 @@ class LocalExecutor:
                 f"backend={job.config.get('backend')} runs on a Ray cluster in its container ({launch.image}): use a Slurm "
                 "or Lepton profile (-r/-b PROFILE); on this machine use backend=builtin"
             )
+        refusal = cuda_refusal(job.config)
+        if refusal:
+            raise UserError(refusal)
         return render.local_launch(job, where.job_dir, python=sys.executable)
 
     def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
@@ -102,6 +106,23 @@ class LocalExecutor:
         if not local.cancel(job_dir, read_status(job_dir)):
             raise UserError(f"job {job_dir.name} did not stop in time; its status: {read_status(job_dir).get('state')}")
         return read_status(job_dir)
+
+
+def cuda_refusal(config: dict[str, Any]) -> str | None:
+    """Why `runtime.device=cuda` cannot run on this machine, found without importing torch (the step checks again
+    with torch.cuda): a CPU-only torch build, or no NVIDIA driver device. None when CUDA may be there."""
+    runtime = config.get("runtime")
+    if not isinstance(runtime, dict) or runtime.get("device") != "cuda":
+        return None
+    try:
+        build = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        build = "absent"
+    if build.endswith("+cpu") or not Path("/dev/nvidiactl").exists():
+        return (f"runtime.device=cuda, but this machine has no CUDA device (torch {build}"
+                f"{'' if Path('/dev/nvidiactl').exists() else ', no NVIDIA driver'}): use runtime.device=auto or cpu, "
+                "or submit to a GPU profile (-b PROFILE)")
+    return None
 
 
 def _attached(job: Job, job_dir: Path, cmd: list[str], env: dict[str, str]) -> int:

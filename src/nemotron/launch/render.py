@@ -41,6 +41,8 @@ def bindings_table(bindings: tuple[Binding, ...]) -> str:
         where = b.artifact or b.path or b.ref
         got = f"{b.actual_type}" if b.actual_type else "unchecked"
         rows.append(f"{b.name:<{width}} {b.expected_type:<18} <- {b.ref}  [{b.kind}: {where}; type {got}]")
+        if b.model:
+            rows.append(f"{'':<{width}} {'':<18}    model: {b.model}")
     return "\n".join(rows)
 
 

@@ -1,8 +1,9 @@
 """Reward models and critics: building them, scoring sequences, and the Bradley-Terry objective.
 
-The reward model is `GPT2ForSequenceClassification` with one label, read at the last real token (the
-EOS after the response). PPO's critic starts as a copy of it whose score head is applied at every
-position, so its first value estimates are the reward model's own scores.
+The reward model is the backbone's `*ForSequenceClassification` with one label (GPT-2, Llama, Qwen2, Mistral, ...),
+read at the last real token (the EOS after the response). PPO's critic is the family's `*ForTokenClassification`
+with one label; it starts as a copy of the reward model whose score head is applied at every position, so its
+first value estimates are the reward model's own scores.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import GPT2ForSequenceClassification, GPT2ForTokenClassification, GPT2LMHeadModel
+from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, PreTrainedModel
 
-from nemotron.models.tiny import gpt2_config
+from nemotron.models.tiny import causal_lm_config, from_config
 
 
 def build_reward_model(
@@ -25,22 +26,23 @@ def build_reward_model(
     *,
     pad_token_id: int,
     eos_token_id: int | None = None,
-) -> GPT2ForSequenceClassification:
+    family: str = "gpt2",
+) -> PreTrainedModel:
     """A randomly initialised reward model with a scalar score head.
 
     `pad_token_id` is required: the model pools the last token that is not padding, and without it
     transformers refuses batches larger than one.
     """
-    config = gpt2_config(
-        vocab_size, n_layer, n_embd, n_head, n_positions, pad_token_id=pad_token_id, eos_token_id=eos_token_id
+    config = causal_lm_config(
+        family, vocab_size, n_layer, n_embd, n_head, n_positions, pad_token_id=pad_token_id, eos_token_id=eos_token_id
     )
     config.num_labels = 1
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return GPT2ForSequenceClassification(config)
+        return from_config(AutoModelForSequenceClassification, config)
 
 
-def reward_model_from_policy(policy: GPT2LMHeadModel, seed: int) -> GPT2ForSequenceClassification:
+def reward_model_from_policy(policy: PreTrainedModel, seed: int) -> PreTrainedModel:
     """A reward model whose backbone is a copy of `policy`'s and whose score head is new.
 
     Starting the reward model from the SFT policy, as InstructGPT and NeMo-Aligner do, gives it a
@@ -53,19 +55,20 @@ def reward_model_from_policy(policy: GPT2LMHeadModel, seed: int) -> GPT2ForSeque
     config.architectures = None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = GPT2ForSequenceClassification(config)
-    model.transformer.load_state_dict(policy.transformer.state_dict())
+        model = from_config(AutoModelForSequenceClassification, config)
+    nn.Module.to(model, dtype=policy.dtype)
+    model.base_model.load_state_dict(policy.base_model.state_dict())
     return model
 
 
 class Critic(nn.Module):
-    """PPO's value model: a GPT-2 backbone with a linear value head applied at every position.
+    """PPO's value model: a causal-LM backbone with a linear value head applied at every position.
 
-    It wraps a `GPT2ForTokenClassification` with one label, so `save_checkpoint(critic.model, ...)`
+    It wraps a `*ForTokenClassification` with one label, so `save_checkpoint(critic.model, ...)`
     writes an ordinary Hugging Face checkpoint and `load_critic` reads it back.
     """
 
-    def __init__(self, model: GPT2ForTokenClassification) -> None:
+    def __init__(self, model: PreTrainedModel) -> None:
         super().__init__()
         if model.config.num_labels != 1:
             raise ValueError(f"a critic has one value per token, got num_labels={model.config.num_labels}")
@@ -86,11 +89,11 @@ class Critic(nn.Module):
             attention_mask=attention_mask,
             position_ids=position_ids_from_mask(attention_mask),
         )
-        values: Tensor = out.logits.squeeze(-1)
+        values: Tensor = out.logits.squeeze(-1).float()
         return values
 
 
-def build_critic_from_reward_model(reward_model: GPT2ForSequenceClassification) -> Critic:
+def build_critic_from_reward_model(reward_model: PreTrainedModel) -> Critic:
     """A critic that copies the reward model's backbone and uses its score head as the value head.
 
     The value head gets a zero bias, so at the last real token the new critic's value equals the
@@ -99,17 +102,34 @@ def build_critic_from_reward_model(reward_model: GPT2ForSequenceClassification) 
     config = reward_model.config.__class__.from_dict(reward_model.config.to_dict())
     config.architectures = None
     config.classifier_dropout = 0.0
-    model = GPT2ForTokenClassification(config)
-    model.transformer.load_state_dict(reward_model.transformer.state_dict())
+    model = from_config(AutoModelForTokenClassification, config)
+    nn.Module.to(model, device=reward_model.device, dtype=reward_model.dtype)
+    model.base_model.load_state_dict(reward_model.base_model.state_dict())
+    head = value_head(model)
     with torch.no_grad():
-        model.classifier.weight.copy_(reward_model.score.weight)
-        model.classifier.bias.zero_()
+        head.weight.copy_(score_head(reward_model).weight)
+        if head.bias is not None:
+            head.bias.zero_()
     return Critic(model)
 
 
-def sequence_rewards(
-    reward_model: GPT2ForSequenceClassification, input_ids: Tensor, attention_mask: Tensor
-) -> Tensor:
+def score_head(model: PreTrainedModel) -> nn.Linear:
+    """The linear score head of a sequence-classification model (`score` in every family)."""
+    head = getattr(model, "score", None)
+    if not isinstance(head, nn.Linear):
+        raise ValueError(f"{type(model).__name__} has no linear score head")
+    return head
+
+
+def value_head(model: PreTrainedModel) -> nn.Linear:
+    """The linear head of a token-classification model (`classifier` on GPT-2, `score` on Llama, Qwen2, ...)."""
+    head = getattr(model, "classifier", None) or getattr(model, "score", None)
+    if not isinstance(head, nn.Linear):
+        raise ValueError(f"{type(model).__name__} has no linear token-classification head (classifier or score)")
+    return head
+
+
+def sequence_rewards(reward_model: PreTrainedModel, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     """The reward model's score of each sequence, read at its last real token.
 
     Pooling follows `attention_mask` rather than the pad id, and positions count only real tokens,
@@ -122,7 +142,7 @@ def sequence_rewards(
     Returns:
         scores, shape ``(b,)``.
     """
-    hidden = reward_model.transformer(
+    hidden = reward_model.base_model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids_from_mask(attention_mask),
@@ -130,7 +150,7 @@ def sequence_rewards(
     positions = torch.arange(input_ids.shape[1], device=input_ids.device)
     last = (positions * attention_mask.long()).argmax(dim=-1)  # (b,)
     pooled = hidden[torch.arange(input_ids.shape[0], device=input_ids.device), last]  # (b, d)
-    scores: Tensor = reward_model.score(pooled).squeeze(-1)
+    scores: Tensor = score_head(reward_model)(pooled).squeeze(-1).float()
     return scores
 
 

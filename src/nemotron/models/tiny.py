@@ -1,14 +1,28 @@
-"""Build GPT-2 policies from a config, with random weights: no hub downloads anywhere.
+"""Build causal LMs of the GPT-2, Llama, Qwen2 and Mistral families from a config, with random weights: no hub
+downloads anywhere.
 
-The tiny preset (2 layers, 64 wide, ~0.13M parameters with the tiny task's tokenizer) trains on two
-CPU cores in seconds. Dropout is off: RL compares logprobs of the same tokens computed at rollout and at
-training time, and dropout would make them differ for no reason.
+The tiny preset (GPT-2, 2 layers, 64 wide, ~0.13M parameters with the tiny task's tokenizer) trains on two CPU
+cores in seconds. The other families get the same sizes in their own terms (hidden_size, num_hidden_layers, ...),
+grouped-query attention where the family uses it, and tied embeddings. Dropout is off: RL compares logprobs of the
+same tokens computed at rollout and at training time, and dropout would make them differ for no reason.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import (
+    AutoModelForCausalLM,
+    GPT2Config,
+    LlamaConfig,
+    MistralConfig,
+    PretrainedConfig,
+    PreTrainedModel,
+    Qwen2Config,
+)
+
+FAMILIES = ("gpt2", "llama", "qwen2", "mistral")
 
 
 def gpt2_config(
@@ -44,6 +58,58 @@ def gpt2_config(
     return config
 
 
+def causal_lm_config(
+    family: str,
+    vocab_size: int,
+    n_layer: int,
+    n_embd: int,
+    n_head: int,
+    n_positions: int,
+    *,
+    pad_token_id: int | None = None,
+    eos_token_id: int | None = None,
+) -> PretrainedConfig:
+    """A dropout-free config of `family` ("gpt2", "llama", "qwen2" or "mistral") in GPT-2's size terms.
+
+    Llama keeps one KV head per query head; Qwen2 and Mistral use grouped-query attention (half as many KV heads
+    when n_head is even), and Mistral keeps its sliding window (as long as the context), so the tiny models take
+    the same code paths as the real ones.
+    """
+    if family == "gpt2":
+        return gpt2_config(
+            vocab_size, n_layer, n_embd, n_head, n_positions, pad_token_id=pad_token_id, eos_token_id=eos_token_id
+        )
+    if family not in FAMILIES:
+        raise ValueError(f"unknown model family {family!r}: expected one of {', '.join(FAMILIES)}")
+    if n_embd % n_head:
+        raise ValueError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
+    kv_heads = n_head if family == "llama" or n_head % 2 else n_head // 2
+    common: dict[str, Any] = dict(
+        vocab_size=vocab_size,
+        hidden_size=n_embd,
+        intermediate_size=4 * n_embd,
+        num_hidden_layers=n_layer,
+        num_attention_heads=n_head,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=n_positions,
+        attention_dropout=0.0,
+        tie_word_embeddings=True,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
+        bos_token_id=eos_token_id,
+    )
+    config: PretrainedConfig
+    if family == "llama":
+        config = LlamaConfig(**common)
+    elif family == "qwen2":
+        config = Qwen2Config(**common)
+    else:
+        config = MistralConfig(**common, sliding_window=n_positions)
+    # The token-classification head (PPO's critic) reads it, else drops out 10% of the hidden states.
+    config.classifier_dropout = 0.0
+    return config
+
+
 def build_policy(
     vocab_size: int,
     n_layer: int,
@@ -54,19 +120,68 @@ def build_policy(
     *,
     pad_token_id: int | None = None,
     eos_token_id: int | None = None,
-) -> GPT2LMHeadModel:
-    """A randomly initialised GPT-2 language model; the same seed gives the same weights.
+    family: str = "gpt2",
+) -> PreTrainedModel:
+    """A randomly initialised causal LM of `family`; the same seed gives the same weights.
 
     The global torch RNG is left as it was, so building a model does not shift later sampling.
     """
-    config = gpt2_config(
-        vocab_size, n_layer, n_embd, n_head, n_positions, pad_token_id=pad_token_id, eos_token_id=eos_token_id
+    config = causal_lm_config(
+        family,
+        vocab_size,
+        n_layer,
+        n_embd,
+        n_head,
+        n_positions,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return GPT2LMHeadModel(config)
+        return from_config(AutoModelForCausalLM, config)
+
+
+def from_config(auto_class: Any, config: PretrainedConfig) -> PreTrainedModel:
+    """`auto_class.from_config(config)`, typed (transformers leaves the auto classes unannotated)."""
+    model: PreTrainedModel = auto_class.from_config(config)
+    return model
 
 
 def count_parameters(model: torch.nn.Module) -> int:
     """Number of distinct parameters (tied embeddings counted once)."""
     return sum(p.numel() for p in model.parameters())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m nemotron.models.tiny --family llama OUT`: a random tiny model in HF layout with the shipped
+    tokenizer, e.g. to try a step on another family (`inputs.policy=OUT`)."""
+    import argparse
+
+    from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
+    from nemotron.models.reward import build_reward_model
+    from nemotron.paths import shipped_root
+
+    parser = argparse.ArgumentParser(prog="python -m nemotron.models.tiny", description=main.__doc__)
+    parser.add_argument("out", help="directory to write (replaced if it exists)")
+    parser.add_argument("--family", choices=FAMILIES, default="llama")
+    parser.add_argument("--kind", choices=("policy", "reward_model"), default="policy")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--heads", type=int, default=2, help="attention heads (head_dim = hidden / heads)")
+    parser.add_argument("--positions", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-shard-size", default="5GB", help='e.g. "100KB" to write shards with an index')
+    args = parser.parse_args(argv)
+    tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
+    build = build_reward_model if args.kind == "reward_model" else build_policy
+    model = build(
+        len(tokenizer), args.layers, args.hidden, args.heads, args.positions, args.seed,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, family=args.family,
+    )  # fmt: skip
+    path = save_checkpoint(model, args.out, tokenizer, max_shard_size=args.max_shard_size)
+    print(f"{path}: {args.family} {type(model).__name__}, {count_parameters(model)} parameters")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

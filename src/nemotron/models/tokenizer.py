@@ -9,10 +9,14 @@ the reward server gets tokens. SFT, the reward model and RL all build their inpu
 from __future__ import annotations
 
 import string
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
+
+from nemotron.data.records import Message
+from nemotron.errors import UserError
 
 PROMPT_TEMPLATE = "{prompt} =>"
 PAD_TOKEN = "<pad>"
@@ -59,10 +63,25 @@ def train_tokenizer(corpus: Iterable[str], *, model_max_length: int = 64) -> Pre
     )
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str) -> list[int]:
-    """Token ids of `format_prompt(prompt)`; the response's ids follow them directly."""
-    ids: list[int] = tokenizer.encode(format_prompt(prompt), add_special_tokens=False)
-    return ids
+def encode_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str | Sequence[Message]) -> list[int]:
+    """Token ids of a prompt; the response's ids follow them directly.
+
+    Text: `format_prompt(prompt)`. A conversation (a list of `Message`s): the tokenizer's chat template with the
+    assistant's turn opened (`add_generation_prompt`), as TRL and vLLM render conversational prompts; a tokenizer
+    without a chat template is a usage error.
+    """
+    if isinstance(prompt, str):
+        ids: list[int] = tokenizer.encode(format_prompt(prompt), add_special_tokens=False)
+        return ids
+    if not getattr(tokenizer, "chat_template", None):
+        raise UserError(
+            "the prompts are conversations (lists of messages), but the model's tokenizer has no chat template: "
+            "use a checkpoint whose tokenizer_config.json has one, or give the prompts as text"
+        )
+    messages = [{"role": m.role, "content": m.content} for m in prompt]
+    encoded: Any = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    rows = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+    return [int(i) for i in rows]
 
 
 def encode_response(tokenizer: PreTrainedTokenizerFast, response: str) -> list[int]:

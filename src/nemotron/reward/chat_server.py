@@ -196,13 +196,14 @@ class HFChatModel:
         for i, row in enumerate(rows):
             input_ids[i, : len(row)] = torch.tensor(row)
             mask[i, : len(row)] = 1
+        input_ids, mask = input_ids.to(self.model.device), mask.to(self.model.device)
         logprobs = torch.log_softmax(
             self.model(input_ids=input_ids, attention_mask=mask).logits.float(), -1
         )  # [C, T, V]
         # The token at position t is predicted by the logits at t - 1.
         totals = torch.stack(
             [
-                logprobs[i, len(prompt) - 1 + torch.arange(len(c)), torch.tensor(c, dtype=torch.long)].sum()
+                logprobs[i, len(prompt) - 1 + torch.arange(len(c)), torch.tensor(c, dtype=torch.long)].sum().cpu()
                 for i, c in enumerate(choices)
             ]
         )  # [C]
@@ -219,7 +220,7 @@ class HFChatModel:
         # Prompt plus answer must fit the model's positions: keep at least half the context for the prompt.
         max_new = min(request.max_tokens, self.max_context // 2)
         prompt = prompt[-(self.max_context - max_new) :]
-        input_ids = torch.tensor([prompt], dtype=torch.long)  # [1, T]
+        input_ids = torch.tensor([prompt], dtype=torch.long, device=self.model.device)  # [1, T]
         sampling: dict[str, Any] = (
             {"do_sample": True, "temperature": request.temperature, "top_p": request.top_p}
             if request.temperature > 0
@@ -361,11 +362,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from nemotron.devices import model_dtype, runtime_device
+    from nemotron.models.checkpoint import load_policy, load_tokenizer
 
     torch.set_num_threads(args.threads)
-    model = AutoModelForCausalLM.from_pretrained(args.model, use_safetensors=True)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    device = runtime_device(args.device)
+    model = load_policy(args.model, device=device, dtype=model_dtype(args.precision))
+    tokenizer = load_tokenizer(args.model)
     handle = serve_chat(
         HFChatModel(model, tokenizer, args.max_length),
         args.host,

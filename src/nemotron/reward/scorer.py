@@ -56,6 +56,7 @@ def scorer_from_reward_model(
     if positions is not None and max_length > positions:
         raise ValueError(f"max_length {max_length} exceeds the model's {positions} positions")
     model.eval()  # type: ignore[no-untyped-call]
+    device = model.device
     encode = batch_encoder(tokenizer, add_special_tokens)
 
     def score_tokens(rows: list[list[int]]) -> list[float]:
@@ -68,8 +69,8 @@ def scorer_from_reward_model(
         width = max(lengths)
         # One tensor from padded lists: a torch.tensor call per row costs more than the model at batch 64.
         padded = [row + [pad_id] * (width - len(row)) for row in rows]
-        input_ids = torch.tensor(padded, dtype=torch.long)  # [B, T]
-        attention_mask = (torch.arange(width) < torch.tensor(lengths)[:, None]).long()  # [B, T]
+        input_ids = torch.tensor(padded, dtype=torch.long, device=device)  # [B, T]
+        attention_mask = (torch.arange(width, device=device) < torch.tensor(lengths, device=device)[:, None]).long()
         with torch.inference_mode():
             logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, 1]
         return [float(x) for x in logits[:, 0].float().tolist()]

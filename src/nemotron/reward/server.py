@@ -408,13 +408,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from nemotron.devices import model_dtype, runtime_device
+    from nemotron.models.checkpoint import load_reward_model, load_tokenizer
     from nemotron.reward.scorer import scorer_from_reward_model
 
     torch.set_num_threads(args.threads)
-    model = AutoModelForSequenceClassification.from_pretrained(args.model, use_safetensors=True)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    device = runtime_device(args.device)
+    model = load_reward_model(args.model, device=device, dtype=model_dtype(args.precision))
+    tokenizer = load_tokenizer(args.model)
     scorer = scorer_from_reward_model(model, tokenizer, args.max_length)
     ready_file: Path | None = args.ready_file
     return run_forever_until_signal(

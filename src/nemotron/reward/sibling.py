@@ -35,6 +35,8 @@ def sibling_server(
     max_length: int | None = None,
     startup_timeout: float = 120.0,
     log_path: Path | None = None,
+    device: str = "auto",
+    precision: str = "fp32",
 ) -> Iterator[tuple[str, str]]:
     """Run `python -m MODULE --model MODEL` on 127.0.0.1 with a fresh bearer token; yield (url, token).
 
@@ -48,7 +50,8 @@ def sibling_server(
     with tempfile.TemporaryDirectory(prefix="nemotron-rm-") as tmp:
         ready = Path(tmp) / "ready.json"
         cmd = [sys.executable, "-m", module, "--model", str(model), "--host", "127.0.0.1", "--port", "0",
-               "--threads", str(threads), "--max-length", str(max_length), "--ready-file", str(ready)]
+               "--threads", str(threads), "--max-length", str(max_length), "--ready-file", str(ready),
+               "--device", device, "--precision", "bf16" if precision == "bf16" else "fp32"]
         out = log_path.open("ab") if log_path else subprocess.DEVNULL
         # die_with_parent: a trainer killed with -9 cannot run its `finally`; the server must not outlive it.
         proc = subprocess.Popen(cmd, env={**os.environ, TOKEN_ENV: token}, stdout=out, stderr=subprocess.STDOUT,

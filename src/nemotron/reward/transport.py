@@ -281,7 +281,8 @@ class ServerHandle:
 
 
 def server_command_line(prog: str, description: str | None, model_help: str) -> argparse.ArgumentParser:
-    """The options both server commands share: --model, --host, --port, --token-env, --threads, --ready-file.
+    """The options both server commands share: --model, --host, --port, --token-env, --threads, --device,
+    --precision, --ready-file.
 
     `bearer_token(args)` reads the token from the named variable (never the command line, visible in ps).
     """
@@ -291,6 +292,10 @@ def server_command_line(prog: str, description: str | None, model_help: str) -> 
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token-env", default=TOKEN_ENV, help="environment variable holding the bearer token")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: the GPU of LOCAL_RANK when present"
+    )
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="weight dtype")
     parser.add_argument("--ready-file", type=Path, help="write the URL here once serving")
     return parser
 

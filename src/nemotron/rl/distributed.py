@@ -1,4 +1,4 @@
-"""Data parallelism for the built-in engine: torchrun + gloo on CPU (nccl on GPUs), gradients averaged by hand.
+"""Data parallelism for the built-in engine: torchrun + gloo on CPU (NCCL on GPUs), gradients averaged by hand.
 
 The models stay plain Hugging Face modules (no DDP wrapper), so checkpoints are the same with 1 or N ranks.
 Every rank owns whole prompt groups, so group baselines (RLOO, GRPO) never need another rank's rewards.
@@ -7,12 +7,15 @@ Every rank owns whole prompt groups, so group baselines (RLOO, GRPO) never need 
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from nemotron.devices import DevicePlan, placement, process_group_backend
 
 T = TypeVar("T")
 
@@ -27,14 +30,18 @@ class World:
         return self.rank == 0
 
 
-def init_world() -> World:
-    """Join the process group when launched by torchrun (WORLD_SIZE > 1); a single process otherwise."""
+def init_world(device: torch.device | None = None) -> World:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1); a single process otherwise.
+
+    The backend follows where the tensors live (`devices.process_group_backend`): NCCL for CUDA tensors, gloo for
+    CPU tensors, whatever the machine has.
+    """
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size == 1:
         return World()
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend=backend)
+        device = device or torch.device("cpu")
+        dist.init_process_group(backend=process_group_backend(device), device_id=device if device.type == "cuda" else None)
     return World(rank=dist.get_rank(), size=dist.get_world_size())
 
 
@@ -78,3 +85,14 @@ def barrier(world: World) -> None:
 def close(world: World) -> None:
     if world.size > 1 and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def start(runtime: Any) -> tuple[DevicePlan, World]:
+    """A training step's first lines: the device (exit 2 for runtime.device=cuda without a GPU, before any work),
+    the process group on it, CPU threads, and the seeds of torch and `random`."""
+    plan = placement(runtime)
+    world = init_world(plan.device)
+    torch.set_num_threads(runtime.num_threads)
+    torch.manual_seed(runtime.seed)
+    random.seed(runtime.seed)
+    return plan, world

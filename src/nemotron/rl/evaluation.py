@@ -26,7 +26,7 @@ def evaluate(
 ) -> dict[str, float]:
     """{"rm": mean reward-model score, "distinct": distinct-word ratio, and with a task "gt": mean ground-truth
     score and "well_formed": the share of responses the task's grammar accepts}."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=next(policy.parameters()).device).manual_seed(seed)
     rollout = backend.generate(policy, list(prompt_ids), params, generator)  # type: ignore[arg-type]
     ids = [r[m].tolist() for r, m in zip(rollout.responses, rollout.response_mask, strict=True)]
     responses = [tokenizer.decode(x, skip_special_tokens=True).strip() for x in ids]

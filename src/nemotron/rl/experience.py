@@ -65,14 +65,15 @@ def collect(
     kept = rollout.response_mask.tolist()
     responses_ids = [[t for t, k in zip(r, m, strict=True) if k] for r, m in zip(rollout.responses.tolist(), kept, strict=True)]
     responses = [text.strip() for text in tokenizer.batch_decode(responses_ids, skip_special_tokens=True)]
-    scores = torch.tensor(list(score([p + r for p, r in zip(rows, responses_ids, strict=True)], texts, responses)), dtype=torch.float32)
+    device = rollout.sequences.device
+    scores = torch.tensor(list(score([p + r for p, r in zip(rows, responses_ids, strict=True)], texts, responses)), dtype=torch.float32, device=device)
     timers["reward"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     with torch.no_grad():
         ref_logprobs = sequence_logprobs(reference, rollout.sequences, rollout.attention_mask, params.temperature, rollout.prompt_width)  # type: ignore[arg-type]
     timers["logprobs"] = time.perf_counter() - t0
-    group = torch.arange(len(prompts)).repeat_interleave(n) + group_offset
+    group = torch.arange(len(prompts), device=device).repeat_interleave(n) + group_offset
     return Experience(
         sequences=rollout.sequences,
         attention_mask=rollout.attention_mask,

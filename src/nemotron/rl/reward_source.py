@@ -22,17 +22,23 @@ def reward_source(
     retries: int,
     threads: int = 1,
     log_path: Path | None = None,
+    device: str = "cpu",
 ) -> Iterator[tuple[ScoreFn, str]]:
     """Yield (score function, description). The score function sends token ids, as NeMo-Aligner's
-    RemoteGPTRMClient does, so the reward model scores exactly the tokens the policy generated."""
+    RemoteGPTRMClient does, so the reward model scores exactly the tokens the policy generated.
+
+    `device` is the trainer's ("cpu" or "cuda:N"): an in-process reward model and a sibling server run there too.
+    """
     if source == "in_process":
         if not model_path:
             raise ValueError("reward.source=in_process needs a reward model input")
         from nemotron.models.checkpoint import load_reward_model, load_tokenizer
         from nemotron.reward.scorer import scorer_from_reward_model
+        from nemotron.rl.prompts import model_positions
 
-        model = load_reward_model(model_path)
-        scorer = scorer_from_reward_model(model, load_tokenizer(model_path), max_length=model.config.n_positions)
+        model = load_reward_model(model_path, device=device)
+        max_length = model_positions(model.config) or 4096
+        scorer = scorer_from_reward_model(model, load_tokenizer(model_path), max_length=max_length)
         assert scorer.score_tokens is not None
         score_tokens = scorer.score_tokens
 
@@ -44,7 +50,7 @@ def reward_source(
 
     from nemotron.reward.client import RewardClient
 
-    with _server(url, model_path, threads, log_path) as (server_url, server_token):
+    with _server(url, model_path, threads, log_path, device) as (server_url, server_token):
         client = RewardClient(server_url, token or server_token, timeout=timeout_s, retries=retries)
 
         def score_remote(rows: list[list[int]], prompts: list[str], responses: list[str]) -> Sequence[float]:
@@ -54,7 +60,9 @@ def reward_source(
 
 
 @contextmanager
-def _server(url: str | None, model_path: str | None, threads: int, log_path: Path | None) -> Iterator[tuple[str, str | None]]:
+def _server(
+    url: str | None, model_path: str | None, threads: int, log_path: Path | None, device: str
+) -> Iterator[tuple[str, str | None]]:
     from nemotron.reward.server import TOKEN_ENV
     from nemotron.reward.sibling import external_url, sibling_server
 
@@ -64,5 +72,7 @@ def _server(url: str | None, model_path: str | None, threads: int, log_path: Pat
         return
     if not model_path:
         raise ValueError("no reward server URL and no reward model to serve")
-    with sibling_server(model_path, threads=threads, log_path=log_path) as (sibling_url, sibling_token):
+    # The sibling inherits LOCAL_RANK, so "cuda" puts it on the trainer's own GPU.
+    server_device = "cuda" if device.startswith("cuda") else "cpu"
+    with sibling_server(model_path, threads=threads, log_path=log_path, device=server_device) as (sibling_url, sibling_token):
         yield sibling_url, sibling_token

@@ -5,6 +5,7 @@ Layout of every rollout: left-padded prompts of width ``P``, then right-padded r
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -300,6 +301,9 @@ def _decode_loop(
     else:
         cache = DynamicCache(config=model.config)
 
+    # transformers 5.24 renamed `past_key_values` to `cache` (the old name warns, and goes in 5.40).
+    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
     def next_token_logits(ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``(B, V)`` logits after ``ids`` ``(B, Q)``, extending the cache by ``Q`` positions."""
         if fast:
@@ -312,8 +316,8 @@ def _decode_loop(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
             use_cache=True,
+            **{cache_arg: cache},
             logits_to_keep=1,
         )
         return out.logits[:, -1, :]  # type: ignore[no-any-return]

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nemotron.stepconfig import Runtime, Strict
+from nemotron.stepconfig import DataRuntime, Strict
 
 
 class Task(Strict):
@@ -42,4 +42,4 @@ class Config(Strict):
 
     task: Task = Task()
     outputs: Outputs = Outputs()
-    runtime: Runtime = Runtime()
+    runtime: DataRuntime = DataRuntime()

@@ -6,13 +6,13 @@ The critic trains in the actor's process (docs/concepts.md says why); the reward
 """
 
 import logging
-import random
 import time
 
 import torch
 
 from nemotron.data.jsonl import read_jsonl
-from nemotron.data.records import PromptRecord
+from nemotron.data.records import PromptRecord, prompt_text
+from nemotron.devices import peak_memory_mb
 from nemotron.errors import UserError
 from nemotron.metrics import summary_line
 from nemotron.models.checkpoint import load_policy, load_reward_model, load_tokenizer, save_checkpoint
@@ -40,29 +40,28 @@ cfg = run.config
 if cfg.backend == "nemo_rl":
     raise UserError("backend=nemo_rl runs NeMo-RL in its container on GPUs; submit it with a Slurm or Lepton profile "
                     "(-b PROFILE). `--dry-run` shows the NeMo-RL config and command it would run.")
-world = distributed.init_world()
-torch.set_num_threads(cfg.runtime.num_threads)
-torch.manual_seed(cfg.runtime.seed)
-random.seed(cfg.runtime.seed)
+plan, world = distributed.start(cfg.runtime)  # device, process group, threads, seeds
 
 # ---- inputs
-prompts = [r.prompt for r in read_jsonl(cfg.inputs.prompts, PromptRecord)]
+records = read_jsonl(cfg.inputs.prompts, PromptRecord)
+prompts = [prompt_text(r.prompt) for r in records]  # text for judges and task scorers; the ids below are the model's
 tokenizer = load_tokenizer(cfg.inputs.policy)
-prompt_ids = [encode_prompt(tokenizer, p) for p in prompts]
+prompt_ids = [encode_prompt(tokenizer, r.prompt) for r in records]
 n = cfg.ppo.num_rollouts_per_prompt
 task = get_task(cfg.eval.task) if cfg.eval.task else None
 
 # ---- models: actor, frozen initial policy, and a critic made from the reward model
-policy = load_policy(cfg.inputs.policy)
+policy = plan.prepare(load_policy(cfg.inputs.policy, device=plan.device, dtype=plan.dtype))
 prompt_ids = fit_prompts(prompt_ids, model_positions(policy.config), cfg.generation.max_new_tokens)
-reference = load_policy(cfg.inputs.policy).eval().requires_grad_(False)
+reference = load_policy(cfg.inputs.policy, device=plan.device, dtype=plan.dtype).eval().requires_grad_(False)
 reference_checksum = parameter_checksum(reference)
-critic = build_critic_from_reward_model(load_reward_model(cfg.inputs.reward_model))
+critic = build_critic_from_reward_model(load_reward_model(cfg.inputs.reward_model, device=plan.device, dtype=plan.dtype))
+plan.prepare(critic.model)
 actor_opt = build_optimizer(policy.parameters(), cfg.optim)
 critic_opt = build_optimizer(critic.parameters(), cfg.critic.optim)
 backend = get_backend(cfg.generation.backend)  # torch here; vllm on GPUs
 sampling = sampling_params(cfg.generation, tokenizer)
-sampler = torch.Generator().manual_seed(cfg.runtime.seed * 1000 + world.rank)
+sampler = plan.generator(cfg.runtime.seed * 1000 + world.rank)
 
 # ---- resume
 expect = trainstate.fingerprints(run.record["config"], cfg.inputs.policy)
@@ -77,11 +76,12 @@ def response_values(model: torch.nn.Module, sequences: torch.Tensor, attention_m
 
 
 with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server.url, cfg.reward.server.token,
-                   cfg.reward.server.timeout_s, cfg.reward.server.retries, log_path=run.job_dir / "logs" / "reward_server.log") as (score, described):
+                   cfg.reward.server.timeout_s, cfg.reward.server.retries, log_path=run.job_dir / "logs" / "reward_server.log", device=str(plan.device)) as (score, described):
     log.info("rewards from %s", described)
     eval_idx = list(range(min(cfg.eval.num_prompts, len(prompts))))
     if world.is_main and eval_idx and start_step == 0:
-        before = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)
+        with plan.autocast():
+            before = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)
         run.log_metrics(0, {f"eval_{k}_before": v for k, v in before.items()})
         log.info("before RL: %s", " ".join(f"{k}={v:.3f}" for k, v in before.items()))
 
@@ -90,10 +90,11 @@ with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server
         # ---- rollout phase
         batch = distributed.shard(prompt_schedule(len(prompts), cfg.runtime.seed, position, cfg.trainer.num_prompts_per_step), world)
         position += cfg.trainer.num_prompts_per_step
-        exp = collect(backend, policy, reference, tokenizer, [prompts[i] for i in batch], [prompt_ids[i] for i in batch], 0, n, sampling, sampler, score)
+        with plan.autocast():
+            exp = collect(backend, policy, reference, tokenizer, [prompts[i] for i in batch], [prompt_ids[i] for i in batch], 0, n, sampling, sampler, score)
+            with torch.no_grad():
+                old_values = response_values(critic, exp.sequences, exp.attention_mask, exp.prompt_width)
         mask = exp.mask
-        with torch.no_grad():
-            old_values = response_values(critic, exp.sequences, exp.attention_mask, exp.prompt_width)
         kl = kl_penalty(exp.logprobs, exp.ref_logprobs, cfg.ppo.kl_estimator)
         rewards = token_rewards(exp.scores, mask, kl, cfg.ppo.initial_policy_kl_penalty)
         gae = gae_advantages(rewards, old_values, mask, cfg.ppo.discount_factor, cfg.ppo.gae_lambda)
@@ -110,29 +111,31 @@ with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server
         level = cfg.ppo.loss_level
         normaliser = distributed.all_reduce_sum(mean_denominator(mask, level), world)
         train_actor = step > cfg.ppo.critic_warmup_steps
-        sums = torch.zeros(4)  # actor loss, critic loss, clipfrac, entropy
+        sums = torch.zeros(4, device=plan.device)  # actor loss, critic loss, clipfrac, entropy
         grad_norm, lr = 0.0, 0.0
         policy.train()
         critic.train()
         for _ in range(cfg.ppo.ppo_epochs):
             for mb in micro_batches(len(exp.scores), cfg.trainer.micro_batch_size):
-                values = response_values(critic, exp.sequences[mb], exp.attention_mask[mb], exp.prompt_width)
-                vloss = value_loss(values, old_values[mb], gae.returns[mb], mask[mb], cfg.critic.loss_clip_val, level, normaliser)
+                with plan.autocast():
+                    values = response_values(critic, exp.sequences[mb], exp.attention_mask[mb], exp.prompt_width)
+                    vloss = value_loss(values, old_values[mb], gae.returns[mb], mask[mb], cfg.critic.loss_clip_val, level, normaliser)
                 vloss.loss.backward()
                 sums[1] += vloss.loss.detach()
                 if train_actor:
-                    logits = response_logits(policy, exp.sequences[mb], exp.attention_mask[mb], exp.prompt_width)
-                    logp = token_logprobs(logits, exp.sequences[mb, exp.prompt_width - 1 :], sampling.temperature)
-                    clipped = ppo_clip_loss(logp, exp.logprobs[mb], advantages[mb], mask[mb], cfg.ppo.ratio_eps,
-                                            dual_clip=cfg.ppo.dual_clip, level=level, normaliser=normaliser)
-                    entropy = global_mean(entropy_from_logits(logits[:, :-1], sampling.temperature), mask[mb], level, normaliser)
+                    with plan.autocast():
+                        logits = response_logits(policy, exp.sequences[mb], exp.attention_mask[mb], exp.prompt_width)
+                        logp = token_logprobs(logits, exp.sequences[mb, exp.prompt_width - 1 :], sampling.temperature)
+                        clipped = ppo_clip_loss(logp, exp.logprobs[mb], advantages[mb], mask[mb], cfg.ppo.ratio_eps,
+                                                dual_clip=cfg.ppo.dual_clip, level=level, normaliser=normaliser)
+                        entropy = global_mean(entropy_from_logits(logits[:, :-1], sampling.temperature), mask[mb], level, normaliser)
                     (clipped.loss - cfg.ppo.entropy_bonus * entropy).backward()
                     sums[0] += clipped.loss.detach()
                     sums[2] += clipped.clipfrac
                     sums[3] += entropy.detach()
-            optimizer_step(critic, critic_opt, step, cfg.critic.optim, world)
+            optimizer_step(critic, critic_opt, step, cfg.critic.optim, world, cfg.trainer.max_steps)
             if train_actor:
-                grad_norm, lr = optimizer_step(policy, actor_opt, step, cfg.optim, world)
+                grad_norm, lr = optimizer_step(policy, actor_opt, step, cfg.optim, world, cfg.trainer.max_steps)
         train_time = time.perf_counter() - t0
 
         # ---- metrics, averaged over ranks
@@ -141,7 +144,7 @@ with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server
         m = mask.float()
         local = torch.stack([exp.scores.sum(), sequence_kl(kl, mask).sum(), (old_values * m).sum(), (gae.returns * m).sum(), m.sum(),
                              exp.response_lengths.float().sum(), exp.is_end.float().sum(), (gae.advantages * m).sum(),
-                             torch.tensor(float(len(exp.scores)))])
+                             torch.tensor(float(len(exp.scores)), device=plan.device)])
         tot = distributed.all_reduce_sum(local, world)
         count = float(tot[-1])
         metrics = {"rewards": tot[0] / count, "init_policy_kl": tot[1] / count,
@@ -151,7 +154,7 @@ with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server
                    "actor_loss": loss_sums[0], "critic_loss": loss_sums[1], "clipfrac": loss_sums[2], "entropy": loss_sums[3],
                    "explained_var": explained_variance(old_values, gae.returns, mask), "grad_norm": grad_norm, "lr": lr,
                    "generate": exp.timers["generate"], "reward": exp.timers["reward"], "logprobs": exp.timers["logprobs"],
-                   "train": train_time, "step_time": time.perf_counter() - t_step}
+                   "train": train_time, "step_time": time.perf_counter() - t_step, "peak_memory_mb": peak_memory_mb(plan.device)}
         metrics = {k: float(v) for k, v in metrics.items()}
         run.log_metrics(step, metrics)
         if world.is_main and (step % cfg.trainer.log_interval == 0 or step == cfg.trainer.max_steps):
@@ -161,7 +164,8 @@ with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server
                             {"sampler": sampler}, position, expect, world=world)
 
     if world.is_main and eval_idx:
-        after = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)
+        with plan.autocast():
+            after = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)
         drift = abs(parameter_checksum(reference) - reference_checksum)
         run.log_metrics(cfg.trainer.max_steps, {**{f"eval_{k}_after": v for k, v in after.items()}, "reference_drift": drift})
         log.info("after RL: %s", " ".join(f"{k}={v:.3f}" for k, v in after.items()))

@@ -11,8 +11,8 @@ from nemotron.stepconfig import (
     NemoRL,
     Optim,
     RewardServer,
-    Runtime,
     Strict,
+    TrainRuntime,
 )
 
 
@@ -135,5 +135,5 @@ class Config(Strict):
     reward: Reward = Reward()
     checkpoint: Checkpointing = Checkpointing()
     eval: Evaluation = Evaluation()
-    runtime: Runtime = Runtime()
+    runtime: TrainRuntime = TrainRuntime()
     nemo_rl: NemoRL = NemoRL()

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from nemotron.stepconfig import Checkpointing, Evaluation, Generation, NemoRL, Optim, Runtime, Strict
+from nemotron.stepconfig import Checkpointing, Evaluation, Generation, NemoRL, Optim, Strict, TrainRuntime
 
 
 class GRPO(Strict):
@@ -249,5 +249,5 @@ class Config(Strict):
     outputs: Outputs = Outputs()
     checkpoint: Checkpointing = Checkpointing()
     eval: Evaluation = Evaluation()
-    runtime: Runtime = Runtime()
+    runtime: TrainRuntime = TrainRuntime()
     nemo_rl: NemoRL = NemoRL()

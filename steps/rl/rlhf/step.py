@@ -7,7 +7,6 @@ chat endpoint (judge.kind=generative). backend=nemo_rl hands the whole run to Ne
 
 import logging
 import os
-import random
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -15,7 +14,8 @@ from contextlib import contextmanager
 import torch
 
 from nemotron.data.jsonl import read_jsonl
-from nemotron.data.records import PromptRecord
+from nemotron.data.records import PromptRecord, prompt_text
+from nemotron.devices import peak_memory_mb
 from nemotron.errors import UserError
 from nemotron.metrics import summary_line
 from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
@@ -41,28 +41,26 @@ cfg = run.config
 if cfg.backend == "nemo_rl":
     raise UserError("backend=nemo_rl runs NeMo-RL's GRPO inside the NeMo-RL container on GPUs; submit it with a Slurm or "
                     "Lepton profile (-b PROFILE). `--dry-run` shows the NeMo-RL config and command it would run.")
-world = distributed.init_world()
-torch.set_num_threads(cfg.runtime.num_threads)
-torch.manual_seed(cfg.runtime.seed)
-random.seed(cfg.runtime.seed)
+plan, world = distributed.start(cfg.runtime)  # device, process group, threads, seeds
 
 # ---- inputs
-prompts = [r.prompt for r in read_jsonl(cfg.data.train.data_path, PromptRecord)]
+records = read_jsonl(cfg.data.train.data_path, PromptRecord)
+prompts = [prompt_text(r.prompt) for r in records]  # text for judges and task scorers; the ids below are the model's
 tokenizer = load_tokenizer(cfg.policy.model_name)
-prompt_ids = [encode_prompt(tokenizer, p) for p in prompts]
+prompt_ids = [encode_prompt(tokenizer, r.prompt) for r in records]
 judge_model = cfg.env.nemo_gym.genrm_model.responses_api_models.vllm_model.model
 n = cfg.grpo.num_generations_per_prompt
 task = get_task(cfg.eval.task) if cfg.eval.task else None
 
 # ---- models
-policy = load_policy(cfg.policy.model_name)
+policy = plan.prepare(load_policy(cfg.policy.model_name, device=plan.device, dtype=plan.dtype))
 prompt_ids = fit_prompts(prompt_ids, model_positions(policy.config), cfg.policy.generation.max_new_tokens)
-reference = load_policy(cfg.policy.model_name).eval().requires_grad_(False)
+reference = load_policy(cfg.policy.model_name, device=plan.device, dtype=plan.dtype).eval().requires_grad_(False)
 reference_checksum = parameter_checksum(reference)
 optimizer = build_optimizer(policy.parameters(), cfg.policy.optimizer)
 backend = get_backend(cfg.policy.generation.backend)  # torch here; vllm on GPUs
 sampling = sampling_params(cfg.policy.generation, tokenizer)
-sampler = torch.Generator().manual_seed(cfg.runtime.seed * 1000 + world.rank)
+sampler = plan.generator(cfg.runtime.seed * 1000 + world.rank)
 
 # ---- resume
 expect = trainstate.fingerprints(run.record["config"], cfg.policy.model_name)
@@ -77,13 +75,14 @@ def judge() -> Iterator[tuple[ScoreFn, str]]:
     """The score function: a served reward model, or a generative judge through chat completions."""
     j = cfg.judge
     if j.kind == "reward_model":
-        with reward_source("server", judge_model, j.url, j.token, j.timeout_s, 5, log_path=run.job_dir / "logs" / "judge.log") as pair:
+        with reward_source("server", judge_model, j.url, j.token, j.timeout_s, 5, log_path=run.job_dir / "logs" / "judge.log", device=str(plan.device)) as pair:
             yield pair
         return
     from nemotron.reward.judge import JudgeClient
     from nemotron.reward.sibling import external_url, sibling_server
 
-    with sibling_server(judge_model, module="nemotron.reward.chat_server", log_path=run.job_dir / "logs" / "judge.log") if not external_url(j.url) else _given(j.url, j.token) as (url, token):
+    device = "cuda" if plan.device.type == "cuda" else "cpu"
+    with sibling_server(judge_model, module="nemotron.reward.chat_server", log_path=run.job_dir / "logs" / "judge.log", device=device) if not external_url(j.url) else _given(j.url, j.token) as (url, token):
         client = JudgeClient(url, j.prompt_template, token=token, timeout=j.timeout_s, parse_retries=j.max_retries,
                              default_score=j.default_score, guided_choice=j.guided_choice, pairwise_template=j.pairwise_template)
 
@@ -112,7 +111,8 @@ with judge() as (score, described):
     log.info("rewards from %s", described)
     eval_idx = list(range(min(cfg.eval.num_prompts, len(prompts))))
     if world.is_main and eval_idx and start_step == 0:
-        before = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)
+        with plan.autocast():
+            before = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)
         run.log_metrics(0, {f"eval_{k}_before": v for k, v in before.items()})
         log.info("before RL: %s", " ".join(f"{k}={v:.3f}" for k, v in before.items()))
 
@@ -121,8 +121,9 @@ with judge() as (score, described):
         # ---- rollout phase: a group of generations per prompt
         batch = distributed.shard(prompt_schedule(len(prompts), cfg.runtime.seed, position, cfg.grpo.num_prompts_per_step), world)
         position += cfg.grpo.num_prompts_per_step
-        exp = collect(backend, policy, reference, tokenizer, [prompts[i] for i in batch], [prompt_ids[i] for i in batch], 0, n, sampling, sampler, score)
-        group = torch.tensor(batch).repeat_interleave(n)
+        with plan.autocast():
+            exp = collect(backend, policy, reference, tokenizer, [prompts[i] for i in batch], [prompt_ids[i] for i in batch], 0, n, sampling, sampler, score)
+        group = plan.tensor(batch).repeat_interleave(n)
         advantages = grpo_advantages(group, exp.scores, None, cfg.grpo.use_leave_one_out_baseline, cfg.grpo.normalize_rewards, cfg.grpo.std_floor)
 
         # ---- optimisation phase: optimizer steps over mini-batches of the global batch; KL in the loss
@@ -132,21 +133,22 @@ with judge() as (score, described):
         lf = cfg.loss_fn
         per_update = cfg.policy.train_global_batch_size or len(advantages) * world.size
         local_update = max(1, per_update // world.size)
-        sums = torch.zeros(3)  # actor loss, kl loss, clipfrac
+        sums = torch.zeros(3, device=plan.device)  # actor loss, kl loss, clipfrac
         grad_norm, lr = 0.0, 0.0
         for update in micro_batches(len(advantages), local_update):
             normaliser = distributed.all_reduce_sum(mean_denominator(exp.mask[update], level), world)
             rows = range(len(advantages))[update]
             for mb in micro_batches(len(rows), cfg.policy.train_micro_batch_size):
                 idx = slice(rows.start + mb.start, rows.start + mb.stop)
-                logp = sequence_logprobs(policy, exp.sequences[idx], exp.attention_mask[idx], sampling.temperature, exp.prompt_width)
-                clipped = ppo_clip_loss(logp, exp.logprobs[idx], advantages[idx], exp.mask[idx], lf.ratio_clip_min,
-                                        lf.ratio_clip_max, lf.ratio_clip_c, level, normaliser)
-                kl_term = kl_loss(logp, exp.ref_logprobs[idx], exp.mask[idx], lf.reference_policy_kl_penalty, lf.kl_estimator,
-                                  level=level, normaliser=normaliser)
+                with plan.autocast():
+                    logp = sequence_logprobs(policy, exp.sequences[idx], exp.attention_mask[idx], sampling.temperature, exp.prompt_width)
+                    clipped = ppo_clip_loss(logp, exp.logprobs[idx], advantages[idx], exp.mask[idx], lf.ratio_clip_min,
+                                            lf.ratio_clip_max, lf.ratio_clip_c, level, normaliser)
+                    kl_term = kl_loss(logp, exp.ref_logprobs[idx], exp.mask[idx], lf.reference_policy_kl_penalty, lf.kl_estimator,
+                                      level=level, normaliser=normaliser)
                 (clipped.loss + kl_term).backward()
                 sums += torch.stack([clipped.loss.detach(), kl_term.detach(), clipped.clipfrac])
-            grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.policy.optimizer, world)
+            grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.policy.optimizer, world, cfg.grpo.max_num_steps)
         train_time = time.perf_counter() - t0
 
         # ---- metrics (NeMo-RL names where they exist)
@@ -154,7 +156,7 @@ with judge() as (score, described):
         loss_sums = distributed.all_reduce_sum(sums, world) / updates
         kl = kl_penalty(exp.logprobs, exp.ref_logprobs, lf.kl_estimator)
         local = torch.stack([exp.scores.sum(), sequence_kl(kl, exp.mask).sum(), advantages.sum(), advantages.abs().sum(),
-                             exp.response_lengths.float().sum(), exp.is_end.float().sum(), torch.tensor(float(len(advantages)))])
+                             exp.response_lengths.float().sum(), exp.is_end.float().sum(), plan.tensor(float(len(advantages)))])
         tot = distributed.all_reduce_sum(local, world)
         count = float(tot[-1])
         metrics = {"rewards": tot[0] / count, "init_policy_kl": tot[1] / count, "advantages_mean": tot[2] / count,
@@ -162,7 +164,7 @@ with judge() as (score, described):
                    "fraction_of_samples_properly_ended": tot[5] / count, "actor_loss": loss_sums[0], "kl_loss": loss_sums[1],
                    "clipfrac": loss_sums[2], "grad_norm": grad_norm, "lr": lr, "generate": exp.timers["generate"],
                    "reward": exp.timers["reward"], "logprobs": exp.timers["logprobs"], "train": train_time,
-                   "step_time": time.perf_counter() - t_step, **judge_stats}
+                   "step_time": time.perf_counter() - t_step, "peak_memory_mb": peak_memory_mb(plan.device), **judge_stats}
         metrics = {k: float(v) for k, v in metrics.items()}
         run.log_metrics(step, metrics)
         if world.is_main:
@@ -171,7 +173,8 @@ with judge() as (score, described):
             trainstate.save(run.checkpoint_dir, step, {"policy": policy}, {"policy": optimizer}, {"sampler": sampler}, position, expect, world=world)
 
     if world.is_main and eval_idx:
-        after = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)
+        with plan.autocast():
+            after = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)
         drift = abs(parameter_checksum(reference) - reference_checksum)
         run.log_metrics(cfg.grpo.max_num_steps, {**{f"eval_{k}_after": v for k, v in after.items()}, "reference_drift": drift})
         log.info("after RL: %s", " ".join(f"{k}={v:.3f}" for k, v in after.items()))

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nemotron.stepconfig import Runtime, Strict
+from nemotron.stepconfig import ServeRuntime, Strict
 
 
 class Inputs(Strict):
@@ -75,4 +75,4 @@ class Config(Strict):
 
     inputs: Inputs = Inputs()
     server: Server = Server()
-    runtime: Runtime = Runtime()
+    runtime: ServeRuntime = ServeRuntime()

@@ -8,10 +8,12 @@ import os
 
 import torch
 
+from nemotron.devices import model_dtype, runtime_device
 from nemotron.models.checkpoint import load_reward_model, load_tokenizer
 from nemotron.reward.scorer import scorer_from_reward_model
 from nemotron.reward.server import run_forever_until_signal
 from nemotron.reward.transport import ServerHandle, run_until_signal
+from nemotron.rl.prompts import model_positions
 from nemotron.runtime import StepRun
 
 log = logging.getLogger("nemotron")
@@ -19,6 +21,8 @@ run = StepRun.start(__file__)
 cfg = run.config
 s = cfg.server
 torch.set_num_threads(cfg.runtime.num_threads)
+device = runtime_device(cfg.runtime.device)  # exit 2 for cuda without a GPU, before loading anything
+dtype = model_dtype(cfg.runtime.precision)
 if s.host not in ("127.0.0.1", "localhost", "::1") and not s.token:
     log.warning("serving on %s without server.token: anyone who can reach this address can use the model", s.host)
 
@@ -33,8 +37,8 @@ def announce(handle: ServerHandle) -> None:
 
 tokenizer = load_tokenizer(cfg.inputs.reward_model)
 if s.mode == "reward":
-    model = load_reward_model(cfg.inputs.reward_model)
-    max_length = min(s.max_length, int(model.config.n_positions))
+    model = load_reward_model(cfg.inputs.reward_model, device=device, dtype=dtype)
+    max_length = min(s.max_length, model_positions(model.config) or s.max_length)
     scorer = scorer_from_reward_model(model, tokenizer, max_length)
     code = run_forever_until_signal(scorer, s.host, s.port, s.token, on_ready=announce, max_batch_size=s.max_batch_size,
                                     preferred_batch_size=s.preferred_batch_size, max_queue_delay_ms=s.max_queue_delay_ms,
@@ -43,8 +47,8 @@ else:
     from nemotron.models.checkpoint import load_policy
     from nemotron.reward.chat_server import HFChatModel, serve_chat
 
-    lm = load_policy(cfg.inputs.reward_model)
-    handle = serve_chat(HFChatModel(lm, tokenizer, int(lm.config.n_positions)), s.host, s.port, s.token, model_name=s.model_name,
+    lm = load_policy(cfg.inputs.reward_model, device=device, dtype=dtype)
+    handle = serve_chat(HFChatModel(lm, tokenizer, model_positions(lm.config) or s.max_length), s.host, s.port, s.token, model_name=s.model_name,
                         max_body_bytes=s.max_body_bytes)
     announce(handle)
     code = run_until_signal(handle)

@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from nemotron.stepconfig import ModelArch, Optim, Runtime, Strict
+from nemotron.stepconfig import ModelArch, Optim, Strict, TrainRuntime
 
 
 class Inputs(Strict):
@@ -62,4 +62,4 @@ class Config(Strict):
     optim: Optim = Field(
         Optim(lr=1e-3, warmup_steps=20, min_lr_ratio=0.1), description="the reward model's optimizer"
     )
-    runtime: Runtime = Runtime()
+    runtime: TrainRuntime = TrainRuntime()

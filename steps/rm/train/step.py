@@ -12,7 +12,8 @@ import torch
 
 from nemotron.data.batches import preference_batch
 from nemotron.data.jsonl import read_jsonl
-from nemotron.data.records import PreferenceRecord
+from nemotron.data.records import PreferenceRecord, prompt_text
+from nemotron.devices import peak_memory_mb
 from nemotron.metrics import summary_line
 from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
 from nemotron.models.reward import (
@@ -30,9 +31,7 @@ from nemotron.runtime import StepRun
 log = logging.getLogger("nemotron")
 run = StepRun.start(__file__)
 cfg = run.config
-world = distributed.init_world()
-torch.set_num_threads(cfg.runtime.num_threads)
-torch.manual_seed(cfg.runtime.seed)
+plan, world = distributed.start(cfg.runtime)  # device, process group, threads, seeds
 
 # ---- data: a deterministic held-out split
 pairs = read_jsonl(cfg.inputs.data, PreferenceRecord)
@@ -43,12 +42,13 @@ val, train = shuffled[:n_val], shuffled[n_val:]
 # ---- model
 if cfg.inputs.init_from:
     tokenizer = load_tokenizer(cfg.inputs.init_from)
-    model = reward_model_from_policy(load_policy(cfg.inputs.init_from), cfg.runtime.seed)
+    model = reward_model_from_policy(load_policy(cfg.inputs.init_from, dtype=plan.dtype), cfg.runtime.seed)
 else:
-    tokenizer = train_tokenizer([t for p in pairs for t in (p.prompt, p.chosen, p.rejected)], model_max_length=cfg.model.n_positions)
+    tokenizer = train_tokenizer([t for p in pairs for t in (prompt_text(p.prompt), p.chosen, p.rejected)], model_max_length=cfg.model.n_positions)
     m = cfg.model
     model = build_reward_model(len(tokenizer), m.n_layer, m.n_embd, m.n_head, m.n_positions, cfg.runtime.seed,
-                               pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+                               pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, family=m.family)
+model = plan.prepare(model)
 optimizer = build_optimizer(model.parameters(), cfg.optim)
 rng = random.Random(cfg.runtime.seed + world.rank)
 per_rank = max(1, cfg.trainer.global_batch_size // world.size)
@@ -61,7 +61,8 @@ def held_out_accuracy() -> float:
     for i in range(0, len(val), 256):
         chunk = val[i : i + 256]
         batch = preference_batch(tokenizer, chunk, cfg.trainer.max_length)
-        chosen, rejected = sequence_rewards(model, batch.input_ids, batch.attention_mask).chunk(2)
+        with plan.autocast():
+            chosen, rejected = sequence_rewards(model, batch.input_ids.to(plan.device), batch.attention_mask.to(plan.device)).chunk(2)
         correct += float(pairwise_accuracy(chosen, rejected)) * len(chunk)
     model.train()
     return correct / len(val)
@@ -73,12 +74,13 @@ total = cfg.trainer.max_steps
 for step in range(1, total + 1):
     t0 = time.perf_counter()
     batch = preference_batch(tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length)
-    chosen, rejected = sequence_rewards(model, batch.input_ids, batch.attention_mask).chunk(2)
-    loss = bradley_terry_loss(chosen, rejected)
+    with plan.autocast():
+        chosen, rejected = sequence_rewards(model, batch.input_ids.to(plan.device), batch.attention_mask.to(plan.device)).chunk(2)
+        loss = bradley_terry_loss(chosen, rejected)
     (loss / world.size).backward()
     grad_norm, lr = optimizer_step(model, optimizer, step, cfg.optim, world, total)
     metrics = {"loss": loss.item(), "accuracy": pairwise_accuracy(chosen, rejected).item(), "reward_margin": (chosen - rejected).mean().item(),
-               "grad_norm": grad_norm, "lr": lr, "train": time.perf_counter() - t0}
+               "grad_norm": grad_norm, "lr": lr, "train": time.perf_counter() - t0, "peak_memory_mb": peak_memory_mb(plan.device)}
     if step % cfg.trainer.log_interval == 0 or step == total:
         metrics["val_accuracy"] = held_out_accuracy()
         if world.is_main:

@@ -1,0 +1,127 @@
+"""What a Hugging Face checkpoint directory holds, read without torch or transformers (the dry-run's start-up path):
+its config, its safetensors files (one, or shards named by `model.safetensors.index.json`), its parameter count
+from the safetensors headers, and a one-line description.
+
+A safetensors file starts with an 8-byte little-endian header length and a JSON header mapping each tensor name
+to its dtype, shape and byte offsets; the parameter count is the sum of the shapes' products, read in microseconds
+without loading a weight.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+from nemotron.errors import UserError
+
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+CONFIG_FILE = "config.json"
+PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.ckpt", "model.pt")
+_MAX_HEADER = 100 * 2**20
+
+
+class CheckpointError(UserError):
+    """A checkpoint path that is missing, is not a checkpoint, or holds a different kind of model."""
+
+
+def require_dir(path: Path) -> None:
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint directory")
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a checkpoint directory (it is a file)")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The checkpoint's config.json as a dict."""
+    file = path / CONFIG_FILE
+    if not file.is_file():
+        raise CheckpointError(f"{path}: not a checkpoint (no {CONFIG_FILE})")
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: unreadable {CONFIG_FILE}: {err}") from err
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: {CONFIG_FILE} is not a JSON object")
+    return config
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The safetensors files of a checkpoint: `model.safetensors`, or the shards its index names.
+
+    Pickled weights (`pytorch_model.bin`) are refused with the way out: loading a pickle runs code.
+    """
+    if (path / WEIGHTS_FILE).is_file():
+        return [path / WEIGHTS_FILE]
+    index = path / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            shards = sorted({str(name) for name in weight_map.values()})
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise CheckpointError(f"{path}: unreadable {INDEX_FILE}: {err!r}") from err
+        missing = [name for name in shards if not (path / name).is_file()]
+        if missing:
+            raise CheckpointError(f"{path}: {INDEX_FILE} names shards that are not there: {', '.join(missing[:3])}")
+        return [path / name for name in shards]
+    pickled = [name for name in PICKLED if (path / name).exists()]
+    if pickled:
+        raise CheckpointError(
+            f"{path}: has only pickled weights ({pickled[0]}), which nemotron never loads (a pickle can run code): "
+            "convert them to safetensors, e.g. model.save_pretrained(dir, safe_serialization=True)"
+        )
+    raise CheckpointError(f"{path}: not a checkpoint (no {WEIGHTS_FILE} or {INDEX_FILE})")
+
+
+def safetensors_shapes(file: Path) -> dict[str, list[int]]:
+    """Tensor name -> shape, from a safetensors file's header alone."""
+    return {name: list(meta["shape"]) for name, meta in _header(file).items()}
+
+
+def safetensors_dtypes(file: Path) -> dict[str, str]:
+    """Tensor name -> safetensors dtype ("F32", "BF16", ...), from the header alone."""
+    return {name: str(meta["dtype"]) for name, meta in _header(file).items()}
+
+
+def _header(file: Path) -> dict[str, Any]:
+    try:
+        with file.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            if length > _MAX_HEADER:
+                raise CheckpointError(f"{file}: not a safetensors file (header of {length} bytes)")
+            header = json.loads(handle.read(length))
+    except (OSError, struct.error, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{file}: unreadable safetensors header: {err}") from err
+    return {name: meta for name, meta in header.items() if name != "__metadata__"}
+
+
+def parameter_count(path: Path) -> int:
+    """Parameters stored in the checkpoint (a tied embedding is stored, and counted, once)."""
+    return sum(math.prod(shape) for file in weight_files(path) for shape in safetensors_shapes(file).values())
+
+
+def describe(path: Path) -> str | None:
+    """"llama (LlamaForCausalLM), 1.24B parameters in 2 safetensors shards" for a local checkpoint directory;
+    None when `path` is not a local directory. A directory that is not a loadable checkpoint says why."""
+    if not path.is_dir():
+        return None
+    try:
+        config = read_config(path)
+        files = weight_files(path)
+        count = parameter_count(path)
+    except CheckpointError as err:
+        return f"not a loadable checkpoint: {str(err).removeprefix(f'{path}: ')}"
+    architectures = ", ".join(config.get("architectures") or []) or "no architectures in config.json"
+    stored = "one safetensors file" if len(files) == 1 else f"{len(files)} safetensors shards"
+    return f"{config.get('model_type', 'unknown family')} ({architectures}), {human_count(count)} parameters in {stored}"
+
+
+def human_count(n: int) -> str:
+    """1234 -> "1.23K", 8030261248 -> "8.03B"."""
+    for size, unit in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
