@@ -28,7 +28,8 @@ class StepInfo(_Strict):
     tags: list[str] = []
     entry: str = "step.py"
     schema_file: str = Field("schema.py", alias="schema")
-    launch: Literal["python", "torchrun"] = "python"
+    # python: one process; torchrun: one launcher per node, ranks under it; server: one process per node
+    launch: Literal["python", "torchrun", "server"] = "python"
     # Steps this one needs running beside it (e.g. the reward server). Executors read this, never the step id.
     services: list[str] = []
     # The names the step logs to metrics.jsonl: the one list docs are checked against (tests/foundation).

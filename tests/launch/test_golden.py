@@ -50,6 +50,8 @@ CASES = [
     ("slurm_rlhf", "rl/rlhf", "default", ("judge.kind=reward_model", "env.should_use_nemo_gym=false",
                                           "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=/models/rm")),
     ("slurm_rlhf", "rl/rlhf", "default", ("backend=builtin", "judge.mode=pointwise")),
+    # a server step on 2 nodes x 8 tasks: one server per node
+    ("slurm_rlhf", "rm/serve", "default", ()),
 ]
 # node counts beyond the shipped templates (slurm_rlhf and lepton_rl have 2 and 1 nodes)
 PROFILES = """

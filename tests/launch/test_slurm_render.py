@@ -13,7 +13,7 @@ import pytest
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
-from nemotron.launch import slurm, slurm_executor, submit
+from nemotron.launch import containers, slurm, slurm_executor, submit
 from nemotron.launch.lepton import lepton_name
 
 SERVED_STEPS = Path(__file__).resolve().parents[1] / "slurm" / "steproot"
@@ -118,11 +118,11 @@ def test_container_image_is_squashed_once_and_force_squash_reimports(profiles: P
     ("docker://nvcr.io#nvidia/nemo:25.07", "docker://nvcr.io#nvidia/nemo:25.07"),
 ])
 def test_enroot_uri_puts_a_hash_after_the_registry(image: str, uri: str) -> None:
-    assert slurm.enroot_uri(image) == uri
+    assert containers.enroot_uri(image) == uri
 
 
 def test_squash_file_name_is_sanitised() -> None:
-    assert slurm.squash_path("nvcr.io/nvidia/nemo:25.07", "/j") == "/j/nvcr.io+nvidia+nemo+25.07.sqsh"
+    assert containers.squash_path("nvcr.io/nvidia/nemo:25.07", "/j") == "/j/nvcr.io+nvidia+nemo+25.07.sqsh"
 
 
 def test_torchrun_steps_run_one_launcher_per_node(profiles: Path) -> None:
@@ -133,6 +133,30 @@ def test_torchrun_steps_run_one_launcher_per_node(profiles: Path) -> None:
     assert "-m torch.distributed.run --nnodes 2 --nproc-per-node 8" in inner
     assert "--rdzv-endpoint $NEMOTRON_RDZV_HOST:29500" in inner
     assert dict(policy.env)["NEMOTRON_RDZV_HOST"] == '"${het_group_host_1}"'
+
+
+def test_a_server_step_runs_one_task_per_node_whatever_the_profile_asks(profiles: Path) -> None:
+    """rm/serve on 2 nodes x 8 tasks (slurm_rlhf) used to start 16 servers, 8 to a node on one port."""
+    j = job("rm/serve", "gpu")
+    plan = slurm_executor.slurm_plan(j)
+    (group,) = plan.groups
+    assert (group.nodes, group.ntasks_per_node) == (2, 1)
+    script = slurm.render_sbatch(plan)
+    assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=1\n" in script
+    assert "--ntasks-per-node=8" not in script
+    # one srun starts the server, with no task count of its own: the allocation's one task per node
+    (serve,) = [line for line in script.splitlines() if line.startswith("srun ") and "rm/serve/step.py" in line]
+    assert "--ntasks" not in serve and " -n " not in serve and "torch.distributed.run" not in serve
+    # so each node has one process on the preset's port
+    assert j.step_config["server"]["port"] == 5555
+    text = submit.dry_run(j)
+    assert "# note: rm/serve is a server: one server process per node (2 in all), not the profile's ntasks_per_node=8" in text
+
+
+def test_a_server_step_on_one_task_per_node_has_nothing_to_say(home: Path) -> None:
+    plan = slurm_executor.slurm_plan(job("rm/serve", "local_slurm", preset="tiny"))
+    assert [(g.nodes, g.ntasks_per_node) for g in plan.groups] == [(1, 1)] and plan.notes == ()
+    assert "# note:" not in slurm.render_text(plan)
 
 
 def test_ssh_profiles_need_a_job_dir_and_map_the_code_root(home: Path) -> None:

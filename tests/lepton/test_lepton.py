@@ -96,3 +96,11 @@ def test_a_literal_secret_in_a_lepton_profile_is_refused(home: Path, fixture_ste
     (tmp_path / "env.toml").write_text('[leaky]\nextends = "lepton_rl"\nenv_vars = { HF_TOKEN = "hf_abcdefgh123456" }\n')
     r = run_cli("steps", "run", "test/count", "-c", "tiny", "-b", "leaky", "--dry-run", cwd=tmp_path)
     assert r.code == 2 and "HF_TOKEN" in r.err and "secret_vars" in r.err and "hf_abcdefgh123456" not in r.out + r.err
+
+
+def test_a_server_step_on_several_lepton_nodes_is_refused(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    """rm/serve's per-node address scheme reads Slurm's variables: its Lepton replicas would all claim node 0."""
+    (tmp_path / "env.toml").write_text('[two]\nextends = "lepton_rl"\nnodes = 2\n')
+    r = run_cli("steps", "run", "rm/serve", "-c", "tiny", "-b", "two", "--dry-run", cwd=tmp_path)
+    assert r.code == 2 and "rm/serve is a server: on Lepton it runs on one node" in r.err, r.err[-2000:]
+    assert run_cli("steps", "run", "rm/serve", "-c", "tiny", "-b", "lepton_rl", "--dry-run", cwd=tmp_path).code == 0

@@ -115,6 +115,21 @@ def test_rlhf_generative_judge_against_a_real_chat_server(home: Path, run_cli: A
 
 
 @pytest.mark.slow
+def test_two_torchrun_ranks_share_one_judge_server(home: Path, run_cli: Any) -> None:
+    """rl/rlhf on 2 ranks (local_ddp): local rank 0 starts the generative judge, the other rank uses it."""
+    judge = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=pkg://tiny/sft_policy"
+    r = run_cli("steps", "run", "rl/rlhf", "-c", "tiny", "-r", "local_ddp", "judge.kind=generative", judge,
+                "judge.guided_choice=true", "grpo.max_num_steps=1", "grpo.num_prompts_per_step=2",
+                "grpo.num_generations_per_prompt=2", "eval.num_prompts=0", timeout=600)
+    assert r.code == 0, r.err[-3000:]
+    (job,) = (home / "jobs").iterdir()
+    assert (job / "logs" / "judge.log").read_text().count("serving on") == 1  # one judge process, not one per rank
+    marker = "rewards from generative judge "
+    used = [line.split(marker)[1] for line in (job / "logs" / "step.log").read_text().splitlines() if marker in line]
+    assert len(used) == 2 and used[0] == used[1]  # both ranks score through the same server
+
+
+@pytest.mark.slow
 def test_no_reward_server_outlives_a_cancelled_rl_step(home: Path) -> None:
     proc = _start(["steps", "run", "rl/reinforce", "-c", "tiny", "trainer.max_steps=500"], home)
     metrics = _wait_for("*/metrics.jsonl", home, proc)  # the sibling server is up once metrics flow

@@ -98,6 +98,9 @@ def nemo_run_dir(profile: LeptonProfile) -> str:
 def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
     """Our step process as a Lepton job (engines with their own driver run as a Ray cluster: ray_lepton)."""
     p = _profile(job)
+    if job.launch == "server" and p.nodes > 1:
+        # its replicas would all announce themselves as node 0 (the per-node address scheme reads Slurm's variables)
+        raise UserError(f"{job.step_id} is a server: on Lepton it runs on one node; set nodes=1 in profile '{p.name}'")
     literal = sorted(k for k, v in p.env_vars.items() if v and is_secret_name(k))
     if literal:
         raise UserError(f"profile '{p.name}': {', '.join(literal)} would be sent in the job spec; store each in a Lepton "

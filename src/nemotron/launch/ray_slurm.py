@@ -16,7 +16,7 @@ from typing import Any
 
 from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
-from nemotron.launch import slurm
+from nemotron.launch import containers, slurm
 from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
 
@@ -83,7 +83,7 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> RayPlan:
     paths = slurm.cluster_paths(job, nemotron_home(), profile.python or "python")
     env, secret_names = slurm.job_env(job, paths)
     setup = [slurm.secrets_source_line(f"{paths.job_dir}/{slurm.SECRETS_FILE}")] if secret_names else []
-    image, import_lines, mounts = slurm.container(job, paths, launch.image or None)
+    image, import_lines, mounts = containers.container(job, paths, launch.image or None)
     return RayPlan(
         job_id=job.job_id, cluster_dir=f"{paths.nemorun_jobs}/{job.job_id}", job_dir=where.job_dir, nodes=where.nodes,
         gpus_per_node=where.gpus_per_node, time=profile.time, account=profile.account, partition=slurm.partition_for(job),

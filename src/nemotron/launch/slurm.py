@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
 from nemotron.errors import UserError
+from nemotron.launch import containers
 from nemotron.paths import bundled_root
 from nemotron.profiles import SlurmProfile
 from nemotron.redact import is_secret_name
@@ -118,6 +119,7 @@ class SlurmPlan:
     env: tuple[tuple[str, str], ...] = ()  # exported for every group; values are shell words
     setup: tuple[str, ...] = ()
     secret_names: tuple[str, ...] = ()  # variables the 0600 secrets file exports (names only)
+    notes: tuple[str, ...] = ()  # what --dry-run says about the plan besides the script
 
     @property
     def heterogeneous(self) -> bool:
@@ -181,35 +183,6 @@ def partition_for(job: Job) -> str | None:
     return chosen or p.partition
 
 
-def squash_path(image: str, jobs_root: str) -> str:
-    """`<jobs root>/<sanitised image>.sqsh`, shared by every job that uses the image."""
-    return f"{jobs_root}/{re.sub(r'[^A-Za-z0-9._-]+', '+', image)}.sqsh"
-
-
-def enroot_uri(image: str) -> str:
-    """`nvcr.io/nvidia/nemo:25.07` -> `docker://nvcr.io#nvidia/nemo:25.07` (enroot puts `#` after a registry)."""
-    if "://" in image:
-        return image
-    first, sep, rest = image.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return f"docker://{first}#{rest}"
-    return f"docker://{image}"
-
-
-def squash_lines(image: str, sqsh: str, force: bool) -> list[str]:
-    q = shlex.quote(sqsh)
-    tmp = f"{q}.$SLURM_JOB_ID"
-    lines = ["# container image: imported once on a compute node, reused by later jobs (--force-squash re-imports it)"]
-    if force:
-        lines.append(f"rm -f {q}")
-    lines += [
-        f"if [ ! -f {q} ]; then",
-        f"    srun --nodes=1 --ntasks=1 enroot import --output {tmp} {shlex.quote(enroot_uri(image))} && mv -f {tmp} {q} || exit 1",
-        "fi",
-    ]
-    return lines
-
-
 def secrets_source_line(path: str) -> str:
     # The script runs under `set -vx`: tracing off while sourcing keeps the values out of the log.
     return f"{{ set +vx; }} 2>/dev/null; source {shlex.quote(path)}; set -vx"
@@ -253,20 +226,6 @@ def job_env(job: Job, paths: ClusterPaths) -> tuple[tuple[tuple[str, str], ...],
     return tuple((k.upper(), shlex.quote(v)) for k, v in env), secret_names
 
 
-def container(job: Job, paths: ClusterPaths, image: str | None) -> tuple[str | None, list[str], tuple[str, ...]]:
-    """(the image pyxis runs: a .sqsh, imported once beside the job dirs; the import lines; the mounts, with the
-    home and the artifact store added). No image: (None, [], ())."""
-    if not image:
-        return None, [], ()
-    lines: list[str] = []
-    if not image.endswith(".sqsh"):
-        sqsh = squash_path(image, str(PurePosixPath(paths.job_dir).parent))
-        lines = squash_lines(image, sqsh, job.force_squash)
-        image = sqsh
-    shared = [paths.home] + ([paths.artifacts_root] if not paths.artifacts_root.startswith(paths.home + "/") else [])
-    return image, lines, tuple(dict.fromkeys([*_slurm_profile(job).mounts, *(f"{d}:{d}" for d in shared)]))
-
-
 def write_secrets(job: Job, job_dir: Path, names: Sequence[str], generated: dict[str, str] | None = None) -> None:
     """<job dir>/.secrets.env (mode 0600): the profile's secret variables and any generated ones, never in a script."""
     from nemotron.jobs import write_atomic
@@ -292,12 +251,16 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
         setup.append(f"export {REWARD_PORT_ENV}=$((20000 + SLURM_JOB_ID % 10000))")
     if secret_names:
         setup.insert(0, secrets_source_line(f"{paths.job_dir}/{SECRETS_FILE}"))
-    image, import_lines, mounts = container(job, paths, p.container_image)
+    image, import_lines, mounts = containers.container(job, paths, p.container_image)
     setup += import_lines
 
+    notes: list[str] = []
     if served is None:
         cmd = step_command(job, paths, p.nodes, nproc, "$head_node_ip")
-        groups: tuple[SrunGroup, ...] = (SrunGroup(task, cmd, p.nodes, 1 if distributed else p.ntasks_per_node, gpus),)
+        tasks = 1 if distributed else p.ntasks_per_node
+        if job.launch == "server":
+            tasks, notes = 1, server_notes(job, p)
+        groups: tuple[SrunGroup, ...] = (SrunGroup(task, cmd, p.nodes, tasks, gpus),)
     else:
         threads = p.cpus_per_task or 1
         # The policy waits inside `bash -c`, where the script's unexported het_group_host_* are gone: export them.
@@ -314,8 +277,17 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
         job_id=job.job_id, task=task, groups=groups, paths=paths, time=p.time, account=p.account,
         partition=partition_for(job), cpus_per_task=p.cpus_per_task or job.resources.cpus, mem=p.mem,
         container_image=image, mounts=mounts, env=quoted_env, setup=tuple(setup + list(p.setup)),
-        secret_names=tuple(secret_names),
+        secret_names=tuple(secret_names), notes=tuple(notes),
     )
+
+
+def server_notes(job: Job, p: SlurmProfile) -> list[str]:
+    """A server step (manifest `launch = "server"`) runs one process per node: N tasks on a node would be N
+    servers on one port. Say so when the profile asked for more tasks than that."""
+    if p.ntasks_per_node == 1:
+        return []
+    return [f"{job.step_id} is a server: one server process per node ({p.nodes} in all), not the profile's "
+            f"ntasks_per_node={p.ntasks_per_node}; clients find them in <job dir>/servers/ (docs/executors.md)"]
 
 
 def _slurm_profile(job: Job) -> SlurmProfile:
@@ -421,6 +393,7 @@ def render_text(plan: SlurmPlan) -> str:
     head = [f"# submitted with: {' '.join(SBATCH_COMMAND)} {plan.paths.nemorun_jobs}/{EXPERIMENT_TITLE}/{plan.experiment_id}/{plan.task}_sbatch.sh"]
     if plan.secret_names:
         head.append(f"# {plan.paths.job_dir}/{SECRETS_FILE} (mode 0600) exports: {', '.join(plan.secret_names)}")
+    head += [f"# note: {note}" for note in plan.notes]
     return "\n".join(head) + "\n" + render_sbatch(plan)
 
 

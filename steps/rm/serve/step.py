@@ -1,15 +1,15 @@
 """rm/serve: a reward model behind a KServe v2 (Triton-compatible) HTTP server with dynamic batching, until
 Ctrl-C or SIGTERM (then in-flight requests finish). server.mode=chat serves a causal LM as an OpenAI-compatible
-chat-completions judge instead. The address is printed and written to the job's server.json."""
+chat-completions judge instead. The address is printed and written to the job's server.json
+(and servers/node-<i>.json: one server per node on Slurm)."""
 
-import json
 import logging
-import os
 
 import torch
 
 from nemotron.devices import model_dtype, runtime_device
 from nemotron.models.checkpoint import load_reward_model, load_tokenizer
+from nemotron.reward.address import announce_server
 from nemotron.reward.scorer import scorer_from_reward_model
 from nemotron.reward.server import run_forever_until_signal
 from nemotron.reward.transport import ServerHandle, run_until_signal
@@ -28,11 +28,9 @@ if s.host not in ("127.0.0.1", "localhost", "::1") and not s.token:
 
 
 def announce(handle: ServerHandle) -> None:
-    info = {"url": handle.url, "model": s.model_name, "mode": s.mode, "pid": os.getpid()}
-    tmp = run.job_dir / ".server.json.tmp"
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, run.job_dir / "server.json")
-    print(f"serving {s.mode} model '{s.model_name}' at {handle.url} (Ctrl-C or SIGTERM to stop)", flush=True)
+    # one server per node: servers/node-<i>.json on each, node 0's also as server.json (docs/executors.md)
+    entry = announce_server(run.job_dir, handle.url, model=s.model_name, mode=s.mode)
+    print(f"serving {s.mode} model '{s.model_name}' at {entry['url']} (Ctrl-C or SIGTERM to stop)", flush=True)
 
 
 tokenizer = load_tokenizer(cfg.inputs.reward_model)

@@ -1,0 +1,96 @@
+"""A server step on the real local cluster: rm/serve on 2 nodes x 2 tasks starts exactly one server per node,
+each announced under <job dir>/servers/, then `jobs cancel` stops them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nemotron.reward.address import announced_servers
+from nemotron.reward.client import wait_ready
+
+pytestmark = pytest.mark.slurm
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
+PROFILE = """
+[two_by_two]
+extends = "local_slurm"
+nodes = 2
+ntasks_per_node = 2
+"""
+
+
+def nemotron(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=180
+    )
+
+
+def server_processes(job_dir: Path) -> list[int]:
+    """Live rm/serve step processes of this job (run_step runs the step in its own process, one per task)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            live = b"State:\tZ" not in (proc / "status").read_bytes()
+        except OSError:
+            continue
+        # python -m nemotron.run_step .../rm/serve/step.py --job-dir DIR (srun's own argv holds the same words later)
+        if (
+            live
+            and len(argv) > 3
+            and argv[1:3] == [b"-m", b"nemotron.run_step"]
+            and argv[3].endswith(b"rm/serve/step.py")
+            and str(job_dir).encode() in argv
+        ):
+            pids.append(int(proc.name))
+    return pids
+
+
+def final_state(slurm_id: str, timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True
+        ).stdout
+        states = [line.split()[0] for line in out.splitlines() if line.strip()]
+        if states and all(s in FINAL for s in states):
+            return states[0]
+        time.sleep(0.5)
+    raise AssertionError(f"slurm job {slurm_id} not finished after {timeout_s} s")
+
+
+def test_rm_serve_runs_one_server_per_node_however_many_tasks_the_profile_asks(
+    home: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "env.toml").write_text(PROFILE)  # the working directory: found by walking up from it
+    # both test nodes are this host: port 0 lets each server pick its own (on a real cluster, one port for all)
+    done = nemotron("steps", "run", "rm/serve", "-c", "tiny", "server.port=0", "-b", "two_by_two")
+    assert done.returncode == 0, done.stderr[-3000:]
+    job_id = done.stdout.strip().splitlines()[-1]
+    job_dir = home / "jobs" / job_id
+    slurm_id = str(json.loads((job_dir / "status.json").read_text())["remote_id"])
+    try:
+        deadline = time.monotonic() + 90
+        while len(entries := announced_servers(job_dir) if (job_dir / "servers").is_dir() else []) < 2:
+            assert time.monotonic() < deadline, f"servers announced: {entries}"
+            time.sleep(0.2)
+        # every task srun started is running by now: exactly the two announced servers, one per node
+        assert sorted(server_processes(job_dir)) == sorted(e["pid"] for e in entries)
+        assert [(e["node"], e["node_index"], e["nodes"]) for e in entries] == [
+            ("node1", 0, 2),
+            ("node2", 1, 2),
+        ]
+        for entry in entries:
+            wait_ready(entry["url"], timeout=10)
+        assert json.loads((job_dir / "server.json").read_text()) == entries[0]
+    finally:
+        cancelled = nemotron("jobs", "cancel", job_id)
+    assert cancelled.returncode == 0, cancelled.stderr[-3000:]
+    assert final_state(slurm_id).startswith("CANCELLED")
