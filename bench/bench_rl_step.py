@@ -2,6 +2,7 @@
 
 Run: python bench/bench_rl_step.py --size small    (CI runs this; under a minute)
      python bench/bench_rl_step.py --size large --steps 5
+     python bench/bench_rl_step.py --size small --model llama   (a random Llama of the same shape)
 Equal work on both sides: the same policy checkpoint, prompts (in the same order), group size, response
 length (every response runs to max_new_tokens), reward (the shipped tiny reward model, called in process
 by both) and one optimizer step over the whole batch. The two step alternately, one each, in one process,
@@ -32,6 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 import transformers
 from rl_step_common import (
+    MODEL_FAMILIES,
     BenchModels,
     StepTiming,
     Workload,
@@ -42,14 +44,13 @@ from rl_step_common import (
 from rl_step_ours import OurRLStep
 from rl_step_trl import INSTALL_HINT, run_trl, trl_version
 
-from nemotron.models.checkpoint import load_policy
-
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 @dataclass(frozen=True)
 class BenchSize:
-    """``layers=None`` is the shipped tiny SFT policy (2 layers, 64 wide, 32 positions)."""
+    """``layers=None`` is the shipped tiny SFT policy (2 layers, 64 wide, 32 positions), or with
+    ``--model llama`` a random Llama of that shape."""
 
     layers: int | None
     width: int
@@ -217,6 +218,7 @@ def verdicts(rows: list[dict[str, Any]], trl: str | None) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--model", choices=MODEL_FAMILIES, default="gpt2", help="gpt2 or a random llama")
     parser.add_argument("--steps", type=int, default=None, help="measured steps after warm-up (default per size)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both engines and the peak")
     parser.add_argument("--seed", type=int, default=0)
@@ -230,14 +232,18 @@ def main() -> None:
     transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     # transformers 5 renamed gradient_checkpointing; TRL 1.16 still uses the old name internally.
     warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
+    # transformers 5.24 renamed forward's past_key_values to cache; our rollout (models other than GPT-2, which
+    # runs the lean forward) still passes the old name, which works until 5.40.
+    warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
     load_before = os.getloadavg()
     peaks = [peak_matmul_flops()]
     trl = trl_version()
 
     measured = []
     with tempfile.TemporaryDirectory(prefix="bench-rl-step-") as workdir:
-        models = load_bench_models(size.layers, size.width, size.heads, size.positions, Path(workdir))
-        probe = load_policy(models.policy_dir)
+        shape = (size.layers, size.width, size.heads, size.positions)
+        models = load_bench_models(args.model, *shape, Path(workdir))
+        probe = models.load_policy()
         matmul_params = matmul_parameters([(n, p.dim(), p.numel()) for n, p in probe.named_parameters()])
         params = sum(p.numel() for p in probe.parameters())
         print(f"RL step, size={args.size}: {models.description} ({params / 1e6:.2f}M params, "
@@ -260,11 +266,12 @@ def main() -> None:
               "them, the CPU-time ratio is the steadier one")
 
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    out = args.results_dir / f"rl_step_{args.size}_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    family = "" if args.model == "gpt2" else f"{args.model}_"
+    out = args.results_dir / f"rl_step_{family}{args.size}_{time.strftime('%Y%m%d-%H%M%S')}.json"
     record = {
         "size": args.size, "config": asdict(size), "steps": steps, "threads": args.threads,
         "peak_matmul_flops": peak, "peak_measurements": peaks, "params": params, "matmul_params": matmul_params,
-        "model": models.description,
+        "model": models.description, "model_family": args.model,
         "machine": {"cpus": os.cpu_count(), "load_average_before": load_before, "load_average_after": load_after,
                     "platform": platform.platform(), "python": sys.version.split()[0], "torch": torch.__version__,
                     "transformers": transformers.__version__, "trl": trl},

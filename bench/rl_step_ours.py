@@ -8,7 +8,6 @@ import time
 import torch
 from rl_step_common import BenchModels, StepTiming, Workload
 
-from nemotron.models.checkpoint import load_policy
 from nemotron.rl.advantages import grpo_advantages, rloo_baseline
 from nemotron.rl.distributed import World
 from nemotron.rl.experience import Experience, collect
@@ -36,8 +35,8 @@ class OurRLStep:
     def __init__(self, workload: Workload, models: BenchModels, seed: int) -> None:
         self.workload = workload
         self.models = models
-        self.policy = load_policy(models.policy_dir)
-        self.reference = load_policy(models.policy_dir).requires_grad_(False)  # loaded in eval mode
+        self.policy = models.load_policy()
+        self.reference = models.load_policy().requires_grad_(False)  # loaded in eval mode
         self.optim = Optim.model_validate({"lr": workload.lr, "clip_grad": 1.0})
         self.optimizer = build_optimizer(self.policy.parameters(), self.optim)
         self.backend = get_backend("torch")
