@@ -59,9 +59,17 @@ class OurRLStep:
         batch = [(first + i) % len(self.models.prompts) for i in range(k)]
         self.steps_done += 1
         exp = collect(
-            self.backend, self.policy, self.reference, self.models.tokenizer,
-            [self.models.prompts[i] for i in batch], [self.prompt_ids[i] for i in batch],
-            0, self.workload.group_size, self.sampling, self.sampler, self._score,
+            self.backend,
+            self.policy,
+            self.reference,
+            self.models.tokenizer,
+            [self.models.prompts[i] for i in batch],
+            [self.prompt_ids[i] for i in batch],
+            0,
+            self.workload.group_size,
+            self.sampling,
+            self.sampler,
+            self._score,
         )
         exp.group = torch.tensor(batch).repeat_interleave(self.workload.group_size)
         if self.workload.algorithm == "rloo":
@@ -100,8 +108,17 @@ class OurRLStep:
         self.policy.train()
         normaliser = mean_denominator(exp.mask, "token")
         logp = sequence_logprobs(self.policy, exp.sequences, exp.attention_mask, 1.0, exp.prompt_width)
-        clipped = ppo_clip_loss(logp, exp.logprobs, advantages, exp.mask, _CLIP, _CLIP, None, "token", normaliser)
-        kl_term = kl_loss(logp, exp.ref_logprobs, exp.mask, self.workload.kl_coef, "k3", level="token",
-                          normaliser=normaliser)
+        clipped = ppo_clip_loss(
+            logp, exp.logprobs, advantages, exp.mask, _CLIP, _CLIP, None, "token", normaliser
+        )
+        kl_term = kl_loss(
+            logp,
+            exp.ref_logprobs,
+            exp.mask,
+            self.workload.kl_coef,
+            "k3",
+            level="token",
+            normaliser=normaliser,
+        )
         torch.autograd.backward(clipped.loss + kl_term)
         optimizer_step(self.policy, self.optimizer, self.steps_done, self.optim, self.world)

@@ -108,8 +108,15 @@ def run_trl(
 
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
             total, cpu = time.perf_counter() - self.start, time.process_time() - self.cpu_start
-            timings.append(StepTiming(total=total, cpu=cpu, prompt_tokens=clock.prompt_tokens,
-                                      generated_tokens=clock.generated_tokens, **clock.seconds))
+            timings.append(
+                StepTiming(
+                    total=total,
+                    cpu=cpu,
+                    prompt_tokens=clock.prompt_tokens,
+                    generated_tokens=clock.generated_tokens,
+                    **clock.seconds,
+                )
+            )
             between_steps()
 
     common: dict[str, Any] = {

@@ -21,7 +21,10 @@ def run_bench(script: str, *args: str, timeout: float = 45) -> str:
     """Run ``bench/<script> ARGS`` as a user would; its stdout, after checking it exited 0."""
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), *args],
-        capture_output=True, text=True, cwd=REPO, timeout=timeout,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
     )
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
@@ -72,6 +75,8 @@ def test_rl_step_bench_prints_its_table_and_writes_equal_work_json(model: str, t
 @pytest.mark.slow
 def test_reward_server_load_test_runs_clean(tmp_path: Path) -> None:
     out_json = tmp_path / "load.json"
-    run_bench("load_reward_server.py", "--clients", "8", "--seconds", "3", "--json", str(out_json), timeout=120)
+    run_bench(
+        "load_reward_server.py", "--clients", "8", "--seconds", "3", "--json", str(out_json), timeout=120
+    )
     result = json.loads(out_json.read_text())
     assert result["errors"] == 0 and result["requests"] > 0 and result["server_exit_code"] == 0, result
