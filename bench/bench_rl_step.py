@@ -2,6 +2,7 @@
 
 Run: python bench/bench_rl_step.py --size small    (CI runs this; under a minute)
      python bench/bench_rl_step.py --size large --steps 5
+     python bench/bench_rl_step.py --size small --model llama   (a random Llama of the same shape)
 Equal work on both sides: the same policy checkpoint, prompts (in the same order), group size, response
 length (every response runs to max_new_tokens), reward (the shipped tiny reward model, called in process
 by both) and one optimizer step over the whole batch. The two step alternately, one each, in one process,
@@ -32,6 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 import transformers
 from rl_step_common import (
+    MODEL_FAMILIES,
     BenchModels,
     StepTiming,
     Workload,
@@ -42,14 +44,13 @@ from rl_step_common import (
 from rl_step_ours import OurRLStep
 from rl_step_trl import INSTALL_HINT, run_trl, trl_version
 
-from nemotron.models.checkpoint import load_policy
-
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 @dataclass(frozen=True)
 class BenchSize:
-    """``layers=None`` is the shipped tiny SFT policy (2 layers, 64 wide, 32 positions)."""
+    """``layers=None`` is the shipped tiny SFT policy (2 layers, 64 wide, 32 positions), or with
+    ``--model llama`` a random Llama of that shape."""
 
     layers: int | None
     width: int
@@ -100,7 +101,9 @@ class SideSummary:
     batch_tokens: int
 
 
-def summarise(engine: str, steps: list[StepTiming], matmul_params: int, peak: float, threads: int) -> SideSummary:
+def summarise(
+    engine: str, steps: list[StepTiming], matmul_params: int, peak: float, threads: int
+) -> SideSummary:
     """Medians of the phases, tokens/s, and fractions of the matmul peak.
 
     FLOPs are the model FLOPs of the work itself, ~2 x matmul params per token forward and ~6 forward +
@@ -154,8 +157,10 @@ def equal_work(ours: list[StepTiming], trl: list[StepTiming], workload: Workload
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    header = (f"{'algorithm':<9} {'engine':<14} {'step s':>8} {'cpu s':>7} {'generate s':>10} {'logprobs s':>10} "
-              f"{'reward s':>8} {'train s':>8} {'gen tok/s':>10} {'train tok/s':>11} {'% peak':>7}")
+    header = (
+        f"{'algorithm':<9} {'engine':<14} {'step s':>8} {'cpu s':>7} {'generate s':>10} {'logprobs s':>10} "
+        f"{'reward s':>8} {'train s':>8} {'gen tok/s':>10} {'train tok/s':>11} {'% peak':>7}"
+    )
     # % peak: model FLOPs of the step over its CPU time per thread (see summarise).
     lines = [header]
     for row in rows:
@@ -181,18 +186,28 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def compare(
-    workload: Workload, ours: list[StepTiming], trl_steps: list[StepTiming] | None, trl: str | None,
-    matmul_params: int, peak: float, threads: int,
+    workload: Workload,
+    ours: list[StepTiming],
+    trl_steps: list[StepTiming] | None,
+    trl: str | None,
+    matmul_params: int,
+    peak: float,
+    threads: int,
 ) -> dict[str, Any]:
     """One table entry: both sides' summaries, the ours/TRL ratio of each phase, and the raw steps."""
     ours_summary = summarise("nemotron", ours, matmul_params, peak, threads)
-    trl_summary = None if trl_steps is None else summarise(f"trl {trl}", trl_steps, matmul_params, peak, threads)
+    trl_summary = (
+        None if trl_steps is None else summarise(f"trl {trl}", trl_steps, matmul_params, peak, threads)
+    )
     ratio = None
     if trl_summary is not None:
         ratio = {k: ours_summary.seconds[k] / max(trl_summary.seconds[k], 1e-9) for k in ours_summary.seconds}
     return {
-        "algorithm": workload.algorithm, "workload": asdict(workload), "ours": ours_summary,
-        "trl": trl_summary, "ratio": ratio,
+        "algorithm": workload.algorithm,
+        "workload": asdict(workload),
+        "ours": ours_summary,
+        "trl": trl_summary,
+        "ratio": ratio,
         "equal_work": None if trl_steps is None else equal_work(ours, trl_steps, workload),
         "ours_steps": [asdict(s) for s in ours],
         "trl_steps": None if trl_steps is None else [asdict(s) for s in trl_steps],
@@ -203,22 +218,33 @@ def verdicts(rows: list[dict[str, Any]], trl: str | None) -> list[str]:
     lines = []
     for row in rows:
         if row["equal_work"] is False:
-            lines.append(f"WARNING {row['algorithm']}: the two sides did different work (token counts differ)")
+            lines.append(
+                f"WARNING {row['algorithm']}: the two sides did different work (token counts differ)"
+            )
         if row["ratio"] is not None:
             r, cpu = row["ratio"]["total"], row["ratio"]["cpu"]
             verdict = "met" if r <= 0.5 else f"missed by {r / 0.5:.2f}x"
-            lines.append(f"{row['algorithm']}: ours takes {r:.2f}x TRL's step time, {cpu:.2f}x its CPU time "
-                         f"(target <= 0.50x: {verdict})")
+            lines.append(
+                f"{row['algorithm']}: ours takes {r:.2f}x TRL's step time, {cpu:.2f}x its CPU time "
+                f"(target <= 0.50x: {verdict})"
+            )
     if trl is None:
         lines.append(f"trl is not installed, so only ours was measured. Install it with: {INSTALL_HINT}")
     return lines
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
-    parser.add_argument("--steps", type=int, default=None, help="measured steps after warm-up (default per size)")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both engines and the peak")
+    parser.add_argument("--model", choices=MODEL_FAMILIES, default="gpt2", help="gpt2 or a random llama")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="measured steps after warm-up (default per size)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads, for both engines and the peak"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
     args = parser.parse_args()
@@ -230,46 +256,75 @@ def main() -> None:
     transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     # transformers 5 renamed gradient_checkpointing; TRL 1.16 still uses the old name internally.
     warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
+    # transformers 5.24 renamed forward's past_key_values to cache; our rollout (models other than GPT-2, which
+    # runs the lean forward) still passes the old name, which works until 5.40.
+    warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
     load_before = os.getloadavg()
     peaks = [peak_matmul_flops()]
     trl = trl_version()
 
     measured = []
     with tempfile.TemporaryDirectory(prefix="bench-rl-step-") as workdir:
-        models = load_bench_models(size.layers, size.width, size.heads, size.positions, Path(workdir))
-        probe = load_policy(models.policy_dir)
+        shape = (size.layers, size.width, size.heads, size.positions)
+        models = load_bench_models(args.model, *shape, Path(workdir))
+        probe = models.load_policy()
         matmul_params = matmul_parameters([(n, p.dim(), p.numel()) for n, p in probe.named_parameters()])
         params = sum(p.numel() for p in probe.parameters())
-        print(f"RL step, size={args.size}: {models.description} ({params / 1e6:.2f}M params, "
-              f"{matmul_params / 1e6:.2f}M in matmuls), {size.max_new_tokens} new tokens per response, "
-              f"threads={args.threads}, median of {steps} steps after {size.warmup} warm-up"
-              + (", alternating with TRL step by step" if trl else ""))
+        print(
+            f"RL step, size={args.size}: {models.description} ({params / 1e6:.2f}M params, "
+            f"{matmul_params / 1e6:.2f}M in matmuls), {size.max_new_tokens} new tokens per response, "
+            f"threads={args.threads}, median of {steps} steps after {size.warmup} warm-up"
+            + (", alternating with TRL step by step" if trl else "")
+        )
         for workload in workloads(size):
             measured.append((workload, *measure(workload, models, size, steps, args.seed, Path(workdir))))
     # Other jobs can slow one peak measurement down; the best of two, before and after, is the machine's.
     peaks.append(peak_matmul_flops())
     peak = max(peaks)
     load_after = os.getloadavg()
-    rows = [compare(w, ours, trl_steps, trl, matmul_params, peak, args.threads) for w, ours, trl_steps in measured]
-    print(f"peak matmul {peak / 1e9:.1f} GFLOP/s on {args.threads} thread(s); load average {load_before[0]:.2f} "
-          f"before, {load_after[0]:.2f} after ({os.cpu_count()} CPUs); trl {trl or 'not installed'}")
+    rows = [
+        compare(w, ours, trl_steps, trl, matmul_params, peak, args.threads) for w, ours, trl_steps in measured
+    ]
+    print(
+        f"peak matmul {peak / 1e9:.1f} GFLOP/s on {args.threads} thread(s); load average {load_before[0]:.2f} "
+        f"before, {load_after[0]:.2f} after ({os.cpu_count()} CPUs); trl {trl or 'not installed'}"
+    )
     print(table(rows))
     print("\n".join(verdicts(rows, trl)))
     if max(load_before[0], load_after[0]) + args.threads > (os.cpu_count() or 1):
-        print(f"note: other jobs share the {os.cpu_count()} CPUs (load average above); wall times stretch with "
-              "them, the CPU-time ratio is the steadier one")
+        print(
+            f"note: other jobs share the {os.cpu_count()} CPUs (load average above); wall times stretch with "
+            "them, the CPU-time ratio is the steadier one"
+        )
 
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    out = args.results_dir / f"rl_step_{args.size}_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    family = "" if args.model == "gpt2" else f"{args.model}_"
+    out = args.results_dir / f"rl_step_{family}{args.size}_{time.strftime('%Y%m%d-%H%M%S')}.json"
     record = {
-        "size": args.size, "config": asdict(size), "steps": steps, "threads": args.threads,
-        "peak_matmul_flops": peak, "peak_measurements": peaks, "params": params, "matmul_params": matmul_params,
+        "size": args.size,
+        "config": asdict(size),
+        "steps": steps,
+        "threads": args.threads,
+        "peak_matmul_flops": peak,
+        "peak_measurements": peaks,
+        "params": params,
+        "matmul_params": matmul_params,
         "model": models.description,
-        "machine": {"cpus": os.cpu_count(), "load_average_before": load_before, "load_average_after": load_after,
-                    "platform": platform.platform(), "python": sys.version.split()[0], "torch": torch.__version__,
-                    "transformers": transformers.__version__, "trl": trl},
-        "results": [{**row, "ours": asdict(row["ours"]),
-                     "trl": None if row["trl"] is None else asdict(row["trl"])} for row in rows],
+        "model_family": args.model,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "trl": trl,
+        },
+        "results": [
+            {**row, "ours": asdict(row["ours"]), "trl": None if row["trl"] is None else asdict(row["trl"])}
+            for row in rows
+        ],
     }
     out.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {out}")

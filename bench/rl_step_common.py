@@ -3,6 +3,8 @@ prompts they load, and the one reward function both call."""
 
 from __future__ import annotations
 
+import json
+import math
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
@@ -10,10 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from transformers import PreTrainedTokenizerFast
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
 
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PromptRecord
+from nemotron.models.checkpoint import load_policy as load_gpt2_policy
 from nemotron.models.checkpoint import load_reward_model, load_tokenizer, save_checkpoint
 from nemotron.models.tiny import build_policy
 from nemotron.models.tokenizer import format_prompt
@@ -21,6 +31,9 @@ from nemotron.paths import shipped_root
 from nemotron.reward.scorer import scorer_from_reward_model
 
 Algorithm = Literal["rloo", "grpo"]
+# The policy's architecture; the reward model is the shipped tiny GPT-2 either way.
+ModelFamily = Literal["gpt2", "llama"]
+MODEL_FAMILIES: tuple[ModelFamily, ...] = ("gpt2", "llama")
 # (prompt texts, completion texts) -> one reward per pair; the signature TRL's reward functions start with.
 RewardFn = Callable[[list[str], list[str]], list[float]]
 
@@ -89,27 +102,93 @@ class BenchModels:
     prompts: list[str]
     reward: RewardFn
     description: str
+    family: ModelFamily = "gpt2"
+
+    def load_policy(self) -> PreTrainedModel:
+        """A fresh copy of the policy from ``policy_dir``, in eval mode (ours loads it twice: policy and
+        reference; TRL once). GPT-2 goes through the steps' own loader, which reads GPT-2 only; other
+        families through transformers' loader, from the same local safetensors."""
+        if self.family == "gpt2":
+            return load_gpt2_policy(self.policy_dir)
+        model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
+            str(self.policy_dir), local_files_only=True, use_safetensors=True, dtype=torch.float32
+        )
+        return model  # from_pretrained returns it in eval mode
 
 
 def tiny_root() -> Path:
     return Path(shipped_root()) / "tiny"
 
 
-def load_bench_models(layers: int | None, width: int, heads: int, positions: int, workdir: Path) -> BenchModels:
-    """The shipped tiny SFT policy (``layers=None``), or a random GPT-2 of the given shape with its tokenizer,
-    saved under ``workdir`` so that every trainer loads the same weights from disk."""
+def load_bench_models(
+    family: ModelFamily, layers: int | None, width: int, heads: int, positions: int, workdir: Path
+) -> BenchModels:
+    """The policy every trainer loads, with the shipped tokenizer, prompts and reward.
+
+    GPT-2: the shipped tiny SFT policy (``layers=None``) or a random GPT-2 of the given shape. Llama: a
+    random Llama of the given shape (``layers=None``: the shipped policy's shape). Random models are saved
+    under ``workdir`` (safetensors, config, tokenizer) so that every trainer loads the same weights from disk.
+    """
     tokenizer = load_tokenizer(tiny_root() / "sft_policy")
     prompts = [format_prompt(r.prompt) for r in read_jsonl(tiny_root() / "prompts.jsonl", PromptRecord)]
     reward = shipped_reward()
-    if layers is None:
+    if family == "gpt2" and layers is None:
         return BenchModels(tiny_root() / "sft_policy", tokenizer, prompts, reward, "shipped tiny SFT policy")
     assert tokenizer.pad_token_id is not None and isinstance(tokenizer.eos_token_id, int)
-    model = build_policy(
-        len(tokenizer), layers, width, heads, positions, seed=0,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-    )
+    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    model: PreTrainedModel
+    if family == "gpt2":
+        assert layers is not None
+        model = build_policy(len(tokenizer), layers, width, heads, positions, seed=0, **ids)
+        description = f"random GPT-2 {layers}x{width}"
+    else:
+        if layers is None:
+            layers, width, heads, positions = shipped_policy_shape()
+        config = llama_config(len(tokenizer), layers, width, heads, positions, **ids)
+        with torch.random.fork_rng(devices=[]):  # the same weights every run; global RNG left as it was
+            torch.manual_seed(0)
+            model = LlamaForCausalLM(config)
+        description = (
+            f"random Llama {layers}x{width} ({heads} heads of {config.head_dim}, "
+            f"SwiGLU {config.intermediate_size}, tied embeddings)"
+        )
     path = save_checkpoint(model, Path(tempfile.mkdtemp(dir=workdir)) / "policy", tokenizer)
-    return BenchModels(path, tokenizer, prompts, reward, f"random GPT-2 {layers}x{width}")
+    return BenchModels(path, tokenizer, prompts, reward, description, family)
+
+
+def shipped_policy_shape() -> tuple[int, int, int, int]:
+    """(layers, width, heads, positions) of the shipped tiny SFT policy (a GPT-2)."""
+    config = json.loads((tiny_root() / "sft_policy" / "config.json").read_text(encoding="utf-8"))
+    return config["n_layer"], config["n_embd"], config["n_head"], config["n_positions"]
+
+
+def llama_config(
+    vocab: int, layers: int, width: int, heads: int, positions: int, *, pad_token_id: int, eos_token_id: int
+) -> LlamaConfig:
+    """A Llama the shape of the GPT-2 it stands beside: same hidden size, layers, heads (head_dim = width /
+    heads, full multi-head attention) and positions, tied input/output embeddings as GPT-2 has, no dropout
+    and no biases. GPT-2's MLP is two width x 4 width matrices; SwiGLU has three, so its inner size is
+    8/3 x width (rounded up to a multiple of 16), which keeps the MLP's parameter count about the same."""
+    if width % heads:
+        raise ValueError(f"width ({width}) must be divisible by heads ({heads})")
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=width,
+        intermediate_size=math.ceil(8 * width / 3 / 16) * 16,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=width // heads,
+        max_position_embeddings=positions,
+        attention_dropout=0.0,
+        attention_bias=False,
+        mlp_bias=False,
+        tie_word_embeddings=True,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
+        bos_token_id=eos_token_id,
+        dtype="float32",
+    )
 
 
 def shipped_reward() -> RewardFn:
@@ -129,7 +208,7 @@ def shipped_reward() -> RewardFn:
 
 
 def matmul_parameters(model_params: Sequence[tuple[str, int, int]]) -> int:
-    """Parameters that take part in a matmul per token: every 2-D weight but the position table.
+    """Parameters that take part in a matmul per token: every 2-D weight but GPT-2's position table.
 
     ``model_params`` holds (name, ndim, numel) of each distinct parameter; a tied input embedding counts
     once, as the LM head it also is.

@@ -8,7 +8,6 @@ import time
 import torch
 from rl_step_common import BenchModels, StepTiming, Workload
 
-from nemotron.models.checkpoint import load_policy
 from nemotron.rl.advantages import grpo_advantages, rloo_baseline
 from nemotron.rl.distributed import World
 from nemotron.rl.experience import Experience, collect
@@ -36,8 +35,8 @@ class OurRLStep:
     def __init__(self, workload: Workload, models: BenchModels, seed: int) -> None:
         self.workload = workload
         self.models = models
-        self.policy = load_policy(models.policy_dir)
-        self.reference = load_policy(models.policy_dir).requires_grad_(False)  # loaded in eval mode
+        self.policy = models.load_policy()
+        self.reference = models.load_policy().requires_grad_(False)  # loaded in eval mode
         self.optim = Optim.model_validate({"lr": workload.lr, "clip_grad": 1.0})
         self.optimizer = build_optimizer(self.policy.parameters(), self.optim)
         self.backend = get_backend("torch")
@@ -60,9 +59,17 @@ class OurRLStep:
         batch = [(first + i) % len(self.models.prompts) for i in range(k)]
         self.steps_done += 1
         exp = collect(
-            self.backend, self.policy, self.reference, self.models.tokenizer,
-            [self.models.prompts[i] for i in batch], [self.prompt_ids[i] for i in batch],
-            0, self.workload.group_size, self.sampling, self.sampler, self._score,
+            self.backend,
+            self.policy,
+            self.reference,
+            self.models.tokenizer,
+            [self.models.prompts[i] for i in batch],
+            [self.prompt_ids[i] for i in batch],
+            0,
+            self.workload.group_size,
+            self.sampling,
+            self.sampler,
+            self._score,
         )
         exp.group = torch.tensor(batch).repeat_interleave(self.workload.group_size)
         if self.workload.algorithm == "rloo":
@@ -101,8 +108,17 @@ class OurRLStep:
         self.policy.train()
         normaliser = mean_denominator(exp.mask, "token")
         logp = sequence_logprobs(self.policy, exp.sequences, exp.attention_mask, 1.0, exp.prompt_width)
-        clipped = ppo_clip_loss(logp, exp.logprobs, advantages, exp.mask, _CLIP, _CLIP, None, "token", normaliser)
-        kl_term = kl_loss(logp, exp.ref_logprobs, exp.mask, self.workload.kl_coef, "k3", level="token",
-                          normaliser=normaliser)
+        clipped = ppo_clip_loss(
+            logp, exp.logprobs, advantages, exp.mask, _CLIP, _CLIP, None, "token", normaliser
+        )
+        kl_term = kl_loss(
+            logp,
+            exp.ref_logprobs,
+            exp.mask,
+            self.workload.kl_coef,
+            "k3",
+            level="token",
+            normaliser=normaliser,
+        )
         torch.autograd.backward(clipped.loss + kl_term)
         optimizer_step(self.policy, self.optimizer, self.steps_done, self.optim, self.world)

@@ -97,8 +97,6 @@ def run_trl(
     from trl.trainer.rloo_config import RLOOConfig
     from trl.trainer.rloo_trainer import RLOOTrainer
 
-    from nemotron.models.checkpoint import load_policy
-
     transformers.utils.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     clock = _PhaseClock()
     timings: list[StepTiming] = []
@@ -110,8 +108,15 @@ def run_trl(
 
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
             total, cpu = time.perf_counter() - self.start, time.process_time() - self.cpu_start
-            timings.append(StepTiming(total=total, cpu=cpu, prompt_tokens=clock.prompt_tokens,
-                                      generated_tokens=clock.generated_tokens, **clock.seconds))
+            timings.append(
+                StepTiming(
+                    total=total,
+                    cpu=cpu,
+                    prompt_tokens=clock.prompt_tokens,
+                    generated_tokens=clock.generated_tokens,
+                    **clock.seconds,
+                )
+            )
             between_steps()
 
     common: dict[str, Any] = {
@@ -161,7 +166,7 @@ def run_trl(
 
     reward.__name__ = "tiny_reward_model"
     trainer = _timed_trainer(base, clock)(
-        model=load_policy(models.policy_dir),
+        model=models.load_policy(),
         reward_funcs=reward,
         args=config,
         train_dataset=Dataset.from_dict({"prompt": models.prompts}),

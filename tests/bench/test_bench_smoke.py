@@ -21,7 +21,10 @@ def run_bench(script: str, *args: str, timeout: float = 45) -> str:
     """Run ``bench/<script> ARGS`` as a user would; its stdout, after checking it exited 0."""
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), *args],
-        capture_output=True, text=True, cwd=REPO, timeout=timeout,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
     )
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
@@ -40,14 +43,18 @@ def test_reward_server_bench_prints_its_table() -> None:
 
 
 @pytest.mark.slow
-def test_rl_step_bench_prints_its_table_and_writes_equal_work_json(tmp_path: Path) -> None:
-    out = run_bench("bench_rl_step.py", "--size", "small", "--steps", "2", "--results-dir", str(tmp_path))
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+def test_rl_step_bench_prints_its_table_and_writes_equal_work_json(model: str, tmp_path: Path) -> None:
+    args = ["--size", "small", "--model", model, "--steps", "2", "--results-dir", str(tmp_path)]
+    out = run_bench("bench_rl_step.py", *args)
     assert "algorithm engine" in out, out
+    assert ("random Llama 2x64" in out) == (model == "llama"), out
     for algorithm in ("rloo", "grpo"):
         assert f"{algorithm}      nemotron" in out, out
 
-    [written] = tmp_path.glob("rl_step_small_*.json")
+    [written] = tmp_path.glob("rl_step_small_*.json" if model == "gpt2" else "rl_step_llama_small_*.json")
     record = json.loads(written.read_text(encoding="utf-8"))
+    assert record["model_family"] == model
     results = {r["algorithm"]: r for r in record["results"]}
     assert set(results) == {"rloo", "grpo"}
     for r in results.values():
@@ -68,6 +75,8 @@ def test_rl_step_bench_prints_its_table_and_writes_equal_work_json(tmp_path: Pat
 @pytest.mark.slow
 def test_reward_server_load_test_runs_clean(tmp_path: Path) -> None:
     out_json = tmp_path / "load.json"
-    run_bench("load_reward_server.py", "--clients", "8", "--seconds", "3", "--json", str(out_json), timeout=120)
+    run_bench(
+        "load_reward_server.py", "--clients", "8", "--seconds", "3", "--json", str(out_json), timeout=120
+    )
     result = json.loads(out_json.read_text())
     assert result["errors"] == 0 and result["requests"] > 0 and result["server_exit_code"] == 0, result
