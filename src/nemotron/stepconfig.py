@@ -75,10 +75,25 @@ class Optim(Strict):
 
 
 class Generation(Strict):
-    """Sampling for rollouts. `backend: vllm` needs a GPU and the vllm package."""
+    """Sampling for rollouts: our torch sampler, or a vLLM engine in the trainer's process (docs/vllm.md)."""
 
     backend: Literal["torch", "vllm"] = Field(
-        "torch", description="who samples rollouts: our torch sampler, or vLLM (GPU and the vllm package)"
+        "torch",
+        description="who samples rollouts: our torch sampler, or vLLM colocated with the trainer (its weights synced "
+        "in memory after every optimizer step; CUDA, or vLLM's CPU build in .venv-vllm)",
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="with backend vllm: the share of GPU memory vLLM takes for weights and KV cache (on vLLM's CPU "
+        "build, the share of the CPU's memory); the trainer needs the rest (NeMo-RL: vllm_cfg.gpu_memory_utilization)",
+    )
+    vllm_max_model_len: int = Field(
+        0,
+        ge=0,
+        description="with backend vllm: the longest prompt plus response vLLM plans for (0 = the model's context "
+        "length; NeMo-RL: vllm_cfg.max_model_len)",
     )
     temperature: float = Field(
         1.0,

@@ -427,9 +427,10 @@ def test_backend_registry(model: GPT2LMHeadModel) -> None:
     )
     with pytest.raises(NotFound, match="did you mean 'vllm'"):
         get_backend("vlm")
-    with pytest.raises(UserError, match="GPU") as error:
+    # This venv has no vllm (it lives in .venv-vllm): exit 2 naming how to get it; tests/vllm run it for real.
+    with pytest.raises(UserError, match="needs the vllm package") as error:
         get_backend("vllm")
-    assert "vllm" in str(error.value) and not isinstance(error.value, NotFound)
+    assert "bootstrap-vllm.sh" in error.value.render() and not isinstance(error.value, NotFound)
 
 
 def test_left_pad() -> None:

@@ -26,6 +26,9 @@ def _common_refusals(
     nemo = c["nemo_rl"]
     if c["runtime"]["device"] == "cpu":
         refuse("runtime.device", "NeMo-RL trains on GPUs only")
+    prefix = "generation" if "generation" in c else "policy.generation"
+    refuse.unless_default(f"{prefix}.vllm_gpu_memory_utilization", "NeMo-RL's vLLM takes nemo_rl.gpu_memory_utilization")
+    refuse.unless_default(f"{prefix}.vllm_max_model_len", "NeMo-RL sizes vLLM to nemo_rl.max_prompt_tokens + max_new_tokens")
     if c["runtime"]["precision"] not in sec.PRECISION:
         refuse("runtime.precision", "NeMo-RL keeps fp32 master weights: use bf16-mixed (its policy.precision bfloat16)")
     refuse.unless_default(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,6 +33,8 @@ class Experience:
     prompts: list[str]
     responses: list[str]
     timers: dict[str, float]
+    # what the generation engine reports beside the rollouts (vllm: token_mult_prob_error); logged as metrics
+    engine_stats: dict[str, float] = field(default_factory=dict)
 
     @property
     def response_lengths(self) -> torch.Tensor:
@@ -70,8 +72,13 @@ def collect(
     timers["reward"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    stats: dict[str, float] = {}
+    logprobs = rollout.logprobs
     with torch.no_grad():
         ref_logprobs = sequence_logprobs(reference, rollout.sequences, rollout.attention_mask, params.temperature, rollout.prompt_width)  # type: ignore[arg-type]
+        if backend.recomputes_logprobs:  # another engine sampled: the loss uses the trainer's own logprobs (NeMo-RL)
+            logprobs = sequence_logprobs(policy, rollout.sequences, rollout.attention_mask, params.temperature, rollout.prompt_width)  # type: ignore[arg-type]
+            stats["token_mult_prob_error"] = token_mult_prob_error(rollout.logprobs, logprobs, rollout.response_mask)
     timers["logprobs"] = time.perf_counter() - t0
     group = torch.arange(len(prompts), device=device).repeat_interleave(n) + group_offset
     return Experience(
@@ -81,13 +88,22 @@ def collect(
         mask=rollout.response_mask,
         is_end=rollout.is_end,
         group=group,
-        logprobs=rollout.logprobs,
+        logprobs=logprobs,
         ref_logprobs=ref_logprobs,
         scores=scores,
         prompts=texts,
         responses=responses,
         timers=timers,
+        engine_stats=stats,
     )
+
+
+def token_mult_prob_error(engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> float:
+    """NeMo-RL's `token_mult_prob_error`: the mean over response tokens of exp(|logp_engine - logp_trainer|);
+    1.0 when the generation engine and the trainer agree exactly."""
+    if not bool(mask.any()):
+        return 1.0
+    return float(torch.exp((engine - trainer).detach().abs())[mask].mean())
 
 
 def micro_batches(size: int, micro: int) -> list[slice]:

@@ -1,18 +1,17 @@
-"""The ``generation.backend`` seam: which engine samples rollouts (torch here on CPU; vLLM needs a GPU).
+"""The ``generation.backend`` seam: which engine samples rollouts (our torch sampler, or vLLM in this process).
 
-Trainers call ``get_backend(config.generation.backend).generate(...)`` and never import an engine directly.
+Trainers call ``get_backend(config.generation).generate(...)`` and never import an engine directly.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from transformers import PreTrainedModel
 
-from nemotron.errors import NotFound, UserError, did_you_mean
+from nemotron.errors import NotFound, did_you_mean
 from nemotron.rl.rollout import Rollout, SamplingParams, generate
 
 
@@ -21,6 +20,8 @@ class GenerationBackend(Protocol):
     """Samples a batch of responses from a policy."""
 
     name: str
+    # True when the trainer must recompute the rollout's logprobs with the policy (another engine sampled them).
+    recomputes_logprobs: bool
 
     def generate(
         self,
@@ -38,6 +39,7 @@ class TorchBackend:
     """The built-in sampler: the policy's own forward pass with a KV cache, in this process."""
 
     name = "torch"
+    recomputes_logprobs = False
 
     def generate(
         self,
@@ -50,46 +52,40 @@ class TorchBackend:
         return generate(model, prompts, params, generator, attention_mask)
 
 
-def vllm_backend() -> GenerationBackend:
-    """vLLM is not wired into the built-in engine; this says what the user needs instead."""
-    hint = (
-        "Use `generation.backend: torch` on this machine, or run the step with `backend: nemo_rl` in the "
-        "NeMo-RL container on GPU nodes, which brings its own vLLM."
-    )
-    try:
-        importlib.import_module("vllm")
-    except ImportError:
-        raise UserError(
-            "generation.backend 'vllm' needs a CUDA GPU and the vllm package, and vllm is not installed "
-            "(pip install 'nemotron[gpu]' on a GPU machine).",
-            hint=hint,
-        ) from None
-    if not torch.cuda.is_available():
-        raise UserError("generation.backend 'vllm' needs a CUDA GPU, and none is visible.", hint=hint)
-    raise UserError(
-        "generation.backend 'vllm' is not available in the built-in engine yet.",
-        hint=hint,
+def vllm_backend(generation: Any = None) -> GenerationBackend:
+    """vLLM in this process (`nemotron.rl.vllm_backend`); exit 2 with the way to install it when it is missing."""
+    from nemotron.rl.vllm_backend import VLLMBackend
+
+    return VLLMBackend(
+        gpu_memory_utilization=getattr(generation, "vllm_gpu_memory_utilization", 0.3),
+        max_model_len=getattr(generation, "vllm_max_model_len", 0),
     )
 
 
-BACKENDS: dict[str, Callable[[], GenerationBackend]] = {
-    "torch": TorchBackend,
+def torch_backend(generation: Any = None) -> GenerationBackend:
+    return TorchBackend()
+
+
+BACKENDS: dict[str, Callable[[Any], GenerationBackend]] = {
+    "torch": torch_backend,
     "vllm": vllm_backend,
 }
-"""Backend name -> factory. A factory raises ``UserError`` when its engine cannot run here."""
+"""Backend name -> factory of the `generation` config group. A factory raises ``UserError`` when its engine cannot
+run here."""
 
 
-def get_backend(name: str) -> GenerationBackend:
-    """The generation backend called ``name``.
+def get_backend(generation: Any) -> GenerationBackend:
+    """The generation backend a `generation` config group names (or a bare backend name, with default settings).
 
     Raises:
         NotFound: unknown name (with a did-you-mean suggestion).
         UserError: the backend exists but cannot run on this machine.
     """
+    name = generation if isinstance(generation, str) else str(generation.backend)
     factory = BACKENDS.get(name)
     if factory is None:
         raise NotFound(
             f"unknown generation backend {name!r}{did_you_mean(name, BACKENDS)}",
             hint="known backends: " + ", ".join(sorted(BACKENDS)),
         )
-    return factory()
+    return factory(None if isinstance(generation, str) else generation)

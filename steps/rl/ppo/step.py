@@ -59,7 +59,7 @@ critic = build_critic_from_reward_model(load_reward_model(cfg.inputs.reward_mode
 plan.prepare(critic.model)
 actor_opt = build_optimizer(policy.parameters(), cfg.optim)
 critic_opt = build_optimizer(critic.parameters(), cfg.critic.optim)
-backend = get_backend(cfg.generation.backend)  # torch here; vllm on GPUs
+backend = get_backend(cfg.generation)  # our torch sampler, or vLLM in this process
 sampling = sampling_params(cfg.generation, tokenizer)
 sampler = plan.generator(cfg.runtime.seed * 1000 + world.rank)
 
@@ -154,7 +154,8 @@ with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server
                    "actor_loss": loss_sums[0], "critic_loss": loss_sums[1], "clipfrac": loss_sums[2], "entropy": loss_sums[3],
                    "explained_var": explained_variance(old_values, gae.returns, mask), "grad_norm": grad_norm, "lr": lr,
                    "generate": exp.timers["generate"], "reward": exp.timers["reward"], "logprobs": exp.timers["logprobs"],
-                   "train": train_time, "step_time": time.perf_counter() - t_step, "peak_memory_mb": peak_memory_mb(plan.device)}
+                   "train": train_time, "step_time": time.perf_counter() - t_step, "peak_memory_mb": peak_memory_mb(plan.device),
+                   **exp.engine_stats}
         metrics = {k: float(v) for k, v in metrics.items()}
         run.log_metrics(step, metrics)
         if world.is_main and (step % cfg.trainer.log_interval == 0 or step == cfg.trainer.max_steps):

@@ -56,7 +56,7 @@ prompt_ids = fit_prompts(prompt_ids, model_positions(policy.config), cfg.generat
 reference = load_policy(cfg.inputs.policy, device=plan.device, dtype=plan.dtype).eval().requires_grad_(False)
 reference_checksum = parameter_checksum(reference)
 optimizer = build_optimizer(policy.parameters(), cfg.optim)
-backend = get_backend(cfg.generation.backend)  # torch here; vllm on GPUs
+backend = get_backend(cfg.generation)  # our torch sampler, or vLLM in this process
 sampling = sampling_params(cfg.generation, tokenizer)
 # Each rank samples its own stream; prompts come in one global order (prompt_schedule), the same on every rank.
 sampler = plan.generator(cfg.runtime.seed * 1000 + world.rank)
@@ -127,7 +127,7 @@ with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server
                    "actor_loss": float(distributed.all_reduce_sum(actor_loss, world)) / cfg.reinforce.reinforce_epochs,
                    "grad_norm": grad_norm, "lr": lr, "generate": exp.timers["generate"], "reward": exp.timers["reward"],
                    "logprobs": exp.timers["logprobs"], "train": train_time, "step_time": time.perf_counter() - t_step,
-                   "peak_memory_mb": peak_memory_mb(plan.device)}
+                   "peak_memory_mb": peak_memory_mb(plan.device), **exp.engine_stats}
         metrics = {k: float(v) for k, v in metrics.items()}
         run.log_metrics(step, metrics)
         if world.is_main and (step % cfg.trainer.log_interval == 0 or step == cfg.trainer.max_steps):

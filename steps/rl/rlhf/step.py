@@ -58,7 +58,7 @@ prompt_ids = fit_prompts(prompt_ids, model_positions(policy.config), cfg.policy.
 reference = load_policy(cfg.policy.model_name, device=plan.device, dtype=plan.dtype).eval().requires_grad_(False)
 reference_checksum = parameter_checksum(reference)
 optimizer = build_optimizer(policy.parameters(), cfg.policy.optimizer)
-backend = get_backend(cfg.policy.generation.backend)  # torch here; vllm on GPUs
+backend = get_backend(cfg.policy.generation)  # our torch sampler, or vLLM in this process
 sampling = sampling_params(cfg.policy.generation, tokenizer)
 sampler = plan.generator(cfg.runtime.seed * 1000 + world.rank)
 
@@ -164,7 +164,7 @@ with judge() as (score, described):
                    "fraction_of_samples_properly_ended": tot[5] / count, "actor_loss": loss_sums[0], "kl_loss": loss_sums[1],
                    "clipfrac": loss_sums[2], "grad_norm": grad_norm, "lr": lr, "generate": exp.timers["generate"],
                    "reward": exp.timers["reward"], "logprobs": exp.timers["logprobs"], "train": train_time,
-                   "step_time": time.perf_counter() - t_step, "peak_memory_mb": peak_memory_mb(plan.device), **judge_stats}
+                   "step_time": time.perf_counter() - t_step, "peak_memory_mb": peak_memory_mb(plan.device), **exp.engine_stats, **judge_stats}
         metrics = {k: float(v) for k, v in metrics.items()}
         run.log_metrics(step, metrics)
         if world.is_main:

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The vLLM tests (tests/vllm) in vLLM's own venv, built first when missing (scripts/bootstrap-vllm.sh). None may skip:
+# NEMOTRON_REQUIRE_VLLM=1 turns a missing vllm into an error. About 2 minutes on 2 cores once the venv exists.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${NEMOTRON_VLLM_VENV:-.venv-vllm}
+bash scripts/bootstrap-vllm.sh
+ulimit -c 0
+start=$SECONDS
+NEMOTRON_REQUIRE_VLLM=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -rs --durations=5 tests/vllm "$@"
+echo "tests/vllm took $((SECONDS - start)) s"

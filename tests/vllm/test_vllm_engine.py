@@ -1,0 +1,105 @@
+"""generation.backend=vllm for real, on vLLM's CPU build: the rollout layout, logprobs that match the trainer's,
+weights that change inside the engine after an optimizer step (synced in memory), and bad settings as exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
+from nemotron.models.tiny import build_policy
+from nemotron.paths import shipped_root
+from nemotron.rl.experience import token_mult_prob_error
+from nemotron.rl.generation_backends import get_backend
+from nemotron.rl.optim import build_optimizer
+from nemotron.rl.rollout import SamplingParams, generate, sequence_logprobs
+from nemotron.stepconfig import Generation, Optim
+
+PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random tiny Llama with head_dim 32 (vLLM's CPU attention refuses 16) and the shipped tokenizer."""
+    tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
+    model = build_policy(len(tokenizer), 2, 64, 2, 64, seed=0, family="llama",
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    return save_checkpoint(model, tmp_path_factory.mktemp("vllm") / "llama", tokenizer)
+
+
+@pytest.fixture(scope="module")
+def backend() -> object:
+    return get_backend(Generation(backend="vllm", vllm_gpu_memory_utilization=0.15))
+
+
+def _params(**kw: object) -> SamplingParams:
+    tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
+    base: dict[str, object] = {"max_new_tokens": 12, "eos_token_id": tokenizer.eos_token_id,
+                               "pad_token_id": tokenizer.pad_token_id}  # fmt: skip
+    return SamplingParams(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_rollout_layout_and_logprobs_match_the_trainer(llama_dir: Path, backend: object) -> None:
+    policy = load_policy(llama_dir)
+    rollout = backend.generate(policy, PROMPTS, _params(), torch.Generator().manual_seed(0))  # type: ignore[attr-defined]
+    assert rollout.prompt_width == 4 and rollout.sequences.shape[0] == 3
+    assert rollout.sequences[1, :2].tolist() == [0, 0] and rollout.sequences[1, 2:4].tolist() == [8, 9]
+    mask = rollout.response_mask
+    assert torch.equal(mask, torch.arange(mask.shape[1])[None] < rollout.response_lengths[:, None])  # a prefix
+    assert torch.equal(rollout.attention_mask[:, rollout.prompt_width :].bool(), mask)
+    trainer = sequence_logprobs(policy, rollout.sequences, rollout.attention_mask, 1.0, rollout.prompt_width)
+    assert token_mult_prob_error(rollout.logprobs, trainer, mask) < 1.0001
+    # the same generator seed gives the same rollout; another seed another one
+    again = backend.generate(policy, PROMPTS, _params(), torch.Generator().manual_seed(0))  # type: ignore[attr-defined]
+    other = backend.generate(policy, PROMPTS, _params(), torch.Generator().manual_seed(1))  # type: ignore[attr-defined]
+    assert torch.equal(again.sequences, rollout.sequences) and not torch.equal(other.sequences, rollout.sequences)
+
+
+def test_greedy_matches_our_sampler_and_eos_and_stop_strings_end_responses(llama_dir: Path, backend: object) -> None:
+    policy = load_policy(llama_dir)
+    ours = generate(policy, PROMPTS, _params(greedy=True), None)
+    theirs = backend.generate(policy, PROMPTS, _params(greedy=True), None)  # type: ignore[attr-defined]
+    assert torch.equal(theirs.sequences, ours.sequences) and torch.equal(theirs.is_end, ours.is_end)
+    tokenizer = load_tokenizer(llama_dir)
+    stop = _params(stop_strings=("e",), decode=lambda ids: str(tokenizer.decode(ids)), temperature=1.0)
+    rollout = backend.generate(policy, PROMPTS, stop, torch.Generator().manual_seed(3))  # type: ignore[attr-defined]
+    for row in range(3):
+        text = tokenizer.decode(rollout.responses[row][rollout.response_mask[row]].tolist())
+        if rollout.is_end[row]:  # ended on the token completing "e" (kept), or on EOS
+            assert "e" in text or rollout.responses[row][rollout.response_lengths[row] - 1] == tokenizer.eos_token_id
+
+
+def test_weights_change_inside_the_engine_after_an_optimizer_step(llama_dir: Path, backend: object) -> None:
+    policy = load_policy(llama_dir)
+    greedy = _params(greedy=True, max_new_tokens=6)
+    before = backend.generate(policy, PROMPTS[:1], greedy, None)  # type: ignore[attr-defined]
+    optimizer = build_optimizer(policy.parameters(), Optim(lr=0.05))  # the steps' fused AdamW
+    target = (int(before.responses[0, 0]) + 1) % policy.config.vocab_size
+    for _ in range(5):  # make another first token the most likely
+        logits = policy(torch.tensor([PROMPTS[0]])).logits[0, -1]
+        loss = -torch.log_softmax(logits, -1)[target]
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    after = backend.generate(policy, PROMPTS[:1], greedy, None)  # type: ignore[attr-defined]
+    assert int(after.responses[0, 0]) == target != int(before.responses[0, 0])
+    trainer = sequence_logprobs(policy, after.sequences, after.attention_mask, 1.0, after.prompt_width)
+    assert token_mult_prob_error(after.logprobs, trainer, after.response_mask) < 1.0001  # the engine has them all
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("generation.vllm_max_model_len=3", "vLLM refuses the request"),  # prompts longer than the model length
+        ("generation.vllm_gpu_memory_utilization=1.0", "the vLLM engine could not start"),  # all of the memory
+    ],
+)
+def test_settings_vllm_refuses_are_exit_2(setting: str, message: str, llama_dir: Path, home: Path, run_cli: Any) -> None:
+    """One engine per process (a second one in the same process would count the first's memory as taken)."""
+    r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", f"inputs.policy={llama_dir}", "generation.backend=vllm",
+                "trainer.max_steps=1", "eval.num_prompts=0", "reward.source=in_process", setting, timeout=600)  # fmt: skip
+    assert r.code == 2, r.err[-2000:]
+    assert message in r.err and "Traceback" not in r.err
