@@ -26,6 +26,8 @@ def _common_refusals(
     nemo = c["nemo_rl"]
     if c["runtime"]["device"] == "cpu":
         refuse("runtime.device", "NeMo-RL trains on GPUs only")
+    if "judge" in c:
+        refuse.unless_default("judge.server", "NeMo-Gym serves the judge with its own vLLM (env.nemo_gym.genrm_model)")
     prefix = "generation" if "generation" in c else "policy.generation"
     refuse.unless_default(f"{prefix}.vllm_gpu_memory_utilization", "NeMo-RL's vLLM takes nemo_rl.gpu_memory_utilization")
     refuse.unless_default(f"{prefix}.vllm_max_model_len", "NeMo-RL sizes vLLM to nemo_rl.max_prompt_tokens + max_new_tokens")

@@ -1,6 +1,7 @@
 """An OpenAI-compatible chat-completions server around a causal LM on CPU: the generative judge's endpoint.
 
-On GPUs vLLM serves the same API. Like vLLM, a request may carry `guided_choice` (a list of strings):
+On GPUs vLLM serves the same API. Like vLLM, a request may carry `structured_outputs: {"choice": [...]}` (vLLM's
+current name; its older top-level `guided_choice` is accepted too), a list of strings:
 the model then answers with the choice it finds most likely (or samples one by sequence probability),
 which makes a small or untrained judge emit parseable output.
 """
@@ -109,7 +110,10 @@ def parse_chat_request(payload: object, max_tokens_limit: int = 1024) -> ChatReq
     stop = [stop] if isinstance(stop, str) else stop
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise HTTPError(400, "'stop' must be a string or a list of non-empty strings")
-    choices = payload.get("guided_choice")
+    structured = payload.get("structured_outputs")
+    if structured is not None and (not isinstance(structured, dict) or set(structured) != {"choice"}):
+        raise HTTPError(400, "'structured_outputs' supports only {'choice': [...]} here")
+    choices = structured["choice"] if structured is not None else payload.get("guided_choice")
     if choices is not None and (
         not isinstance(choices, list)
         or not 1 <= len(choices) <= MAX_CHOICES

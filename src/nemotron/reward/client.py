@@ -238,14 +238,17 @@ class RewardClient(RetryingHTTPClient):
         return values
 
 
-def wait_ready(url: str, timeout: float = 60.0, token: str | None = None, interval: float = 0.2) -> None:
-    """Poll GET /v2/health/ready until it answers 200; RewardServerError naming the URL after `timeout` s."""
+def wait_ready(
+    url: str, timeout: float = 60.0, token: str | None = None, interval: float = 0.2, path: str = "/v2/health/ready"
+) -> None:
+    """Poll GET `path` (KServe's /v2/health/ready; vLLM's /health) until it answers 200; RewardServerError naming
+    the URL after `timeout` s."""
     client = RetryingHTTPClient(url, token, timeout=min(5.0, timeout), retries=0)
     deadline = time.monotonic() + timeout
     last = "no attempt"
     while True:
         try:
-            client.request("GET", "/v2/health/ready")
+            client.request("GET", path)
             return
         except RewardServerError as exc:
             last = exc.detail

@@ -207,8 +207,8 @@ class JudgeClient:
             "max_tokens": self.max_tokens,
             "temperature": temperature,
         }
-        if choices is not None:
-            payload["guided_choice"] = list(choices)
+        if choices is not None:  # vLLM's structured outputs (its older `guided_choice` is ignored since 0.1x)
+            payload["structured_outputs"] = {"choice": list(choices)}
         self._count(requests=1)
         _, body = self.http.request(
             "POST", "/v1/chat/completions", json.dumps(payload).encode(), {"Content-Type": "application/json"}

@@ -16,8 +16,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,8 +115,11 @@ def sibling_server(
     share: NodeShare | None = None,
     device: str = "auto",
     precision: str = "fp32",
+    own: Callable[[], AbstractContextManager[tuple[str, str]]] | None = None,
+    ready_path: str = "/v2/health/ready",
 ) -> Iterator[tuple[str, str]]:
     """Run `python -m MODULE --model MODEL` on 127.0.0.1 with a fresh bearer token; yield (url, token).
+    `own` starts another kind of server instead (`vllm serve`: reward/vllm_serve.py), shared the same way.
 
     The child is in its own process group and gets SIGTERM (then SIGKILL) on exit, on error and on Ctrl-C,
     so no server outlives the trainer. Under torchrun only local rank 0 starts one; `share` (default: from
@@ -125,14 +128,15 @@ def sibling_server(
     share = share or NodeShare.from_env(module.rsplit(".", 1)[-1])
     if share is not None and not share.owner:
         url, token = share.read(timeout=2 * startup_timeout)  # local rank 0 loads the model meanwhile
-        wait_ready(url, timeout=startup_timeout, token=token)
+        wait_ready(url, timeout=startup_timeout, token=token, path=ready_path)
         log.info("using the %s that local rank 0 started at %s", module, url)
         try:
             yield url, token
         finally:
             share.mark_done()
         return
-    with _own_server(model, module, threads, max_length, startup_timeout, log_path, device, precision) as (url, token):
+    start = own or (lambda: _own_server(model, module, threads, max_length, startup_timeout, log_path, device, precision))
+    with start() as (url, token):
         if share is None:
             yield url, token
             return
@@ -209,12 +213,12 @@ def _own_server(
             log.info("reward server (pid %d) ready at %s", proc.pid, url)
             yield url, token
         finally:
-            _stop(proc)
+            stop_process(proc)
             if log_path and not isinstance(out, int):
                 out.close()
 
 
-def _stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
     if proc.poll() is not None:
         return
     try:

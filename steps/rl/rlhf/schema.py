@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from nemotron.stepconfig import Checkpointing, Evaluation, Generation, NemoRL, Optim, Strict, TrainRuntime
 
@@ -205,8 +205,20 @@ class Judge(Strict):
     )
     timeout_s: float = Field(30.0, gt=0, description="seconds to wait for one request to the judge")
     guided_choice: bool = Field(
-        False, description="constrain the judge to valid answers (vLLM guided_choice)"
+        False,
+        description="constrain the judge to valid answers (vLLM structured_outputs.choice; our chat server too)",
     )
+    server: Literal["builtin", "vllm"] = Field(
+        "builtin",
+        description="generative, with no url: what serves the judge beside the trainer: our chat server "
+        "(rm/serve server.mode=chat, any device) or `vllm serve` (.venv-vllm; docs/vllm.md). One per node",
+    )
+
+    @model_validator(mode="after")
+    def _vllm_serves_generative_judges(self) -> "Judge":
+        if self.server == "vllm" and self.kind != "generative":
+            raise ValueError("judge.server=vllm serves a generative judge: set judge.kind=generative")
+        return self
 
     @field_validator("prompt_template")
     @classmethod

@@ -80,9 +80,17 @@ def judge() -> Iterator[tuple[ScoreFn, str]]:
         return
     from nemotron.reward.judge import JudgeClient
     from nemotron.reward.sibling import external_url, sibling_server
+    from nemotron.reward.vllm_serve import vllm_judge_server
 
     device = "cuda" if plan.device.type == "cuda" else "cpu"
-    with sibling_server(judge_model, module="nemotron.reward.chat_server", log_path=run.job_dir / "logs" / "judge.log", device=device) if not external_url(j.url) else _given(j.url, j.token) as (url, token):
+    judge_log = run.job_dir / "logs" / "judge.log"
+    if external_url(j.url):
+        server = _given(j.url, j.token)
+    elif j.server == "vllm":  # `vllm serve` beside the trainer (docs/vllm.md)
+        server = vllm_judge_server(judge_model, log_path=judge_log)
+    else:
+        server = sibling_server(judge_model, module="nemotron.reward.chat_server", log_path=judge_log, device=device)
+    with server as (url, token):
         client = JudgeClient(url, j.prompt_template, token=token, timeout=j.timeout_s, parse_retries=j.max_retries,
                              default_score=j.default_score, guided_choice=j.guided_choice, pairwise_template=j.pairwise_template)
 
