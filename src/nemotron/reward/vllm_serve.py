@@ -37,7 +37,7 @@ def structured_outputs_backend(tokenizer_json: dict[str, object]) -> str:
     """vLLM's structured-outputs backend for this tokenizer: xgrammar (vLLM's "auto") cannot follow a SentencePiece-
     style Metaspace decoder (it ends the verdict half-way on our tiny tokenizer), outlines can."""
     decoder = tokenizer_json.get("decoder")
-    kinds = [decoder] + list(decoder.get("decoders") or []) if isinstance(decoder, dict) else []  # type: ignore[list-item]
+    kinds: list[object] = [decoder, *(decoder.get("decoders") or [])] if isinstance(decoder, dict) else []
     return "outlines" if any(isinstance(k, dict) and k.get("type") == "Metaspace" for k in kinds) else "auto"
 
 
