@@ -76,6 +76,7 @@ class Job:
     force_squash: bool = False
     services: tuple[str, ...] = ()
     argv: tuple[str, ...] = field(default_factory=tuple)
+    warnings: tuple[str, ...] = ()  # what a dry-run let through that a submit would refuse (absent input paths)
 
     @property
     def config_hash(self) -> str:
@@ -323,12 +324,21 @@ def compile_job(
     force_squash: bool = False,
     argv: list[str] | None = None,
     store: ArtifactStore | None = None,
+    dry_run: bool = False,
 ) -> Job:
+    """The job for `step_id`. A dry-run binds input paths that do not exist here (as a remote profile does) and
+    lists them in `Job.warnings`, since a dry-run is how a user looks at a job before copying its data."""
     step = catalog.get(step_id)
     profile = load_profile(profile_name) if profile_name else implicit_profile()
     config, sources = compose_config(step, preset, overrides or [], profile)
     store = store or ArtifactStore(Path(profile.artifacts_root).expanduser() if profile.artifacts_root else artifacts_dir())
-    bindings = bind_inputs(catalog, step, config, store, remote=profile.executor != "local")
+    here = isinstance(profile, LocalProfile)  # remote profiles' paths live on their cluster
+    bindings = bind_inputs(catalog, step, config, store, remote=not here or dry_run)
+    warnings = tuple(
+        f"input '{b.name}': {b.ref} does not exist here; running this job would refuse it"
+        for b in bindings
+        if here and b.kind == "path" and b.path and not Path(b.path).exists()
+    )
     step_config = json.loads(json.dumps(config))
     by_name = {c.name: c for c in step.manifest.consumes}
     for b in bindings:
@@ -358,6 +368,7 @@ def compile_job(
         force_squash=force_squash,
         services=tuple(step.manifest.step.services),
         argv=tuple(argv or ()),
+        warnings=warnings,
     )
 
 

@@ -35,3 +35,24 @@ def test_every_command_help_shows_an_example_and_the_exit_codes(home: Path, run_
             shown = run_cli(*args)
             assert shown.code == 0 and "Example: nemotron" in shown.out and "Exit codes: 0 done" in shown.out, args
             assert len(shown.out.splitlines()) <= 40, f"{args}: help longer than a screen"
+
+
+def test_tables_are_not_cut_when_piped(home: Path) -> None:
+    """Piped (no terminal, no COLUMNS), rich would cut every table at 80 columns with "…"."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    done = subprocess.run([sys.executable, "-m", "nemotron", "steps", "list"], capture_output=True, text=True,
+                          env=env, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) > 80  # the descriptions are whole
+
+
+def test_a_dry_run_warns_about_absent_inputs_where_a_run_refuses_them(home: Path, run_cli: Any) -> None:
+    r = run_cli("steps", "run", "rl/ppo", "-c", "default", "--dry-run")
+    assert r.code == 0, r.err
+    assert "warning: input 'policy': /models/sft_policy does not exist here; running this job would refuse it" in r.out
+    r = run_cli("steps", "run", "rl/ppo", "-c", "default")
+    assert r.code == 2 and "'/models/sft_policy' is neither an existing path nor an artifact" in r.err
+    assert not (home / "jobs").exists() or not list((home / "jobs").iterdir())

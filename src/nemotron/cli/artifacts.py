@@ -7,18 +7,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
 from nemotron.artifacts.refs import parse_ref
 from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash
+from nemotron.cli.console import stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 from nemotron.paths import artifacts_dir
 
 app = typer.Typer(help="The artifact store and checkpoint lineage.", no_args_is_help=True)
-out = Console(highlight=False)
+out = stdout_console()
 
 
 def _store() -> ArtifactStore:

@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from nemotron import jobs as records
+from nemotron.cli.console import stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 
 app = typer.Typer(help="Inspect and control jobs.", no_args_is_help=True)
-out = Console(highlight=False)
+out = stdout_console()
 
 
 @app.command("ls", epilog=epilog("nemotron jobs ls --limit 10"))

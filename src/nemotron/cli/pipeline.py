@@ -9,12 +9,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from nemotron.cli.console import stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 
 app = typer.Typer(help="Run declared pipelines of steps.", no_args_is_help=True)
 err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+out = stdout_console()
 
 
 @app.command("run", epilog=epilog("nemotron pipeline run tiny --until sft"))

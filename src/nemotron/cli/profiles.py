@@ -6,15 +6,15 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from nemotron.cli.console import stdout_console
 from nemotron.cli.help import epilog
 from nemotron.profiles import list_profiles, load_profile
 from nemotron.redact import redact_tree
 
 app = typer.Typer(help="Execution profiles (env.toml).", no_args_is_help=True)
-out = Console(highlight=False)
+out = stdout_console()
 
 
 @app.command("ls", epilog=epilog("nemotron profiles ls"))
@@ -46,4 +46,4 @@ def show(name: str, as_json: Annotated[bool, typer.Option("--json", help="print 
     for key, value in data.items():
         if value not in (None, "", [], {}):
             table.add_row(key, value if isinstance(value, str) else json.dumps(value))
-    Console(highlight=False).print(table)
+    stdout_console().print(table)

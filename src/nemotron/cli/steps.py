@@ -7,16 +7,16 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from nemotron.catalog import Catalog, Step
+from nemotron.cli.console import stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 
 app = typer.Typer(help="Browse and run steps.", no_args_is_help=True)
 PASSTHROUGH: list[str] = []  # filled by cli.app.main from everything after `--`
-out = Console(highlight=False)
+out = stdout_console()
 
 
 def _summary(step: Step) -> dict[str, Any]:
@@ -137,6 +137,7 @@ def run(
         passthrough=list(PASSTHROUGH),
         force_squash=force_squash,
         argv=["nemotron", *sys.argv[1:]],
+        dry_run=dry_run,
     )
     if dry_run:
         sys.stdout.write(submit.dry_run(job))

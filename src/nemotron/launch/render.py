@@ -77,6 +77,7 @@ def dry_run_text(job: Job, launch_text: str, job_dir: str, secrets: Iterable[str
             "",
             "## inputs",
             bindings_table(job.bindings),
+            *[f"warning: {w}" for w in job.warnings],
             "",
             "## outputs",
             "\n".join(f"{name:<14} {type_:<18} -> {art}:v<next>" for name, (art, type_) in job.outputs.items()) or "(none)",
