@@ -93,7 +93,8 @@ def test_weights_change_inside_the_engine_after_an_optimizer_step(llama_dir: Pat
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("generation.vllm_max_model_len=3", "vLLM refuses the request"),  # prompts longer than the model length
+        ("generation.vllm_max_model_len=3", "needs"),  # prompt + max_new_tokens longer than the model length
+        ("generation.vllm_max_model_len=20", "max_new_tokens needs"),  # vLLM would cut the responses silently
         ("generation.vllm_gpu_memory_utilization=1.0", "the vLLM engine could not start"),  # all of the memory
     ],
 )

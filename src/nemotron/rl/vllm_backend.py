@@ -105,6 +105,7 @@ class VLLMBackend:
         self.max_model_len = max_model_len
         self.llm: Any = None
         self.syncs = 0
+        self.model_len = 0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
     def generate(
@@ -120,6 +121,10 @@ class VLLMBackend:
         if generator is None and not params.greedy:
             raise ValueError("sampling needs a torch.Generator (rollouts must be reproducible); pass one")
         self._start(model)
+        longest = max(len(p) for p in prompts) + params.max_new_tokens
+        if longest > self.model_len:  # vLLM would cut the responses short without a word; our sampler refuses
+            raise UserError(f"a prompt plus max_new_tokens needs {longest} positions, and the vLLM engine has "
+                            f"{self.model_len} (generation.vllm_max_model_len, else the model's context length)")
         self.sync(model)
         base = 0 if generator is None else int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
         requests = [self.vllm.inputs.TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
@@ -161,13 +166,17 @@ class VLLMBackend:
                 gpu_memory_utilization=self.gpu_memory_utilization,
                 enforce_eager=True,
                 logprobs_mode="processed_logprobs",
+                # vLLM's own sampling defaults, not the checkpoint's generation_config.json (a repetition_penalty
+                # there would change what we sample); every setting we use is passed per request
+                generation_config="vllm",
                 seed=0,
             )
         except (ValueError, RuntimeError, OSError, self.vllm.exceptions.VLLMError) as err:
             raise UserError(f"the vLLM engine could not start on {source}: {str(err).splitlines()[-1]}",
                             hint="generation.vllm_gpu_memory_utilization sets its memory share (of the CPU's memory "
                                  "on vLLM's CPU build)") from None  # fmt: skip
-        log.info("vLLM %s engine started from %s (%s)", self.vllm.__version__, source, dtype)
+        self.model_len = int(self.llm.llm_engine.vllm_config.model_config.max_model_len)
+        log.info("vLLM %s engine started from %s (%s, %d positions)", self.vllm.__version__, source, dtype, self.model_len)
 
     def sync(self, model: PreTrainedModel) -> None:
         """Load the policy's current weights into the engine, in memory (every rollout follows an optimizer step,
