@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Strict(BaseModel):
@@ -95,6 +95,13 @@ class Generation(Strict):
         description="with backend vllm: the longest prompt plus response vLLM plans for (0 = the model's context "
         "length; NeMo-RL: vllm_cfg.max_model_len)",
     )
+
+    @model_validator(mode="after")
+    def _vllm_keys_need_vllm(self) -> Generation:
+        """Accepted-but-ignored is refused: the vllm_* keys act only with backend vllm."""
+        if self.backend != "vllm" and (self.vllm_gpu_memory_utilization != 0.3 or self.vllm_max_model_len != 0):
+            raise ValueError("vllm_gpu_memory_utilization and vllm_max_model_len act only with backend: vllm")
+        return self
     temperature: float = Field(
         1.0,
         gt=0,

@@ -56,3 +56,11 @@ def test_a_dry_run_warns_about_absent_inputs_where_a_run_refuses_them(home: Path
     r = run_cli("steps", "run", "rl/ppo", "-c", "default")
     assert r.code == 2 and "'/models/sft_policy' is neither an existing path nor an artifact" in r.err
     assert not (home / "jobs").exists() or not list((home / "jobs").iterdir())
+
+
+def test_vllm_only_keys_are_refused_where_they_would_do_nothing(home: Path, run_cli: Any) -> None:
+    r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", "generation.vllm_max_model_len=32", "--dry-run")
+    assert r.code == 2 and "act only with backend: vllm" in r.err and "Traceback" not in r.err
+    r = run_cli("steps", "run", "rl/rlhf", "-c", "tiny", "judge.kind=generative", "judge.server=vllm",
+                "judge.url=http://127.0.0.1:9", "--dry-run")  # fmt: skip
+    assert r.code == 2 and "set one of them" in r.err

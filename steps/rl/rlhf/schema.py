@@ -218,6 +218,8 @@ class Judge(Strict):
     def _vllm_serves_generative_judges(self) -> "Judge":
         if self.server == "vllm" and self.kind != "generative":
             raise ValueError("judge.server=vllm serves a generative judge: set judge.kind=generative")
+        if self.server == "vllm" and self.url:
+            raise ValueError("judge.server=vllm starts a judge, judge.url names a running one: set one of them")
         return self
 
     @field_validator("prompt_template")
