@@ -15,6 +15,7 @@ from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
 from nemotron.launch import containers, slurm, slurm_executor, submit
 from nemotron.launch.lepton import lepton_name
+from nemotron.launch.served import served_model, vllm_judge
 
 SERVED_STEPS = Path(__file__).resolve().parents[1] / "slurm" / "steproot"
 PROFILES = """
@@ -97,8 +98,33 @@ def test_rlhf_serves_its_judge_only_when_the_judge_is_a_reward_model(home: Path,
     generative = slurm_executor.slurm_plan(job("rl/rlhf", "local_slurm"))  # HF hub id: the step starts its own judge
     assert len(generative.groups) == 1
     key = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
-    served = slurm.served_model(job("rl/rlhf", "local_slurm", f"{key}={reward_model_dir(tmp_path)}", "judge.kind=reward_model"))
-    assert served is not None and served.input_name == "judge"
+    served = served_model(job("rl/rlhf", "local_slurm", f"{key}={reward_model_dir(tmp_path)}", "judge.kind=reward_model"))
+    assert served is not None and served.input_name == "judge" and served.server == "rm"
+
+
+def test_a_generative_judge_on_vllm_is_group_0_running_vllm_serve(home: Path) -> None:
+    j = job("rl/rlhf", "local_slurm", "backend=builtin", "judge.server=vllm")
+    plan = slurm_executor.slurm_plan(j)
+    server, policy = plan.groups
+    words = server.command.words()
+    assert words[1:5] == ["-m", "nemotron.reward.vllm_serve", "--model", "meta-llama/Llama-3.2-1B-Instruct"]
+    assert words[words.index("--host") + 1] == "0.0.0.0" and words[words.index("--port") + 1] == "$NEMOTRON_REWARD_PORT"
+    assert "--ready-file" in words and "--threads" not in words  # vLLM's own threads, not torch's
+    assert dict(policy.env)["NEMOTRON_REWARD_URL"] == '"http://${het_group_host_0}:${NEMOTRON_REWARD_PORT}"'
+    assert "vllm serve (the judge) was not ready after 3600 s" in policy.command.args[0]
+    # the token reaches vllm serve through the 0600 secrets file, never the script
+    assert "NEMOTRON_REWARD_TOKEN" in plan.secret_names
+    assert "VLLM_API_KEY" not in slurm.render_sbatch(plan)
+
+
+@pytest.mark.parametrize("overrides", [
+    ("judge.server=builtin",),  # our chat server: one per node beside the trainer
+    ("judge.kind=reward_model",),  # a hub id cannot be a served reward model here
+])
+def test_without_judge_server_vllm_the_generative_judge_is_not_a_group(home: Path, overrides: tuple[str, ...]) -> None:
+    j = job("rl/rlhf", "local_slurm", "backend=builtin", *overrides)
+    assert vllm_judge(j) is None
+    assert len(slurm_executor.slurm_plan(j).groups) == 1
 
 
 def test_container_image_is_squashed_once_and_force_squash_reimports(profiles: Path) -> None:

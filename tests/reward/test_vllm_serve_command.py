@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from nemotron.reward.vllm_serve import PLAIN_CHAT_TEMPLATE, vllm_serve_command
 
 
@@ -40,3 +45,23 @@ def test_the_plain_template_renders_like_our_chat_server() -> None:
         messages=[{"role": r, "content": c} for r, c in messages], add_generation_prompt=True
     )
     assert rendered == render_messages(messages)
+
+
+def test_a_hub_id_lets_vllm_take_its_own_length() -> None:
+    cmd = vllm_serve_command("py", "org/model", 1, max_length=None, memory=0.9, chat_template=None, name="judge",
+                             host="0.0.0.0")  # fmt: skip
+    assert "--max-model-len" not in cmd and cmd[cmd.index("--host") + 1] == "0.0.0.0"
+
+
+def test_the_group_command_refuses_a_wide_bind_without_a_token_before_starting_anything(tmp_path: Path) -> None:
+    """`python -m nemotron.reward.vllm_serve --host 0.0.0.0` (Slurm group 0) needs $NEMOTRON_REWARD_TOKEN: exit 2, one
+    line, no vllm started (this venv has none: a start would fail differently)."""
+    env = {k: v for k, v in os.environ.items() if k != "NEMOTRON_REWARD_TOKEN"}
+    ready = tmp_path / "ready.json"
+    done = subprocess.run([sys.executable, "-m", "nemotron.reward.vllm_serve", "--model", str(tmp_path), "--host",
+                           "0.0.0.0", "--ready-file", str(ready)], capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: --host 0.0.0.0 is reachable from other machines: set $NEMOTRON_REWARD_TOKEN to a bearer token first"
+    ]
+    assert not ready.exists()

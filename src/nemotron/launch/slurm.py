@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import secrets
 import shlex
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from nemotron.compile import Job
 from nemotron.errors import UserError
 from nemotron.launch import containers
+from nemotron.launch.served import ServedModel
 from nemotron.paths import bundled_root
 from nemotron.profiles import SlurmProfile
 from nemotron.redact import is_secret_name
@@ -36,7 +36,6 @@ READY_TIMEOUT_S = 3600  # loading a large reward model can take minutes
 REWARD_PORT_ENV = "NEMOTRON_REWARD_PORT"
 REWARD_URL_ENV = "NEMOTRON_REWARD_URL"
 REWARD_TOKEN_ENV = "NEMOTRON_REWARD_TOKEN"
-REWARD_MODEL_TYPE = "reward_model_hf"
 RDZV_HOST_ENV = "NEMOTRON_RDZV_HOST"
 SBATCH_COMMAND = ("sbatch", "--requeue", "--parsable")
 _RUNDIR = "/nemo_run"  # NeMo-Run's name for the job dir inside a container; replaced by the real dir without one
@@ -65,15 +64,6 @@ class ClusterPaths:
         if self.code and local.startswith(self.code[0] + "/"):
             return self.code[1] + local[len(self.code[0]) :]
         return local
-
-
-@dataclass(frozen=True)
-class ServedModel:
-    """The input `rm/serve` serves in group 0 of a heterogeneous job."""
-
-    input_name: str
-    path: str
-    max_length: int | None = None  # the model's positions, when known here
 
 
 @dataclass(frozen=True)
@@ -200,19 +190,25 @@ def step_command(job: Job, paths: ClusterPaths, nodes: int, nproc: int, rdzv_hos
 
 
 def server_command(served: ServedModel, paths: ClusterPaths, threads: int) -> Command:
-    args = ["--model", shlex.quote(served.path), "--host", "0.0.0.0", "--port", f"${REWARD_PORT_ENV}",
-            "--threads", str(threads), "--ready-file", shlex.quote(f"{paths.job_dir}/{READY_FILE}")]
+    """Group 0: our reward server, or `vllm serve` for a generative judge; either writes READY_FILE once it answers.
+    The token reaches both through $NEMOTRON_REWARD_TOKEN (the secrets file), never argv."""
+    where = ["--model", shlex.quote(served.path), "--host", "0.0.0.0", "--port", f"${REWARD_PORT_ENV}"]
+    ready = ["--ready-file", shlex.quote(f"{paths.job_dir}/{READY_FILE}")]
+    if served.server == "vllm":
+        return Command(paths.python, "nemotron.reward.vllm_serve", (*where, *ready), module=True)
+    args = [*where, "--threads", str(threads), *ready]
     if served.max_length:
         args += ["--max-length", str(served.max_length)]
     return Command(paths.python, "nemotron.reward.server", tuple(args), module=True)
 
 
-def after_server_is_ready(command: Command, paths: ClusterPaths, timeout_s: int = READY_TIMEOUT_S) -> Command:
+def after_server_is_ready(command: Command, paths: ClusterPaths, what: str = "the reward server",
+                          timeout_s: int = READY_TIMEOUT_S) -> Command:  # fmt: skip
     """Start the policy only once the server wrote its ready file (the job dir is on shared storage); give up
     after `timeout_s`, so a server that never comes up fails the job instead of holding it to its time limit."""
     ready = shlex.quote(f"{paths.job_dir}/{READY_FILE}")
     inner = (f"for i in $(seq {timeout_s}); do [ -s {ready} ] && break; sleep 1; done; "
-             f'[ -s {ready} ] || {{ echo "nemotron: the reward server was not ready after {timeout_s} s" >&2; exit 1; }}; '
+             f'[ -s {ready} ] || {{ echo "nemotron: {what} was not ready after {timeout_s} s" >&2; exit 1; }}; '
              f"exec {' '.join(command.words())}")
     return Command("bash", "-c", (shlex.quote(inner),))
 
@@ -270,7 +266,7 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
             policy_env.append((RDZV_HOST_ENV, '"${het_group_host_1}"'))
         groups = (
             SrunGroup(f"{task}-0", server_command(served, paths, threads), 1, 1, gpus),
-            SrunGroup(f"{task}-1", after_server_is_ready(policy, paths), p.nodes, 1 if distributed else p.ntasks_per_node,
+            SrunGroup(f"{task}-1", after_server_is_ready(policy, paths, served.what), p.nodes, 1 if distributed else p.ntasks_per_node,
                       gpus, tuple(policy_env)),
         )
     return SlurmPlan(
@@ -468,32 +464,3 @@ def _upload(run: ModuleType, profile: SlurmProfile, job_dir: Path, plan: SlurmPl
     for path in sorted(p for p in job_dir.iterdir() if p.is_file()):
         tunnel.put(str(path), f"{plan.paths.job_dir}/{path.name}")
     tunnel.run(f"chmod 600 {shlex.quote(plan.paths.job_dir)}/.secrets.*")
-
-
-def served_model(job: Job) -> ServedModel | None:
-    """The reward model rm/serve serves beside the step, when the manifest asks for it: the input whose
-    declared, bound or detected type is a reward_model_hf. None: no server group (the step starts its own)."""
-    if "rm/serve" not in job.services:
-        return None
-    from nemotron.artifacts.typecheck import detect_type
-    from nemotron.catalog import Catalog
-
-    catalog = Catalog()
-    for b in job.bindings:
-        if b.path is None:
-            continue
-        local = Path(b.path)
-        kinds = [b.expected_type, b.actual_type or ""] + ([detect_type(local, catalog) or ""] if local.is_dir() else [])
-        if any(k and catalog.is_a(k, REWARD_MODEL_TYPE) for k in kinds):
-            return ServedModel(b.name, b.path, _positions(local))
-    return None
-
-
-def _positions(model_dir: Path, cap: int = 512) -> int | None:
-    """The model's context length, capped at the server's default (the server refuses a longer max_length)."""
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    positions = config.get("n_positions") or config.get("max_position_embeddings")
-    return min(int(positions), cap) if positions else None

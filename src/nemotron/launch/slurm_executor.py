@@ -1,4 +1,4 @@
-"""The Slurm executor: our step process as an sbatch job (a heterogeneous one with rm/serve beside it), or a
+"""The Slurm executor: our step process as an sbatch job (a heterogeneous one with the reward model or the vLLM judge served beside it), or a
 Ray cluster across the profile's nodes for engines that bring their own driver (NeMo-RL); both through NeMo-Run.
 Status, logs and cancel go through NeMo-Run's runner and the job's log files."""
 
@@ -11,6 +11,7 @@ from typing import Any
 from nemotron.compile import Job
 from nemotron.engines.base import Launch, Placement, StepProcess
 from nemotron.launch import ray_slurm, remote, slurm
+from nemotron.launch.served import served_model
 from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
 
@@ -18,7 +19,7 @@ from nemotron.profiles import SlurmProfile
 def slurm_plan(job: Job) -> slurm.SlurmPlan:
     """The Slurm plan of our own step process: the interpreter, the cluster paths, the served reward model."""
     paths = slurm.cluster_paths(job, nemotron_home(), _python(job))
-    return slurm.plan_slurm(job, paths, slurm.served_model(job))
+    return slurm.plan_slurm(job, paths, served_model(job))
 
 
 def _python(job: Job) -> str:

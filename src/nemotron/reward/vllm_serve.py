@@ -1,6 +1,7 @@
-"""The generative judge served by `vllm serve` (vLLM's OpenAI-compatible server) beside the trainer: `judge.server:
-vllm`. Started like our own chat server (sibling.py: one per node, local rank 0 owns it, stopped with the trainer),
-so the judge client talks to it unchanged; the valid verdicts are enforced with vLLM's `structured_outputs.choice`.
+"""The generative judge served by `vllm serve` (vLLM's OpenAI-compatible server): `judge.server: vllm`. Locally it
+starts like our own chat server (sibling.py: one per node, local rank 0 owns it, stopped with the trainer); on Slurm
+`python -m nemotron.reward.vllm_serve` runs it as group 0 of a heterogeneous job and writes a ready file the step
+waits for. The judge client talks to it unchanged; valid verdicts are enforced with vLLM's `structured_outputs.choice`.
 
 The bearer token reaches vLLM through its `VLLM_API_KEY` environment variable, never the command line. A judge whose
 tokenizer has no chat template gets ours: the same `role: content` lines our chat server renders.
@@ -8,10 +9,13 @@ tokenizer has no chat template gets ours: the same `role: content` lines our cha
 
 from __future__ import annotations
 
+import argparse
+import ipaddress
 import json
 import logging
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 from nemotron.procs import die_with_parent
 from nemotron.reward.client import RewardServerError, wait_ready
@@ -46,17 +51,21 @@ def vllm_serve_command(
     model: str,
     port: int,
     *,
-    max_length: int,
+    max_length: int | None,
     memory: float,
     chat_template: str | None,
     name: str,
     structured: str = "auto",
+    host: str = "127.0.0.1",
 ) -> list[str]:
-    """The argv of `vllm serve` for the judge (a pure function; the token goes in the environment)."""
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
-           "--port", str(port), "--served-model-name", name, "--max-model-len", str(max_length),
+    """The argv of `vllm serve` for the judge (a pure function; the token goes in the environment). No max_length:
+    vLLM takes the model's own."""
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host,
+           "--port", str(port), "--served-model-name", name,
            "--gpu-memory-utilization", str(memory), "--enforce-eager", "--disable-uvicorn-access-log",
            "--structured-outputs-config", json.dumps({"backend": structured})]  # fmt: skip
+    if max_length is not None:
+        cmd += ["--max-model-len", str(max_length)]
     if chat_template is not None:
         cmd += ["--chat-template", chat_template]
     return cmd
@@ -82,10 +91,41 @@ def own_vllm_server(
     """Start `vllm serve MODEL` on 127.0.0.1 (a free port unless given), wait for /health, yield (url, token); stop it
     (SIGTERM, then SIGKILL) on exit, on error and on Ctrl-C."""
     token = token or secrets.token_urlsafe(24)
-    config = json.loads((Path(model) / "config.json").read_text())
-    max_length = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
+    with vllm_process(model, port=port, token=token, memory=memory, name=name, startup_timeout=startup_timeout,
+                      log_path=log_path) as (_, url):  # fmt: skip
+        yield url, token
+
+
+def _model_length(model: Path) -> int | None:
+    """The model's positions from a local config.json; None for a hub id (vLLM reads it itself)."""
+    try:
+        config = json.loads((model / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    positions = config.get("max_position_embeddings") or config.get("n_positions")
+    return int(positions) if positions else None
+
+
+@contextmanager
+def vllm_process(
+    model: str | Path,
+    *,
+    port: int = 0,
+    token: str | None = None,
+    memory: float = 0.3,
+    name: str = "judge",
+    startup_timeout: float = 300.0,
+    log_path: Path | None = None,
+    host: str = "127.0.0.1",
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`vllm serve MODEL` on host:port, ready (its /health answers): yields (process, loopback url). No token: no
+    auth (loopback only; main() refuses a wider bind without one)."""
+    max_length = _model_length(Path(model))
     tokenizer_config = Path(model) / "tokenizer_config.json"
-    has_template = tokenizer_config.is_file() and bool(json.loads(tokenizer_config.read_text()).get("chat_template"))
+    # a hub id brings its own template; a local checkpoint without one gets ours
+    has_template = not Path(model).is_dir() or (
+        tokenizer_config.is_file() and bool(json.loads(tokenizer_config.read_text()).get("chat_template"))
+    )
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="nemotron-vllm-judge-") as tmp:
         template = None
@@ -95,9 +135,12 @@ def own_vllm_server(
         tokenizer_json = Path(model) / "tokenizer.json"
         structured = structured_outputs_backend(json.loads(tokenizer_json.read_text())) if tokenizer_json.is_file() else "auto"
         cmd = vllm_serve_command(sys.executable, str(model), port, max_length=max_length, memory=memory,
-                                 chat_template=template, name=name, structured=structured)  # fmt: skip
+                                 chat_template=template, name=name, structured=structured, host=host)  # fmt: skip
         out = log_path.open("ab") if log_path else subprocess.DEVNULL
-        env = {**os.environ, "VLLM_API_KEY": token, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")}
+        env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")}
+        env.pop("VLLM_API_KEY", None)
+        if token:
+            env["VLLM_API_KEY"] = token
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=die_with_parent())  # fmt: skip
         url = f"http://127.0.0.1:{port}"
@@ -114,7 +157,7 @@ def own_vllm_server(
                     if time.monotonic() > deadline:
                         raise RewardServerError(f"vllm serve was not ready within {startup_timeout:.0f} s") from None
             log.info("vllm serve (pid %d) ready at %s", proc.pid, url)
-            yield url, token
+            yield proc, url
         finally:
             stop_process(proc)
             if log_path and not isinstance(out, int):
@@ -127,3 +170,69 @@ def vllm_judge_server(model: str | Path, log_path: Path | None = None, memory: f
     with sibling_server(model, module="vllm.serve", log_path=log_path, ready_path="/health",
                         own=lambda: own_vllm_server(model, memory=memory, log_path=log_path)) as pair:  # fmt: skip
         yield pair
+
+
+# ----------------------------------------------------------------------------- group 0 of a Slurm heterogeneous job
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Stopped(Exception):
+    """SIGTERM: the job is over (Slurm stops group 0 when the step's group ends)."""
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Stopped  # unwinds vllm_process, which stops vllm serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`vllm serve` for the judge until SIGTERM, with a ready file once /health answers (what the step waits for)."""
+    from nemotron.jobs import write_atomic
+    from nemotron.reward.address import Node, reachable_url
+
+    parser = argparse.ArgumentParser(prog="python -m nemotron.reward.vllm_serve", description=main.__doc__)
+    parser.add_argument("--model", required=True, help="the judge: a local HF checkpoint or a hub id")
+    parser.add_argument("--host", default="127.0.0.1", help="a non-loopback address needs a token")
+    parser.add_argument("--port", type=int, default=0, help="0: a free port")
+    parser.add_argument("--token-env", default="NEMOTRON_REWARD_TOKEN", help="environment variable with the token")
+    parser.add_argument("--memory", type=float, default=0.9, help="vLLM's --gpu-memory-utilization (own node)")
+    parser.add_argument("--ready-file", type=Path, help='write {"url", "pid"} here once vllm serve answers')
+    parser.add_argument("--startup-timeout", type=float, default=3600.0, help="seconds to wait for /health")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    token = os.environ.get(args.token_env) or None
+    if token is None and not _loopback(args.host):
+        print(f"error: --host {args.host} is reachable from other machines: set ${args.token_env} to a bearer "
+              "token first", file=sys.stderr)  # fmt: skip
+        return 2
+    if not 0 < args.memory <= 1:
+        print(f"error: --memory must be in (0, 1], got {args.memory}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    port = args.port or free_port()
+    try:
+        with vllm_process(args.model, port=port, token=token, memory=args.memory, host=args.host,
+                          startup_timeout=args.startup_timeout) as (proc, _):  # fmt: skip
+            if args.ready_file is not None:
+                url = reachable_url(f"http://{args.host}:{port}", Node.from_env())
+                write_atomic(args.ready_file, json.dumps({"url": url, "pid": os.getpid(), "server": "vllm"}))
+            code = proc.wait()
+            log.error("vllm serve exited with code %d", code)
+            return 3
+    except RewardServerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    except _Stopped:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -211,7 +211,8 @@ class Judge(Strict):
     server: Literal["builtin", "vllm"] = Field(
         "builtin",
         description="generative, with no url: what serves the judge beside the trainer: our chat server "
-        "(rm/serve server.mode=chat, any device) or `vllm serve` (.venv-vllm; docs/vllm.md). One per node",
+        "(rm/serve server.mode=chat, any device) or `vllm serve` (.venv-vllm; docs/vllm.md). Locally one per node; "
+        "on Slurm `vllm serve` is its own group of a heterogeneous job",
     )
 
     @model_validator(mode="after")
