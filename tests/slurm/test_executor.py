@@ -152,6 +152,16 @@ def test_jobs_cancel_stops_a_batch_job(env: dict[str, str], home: Path) -> None:
     assert not (home / "jobs" / job_id / "outputs").exists()  # it never reached the end
 
 
+def test_jobs_ls_shows_a_failed_batch_job_as_failed_without_jobs_status(env: dict[str, str], home: Path) -> None:
+    """`jobs ls` used to show `pending` for a Slurm job that had FAILED until `jobs status` asked for it."""
+    job_id, slurm_id = submit(env, home, "test/count", "-c", "tiny", "trainer.fail_at=1")
+    assert sacct_state(slurm_id) == "FAILED"
+    assert status_of(home, job_id)["state"] == "pending"  # nothing has asked Slurm yet
+    (row,) = json.loads(nemotron(env, "jobs", "ls", "--json").stdout)
+    assert row["job_id"] == job_id and row["state"] == "failed"
+    assert status_of(home, job_id)["state"] == "failed"  # recorded: the next listing asks nobody
+
+
 @pytest.fixture(scope="module")
 def tiny_reward_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A random GPT-2 reward model and a word-level tokenizer, saved like a real reward_model_hf."""

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from nemotron import jobs as records
@@ -16,22 +20,49 @@ from nemotron.errors import UserError
 
 app = typer.Typer(help="Inspect and control jobs.", no_args_is_help=True)
 out = stdout_console()
+err_console = Console(stderr=True)
+
+
+# `jobs ls` asks the schedulers about unfinished jobs within a budget; a status checked this recently is shown as is.
+LS_REFRESH_BUDGET_S = 10.0
+LS_REFRESH_TTL_S = 30.0
+
+
+def checked_recently(status: dict[str, object], at: datetime, ttl_s: float = LS_REFRESH_TTL_S) -> bool:
+    """Whether a scheduler answered for this job less than `ttl_s` ago (status.json's `checked_at`)."""
+    try:
+        checked = datetime.fromisoformat(str(status.get("checked_at")))
+    except ValueError:
+        return False
+    return (at - checked).total_seconds() < ttl_s
 
 
 @app.command("ls", epilog=epilog("nemotron jobs ls --limit 10"))
 def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotated[int, typer.Option(help="newest N")] = 50) -> None:
-    """Jobs, newest first."""
+    """Jobs, newest first. Unfinished jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all;
+    a state checked in the last 30 s is shown as is."""
     from nemotron.launch.executor import executor_named
 
-    rows = []
+    rows, stale = [], 0
+    deadline = time.monotonic() + LS_REFRESH_BUDGET_S
     for job_id in records.list_job_ids()[:limit]:
         d = records.resolve_job_dir(job_id)
         rec, st = records.read_record(d), records.read_status(d)
         if st.get("state") not in ("succeeded", "failed", "cancelled"):
             executor = executor_named(str(rec.get("executor") or "local"))
-            st = executor.refresh(d) if executor.cheap_refresh else st
+            if executor.cheap_refresh:
+                st = executor.refresh(d)
+            elif checked_recently(st, datetime.now(UTC)):
+                pass
+            elif time.monotonic() < deadline:
+                st = _refresh_or_keep(executor.refresh, d, st)
+            else:
+                stale += 1
         rows.append({"job_id": job_id, "step": rec.get("step"), "preset": rec.get("preset"), "executor": rec.get("executor"),
                      "state": st.get("state"), "created_at": rec.get("created_at"), "remote_id": st.get("remote_id")})
+    if stale:
+        err_console.print(f"note: {stale} unfinished job(s) not refreshed within {LS_REFRESH_BUDGET_S:.0f} s; "
+                          "`nemotron jobs status JOB_ID` asks their executor")  # fmt: skip
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -45,6 +76,18 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotate
         state = str(r["state"])
         table.add_row(str(r["job_id"]), str(r["step"]), str(r["preset"]), str(r["executor"]), f"[{colors.get(state, 'white')}]{state}[/]", str(r["created_at"]))
     out.print(table)
+
+
+def _refresh_or_keep(
+    refresh: Callable[[Path], dict[str, object]], job_dir: Path, status: dict[str, object]
+) -> dict[str, object]:
+    """A scheduler that cannot answer (unreachable host, expired credentials) leaves the row as recorded: `jobs ls`
+    lists every job; `jobs status` shows the error."""
+    try:
+        return refresh(job_dir)
+    except Exception as e:  # any executor's failure: the listing must go on
+        err_console.print(f"note: {job_dir.name}: status not refreshed ({type(e).__name__}: {e})")
+        return status
 
 
 def _live_status(job_dir: Path) -> dict[str, object]:
