@@ -80,3 +80,10 @@ def test_reward_server_load_test_runs_clean(tmp_path: Path) -> None:
     )
     result = json.loads(out_json.read_text())
     assert result["errors"] == 0 and result["requests"] > 0 and result["server_exit_code"] == 0, result
+
+
+def test_cli_latency_bench_prints_each_command_against_the_peer() -> None:
+    out = run_bench("cli_latency.py", "--runs", "1")
+    for line in ("`nemotron steps list`", "`nemotron steps run rl/rlhf -c tiny --dry-run`", "import typer"):
+        assert line in out, out
+    assert out.count(" ms | ") == 4, out

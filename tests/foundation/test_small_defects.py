@@ -26,9 +26,9 @@ def test_profiles_show_is_a_table_and_json_on_request(home: Path, run_cli: Any) 
 def test_every_command_help_shows_an_example_and_the_exit_codes(home: Path, run_cli: Any) -> None:
     import typer.main
 
-    from nemotron.cli.app import app
+    from nemotron.cli.app import with_groups
 
-    group = typer.main.get_command(app)
+    group = typer.main.get_command(with_groups())
     for name, sub in group.commands.items():  # type: ignore[attr-defined]
         for cmd in getattr(sub, "commands", {name: sub}):
             args = [name, cmd, "--help"] if hasattr(sub, "commands") else [name, "--help"]

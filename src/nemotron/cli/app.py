@@ -9,8 +9,16 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from nemotron.cli import artifacts, jobs, pipeline, profiles, steps
 from nemotron.errors import UserError, did_you_mean
+
+# Command groups, imported only when used: `nemotron steps list` loads nemotron.cli.steps alone (docs/benchmarks.md).
+GROUPS: dict[str, str] = {
+    "steps": "nemotron.cli.steps",
+    "jobs": "nemotron.cli.jobs",
+    "pipeline": "nemotron.cli.pipeline",
+    "profiles": "nemotron.cli.profiles",
+    "artifacts": "nemotron.cli.artifacts",
+}
 
 app = typer.Typer(
     name="nemotron",
@@ -20,11 +28,17 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(steps.app, name="steps")
-app.add_typer(jobs.app, name="jobs")
-app.add_typer(pipeline.app, name="pipeline")
-app.add_typer(profiles.app, name="profiles")
-app.add_typer(artifacts.app, name="artifacts")
+_added: set[str] = set()
+
+
+def with_groups(only: str | None = None) -> typer.Typer:
+    """The app with command group `only` added, or every group (the help, `--version`, a mistyped group's
+    did-you-mean)."""
+    for name, module in GROUPS.items():
+        if only in (None, name) and name not in _added:
+            app.add_typer(importlib.import_module(module).app, name=name)
+            _added.add(name)
+    return app
 
 
 @app.callback()
@@ -81,15 +95,18 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     # Everything after `--` belongs to the step itself; keep it away from click.
     if "--" in args:
+        from nemotron.cli import steps
+
         i = args.index("--")
         args, steps.PASSTHROUGH[:] = args[:i], args[i + 1 :]
     err = Console(stderr=True, highlight=False)
     if not args:
         # bare `nemotron`: the help, exit 0 (asking what there is is not an error)
-        app(args=["--help"], prog_name="nemotron", standalone_mode=False)
+        with_groups()(args=["--help"], prog_name="nemotron", standalone_mode=False)
         sys.exit(0)
+    cli = with_groups(args[0] if args[0] in GROUPS else None)
     try:
-        code = app(args=args, prog_name="nemotron", standalone_mode=False)
+        code = cli(args=args, prog_name="nemotron", standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
     except UserError as e:
