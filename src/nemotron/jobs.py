@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from nemotron.errors import NotFound, did_you_mean
+from nemotron.jobrecord import JobRecord, load_record, parse_record
 from nemotron.paths import jobs_dir, writable_dir
 from nemotron.redact import redact_tree, redact_values, secret_values
 
@@ -69,9 +70,9 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
         raise
 
 
-def job_record(job: Job, rendered: str) -> dict[str, Any]:
+def job_record(job: Job, rendered: str) -> JobRecord:
     """What job.yaml holds. Secrets are masked by name here; values are masked again by the caller's text pass."""
-    return {
+    return parse_record({
         "job_id": job.job_id,
         "step": job.step_id,
         "preset": job.preset,
@@ -89,7 +90,7 @@ def job_record(job: Job, rendered: str) -> dict[str, Any]:
         "launch": rendered,
         "git": git_info(Path(job.entry)),
         "versions": package_versions(),
-    }
+    }, Path("job.yaml"))
 
 
 def create_job_dir(job: Job, rendered: str) -> Path:
@@ -99,7 +100,7 @@ def create_job_dir(job: Job, rendered: str) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{job.job_id}."))
     try:
         secrets = secret_values(job.config, job.profile.model_dump(mode="json"))
-        record = redact_values(job_record(job, rendered), secrets)
+        record = redact_values(job_record(job, rendered).model_dump(mode="json"), secrets)
         write_atomic(tmp / "job.yaml", yaml.safe_dump(record, sort_keys=False))
         step_config = redact_values(redact_tree(job.step_config), secrets)
         write_atomic(tmp / "config.yaml", yaml.safe_dump(step_config, sort_keys=False))
@@ -161,10 +162,8 @@ def list_job_ids() -> list[str]:
     return [p.name for p in sorted((p for p in root.iterdir() if (p / "job.yaml").is_file()), key=created, reverse=True)]
 
 
-def read_record(job_dir: Path) -> dict[str, Any]:
-    data = yaml.safe_load((job_dir / "job.yaml").read_text())
-    assert isinstance(data, dict)
-    return data
+def read_record(job_dir: Path) -> JobRecord:
+    return load_record(job_dir)
 
 
 def read_status(job_dir: Path) -> dict[str, Any]:

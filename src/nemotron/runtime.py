@@ -95,7 +95,10 @@ class StepRun(Generic[C]):
             return []
         if self._metrics is not None:
             self._metrics.close()
-        return register_job_outputs(self.record, paths, metadata, self.store())
+        from nemotron.jobrecord import parse_record
+
+        record = parse_record(self.record, self.job_dir / "job.yaml")
+        return register_job_outputs(record, paths, metadata, self.store())
 
 
 def _quiet_libraries() -> None:

@@ -31,9 +31,15 @@ def test_jobs_ls_is_newest_first_across_steps(home: Path, run_cli: Any) -> None:
     for i, job_id in enumerate(ids):
         d = home / "jobs" / job_id
         d.mkdir(parents=True)
-        (d / "job.yaml").write_text(f"job_id: {job_id}\nstep: x\nexecutor: local\ncreated_at: '{i}'\n")
+        (d / "job.yaml").write_text(f"job_id: {job_id}\nstep: x\npreset: tiny\nmode: batch\nexecutor: local\n"
+                                    f"created_at: '{i}'\nprofile: {{}}\nconfig: {{}}\nconfig_hash: h\nlaunch: ''\n")
         (d / "status.json").write_text(json.dumps({"state": "succeeded"}))
         os.utime(d, (time.time() - i, time.time() - i))
     r = run_cli("jobs", "ls", "--json")
     assert r.code == 0, r.err
     assert [row["job_id"] for row in json.loads(r.out)] == [ids[0], ids[2], ids[1], ids[3]]
+    # a record nemotron cannot read is listed as such, and the others still are
+    (home / "jobs" / ids[1] / "job.yaml").write_text("job_id: x\n")
+    r = run_cli("jobs", "ls", "--json")
+    assert r.code == 0 and f"{ids[1]}/job.yaml: not a job record" in r.err
+    assert [row["state"] for row in json.loads(r.out)] == ["succeeded", "succeeded", "unreadable", "succeeded"]

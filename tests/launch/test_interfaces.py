@@ -72,8 +72,9 @@ def _remote_job(home: Path, policy_input: Path, output: Path) -> Path:
     job_dir.mkdir(parents=True)
     record = {
         "job_id": job_dir.name, "step": "rl/ppo", "preset": "default", "config_hash": "c0ffee", "executor": "slurm",
+        "created_at": "2026-01-01T00:00:00+00:00", "mode": "batch", "config": {}, "launch": "#!/bin/bash\n",
         "profile": {}, "inputs": [{"name": "policy", "kind": "path", "path": str(policy_input), "artifact_id": None,
-                                   "actual_type": "checkpoint_hf", "expected_type": "checkpoint_hf"}],
+                                   "ref": str(policy_input), "actual_type": "checkpoint_hf", "expected_type": "checkpoint_hf"}],
         "outputs": {"policy": {"artifact": "ppo_policy", "type": "checkpoint_hf"}},
     }
     (job_dir / "job.yaml").write_text(yaml.safe_dump(record))

@@ -10,45 +10,46 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.artifacts.store import Artifact, ArtifactStore
+from nemotron.jobrecord import JobRecord
 from nemotron.paths import artifacts_dir
 
 log = logging.getLogger("nemotron")
 
 
-def job_store(record: dict[str, Any]) -> ArtifactStore:
+def job_store(record: JobRecord) -> ArtifactStore:
     """The store a job registers into: $NEMOTRON_ARTIFACTS_ROOT (set for step processes), else the profile's
     artifacts_root, else this home's."""
-    root = os.environ.get("NEMOTRON_ARTIFACTS_ROOT") or (record.get("profile") or {}).get("artifacts_root")
+    root = os.environ.get("NEMOTRON_ARTIFACTS_ROOT") or record.profile.get("artifacts_root")
     return ArtifactStore(Path(root).expanduser() if root else artifacts_dir())
 
 
-def register_job_outputs(record: dict[str, Any], paths: dict[str, Path], metadata: dict[str, Any] | None = None,
+def register_job_outputs(record: JobRecord, paths: dict[str, Path], metadata: dict[str, Any] | None = None,
                          store: ArtifactStore | None = None) -> list[Artifact]:
     """Register every declared output of the job record (job.yaml) in one transaction, each with edges to the
     job's inputs (a plain-path input is registered as an external artifact first)."""
-    declared = record.get("outputs", {})
+    declared = record.outputs
     missing = [n for n in declared if n not in paths]
     if missing:
         raise RuntimeError(f"step did not produce declared outputs {missing}")
     store = store or job_store(record)
     parents: list[tuple[str, int]] = []
-    for binding in record.get("inputs", []):
-        if binding.get("artifact_id") is not None:
-            parents.append((binding["name"], int(binding["artifact_id"])))
-        elif binding.get("kind") == "path" and binding.get("path"):
-            ext = store.register_external(binding["actual_type"] or binding["expected_type"], Path(binding["path"]))
-            parents.append((binding["name"], ext.id))
+    for binding in record.inputs:
+        if binding.artifact_id is not None:
+            parents.append((binding.name, binding.artifact_id))
+        elif binding.kind == "path" and binding.path:
+            ext = store.register_external(binding.actual_type or binding.expected_type, Path(binding.path))
+            parents.append((binding.name, ext.id))
     meta = {
-        "job_id": record.get("job_id"),
-        "step": record.get("step"),
-        "preset": record.get("preset"),
-        "config_hash": record.get("config_hash"),
-        "git": record.get("git"),
-        "versions": record.get("versions"),
+        "job_id": record.job_id,
+        "step": record.step,
+        "preset": record.preset,
+        "config_hash": record.config_hash,
+        "git": record.git.model_dump(),
+        "versions": record.versions,
         **(metadata or {}),
     }
-    outputs = [(declared[n]["artifact"], declared[n]["type"], paths[n], meta) for n in declared]
-    arts = store.register(outputs, job_id=record.get("job_id"), parents=parents)
+    outputs = [(declared[n].artifact, declared[n].type, paths[n], meta) for n in declared]
+    arts = store.register(outputs, job_id=record.job_id, parents=parents)
     for a in arts:
         log.info("registered %s (%s) at %s", a.ref, a.type, a.path)
     return arts
@@ -60,20 +61,20 @@ def main(argv: list[str] | None = None) -> int:
     whose outputs are registered already registers nothing twice."""
     import argparse
 
-    import yaml
+    from nemotron.jobrecord import load_record
 
     parser = argparse.ArgumentParser(prog="python -m nemotron.artifacts.lineage", description=main.__doc__)
     parser.add_argument("--job-dir", required=True, type=Path)
     parser.add_argument("outputs", nargs="+", metavar="NAME=PATH")
     args = parser.parse_args(argv)
-    record = yaml.safe_load((args.job_dir / "job.yaml").read_text())
+    record = load_record(args.job_dir)
     paths = {name: Path(path) for name, _, path in (o.partition("=") for o in args.outputs)}
     missing = [f"{name}: {path}" for name, path in paths.items() if not path.exists()]
     if missing:
         print(f"nemotron: the run left no {', '.join(missing)}; nothing registered", file=sys.stderr)
         return 1
     store = job_store(record)
-    done = store.by_job(str(record.get("job_id"))) if store.exists() else []
+    done = store.by_job(record.job_id) if store.exists() else []
     arts = done or register_job_outputs(record, paths, store=store)
     print("nemotron: registered " + ", ".join(a.ref for a in arts), flush=True)
     return 0

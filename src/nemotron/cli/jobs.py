@@ -47,9 +47,15 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotate
     deadline = time.monotonic() + LS_REFRESH_BUDGET_S
     for job_id in records.list_job_ids()[:limit]:
         d = records.resolve_job_dir(job_id)
-        rec, st = records.read_record(d), records.read_status(d)
+        try:
+            rec, st = records.read_record(d), records.read_status(d)
+        except UserError as e:  # one unreadable record must not hide the others
+            err_console.print(f"note: {e.message}", markup=False, highlight=False, soft_wrap=True)
+            rows.append({"job_id": job_id, "step": None, "preset": None, "executor": None, "state": "unreadable",
+                         "created_at": None, "remote_id": None})  # fmt: skip
+            continue
         if st.get("state") not in ("succeeded", "failed", "cancelled"):
-            executor = executor_named(str(rec.get("executor") or "local"))
+            executor = executor_named(rec.executor)
             if executor.cheap_refresh:
                 st = executor.refresh(d)
             elif checked_recently(st, datetime.now(UTC)):
@@ -58,8 +64,8 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotate
                 st = _refresh_or_keep(executor.refresh, d, st)
             else:
                 stale += 1
-        rows.append({"job_id": job_id, "step": rec.get("step"), "preset": rec.get("preset"), "executor": rec.get("executor"),
-                     "state": st.get("state"), "created_at": rec.get("created_at"), "remote_id": st.get("remote_id")})
+        rows.append({"job_id": job_id, "step": rec.step, "preset": rec.preset, "executor": rec.executor,
+                     "state": st.get("state"), "created_at": rec.created_at, "remote_id": st.get("remote_id")})
     if stale:
         err_console.print(f"note: {stale} unfinished job(s) not refreshed within {LS_REFRESH_BUDGET_S:.0f} s; "
                           "`nemotron jobs status JOB_ID` asks their executor")  # fmt: skip
@@ -121,9 +127,9 @@ def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) 
     metrics = records.read_metrics(d)
     produced = [a.ref for a in ArtifactStore(artifacts_dir()).by_job(d.name)]
     info = {
-        "job_id": d.name, "step": rec.get("step"), "preset": rec.get("preset"), "state": st.get("state"),
-        "exit_code": st.get("exit_code"), "dir": str(d), "consumed": [f"{i['name']}: {i.get('artifact') or i.get('path') or i['ref']}" for i in rec.get("inputs", [])],
-        "produced": produced, "last_metrics": metrics[-1] if metrics else None, "git": rec.get("git"),
+        "job_id": d.name, "step": rec.step, "preset": rec.preset, "state": st.get("state"),
+        "exit_code": st.get("exit_code"), "dir": str(d), "consumed": [f"{i.name}: {i.artifact or i.path or i.ref}" for i in rec.inputs],
+        "produced": produced, "last_metrics": metrics[-1] if metrics else None, "git": rec.git.model_dump(),
     }
     if as_json:
         print(json.dumps(info, indent=2))

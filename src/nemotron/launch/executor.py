@@ -62,4 +62,4 @@ def executor_of(job_dir: Path) -> Executor:
     """The executor a recorded job ran on."""
     from nemotron.jobs import read_record
 
-    return executor_named(str(read_record(job_dir).get("executor") or "local"))
+    return executor_named(read_record(job_dir).executor)

@@ -179,7 +179,7 @@ def _register_outputs(job_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
 
     record = read_record(job_dir)
     store = job_store(record)
-    done = store.by_job(str(record.get("job_id"))) if store.exists() else []
+    done = store.by_job(record.job_id) if store.exists() else []
     if done:
         return {"registered": [a.ref for a in done]}
     if not any(Path(path).parent.parent.is_dir() for path in paths.values()):

@@ -1,0 +1,82 @@
+"""job.yaml as a typed model: what a job was (step, preset, config, inputs, outputs, profile, the launch text),
+written once when the job is created and read by `jobs`, lineage and the executors. A record that does not match
+is one clear error naming the file and the fields, not a KeyError somewhere later."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from nemotron.errors import UserError
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputRecord(_Record):
+    """One consumed input as it was bound (compile.Binding)."""
+
+    name: str
+    expected_type: str
+    ref: str  # as the user wrote it: name:vN, a path, a hub id
+    kind: Literal["store", "path", "hub"]
+    path: str | None = None
+    actual_type: str | None = None
+    artifact_id: int | None = None
+    artifact: str | None = None  # name:vN for store artifacts
+    model: str | None = None  # a local HF checkpoint's family, classes and parameter count
+
+
+class OutputRecord(_Record):
+    artifact: str  # the name it is registered under
+    type: str
+
+
+class GitRecord(_Record):
+    commit: str | None = None
+    dirty: bool | None = None
+
+
+class JobRecord(_Record):
+    job_id: str
+    step: str
+    preset: str
+    created_at: str
+    argv: list[str] = []
+    mode: Literal["attached", "batch"]
+    executor: str
+    profile: dict[str, Any]  # the profile's fields, secrets masked
+    config: dict[str, Any]  # the resolved config, secrets masked
+    config_hash: str
+    sources: dict[str, str] = {}  # dotted key -> where its value came from (preset, profile, cli)
+    inputs: list[InputRecord] = []
+    outputs: dict[str, OutputRecord] = {}
+    resources: dict[str, Any] = {}
+    launch: str  # exactly what was submitted (the command, sbatch script or job spec)
+    git: GitRecord = GitRecord()
+    versions: dict[str, str] = {}
+
+
+def parse_record(data: object, where: Path) -> JobRecord:
+    try:
+        return JobRecord.model_validate(data)
+    except ValidationError as e:
+        problems = [f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()]
+        raise UserError(f"{where}: not a job record nemotron can read", problems) from None
+
+
+def load_record(job_dir: Path) -> JobRecord:
+    path = job_dir / "job.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+    return parse_record(data, path)
+
+
+def dump_record(record: JobRecord) -> str:
+    return yaml.safe_dump(record.model_dump(mode="json"), sort_keys=False)
