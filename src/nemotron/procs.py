@@ -6,8 +6,10 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -48,3 +50,36 @@ def is_alive(pid: object, marker: str = "nemotron") -> bool:
         return False
     state = stat[stat.rfind(")") + 2 :][:1]
     return state not in ("Z", "X") and marker in cmdline
+
+
+@contextmanager
+def child_process(
+    cmd: Sequence[str], env: Mapping[str, str], log_path: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `cmd` in its own session (output appended to `log_path`, else dropped) for the duration of the block; it
+    dies with this process and is stopped (SIGTERM to its group, SIGKILL after a grace) on exit, error or Ctrl-C."""
+    out = log_path.open("ab") if log_path else None
+    try:
+        proc = subprocess.Popen(list(cmd), env=dict(env), stdout=out or subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent())  # fmt: skip
+        try:
+            yield proc
+        finally:
+            stop_process(proc)
+    finally:
+        if out is not None:
+            out.close()
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM to the process group, then SIGKILL if it is still there after `grace` seconds."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

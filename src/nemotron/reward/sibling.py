@@ -11,8 +11,6 @@ import json
 import logging
 import os
 import secrets
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +19,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from nemotron.procs import die_with_parent
+from nemotron.procs import child_process
 from nemotron.reward.client import RewardServerError, wait_ready
 from nemotron.reward.server import TOKEN_ENV
 
@@ -186,18 +184,8 @@ def _own_server(
             "--precision",
             "bf16" if precision == "bf16" else "fp32",
         ]
-        out = log_path.open("ab") if log_path else subprocess.DEVNULL
-        # die_with_parent: a trainer killed with -9 cannot run its `finally`; the server must not outlive it.
-        proc = subprocess.Popen(
-            cmd,
-            env={**os.environ, TOKEN_ENV: token},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=die_with_parent(),
-        )
-        try:
+        # child_process: the server dies with the trainer, even one killed with -9 (which runs no `finally`).
+        with child_process(cmd, {**os.environ, TOKEN_ENV: token}, log_path) as proc:
             deadline = time.monotonic() + startup_timeout
             while not ready.is_file():
                 if proc.poll() is not None:
@@ -212,23 +200,6 @@ def _own_server(
             wait_ready(url, timeout=startup_timeout, token=token)
             log.info("reward server (pid %d) ready at %s", proc.pid, url)
             yield url, token
-        finally:
-            stop_process(proc)
-            if log_path and not isinstance(out, int):
-                out.close()
-
-
-def stop_process(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(grace)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def external_url(configured: str | None) -> str | None:

@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-from nemotron.procs import die_with_parent
+from nemotron.procs import child_process
 from nemotron.reward.client import RewardServerError, wait_ready
-from nemotron.reward.sibling import sibling_server, stop_process
 
 log = logging.getLogger("nemotron")
 # The layout of chat_server.render_messages, as a Jinja chat template.
@@ -78,21 +78,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def own_vllm_server(
-    model: str | Path,
-    *,
-    port: int = 0,
-    token: str | None = None,
-    memory: float = 0.3,
-    name: str = "judge",
-    startup_timeout: float = 300.0,
-    log_path: Path | None = None,
-) -> Iterator[tuple[str, str]]:
-    """Start `vllm serve MODEL` on 127.0.0.1 (a free port unless given), wait for /health, yield (url, token); stop it
-    (SIGTERM, then SIGKILL) on exit, on error and on Ctrl-C."""
+def own_vllm_server(model: str | Path, *, token: str | None = None, **options: Any) -> Iterator[tuple[str, str]]:
+    """`vllm_process` on 127.0.0.1 (a free port unless `port=` is given) with a token (a fresh one unless given):
+    yields (url, token); vllm serve is stopped (SIGTERM, then SIGKILL) on exit, on error and on Ctrl-C."""
     token = token or secrets.token_urlsafe(24)
-    with vllm_process(model, port=port, token=token, memory=memory, name=name, startup_timeout=startup_timeout,
-                      log_path=log_path) as (_, url):  # fmt: skip
+    with vllm_process(model, token=token, **options) as (_, url):
         yield url, token
 
 
@@ -136,15 +126,12 @@ def vllm_process(
         structured = structured_outputs_backend(json.loads(tokenizer_json.read_text())) if tokenizer_json.is_file() else "auto"
         cmd = vllm_serve_command(sys.executable, str(model), port, max_length=max_length, memory=memory,
                                  chat_template=template, name=name, structured=structured, host=host)  # fmt: skip
-        out = log_path.open("ab") if log_path else subprocess.DEVNULL
         env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")}
         env.pop("VLLM_API_KEY", None)
         if token:
             env["VLLM_API_KEY"] = token
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=die_with_parent())  # fmt: skip
         url = f"http://127.0.0.1:{port}"
-        try:
+        with child_process(cmd, env, log_path) as proc:
             deadline = time.monotonic() + startup_timeout
             while True:
                 if proc.poll() is not None:
@@ -158,18 +145,6 @@ def vllm_process(
                         raise RewardServerError(f"vllm serve was not ready within {startup_timeout:.0f} s") from None
             log.info("vllm serve (pid %d) ready at %s", proc.pid, url)
             yield proc, url
-        finally:
-            stop_process(proc)
-            if log_path and not isinstance(out, int):
-                out.close()
-
-
-@contextmanager
-def vllm_judge_server(model: str | Path, log_path: Path | None = None, memory: float = 0.3) -> Iterator[tuple[str, str]]:
-    """`vllm serve` beside the trainer, one per node (local rank 0 starts it, the node's other ranks use it)."""
-    with sibling_server(model, module="vllm.serve", log_path=log_path, ready_path="/health",
-                        own=lambda: own_vllm_server(model, memory=memory, log_path=log_path)) as pair:  # fmt: skip
-        yield pair
 
 
 # ----------------------------------------------------------------------------- group 0 of a Slurm heterogeneous job
