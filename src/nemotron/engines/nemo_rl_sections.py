@@ -178,49 +178,32 @@ def policy(
     }
 
 
-def prompt_data(train: str, validation: str | None, prompt_tokens: int, env_name: str) -> dict[str, Any]:
-    """data.*, owned whole (`_override_`): our prompt JSONL read by NeMo-RL's ResponseDataset with no conversion.
-    Rows are {"prompt": ...}; the loader also indexes an output column, so it reads the prompt there too (the
-    reward-model environment never looks at it)."""
+def _data(train: str, validation: str | None, max_input: int | None, dataset: dict[str, Any]) -> dict[str, Any]:
+    """data.*, owned whole (`_override_`): one dataset for training and validation, read in order of the file."""
     return {
         "_override_": True,
-        "max_input_seq_length": prompt_tokens,
+        "max_input_seq_length": max_input,
         "shuffle": True,
         "num_workers": 1,
         "use_multiple_dataloader": False,
         "train": {"data_path": train},
         "validation": {"data_path": validation} if validation else None,
-        "default": {
-            "dataset_name": "ResponseDataset",
-            "input_key": "prompt",
-            "output_key": "prompt",
-            "split_validation_size": 0,
-            "prompt_file": None,
-            "system_prompt_file": None,
-            "processor": "math_hf_data_processor",
-            "env_name": env_name,
-        },
+        "default": {**dataset, "prompt_file": None, "system_prompt_file": None},
     }
+
+
+def prompt_data(train: str, validation: str | None, prompt_tokens: int, env_name: str) -> dict[str, Any]:
+    """Our prompt JSONL read by NeMo-RL's ResponseDataset with no conversion. Rows are {"prompt": ...}; the loader
+    also indexes an output column, so it reads the prompt there too (the reward-model environment never looks at it)."""
+    dataset = {"dataset_name": "ResponseDataset", "input_key": "prompt", "output_key": "prompt",
+               "split_validation_size": 0, "processor": "math_hf_data_processor", "env_name": env_name}  # fmt: skip
+    return _data(train, validation, prompt_tokens, dataset)
 
 
 def gym_data(train: str, validation: str | None) -> dict[str, Any]:
     """data.* for NeMo-Gym: rows are NeMo-Gym's own JSONL (responses_create_params ...), read verbatim."""
-    return {
-        "_override_": True,
-        "max_input_seq_length": None,
-        "shuffle": True,
-        "num_workers": 1,
-        "use_multiple_dataloader": False,
-        "train": {"data_path": train},
-        "validation": {"data_path": validation} if validation else None,
-        "default": {
-            "dataset_name": "NemoGymDataset",
-            "prompt_file": None,
-            "system_prompt_file": None,
-            "processor": "nemo_gym_data_processor",
-            "env_name": "nemo_gym",
-        },
-    }
+    dataset = {"dataset_name": "NemoGymDataset", "processor": "nemo_gym_data_processor", "env_name": "nemo_gym"}
+    return _data(train, validation, None, dataset)
 
 
 def reward_model_resources(nodes: int, gpus_per_node: int, nemo: dict[str, Any]) -> dict[str, int]:
