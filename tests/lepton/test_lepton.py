@@ -92,6 +92,25 @@ def test_status_logs_and_cancel_map_to_the_api(env: dict[str, str], lepton_api: 
     assert json.loads(nemotron(env, "jobs", "status", live_id, "--json").stdout)["state"] == "cancelled"
 
 
+def test_a_step_s_exit_code_reaches_jobs_status_as_on_every_executor(env: dict[str, str], home: Path, lepton_api: Any) -> None:
+    """Lepton's job state says only Failed: the launch script echoes the step's code (run_step's 2 for bad input) as
+    its last log line, and `jobs status` reads it back, so 2/3/130 mean the same on Lepton as locally and on Slurm."""
+    job_id = submit_count(env, "trainer.bad_input_at=1")
+    mover, _ = lepton_api.created_jobs()[-2:]
+    name = lepton.lepton_name(job_id)
+    script = _mover_archive(mover)["launch_script.sh"]  # what the pod runs
+    assert "-m nemotron.run_step" in script and script.endswith('; code=$?; echo "nemotron: job exited with code $code"; exit $code\n')
+
+    # what the pod prints when run_step refuses the input (its own line, then the script's last words)
+    step = subprocess.run([sys.executable, "-m", "nemotron", "steps", "run", "test/count", "-c", "tiny", "trainer.bad_input_at=1"],
+                          capture_output=True, text=True, env=env, timeout=180)  # fmt: skip
+    assert step.returncode == 2  # locally
+    lepton_api.states[name] = "Failed"
+    lepton_api.logs[name] = step.stderr + f"nemotron: job exited with code {step.returncode}\n"
+    shown = json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)
+    assert shown["state"] == "failed" and shown["exit_code"] == 2
+
+
 def test_a_literal_secret_in_a_lepton_profile_is_refused(home: Path, fixture_steps: Path, tmp_path: Path, run_cli: Any) -> None:
     (tmp_path / "env.toml").write_text('[leaky]\nextends = "lepton_rl"\nenv_vars = { HF_TOKEN = "hf_abcdefgh123456" }\n')
     r = run_cli("steps", "run", "test/count", "-c", "tiny", "-b", "leaky", "--dry-run", cwd=tmp_path)

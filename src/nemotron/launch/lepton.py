@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from nemotron.compile import Job
 from nemotron.engines.base import Launch, Placement, StepProcess
 from nemotron.errors import UserError
+from nemotron.launch import remote
 from nemotron.launch.remote import SchedulerJobs
 from nemotron.paths import bundled_root
 from nemotron.profiles import LeptonProfile
@@ -127,10 +128,16 @@ def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
                    "--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR", "--master-port", "$MASTER_PORT", *args)
     else:
         command = (shlex.quote(p.python), *args)
+    command += (EXIT_LINE,)
     return LeptonPlan(name, plan.experiment_id, root, command, tuple(env), setup, p)
 
 
 # ----------------------------------------------------------------------------- rendering (pure)
+
+# Ends the step's command line: its exit code as the last line of the log the API returns (NeMo-Run's sbatch script
+# does the same on Slurm). Lepton's job state says only Failed; exit codes 2/3/130 must mean the same everywhere.
+EXIT_LINE = '; code=$?; echo "nemotron: job exited with code $code"; exit $code'
+
 
 def launch_script(plan: LeptonPlan) -> str:
     """The script NeMo-Run writes into the task dir and the job runs (LeptonExecutor.launch)."""
@@ -293,7 +300,11 @@ class LeptonExecutor(SchedulerJobs):
         return job_state(str(status["remote_id"]))
 
     def exit_code(self, status: dict[str, Any]) -> int | None:
-        return None
+        """The step's code from the last line of the job's log (launch_script echoes it); None for a Ray launch,
+        whose driver's status is the Ray job's."""
+        if status.get("launch") == "ray":
+            return None
+        return remote.last_exit_code("".join(job_log(str(status.get("remote_id")))))
 
     def log_reader(self, job_dir: Path, role: str | None = None) -> _ApiLog:
         from nemotron.jobs import read_status

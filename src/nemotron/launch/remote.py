@@ -114,10 +114,16 @@ def exit_line_code(remote_dir: str | None, pattern: str) -> int | None:
     if not remote_dir:
         return None
     for path in Path(remote_dir).glob(pattern):
-        found = _EXIT_LINE.findall(path.read_text(errors="replace"))
-        if found:
-            return int(found[-1])
+        found = last_exit_code(path.read_text(errors="replace"))
+        if found is not None:
+            return found
     return None
+
+
+def last_exit_code(log: str) -> int | None:
+    """N of the last `job exited with code N` line of a log, if any."""
+    found = _EXIT_LINE.findall(log)
+    return int(found[-1]) if found else None
 
 
 # ----------------------------------------------------------------------------- submit and status
