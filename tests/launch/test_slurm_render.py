@@ -209,3 +209,21 @@ def test_dry_run_imports_neither_nemo_run_nor_torch_nor_leptonai(home: Path, pro
     assert "nemotron.compile" in imported  # imports are being recorded
     assert not {m for m in imported if m.split(".")[0] in ("nemo_run", "torch", "leptonai", "torchx")}
     assert not home.exists()
+
+
+def test_a_plain_python_step_runs_once_whatever_the_profile_asks(profiles: Path) -> None:
+    """data/prep (launch = "python") on slurm_rlhf (2 nodes x 8 tasks) used to run 16 copies writing one output."""
+    plan = slurm_executor.slurm_plan(job("data/prep", "gpu"))
+    (group,) = plan.groups
+    assert (group.nodes, group.ntasks_per_node) == (1, 1)
+    assert plan.notes == ("data/prep runs as one process (python launch): 1 node, 1 task, not the profile's 2 node(s) x 8 task(s)",)
+    script = slurm.render_sbatch(plan)
+    assert "#SBATCH --nodes=1" in script and "#SBATCH --ntasks-per-node=1" in script
+
+
+def test_a_one_process_torchrun_step_is_not_copied_per_task(profiles: Path, tmp_path: Path) -> None:
+    """One GPU per node and 8 tasks per node on one node: one rank, so one process, not 8."""
+    (tmp_path / "env.toml").write_text(PROFILES + '\n[one_gpu]\nextends = "local_slurm"\ngpus_per_node = 1\nntasks_per_node = 8\n')
+    (group,) = slurm_executor.slurm_plan(job("sft", "one_gpu", preset="tiny")).groups
+    assert (group.nodes, group.ntasks_per_node) == (1, 1)
+    assert "torch.distributed.run" not in " ".join(group.command.words())

@@ -250,13 +250,10 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
     image, import_lines, mounts = containers.container(job, paths, p.container_image)
     setup += import_lines
 
-    notes: list[str] = []
+    nodes, tasks, notes = step_shape(job, p, distributed)
     if served is None:
         cmd = step_command(job, paths, p.nodes, nproc, "$head_node_ip")
-        tasks = 1 if distributed else p.ntasks_per_node
-        if job.launch == "server":
-            tasks, notes = 1, server_notes(job, p)
-        groups: tuple[SrunGroup, ...] = (SrunGroup(task, cmd, p.nodes, tasks, gpus),)
+        groups: tuple[SrunGroup, ...] = (SrunGroup(task, cmd, nodes, tasks, gpus),)
     else:
         threads = p.cpus_per_task or 1
         # The policy waits inside `bash -c`, where the script's unexported het_group_host_* are gone: export them.
@@ -266,8 +263,7 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
             policy_env.append((RDZV_HOST_ENV, '"${het_group_host_1}"'))
         groups = (
             SrunGroup(f"{task}-0", server_command(served, paths, threads), 1, 1, gpus),
-            SrunGroup(f"{task}-1", after_server_is_ready(policy, paths, served.what), p.nodes, 1 if distributed else p.ntasks_per_node,
-                      gpus, tuple(policy_env)),
+            SrunGroup(f"{task}-1", after_server_is_ready(policy, paths, served.what), nodes, tasks, gpus, tuple(policy_env)),
         )
     return SlurmPlan(
         job_id=job.job_id, task=task, groups=groups, paths=paths, time=p.time, account=p.account,
@@ -275,6 +271,20 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
         container_image=image, mounts=mounts, env=quoted_env, setup=tuple(setup + list(p.setup)),
         secret_names=tuple(secret_names), notes=tuple(notes),
     )
+
+
+def step_shape(job: Job, p: SlurmProfile, distributed: bool) -> tuple[int, int, list[str]]:
+    """(nodes, tasks per node, notes) of the step's srun. A distributed step runs one torchrun launcher per node,
+    which starts the node's ranks; a server one process per node; any other step one process on one node, since
+    N copies of it would write the same outputs. The notes say when the profile asked for more."""
+    if distributed:
+        return p.nodes, 1, []
+    if job.launch == "server":
+        return p.nodes, 1, server_notes(job, p)
+    if p.nodes * p.ntasks_per_node == 1:
+        return 1, 1, []
+    return 1, 1, [f"{job.step_id} runs as one process ({job.launch} launch): 1 node, 1 task, not the profile's "
+                  f"{p.nodes} node(s) x {p.ntasks_per_node} task(s)"]
 
 
 def server_notes(job: Job, p: SlurmProfile) -> list[str]:
