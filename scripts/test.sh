@@ -12,4 +12,5 @@ if [ -f scripts/slurm-up.sh ] && [ "$(id -u)" = 0 ]; then
 fi
 ruff check src steps tests bench
 mypy
-pytest --durations=15 "$@"
+# Two workers (NEMOTRON_TEST_WORKERS=0: one process); the Slurm tests share one of them (tests/conftest.py).
+pytest -n "${NEMOTRON_TEST_WORKERS:-2}" --dist loadgroup --durations=15 "$@"

@@ -56,6 +56,14 @@ def fixture_steps(monkeypatch: pytest.MonkeyPatch) -> Path:
 
 # ----------------------------------------------------------------------------- the local Slurm cluster
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`scripts/test.sh` runs `-n 2 --dist loadgroup`) the tests marked `slurm` share one worker:
+    the local cluster has two nodes, and a heterogeneous job waiting for a node another test holds would time out."""
+    for item in items:
+        if item.get_closest_marker("slurm") is not None:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 SLURM_UP = REPO / "scripts" / "slurm-up.sh"
 # A first call installs four Debian packages; later calls return in well under a second.
 SLURM_UP_TIMEOUT_S = 900
