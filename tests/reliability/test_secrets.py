@@ -39,7 +39,7 @@ def test_secrets_never_leak(home: Path, tmp_path: Path, fixture_steps: Path, run
     assert dry.code == 0, dry.err
     assert _leaks(dry.out + dry.err) == [] and "PLAIN=visible" in dry.out and "HF_TOKEN='***'" in dry.out
 
-    shown = run_cli("profiles", "show", "mine", env=env, cwd=tmp_path)
+    shown = run_cli("profiles", "show", "mine", "--json", env=env, cwd=tmp_path)
     assert _leaks(shown.out) == [] and '"PLAIN": "visible"' in shown.out
 
     # a real run; the step even prints a secret it was handed (passthrough), and the log must mask it

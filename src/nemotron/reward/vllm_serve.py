@@ -29,6 +29,7 @@ from typing import Any
 
 from nemotron.procs import child_process
 from nemotron.reward.client import RewardServerError, wait_ready
+from nemotron.reward.sibling import sibling_server
 
 log = logging.getLogger("nemotron")
 # The layout of chat_server.render_messages, as a Jinja chat template.
@@ -145,6 +146,14 @@ def vllm_process(
                         raise RewardServerError(f"vllm serve was not ready within {startup_timeout:.0f} s") from None
             log.info("vllm serve (pid %d) ready at %s", proc.pid, url)
             yield proc, url
+
+
+@contextmanager
+def vllm_judge_server(model: str | Path, log_path: Path | None = None, memory: float = 0.3) -> Iterator[tuple[str, str]]:
+    """`vllm serve` beside the trainer, one per node (local rank 0 starts it, the node's other ranks use it)."""
+    with sibling_server(model, module="vllm.serve", log_path=log_path, ready_path="/health",
+                        own=lambda: own_vllm_server(model, memory=memory, log_path=log_path)) as pair:  # fmt: skip
+        yield pair
 
 
 # ----------------------------------------------------------------------------- group 0 of a Slurm heterogeneous job
