@@ -1,0 +1,105 @@
+"""The judge server through the real `openai` client: completions, streaming, and errors the client recognises
+(an unknown model is NotFoundError with code model_not_found; a full queue is 503 with Retry-After)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+
+from nemotron.reward.chat_server import ChatRequest, Completion, serve_chat
+from nemotron.reward.transport import ServerHandle
+
+TOKEN = "judge-openai-token"
+
+
+class GatedChat:
+    """Answers "score: 7" once `gate` is set (set from the start unless a test clears it)."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Semaphore(0)
+
+    def complete(self, request: ChatRequest) -> Completion:
+        self.started.release()
+        assert self.gate.wait(10)
+        return Completion("score: 7", "stop", 5, 3)
+
+
+@pytest.fixture
+def chat() -> GatedChat:
+    return GatedChat()
+
+
+@pytest.fixture
+def server(chat: GatedChat) -> Iterator[ServerHandle]:
+    with serve_chat(chat, token=TOKEN, model_name="judge", max_queue=2) as handle:
+        yield handle
+        chat.gate.set()
+
+
+def client(handle: ServerHandle, api_key: str = TOKEN) -> openai.OpenAI:
+    return openai.OpenAI(base_url=handle.url + "/v1", api_key=api_key, max_retries=0, timeout=10)
+
+
+MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "rate this"}]
+
+
+def test_a_completion(server: ServerHandle) -> None:
+    answer = client(server).chat.completions.create(model="judge", messages=MESSAGES, n=2)
+    assert [c.message.content for c in answer.choices] == ["score: 7", "score: 7"]
+    assert answer.usage is not None and answer.usage.completion_tokens == 6
+    assert [m.id for m in client(server).models.list()] == ["judge"]
+
+
+def test_streaming(server: ServerHandle) -> None:
+    stream = client(server).chat.completions.create(
+        model="judge", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "score: 7"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 8
+
+
+def test_an_unknown_model_is_not_found(server: ServerHandle) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        client(server).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert caught.value.code == "model_not_found" and "gpt-4o" in caught.value.message
+
+
+def test_a_bad_request_and_a_wrong_key_say_why(server: ServerHandle) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(server).chat.completions.create(model="judge", messages=MESSAGES, temperature=9)
+    assert "'temperature' must be a number" in caught.value.message
+    with pytest.raises(openai.AuthenticationError):
+        client(server, api_key="wrong").chat.completions.create(model="judge", messages=MESSAGES)
+
+
+def test_past_max_queue_a_request_gets_503_with_retry_after(server: ServerHandle, chat: GatedChat) -> None:
+    chat.gate.clear()
+    body = {"model": "judge", "messages": MESSAGES}
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with ThreadPoolExecutor(2) as pool:
+        waiting = [
+            pool.submit(
+                httpx.post, server.url + "/v1/chat/completions", json=body, headers=headers, timeout=20
+            )
+            for _ in range(2)
+        ]
+        assert chat.started.acquire(timeout=10)  # one generates, one waits: the queue of 2 is full
+        refused = httpx.post(server.url + "/v1/chat/completions", json=body, headers=headers, timeout=10)
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["type"] == "server_error"
+        with pytest.raises(openai.InternalServerError):
+            client(server).chat.completions.create(model="judge", messages=MESSAGES)
+        chat.gate.set()
+        assert [f.result().status_code for f in waiting] == [200, 200]
+    assert client(server).chat.completions.create(model="judge", messages=MESSAGES).choices
