@@ -48,7 +48,7 @@ class Server(Strict):
         "preferred_batch_size",
     )
     preferred_batch_size: int = Field(
-        16,
+        64,
         ge=1,
         description="reward: the batcher runs as soon as this many sequences wait, and scores at most this many "
         "per forward pass; at most max_batch_size (Triton: preferred_batch_size)",
