@@ -86,7 +86,9 @@ def save_tiny_reward_model(directory: Path) -> None:
 BATCH_1 = ("--max-batch-size", "1", "--max-queue-delay-ms", "0")  # every request alone, at once
 
 
-def start_server(model_dir: Path, work: Path, batching: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    model_dir: Path, work: Path, batching: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
     """`python -m nemotron.reward.server` on a free loopback port with its default batching (or `batching`'s
     flags); returns (process, url) once it serves."""
     ready = work / "ready.json"
@@ -252,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         ratio = batched.requests_per_s / max(single.requests_per_s, 1e-9)
         print(f"{args.clients} clients: default batching serves {ratio:.1f}x the requests/s of batch size 1")
         if args.json_path:
-            args.json_path.write_text(json.dumps({"batch_1": asdict(single), "batched": asdict(batched)}, indent=1))
+            args.json_path.write_text(
+                json.dumps({"batch_1": asdict(single), "batched": asdict(batched)}, indent=1)
+            )
         return 0 if single.errors == batched.errors == 0 else 1
     report = run(args.clients, args.seconds, args.warmup, BATCH_1 if args.batch_1 else ())
     print(
