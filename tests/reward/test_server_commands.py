@@ -157,3 +157,22 @@ def test_the_token_from_the_environment_or_a_0600_file(tmp_path: Path, source: s
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_a_server_raises_its_soft_file_limit_to_the_hard_one_and_caps_connections_under_it() -> None:
+    script = """
+import resource, sys
+from nemotron.reward.server import serve
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+with serve(lambda texts: [0.0] * len(texts)) as handle:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    print(soft == hard, handle.max_connections)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=_env(), capture_output=True, text=True, timeout=60
+    )
+    raised, cap = result.stdout.split()
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert raised == "True", result.stderr
+    assert int(cap) == min(4096, (hard - 64) // 2) if hard != resource.RLIM_INFINITY else int(cap) == 4096

@@ -369,7 +369,10 @@ class ServerHandle:
             self._close_loop()
             raise
         self._stopped = False
-        logger.info("serving on %s", self.url)
+        self.max_connections = (
+            core.max_connections
+        )  # the cap in force: the setting, or the default under the file limit
+        logger.info("serving on %s (at most %d connections)", self.url, self.max_connections)
 
     @property
     def url(self) -> str:
