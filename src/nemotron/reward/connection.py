@@ -151,10 +151,8 @@ class Connection(asyncio.BufferedProtocol):
                 data = data.lstrip(b"\r\n")  # blank lines before a request line are allowed (RFC 9112 2.2)
                 if not data:
                     return
-                if self.deadline is None:
-                    self.deadline = (
-                        now + self.settings.request_deadline_s
-                    )  # from the first byte of the request
+                if self.deadline is None:  # the request's deadline runs from its first byte
+                    self.deadline = now + self.settings.request_deadline_s
                     self._arm(self.deadline)
             if len(self.head_seen) <= MAX_HEAD_BYTES:
                 self.head_seen += data

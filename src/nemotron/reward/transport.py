@@ -369,9 +369,8 @@ class ServerHandle:
             self._close_loop()
             raise
         self._stopped = False
-        self.max_connections = (
-            core.max_connections
-        )  # the cap in force: the setting, or the default under the file limit
+        # The cap in force: the setting, or the default under the file limit.
+        self.max_connections = core.max_connections
         logger.info("serving on %s (at most %d connections)", self.url, self.max_connections)
 
     @property
