@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
 import pytest
+import torch
 
-from nemotron.reward.chat_server import ChatRequest, Completion, serve_chat
+from nemotron.reward.chat_server import ChatRequest, Completion, HFChatModel, serve_chat
+from nemotron.reward.metrics import parse_samples
 from nemotron.reward.transport import ServerHandle
 
 TOKEN = "judge-openai-token"
@@ -41,6 +44,11 @@ def server(chat: GatedChat) -> Iterator[ServerHandle]:
     with serve_chat(chat, token=TOKEN, model_name="judge", max_queue=2) as handle:
         yield handle
         chat.gate.set()
+
+
+def queued(handle: ServerHandle) -> float:
+    metrics = httpx.get(handle.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5).text
+    return parse_samples(metrics)["nemotron_judge_queued_requests"]
 
 
 def client(handle: ServerHandle, api_key: str = TOKEN) -> openai.OpenAI:
@@ -94,7 +102,11 @@ def test_past_max_queue_a_request_gets_503_with_retry_after(server: ServerHandle
             )
             for _ in range(2)
         ]
-        assert chat.started.acquire(timeout=10)  # one generates, one waits: the queue of 2 is full
+        assert chat.started.acquire(timeout=10)  # one generates
+        deadline = time.monotonic() + 10
+        while queued(server) < 2:  # and one waits: the queue of 2 is full
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
         refused = httpx.post(server.url + "/v1/chat/completions", json=body, headers=headers, timeout=10)
         assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
         assert refused.json()["error"]["type"] == "server_error"
@@ -103,3 +115,79 @@ def test_past_max_queue_a_request_gets_503_with_retry_after(server: ServerHandle
         chat.gate.set()
         assert [f.result().status_code for f in waiting] == [200, 200]
     assert client(server).chat.completions.create(model="judge", messages=MESSAGES).choices
+
+
+class StreamingScript:
+    """Emits "score", then waits for `gate`, then emits ": 7": a stream must show the first piece before the
+    second exists."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    def complete(self, request: ChatRequest) -> Completion:
+        return Completion("score: 7", "stop", 5, 3)
+
+    def complete_streaming(self, request: ChatRequest, emit: Callable[[str], None]) -> Completion:
+        emit("score")
+        assert self.gate.wait(10)
+        emit(": 7")
+        return Completion("score: 7", "stop", 5, 3)
+
+
+def test_a_streaming_model_is_streamed_as_it_generates() -> None:
+    model = StreamingScript()
+    with serve_chat(model, token=TOKEN) as handle:
+        try:
+            stream = client(handle).chat.completions.create(model="judge", messages=MESSAGES, stream=True)
+            chunks = iter(stream)
+            pieces = []
+            while not pieces:  # the role chunk, then the first piece: before the model is done
+                chunk = next(chunks)
+                pieces += [c.delta.content for c in chunk.choices if c.delta.content]
+            assert pieces == ["score"] and not model.gate.is_set()
+            model.gate.set()
+            rest = list(chunks)
+            pieces += [c.delta.content for chunk in rest for c in chunk.choices if c.delta.content]
+            assert "".join(pieces) == "score: 7"
+            assert [c.finish_reason for chunk in rest for c in chunk.choices][-1] == "stop"
+        finally:
+            model.gate.set()
+
+
+def test_a_real_lm_streams_the_text_it_answers_without_streaming() -> None:
+    from tests.reward.conftest import build_tokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = build_tokenizer()
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=2, eos_token_id=2
+    )
+    with serve_chat(
+        HFChatModel(GPT2LMHeadModel(config).eval(), tokenizer, max_context=64), token=TOKEN
+    ) as handle:
+        # Sampled with a seed, so both calls draw the same tokens (a random model's greedy answer is empty).
+        ask = {"model": "judge", "messages": MESSAGES, "max_tokens": 12, "temperature": 1.0, "seed": 3}
+        whole = client(handle).chat.completions.create(**ask).choices[0].message.content
+        stream = client(handle).chat.completions.create(**ask, stream=True)
+        pieces = [c.delta.content for chunk in stream for c in chunk.choices if c.delta.content]
+    assert whole and len(pieces) > 1  # token by token, not one piece at the end
+    assert "".join(pieces) == whole
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_place() -> None:
+    model = StreamingScript()
+    with serve_chat(model, token=TOKEN, max_queue=1) as handle:
+        try:
+            stream = client(handle).chat.completions.create(model="judge", messages=MESSAGES, stream=True)
+            next(iter(stream))
+            stream.close()  # gone before the model is done
+            model.gate.set()
+            deadline = time.monotonic() + 10
+            while queued(handle) > 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            answer = client(handle).chat.completions.create(model="judge", messages=MESSAGES)
+            assert answer.choices[0].message.content == "score: 7"
+        finally:
+            model.gate.set()

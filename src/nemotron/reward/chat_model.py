@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from nemotron.reward.messages import HTTPError
 
@@ -41,6 +41,17 @@ class ChatModel(Protocol):
     """Anything that answers a chat: an HF causal LM, or a scripted stand-in in tests."""
 
     def complete(self, request: ChatRequest) -> Completion: ...
+
+
+@runtime_checkable
+class StreamingChatModel(Protocol):
+    """A chat model that hands out its answer as it generates it: `emit(text)` for each new piece of text, in
+    order; the pieces add up to the returned completion's text. The judge server streams such a model's answer
+    to `stream=True` requests token by token; any other model's answer leaves in one piece at its end."""
+
+    def complete(self, request: ChatRequest) -> Completion: ...
+
+    def complete_streaming(self, request: ChatRequest, emit: Callable[[str], None]) -> Completion: ...
 
 
 def render_messages(messages: Sequence[tuple[str, str]]) -> str:
@@ -89,6 +100,27 @@ class HFChatModel:
                 return self._choose(prompt, request)
             return self._generate(prompt, request)
 
+    def complete_streaming(self, request: ChatRequest, emit: Callable[[str], None]) -> Completion:
+        """`complete`, emitting the text as tokens come. A guided choice, or an answer that a stop string may
+        cut, is emitted whole at the end (a piece once sent cannot be taken back)."""
+        import torch
+
+        if request.guided_choice is not None or request.stop:
+            completion = self.complete(request)
+            emit(completion.text)
+            return completion
+        prompt = self.prompt_ids(request.messages)
+        if not prompt:
+            raise HTTPError(400, "the messages encode to no tokens")
+        emitter = _text_emitter(self.tokenizer, emit)
+        with self._lock, torch.inference_mode():
+            if request.seed is not None:
+                torch.manual_seed(request.seed)
+            completion = self._generate(prompt, request, emitter)
+        if completion.text.startswith(emitter.sent):  # what decoding the whole answer adds at its end
+            emit(completion.text[len(emitter.sent) :])
+        return completion
+
     def _choose(self, prompt: list[int], request: ChatRequest) -> Completion:
         """Score each choice by the sum of its token logprobs given the prompt; take the best (or sample)."""
         import torch
@@ -126,7 +158,7 @@ class HFChatModel:
         text = (request.guided_choice or ())[pick]
         return Completion(text, "stop", len(prompt), len(choices[pick]))
 
-    def _generate(self, prompt: list[int], request: ChatRequest) -> Completion:
+    def _generate(self, prompt: list[int], request: ChatRequest, streamer: Any = None) -> Completion:
         import torch
 
         # Prompt plus answer must fit the model's positions: keep at least half the context for the prompt.
@@ -144,6 +176,7 @@ class HFChatModel:
             max_new_tokens=max_new,
             pad_token_id=self.pad_id,
             eos_token_id=self.tokenizer.eos_token_id,
+            streamer=streamer,
             **sampling,
         )
         new = [int(t) for t in output[0, len(prompt) :]]
@@ -156,3 +189,37 @@ class HFChatModel:
             if stop in text:
                 text, stopped = text[: text.index(stop)], True
         return Completion(text, "stop" if stopped else "length", len(prompt), len(new))
+
+
+def _text_emitter(tokenizer: PreTrainedTokenizerBase, emit: Callable[[str], None]) -> Any:
+    """A `transformers` streamer that emits the answer's new text after each generated token: what decoding
+    the answer so far adds to what was sent, held back while the decoded text ends in half a character."""
+    from transformers.generation.streamers import BaseStreamer
+
+    class TextEmitter(BaseStreamer):
+        def __init__(self) -> None:
+            self.ids: list[int] = []
+            self.sent = ""
+            self.prompt_seen = False
+            self.ended = False
+
+        def put(self, value: Any) -> None:
+            if not self.prompt_seen:  # generate() first passes the prompt
+                self.prompt_seen = True
+                return
+            for token in value.reshape(-1).tolist():
+                if self.ended or token == tokenizer.eos_token_id:
+                    self.ended = True
+                    return
+                self.ids.append(int(token))
+            text = str(tokenizer.decode(self.ids, skip_special_tokens=True))
+            if text.endswith("\ufffd") or not text.startswith(self.sent):
+                return
+            piece, self.sent = text[len(self.sent) :], text
+            if piece:
+                emit(piece)
+
+        def end(self) -> None:
+            pass
+
+    return TextEmitter()

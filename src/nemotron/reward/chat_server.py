@@ -28,7 +28,9 @@ from nemotron.reward.chat_model import ChatModel as ChatModel
 from nemotron.reward.chat_model import ChatRequest as ChatRequest
 from nemotron.reward.chat_model import Completion as Completion
 from nemotron.reward.chat_model import HFChatModel as HFChatModel
+from nemotron.reward.chat_model import StreamingChatModel
 from nemotron.reward.chat_model import render_messages as render_messages
+from nemotron.reward.messages import BodyStream, error_from, error_response
 from nemotron.reward.metrics import LATENCY_BUCKETS_S
 from nemotron.reward.server_options import check_bind, find_token, server_command_line
 from nemotron.reward.transport import (
@@ -220,13 +222,77 @@ class ChatApp:
                 )
             self.waiting += 1
             self.queued.set(self.waiting)
+        # Token by token when the model can; else (n > 1 too) the chunks of the finished answer.
+        body = (
+            BodyStream()
+            if chat.stream and chat.n == 1 and isinstance(self.model, StreamingChatModel)
+            else None
+        )
         try:
-            future = self._generator.submit(self._complete, chat)
+            if body is not None:
+                future: Future[Any] = self._generator.submit(self._stream, chat, body)
+            else:
+                future = self._generator.submit(self._complete, chat)
         except RuntimeError as exc:  # the generator has shut down
             self._dequeue()
             raise HTTPError(503, "the server is shutting down") from exc
         future.add_done_callback(lambda _: self._dequeue())
-        return Deferred(future, partial(self._respond, chat))
+        if body is None:
+            return Deferred(future, partial(self._respond, chat))
+        headers_now: Future[None] = Future()  # the headers leave at once; the events as they are generated
+        headers_now.set_result(None)
+        stream = body
+        return Deferred(
+            headers_now,
+            lambda _: Response(200, b"", "text/event-stream", {"Cache-Control": "no-cache"}, stream=stream),
+        )
+
+    def _stream(self, chat: ChatRequest, body: BodyStream) -> None:
+        """Generate `chat` (n = 1) on the generation thread, writing its chunks to `body` as they come."""
+        assert isinstance(self.model, StreamingChatModel)
+        common = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": self.model_name}
+
+        def send(payload: dict[str, Any]) -> None:
+            body.write(f"data: {json.dumps(payload)}\n\n".encode())
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> None:
+            send({**common, "object": "chat.completion.chunk", "choices": choices, **extra})
+
+        def emit(text: str) -> None:
+            if body.cancelled.is_set():
+                raise _ClientGone
+            if text:
+                chunk([{"index": 0, "delta": {"content": text}, "finish_reason": None}])
+
+        try:
+            if body.cancelled.is_set():
+                return  # the client left while the request waited
+            chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+            started = time.perf_counter()
+            completion = self.model.complete_streaming(chat, emit)
+            self.seconds.observe(time.perf_counter() - started)
+            self.completions.inc()
+            self.tokens.inc(completion.completion_tokens)
+            chunk([{"index": 0, "delta": {}, "finish_reason": completion.finish_reason}])
+            if chat.include_usage:
+                total = completion.prompt_tokens + completion.completion_tokens
+                usage = {
+                    "prompt_tokens": completion.prompt_tokens,
+                    "completion_tokens": completion.completion_tokens,
+                }
+                chunk([], usage={**usage, "total_tokens": total})
+        except _ClientGone:
+            return
+        except HTTPError as exc:  # the status line has left: the error goes in the stream, as OpenAI sends it
+            send(json.loads(error_from(exc, "openai").body))
+        except Exception as exc:
+            logger.error("streaming a chat completion failed", exc_info=exc)
+            send(
+                json.loads(error_response(500, f"internal error: {type(exc).__name__}", style="openai").body)
+            )
+        finally:
+            body.write(b"data: [DONE]\n\n")
+            body.end()
 
     def _dequeue(self) -> None:
         with self._lock:
@@ -265,6 +331,10 @@ class ChatApp:
             for i, c in enumerate(completions)
         ]
         return json_response({**common, "object": "chat.completion", "choices": choices, "usage": usage})
+
+
+class _ClientGone(Exception):
+    """Raised into a generation whose client has disconnected, to stop it."""
 
 
 def _event_stream(

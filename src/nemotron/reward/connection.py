@@ -23,7 +23,15 @@ from urllib.parse import urlsplit
 
 import h11
 
-from nemotron.reward.messages import HTTPError, Request, Response, decompress, error_from, error_response
+from nemotron.reward.messages import (
+    BodyStream,
+    HTTPError,
+    Request,
+    Response,
+    decompress,
+    error_from,
+    error_response,
+)
 
 if TYPE_CHECKING:
     from nemotron.reward.transport import Deferred, Route, ServerCore
@@ -105,6 +113,7 @@ class Connection(asyncio.BufferedProtocol):
         self.started = 0.0
         self.body = bytearray()
         self.pending: Deferred | None = None  # the answer being computed elsewhere
+        self.streaming: BodyStream | None = None  # the body of the answer being sent in parts
         self.refusal: Response | None = (
             None  # the error to answer once a refused request's (empty) body is read
         )
@@ -185,6 +194,8 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         busy = self.state == BUSY
         self.state = CLOSED
+        if self.streaming is not None:
+            self.streaming.cancel()  # nobody reads the rest: its producer may stop
         self.core.forget(self)
         if self.timer is not None:
             self.timer.cancel()
@@ -385,13 +396,12 @@ class Connection(asyncio.BufferedProtocol):
         self._respond(response, close=True)
 
     def _response_event(self, response: Response, close: bool) -> h11.Response:
-        headers = [
-            ("Server", "nemotron"),
-            ("Date", http_date()),
-            ("Content-Type", response.content_type),
-            ("Content-Length", str(len(response.body))),
-            *response.headers.items(),
-        ]
+        headers = [("Server", "nemotron"), ("Date", http_date()), ("Content-Type", response.content_type)]
+        if (
+            response.stream is None
+        ):  # else h11 sends the parts chunked (HTTP/1.0: until the connection closes)
+            headers.append(("Content-Length", str(len(response.body))))
+        headers += response.headers.items()
         if close:
             headers.append(("Connection", "close"))
         return h11.Response(
@@ -410,6 +420,15 @@ class Connection(asyncio.BufferedProtocol):
                 event = self._response_event(response, close)
             try:
                 parts: list[bytes | None] = [self.h11.send(event)]
+                if response.stream is not None and self.method != "HEAD":
+                    transport.writelines(p for p in parts if p)
+                    self.streaming = response.stream
+                    response.stream.attach(
+                        self.loop, self._send_part, partial(self._end_stream, response.status)
+                    )
+                    return  # answered in parts; _end_stream finishes the request
+                if response.stream is not None:
+                    response.stream.cancel()  # HEAD: the headers only
                 if self.method != "HEAD" and response.body:
                     parts += self.h11.send_with_data_passthrough(h11.Data(data=response.body)) or []
                 parts.append(self.h11.send(h11.EndOfMessage()))
@@ -418,7 +437,24 @@ class Connection(asyncio.BufferedProtocol):
                 logger.debug("closing without an answer: %s", exc)
                 transport.abort()
                 self.state = CLOSED
-        self._finish(response.status)
+        self._answered(response.status)
+
+    def _send_part(self, data: bytes) -> None:
+        if self.state == CLOSED or self.transport is None or self.streaming is None:
+            return
+        if data:
+            self.transport.write(self.h11.send(h11.Data(data=data)))
+
+    def _end_stream(self, status: int) -> None:
+        self.streaming = None
+        if self.state != CLOSED and self.transport is not None:
+            self.transport.write(self.h11.send(h11.EndOfMessage()))
+        self._answered(status)
+        self._advance()
+
+    def _answered(self, status: int) -> None:
+        """The answer is written: count it, then close, or wait for the next request."""
+        self._finish(status)
         self.method = ""
         if self.state == CLOSED:
             return

@@ -6,8 +6,11 @@ needs: JSON in and out, gzip/deflate request bodies with a size limit.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,12 +28,61 @@ class Request:
     body: bytes
 
 
+class BodyStream:
+    """A response body that another thread writes in parts as they exist (server-sent events), sent chunked.
+
+    The producer calls `write` and finally `end` from any thread; the connection attaches itself on the event
+    loop and sends each part as it comes. `cancelled` is set when the client has gone: the producer may stop.
+    """
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._pending: list[bytes] = []
+        self._ended = False
+        self._sink: tuple[asyncio.AbstractEventLoop, Callable[[bytes], None], Callable[[], None]] | None = (
+            None
+        )
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            if self._sink is None:
+                self._pending.append(data)
+                return
+            loop, on_part, _ = self._sink
+        loop.call_soon_threadsafe(on_part, data)
+
+    def end(self) -> None:
+        with self._lock:
+            self._ended = True
+            if self._sink is None:
+                return
+            loop, _, on_end = self._sink
+        loop.call_soon_threadsafe(on_end)
+
+    def attach(
+        self, loop: asyncio.AbstractEventLoop, on_part: Callable[[bytes], None], on_end: Callable[[], None]
+    ) -> None:
+        """Called on `loop`: what was written so far is sent now, the rest as it comes."""
+        with self._lock:
+            pending, self._pending, ended = self._pending, [], self._ended
+            self._sink = (loop, on_part, on_end)
+        for data in pending:
+            on_part(data)
+        if ended:
+            on_end()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
 @dataclass
 class Response:
     status: int = 200
     body: bytes = b""
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    stream: BodyStream | None = None  # the body comes in parts from another thread instead of `body`
 
 
 class HTTPError(Exception):
