@@ -170,7 +170,7 @@ def run_mode(
     name: str, mode: str, scorer: Callable[[list[str]], Sequence[float]], args: argparse.Namespace
 ) -> Result:
     from nemotron.reward.client import RewardClient
-    from nemotron.reward.prometheus import parse_samples
+    from nemotron.reward.metrics import parse_samples
     from nemotron.reward.server import serve
 
     max_batch = 1 if mode == "batch size 1" else args.max_batch_size

@@ -2,6 +2,7 @@
 
     python bench/load_reward_server.py                            # 64 clients for 30 s (docs/reliability.md)
     python bench/load_reward_server.py --clients 8 --seconds 3    # a quick look
+    python bench/load_reward_server.py --compare --seconds 15     # batch size 1, then the defaults: the ratio
 
 The server is its own process, started as a user starts it (`python -m nemotron.reward.server --model DIR`) on a
 tiny random GPT-2 reward model built from a config and saved as safetensors, so its RSS is its own. The clients
@@ -82,12 +83,19 @@ def save_tiny_reward_model(directory: Path) -> None:
     tokenizer.save_pretrained(directory)
 
 
-def start_server(model_dir: Path, work: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """`python -m nemotron.reward.server` on a free loopback port; returns (process, url) once it serves."""
+BATCH_1 = ("--max-batch-size", "1", "--max-queue-delay-ms", "0")  # every request alone, at once
+
+
+def start_server(
+    model_dir: Path, work: Path, batching: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`python -m nemotron.reward.server` on a free loopback port with its default batching (or `batching`'s
+    flags); returns (process, url) once it serves."""
     ready = work / "ready.json"
+    ready.unlink(missing_ok=True)
     process = subprocess.Popen(
         [sys.executable, "-m", "nemotron.reward.server", "--model", str(model_dir), "--host", "127.0.0.1",
-         "--threads", "1", "--max-length", "64", "--max-batch-size", "64", "--max-queue-delay-ms", "5", "--ready-file", str(ready)],
+         "--threads", "1", "--max-length", "64", *batching, "--ready-file", str(ready)],
         stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("wb"),
     )  # fmt: skip
     deadline = time.monotonic() + 120
@@ -160,11 +168,11 @@ def client_loop(url: str, index: int, work: Workload, start: float, end: float, 
                               "rows": rows}  # fmt: skip
 
 
-def run(clients: int, seconds: float, warmup: float) -> Report:
+def run(clients: int, seconds: float, warmup: float, batching: tuple[str, ...] = ()) -> Report:
     with tempfile.TemporaryDirectory(prefix="nemotron-load-") as tmp:
         work_dir = Path(tmp)
         save_tiny_reward_model(work_dir / "model")
-        server, url = start_server(work_dir / "model", work_dir)
+        server, url = start_server(work_dir / "model", work_dir, batching)
         try:
             work = Workload(url)
             rss_idle = rss_mb(server.pid)
@@ -228,10 +236,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="measured load, after the warm-up")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds of load before the clock starts")
     parser.add_argument("--json", dest="json_path", type=Path, help="also write the report here")
+    parser.add_argument("--batch-1", action="store_true", help="serve every request alone (max batch size 1)")
+    parser.add_argument(
+        "--compare", action="store_true", help="run batch size 1, then the default batching; print the ratio"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    report = run(args.clients, args.seconds, args.warmup)
+    if args.compare:
+        single = run(args.clients, args.seconds, args.warmup, BATCH_1)
+        batched = run(args.clients, args.seconds, args.warmup)
+        for name, report in (("batch size 1", single), ("default batching", batched)):
+            print(
+                f"{name}: {report.requests_per_s:.0f} requests/s, p50 {report.p50_ms:.1f} ms, "
+                f"p99 {report.p99_ms:.1f} ms, errors {report.errors}"
+            )
+        ratio = batched.requests_per_s / max(single.requests_per_s, 1e-9)
+        print(f"{args.clients} clients: default batching serves {ratio:.1f}x the requests/s of batch size 1")
+        if args.json_path:
+            args.json_path.write_text(
+                json.dumps({"batch_1": asdict(single), "batched": asdict(batched)}, indent=1)
+            )
+        return 0 if single.errors == batched.errors == 0 else 1
+    report = run(args.clients, args.seconds, args.warmup, BATCH_1 if args.batch_1 else ())
     print(
         f"{report.clients} clients for {report.seconds:g} s on loopback: {report.requests} requests "
         f"({report.rows} rows; the least served client made {report.min_client_requests}), "

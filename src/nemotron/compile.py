@@ -38,6 +38,7 @@ from nemotron.profiles import (
     implicit_profile,
     load_profile,
 )
+from nemotron.redact import MASK, is_secret_name
 
 AnyProfile = LocalProfile | SlurmProfile | LeptonProfile
 
@@ -189,7 +190,8 @@ def validate_config(step_id: str, schema: type[BaseModel], tree: dict[str, Any],
                 owner = _model_at(schema, loc[:-1])
                 hint = did_you_mean(loc[-1], owner.model_fields if owner else [])
                 hint = hint.replace("'", "'" + ".".join(loc[:-1]) + ".", 1) if hint and len(loc) > 1 else hint
-                problems.append(f"{key}: unknown key (value {err['input']!r}){origin}{hint}")
+                shown = MASK if is_secret_name(loc[-1]) else repr(err["input"])  # a token typed where none belongs
+                problems.append(f"{key}: unknown key (value {shown}){origin}{hint}")
             else:
                 value = "" if err["type"] == "missing" else f" (got {err['input']!r})"
                 problems.append(f"{key}: {err['msg']}{value}{origin}")

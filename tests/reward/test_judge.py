@@ -25,7 +25,7 @@ from nemotron.reward.judge import (
     parse_pairwise_verdict,
     score_choices,
 )
-from nemotron.reward.prometheus import parse_samples
+from nemotron.reward.metrics import parse_samples
 from nemotron.reward.transport import ServerHandle
 
 from .test_server import http_call
@@ -208,7 +208,7 @@ def test_template_must_have_placeholders() -> None:
         ({"messages": []}, "non-empty list"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "'role'"),
         ({"messages": [{"role": "user", "content": 3}]}, "content must be a string"),
-        ({"messages": [{"role": "user", "content": "x"}], "stream": True}, "stream"),
+        ({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream"),
         ({"messages": [{"role": "user", "content": "x"}], "temperature": 9}, "temperature"),
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
         ({"messages": [{"role": "user", "content": "x"}], "guided_choice": []}, "guided_choice"),
@@ -225,7 +225,9 @@ def test_chat_server_rejects_bad_requests(
     status, _, body = http_call(
         scripted_server.url, "/v1/chat/completions", json.dumps(payload).encode(), headers
     )
-    assert status == 400 and message in json.loads(body)["error"]
+    error = json.loads(body)["error"]  # OpenAI's error object
+    assert status == 400 and message in error["message"] and error["type"] == "invalid_request_error"
+    assert set(error) == {"message", "type", "param", "code"}
     assert http_call(scripted_server.url, "/health")[0] == 200
 
 

@@ -16,7 +16,7 @@ import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
 from nemotron.reward.client import RewardClient, RewardServerError
-from nemotron.reward.prometheus import parse_samples
+from nemotron.reward.metrics import parse_samples
 from nemotron.reward.server import serve
 from nemotron.reward.transport import ServerHandle
 
@@ -148,7 +148,7 @@ def test_stop_finishes_in_flight_requests_then_refuses() -> None:
     ("raw", "status"),
     [
         (b"PATCH /score HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", b"501"),
-        (b"GET /score HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", b"431"),
+        (b"GET /score HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", b"431"),
         (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b"414"),
     ],
 )

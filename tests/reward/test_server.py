@@ -16,7 +16,7 @@ import tritonclient.http as triton_http
 from transformers import PreTrainedTokenizerFast
 
 from nemotron.reward.client import RewardClient
-from nemotron.reward.prometheus import parse_samples
+from nemotron.reward.metrics import parse_samples
 from nemotron.reward.scorer import Scorer
 from nemotron.reward.server import serve
 from nemotron.reward.transport import ServerHandle

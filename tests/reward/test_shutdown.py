@@ -15,7 +15,7 @@ import numpy as np
 from transformers import GPT2ForSequenceClassification, PreTrainedTokenizerFast
 
 from nemotron.reward.client import RewardClient
-from nemotron.reward.prometheus import parse_samples
+from nemotron.reward.metrics import parse_samples
 from nemotron.reward.scorer import Scorer
 
 from .test_server import http_call

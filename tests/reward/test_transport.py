@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from nemotron.reward.prometheus import parse_samples
+from nemotron.reward.metrics import parse_samples
 from nemotron.reward.transport import (
     Deferred,
     HTTPSettings,
@@ -43,9 +43,7 @@ class ScriptedApp:
             ),
             ("GET", "/block"): Route("block", self._block),
             ("GET", "/big"): Route("big", lambda _: Response(200, b"x" * 2**20), inline=True),
-            ("GET", "/health"): Route(
-                "health", lambda _: json_response({"ok": True}), public=True, inline=True
-            ),
+            ("GET", "/health"): Route("health", lambda _: json_response({"ok": True}), inline=True),
         }
 
     def route(self, method: str, path: str) -> Route | None:
@@ -144,17 +142,15 @@ def test_pipelined_requests_are_answered_one_at_a_time_in_order(
         assert read_response(reader)[2] == b"second"
 
 
-def test_http10_closes_unless_it_asks_for_keep_alive(server: ServerHandle) -> None:
-    with connect(server) as sock, sock.makefile("rb") as reader:
-        sock.sendall(request("POST", "/echo", b"a", version="HTTP/1.0"))
-        status, headers, body = read_response(reader)
-        assert (status, headers["connection"], body) == (200, "close", b"a")
-        assert closed_within(sock, 2)
-    with connect(server) as sock, sock.makefile("rb") as reader:
-        for body in (b"b", b"c"):  # two requests on one HTTP/1.0 keep-alive connection
-            sock.sendall(request("POST", "/echo", body, version="HTTP/1.0", Connection="keep-alive"))
-            status, headers, answer = read_response(reader)
-            assert (status, headers["connection"], answer) == (200, "keep-alive", body)
+def test_http10_is_served_one_request_per_connection(server: ServerHandle) -> None:
+    # h11 serves HTTP/1.0 clients without keep-alive, even when they ask for it: each answer says
+    # Connection: close and the server closes after it.
+    for extra in ({}, {"Connection": "keep-alive"}):
+        with connect(server) as sock, sock.makefile("rb") as reader:
+            sock.sendall(request("POST", "/echo", b"a", version="HTTP/1.0", **extra))
+            status, headers, body = read_response(reader)
+            assert (status, headers["connection"], body) == (200, "close", b"a")
+            assert closed_within(sock, 2)
 
 
 def test_connection_close_is_honoured(server: ServerHandle) -> None:
@@ -263,13 +259,17 @@ def test_a_client_that_stops_reading_its_answers_is_cut_off(app: ScriptedApp) ->
 
 def test_parse_errors_are_counted_under_endpoint_unknown(server: ServerHandle) -> None:
     with connect(server) as sock, sock.makefile("rb") as reader:
-        sock.sendall(b"BREW /pot HTTP/1.1\r\n\r\n")
+        sock.sendall(b"BREW /pot HTTP/1.1\r\nHost: x\r\n\r\n")
         assert read_response(reader)[0] == 501
+    with connect(server) as sock, sock.makefile("rb") as reader:
+        sock.sendall(b"GET /health HTTP/1.1\r\n\r\n")  # no Host
+        assert read_response(reader)[0] == 400
     with connect(server) as sock, sock.makefile("rb") as reader:
         sock.sendall(request("GET", "/metrics"))
         samples = parse_samples(read_response(reader)[2].decode())
     assert samples['nemotron_http_requests_total{code="501",endpoint="unknown"}'] == 1
-    assert samples['nemotron_http_errors_total{endpoint="unknown"}'] == 1
+    assert samples['nemotron_http_requests_total{code="400",endpoint="unknown"}'] == 1
+    assert samples['nemotron_http_errors_total{endpoint="unknown"}'] == 2
 
 
 def test_stop_refuses_new_work_drains_then_closes_the_app_and_the_sockets(app: ScriptedApp) -> None:

@@ -33,8 +33,8 @@ def _processes_of(job_dir: Path) -> list[int]:
     return pids
 
 
-def _start(args: list[str], home: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "COLUMNS": "200"}
+def _start(args: list[str], home: Path, **extra_env: str) -> subprocess.Popen[str]:
+    env = {**{k: v for k, v in os.environ.items() if k != "NEMOTRON_REWARD_TOKEN"}, "COLUMNS": "200", **extra_env}
     return subprocess.Popen([sys.executable, "-m", "nemotron", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -53,7 +53,8 @@ def _wait_for(path_glob: str, home: Path, proc: subprocess.Popen[str], timeout: 
 def test_rm_serve_answers_tritonclient_and_stops_on_ctrl_c(home: Path) -> None:
     import tritonclient.http as httpclient
 
-    proc = _start(["steps", "run", "rm/serve", "-c", "tiny", "server.port=0", "server.token=tok-123456789"], home)
+    # The token comes from the environment (or a 0600 file), never the command line: ps shows a command line.
+    proc = _start(["steps", "run", "rm/serve", "-c", "tiny", "server.port=0"], home, NEMOTRON_REWARD_TOKEN="tok-123456789")
     info_file = _wait_for("*/server.json", home, proc)
     info = json.loads(info_file.read_text())
     url = info["url"].removeprefix("http://")
@@ -83,6 +84,17 @@ def test_rm_serve_answers_tritonclient_and_stops_on_ctrl_c(home: Path) -> None:
     job_dir = info_file.parent
     assert _processes_of(job_dir) == []
     assert "server stopped" in (job_dir / "logs" / "step.log").read_text()
+
+
+def test_rm_serve_refuses_a_public_address_without_a_token_and_a_token_on_the_command_line(home: Path) -> None:
+    proc = _start(["steps", "run", "rm/serve", "-c", "tiny", "server.host=0.0.0.0", "server.port=0"], home)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert "refusing to serve on 0.0.0.0 without a bearer token" in err and "Traceback" not in err
+    proc = _start(["steps", "run", "rm/serve", "-c", "tiny", "server.port=0", "server.token=tok-123456789"], home)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "server.token" in err and "Traceback" not in err, err
+    assert "tok-123456789" not in err  # the refusal does not echo the secret
 
 
 @pytest.mark.slow

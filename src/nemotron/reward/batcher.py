@@ -20,14 +20,9 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any
 
-from nemotron.reward.prometheus import (
-    BATCH_SIZE_BUCKETS,
-    LATENCY_BUCKETS_S,
-    Counter,
-    Gauge,
-    Histogram,
-    Registry,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from nemotron.reward.metrics import BATCH_SIZE_BUCKETS, LATENCY_BUCKETS_S
 
 logger = logging.getLogger(__name__)
 
@@ -81,18 +76,30 @@ class BatcherMetrics:
     scorer_failures: Counter
 
     @classmethod
-    def register(cls, registry: Registry, prefix: str) -> BatcherMetrics:
+    def register(cls, registry: CollectorRegistry, prefix: str) -> BatcherMetrics:
         return cls(
-            batch_size=registry.histogram(f"{prefix}_batch_size", "Rows per model call.", BATCH_SIZE_BUCKETS),
-            queue_seconds=registry.histogram(
-                f"{prefix}_queue_seconds", "Time a chunk waited in the batching queue.", LATENCY_BUCKETS_S
+            batch_size=Histogram(
+                f"{prefix}_batch_size", "Rows per model call.", buckets=BATCH_SIZE_BUCKETS, registry=registry
             ),
-            inference_seconds=registry.histogram(
-                f"{prefix}_inference_seconds", "Time of one model call.", LATENCY_BUCKETS_S
+            queue_seconds=Histogram(
+                f"{prefix}_queue_seconds",
+                "Time a chunk waited in the batching queue.",
+                buckets=LATENCY_BUCKETS_S,
+                registry=registry,
             ),
-            queued_rows=registry.gauge(f"{prefix}_queued_rows", "Rows waiting in the batching queue."),
-            samples=registry.counter(f"{prefix}_samples_total", "Rows scored."),
-            scorer_failures=registry.counter(f"{prefix}_scorer_failures_total", "Model calls that raised."),
+            inference_seconds=Histogram(
+                f"{prefix}_inference_seconds",
+                "Time of one model call.",
+                buckets=LATENCY_BUCKETS_S,
+                registry=registry,
+            ),
+            queued_rows=Gauge(
+                f"{prefix}_queued_rows", "Rows waiting in the batching queue.", registry=registry
+            ),
+            samples=Counter(f"{prefix}_samples_total", "Rows scored.", registry=registry),
+            scorer_failures=Counter(
+                f"{prefix}_scorer_failures_total", "Model calls that raised.", registry=registry
+            ),
         )
 
 
@@ -115,7 +122,7 @@ class DynamicBatcher:
     ) -> None:
         self.functions = dict(functions)
         self.config = config or BatchingConfig()
-        self.metrics = metrics or BatcherMetrics.register(Registry(), "batcher")
+        self.metrics = metrics or BatcherMetrics.register(CollectorRegistry(), "batcher")
         self._queue: list[_Chunk] = []
         self._queued_rows_by_kind: dict[str, int] = {}  # rows waiting, per kind (the worker batches one kind)
         self._closed = False
@@ -145,9 +152,7 @@ class DynamicBatcher:
                 raise BatcherClosed("the server is shutting down")
             queued = sum(self._queued_rows_by_kind.values())
             if queued + len(items) > self.config.max_queue_rows:
-                raise QueueFull(
-                    f"{queued} rows already queued; the limit is {self.config.max_queue_rows}"
-                )
+                raise QueueFull(f"{queued} rows already queued; the limit is {self.config.max_queue_rows}")
             self._queue += chunks
             rows_of_kind = self._queued_rows_by_kind.get(kind, 0) + len(items)
             self._queued_rows_by_kind[kind] = rows_of_kind

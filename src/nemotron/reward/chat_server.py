@@ -1,4 +1,5 @@
-"""An OpenAI-compatible chat-completions server around a causal LM on CPU: the generative judge's endpoint.
+"""An OpenAI-compatible chat-completions server around a causal LM on CPU (`chat_model.py`): the generative
+judge's endpoint.
 
 On GPUs vLLM serves the same API. Like vLLM, a request may carry `structured_outputs: {"choice": [...]}` (vLLM's
 current name; its older top-level `guided_choice` is accepted too), a list of strings:
@@ -8,64 +9,48 @@ which makes a small or untrained judge emit parseable output.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from functools import partial
+from typing import Any
 
-from nemotron.reward.prometheus import LATENCY_BUCKETS_S, Registry
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from nemotron.errors import UserError
+from nemotron.reward.chat_model import ChatModel as ChatModel
+from nemotron.reward.chat_model import ChatRequest as ChatRequest
+from nemotron.reward.chat_model import Completion as Completion
+from nemotron.reward.chat_model import HFChatModel as HFChatModel
+from nemotron.reward.chat_model import StreamingChatModel
+from nemotron.reward.chat_model import render_messages as render_messages
+from nemotron.reward.messages import BodyStream, error_from, error_response
+from nemotron.reward.metrics import LATENCY_BUCKETS_S
+from nemotron.reward.server_options import check_bind, find_token, server_command_line
 from nemotron.reward.transport import (
+    Deferred,
     HTTPError,
     HTTPSettings,
     Request,
     Response,
     Route,
     ServerHandle,
-    bearer_token,
     json_response,
     parse_json_body,
     run_until_signal,
-    server_command_line,
     write_ready_file,
 )
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant")
 MAX_CHOICES = 64
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    messages: tuple[tuple[str, str], ...]  # (role, content)
-    max_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    n: int = 1
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    guided_choice: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class Completion:
-    text: str
-    finish_reason: str  # "stop" or "length"
-    prompt_tokens: int
-    completion_tokens: int
-
-
-class ChatModel(Protocol):
-    """Anything that answers a chat: an HF causal LM, or a scripted stand-in in tests."""
-
-    def complete(self, request: ChatRequest) -> Completion: ...
 
 
 def _number(payload: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
@@ -81,8 +66,12 @@ def parse_chat_request(payload: object, max_tokens_limit: int = 1024) -> ChatReq
     """The JSON body of POST /v1/chat/completions -> ChatRequest, or HTTP 400 naming the bad field."""
     if not isinstance(payload, dict):
         raise HTTPError(400, "the body must be a JSON object")
-    if payload.get("stream"):
-        raise HTTPError(400, "'stream' is not supported")
+    stream = payload.get("stream", False)
+    if not isinstance(stream, bool) and stream is not None:
+        raise HTTPError(400, "'stream' must be true or false", param="stream")
+    stream_options = payload.get("stream_options") or {}
+    if not isinstance(stream_options, dict):
+        raise HTTPError(400, "'stream_options' must be an object", param="stream_options")
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages:
         raise HTTPError(400, "'messages' must be a non-empty list")
@@ -134,137 +123,55 @@ def parse_chat_request(payload: object, max_tokens_limit: int = 1024) -> ChatReq
         seed=seed,
         stop=tuple(stop),
         guided_choice=tuple(choices) if choices is not None else None,
+        stream=bool(stream),
+        include_usage=bool(stream_options.get("include_usage")),
     )
 
 
-def render_messages(messages: Sequence[tuple[str, str]]) -> str:
-    """A plain chat layout for tokenizers without a chat template: 'role: content' lines, then 'assistant:'."""
-    return "".join(f"{role}: {content}\n" for role, content in messages) + "assistant:"
+class ChatApp:
+    """Routes of the judge server: POST /v1/chat/completions, GET /v1/models, GET /health (/v2/health/*).
 
-
-class HFChatModel:
-    """Serves a `transformers` causal LM. Calls are serialized: one model, one generation at a time."""
+    Generation runs on one thread of its own (one model, one generation at a time); at most `max_queue`
+    requests wait for it or run, and one more gets 503 with Retry-After, so a burst is refused early instead
+    of answered a minute late.
+    """
 
     def __init__(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_context: int = 512
+        self,
+        model: ChatModel,
+        registry: CollectorRegistry,
+        model_name: str,
+        max_tokens_limit: int,
+        max_queue: int = 64,
     ) -> None:
-        positions = getattr(model.config, "n_positions", None) or getattr(
-            model.config, "max_position_embeddings", None
-        )
-        self.model, self.tokenizer = model, tokenizer
-        self.max_context = min(max_context, positions) if positions else max_context
-        self.model.eval()  # type: ignore[no-untyped-call]
-        self._lock = threading.Lock()
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        if self.pad_id is None:
-            raise ValueError("the tokenizer has neither a pad nor an eos token")
-
-    def prompt_ids(self, messages: Sequence[tuple[str, str]]) -> list[int]:
-        if getattr(self.tokenizer, "chat_template", None):
-            conversation = [{"role": r, "content": c} for r, c in messages]
-            encoded: Any = self.tokenizer.apply_chat_template(
-                conversation, add_generation_prompt=True, tokenize=True
-            )
-            ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
-        else:
-            ids = self.tokenizer(render_messages(messages), add_special_tokens=False)["input_ids"]
-        return [int(i) for i in ids]
-
-    def complete(self, request: ChatRequest) -> Completion:
-        import torch
-
-        prompt = self.prompt_ids(request.messages)
-        if not prompt:
-            raise HTTPError(400, "the messages encode to no tokens")
-        with self._lock, torch.inference_mode():
-            if request.seed is not None:
-                torch.manual_seed(request.seed)
-            if request.guided_choice is not None:
-                return self._choose(prompt, request)
-            return self._generate(prompt, request)
-
-    def _choose(self, prompt: list[int], request: ChatRequest) -> Completion:
-        """Score each choice by the sum of its token logprobs given the prompt; take the best (or sample)."""
-        import torch
-
-        choices = [
-            self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in request.guided_choice or ()
-        ]
-        if any(len(c) == 0 for c in choices):
-            raise HTTPError(400, "a guided choice encodes to no tokens")
-        prompt = prompt[-max(1, self.max_context - max(len(c) for c in choices)) :]
-        rows = [prompt + list(c) for c in choices]
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)  # [C, T]
-        mask = torch.zeros_like(input_ids)  # [C, T]
-        for i, row in enumerate(rows):
-            input_ids[i, : len(row)] = torch.tensor(row)
-            mask[i, : len(row)] = 1
-        input_ids, mask = input_ids.to(self.model.device), mask.to(self.model.device)
-        logprobs = torch.log_softmax(
-            self.model(input_ids=input_ids, attention_mask=mask).logits.float(), -1
-        )  # [C, T, V]
-        # The token at position t is predicted by the logits at t - 1.
-        totals = torch.stack(
-            [
-                logprobs[i, len(prompt) - 1 + torch.arange(len(c)), torch.tensor(c, dtype=torch.long)].sum().cpu()
-                for i, c in enumerate(choices)
-            ]
-        )  # [C]
-        if request.temperature == 0:
-            pick = int(totals.argmax())
-        else:
-            pick = int(torch.multinomial(torch.softmax(totals / request.temperature, -1), 1))
-        text = (request.guided_choice or ())[pick]
-        return Completion(text, "stop", len(prompt), len(choices[pick]))
-
-    def _generate(self, prompt: list[int], request: ChatRequest) -> Completion:
-        import torch
-
-        # Prompt plus answer must fit the model's positions: keep at least half the context for the prompt.
-        max_new = min(request.max_tokens, self.max_context // 2)
-        prompt = prompt[-(self.max_context - max_new) :]
-        input_ids = torch.tensor([prompt], dtype=torch.long, device=self.model.device)  # [1, T]
-        sampling: dict[str, Any] = (
-            {"do_sample": True, "temperature": request.temperature, "top_p": request.top_p}
-            if request.temperature > 0
-            else {"do_sample": False}
-        )
-        output = self.model.generate(  # type: ignore[operator]
-            input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=max_new,
-            pad_token_id=self.pad_id,
-            eos_token_id=self.tokenizer.eos_token_id,
-            **sampling,
-        )
-        new = [int(t) for t in output[0, len(prompt) :]]
-        eos = self.tokenizer.eos_token_id
-        stopped = eos is not None and eos in new
-        if stopped:
-            new = new[: new.index(eos)]
-        text = str(self.tokenizer.decode(new, skip_special_tokens=True))
-        for stop in request.stop:
-            if stop in text:
-                text, stopped = text[: text.index(stop)], True
-        return Completion(text, "stop" if stopped else "length", len(prompt), len(new))
-
-
-class ChatApp:
-    """Routes of the judge server: POST /v1/chat/completions, GET /v1/models, GET /health (/v2/health/*)."""
-
-    def __init__(self, model: ChatModel, registry: Registry, model_name: str, max_tokens_limit: int) -> None:
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be >= 1, got {max_queue}")
         self.model, self.model_name, self.max_tokens_limit = model, model_name, max_tokens_limit
-        self.completions = registry.counter("nemotron_judge_completions_total", "Chat completions returned.")
-        self.tokens = registry.counter("nemotron_judge_completion_tokens_total", "Tokens generated.")
-        self.seconds = registry.histogram(
-            "nemotron_judge_generation_seconds", "Time to answer one chat request.", LATENCY_BUCKETS_S
+        self.max_queue = max_queue
+        self.completions = Counter(
+            "nemotron_judge_completions_total", "Chat completions returned.", registry=registry
+        )
+        self.tokens = Counter(
+            "nemotron_judge_completion_tokens_total", "Tokens generated.", registry=registry
+        )
+        self.seconds = Histogram(
+            "nemotron_judge_generation_seconds",
+            "Time to answer one chat request.",
+            buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        self.queued = Gauge(
+            "nemotron_judge_queued_requests",
+            "Chat requests waiting for the model or running.",
+            registry=registry,
         )
         self.closing = False
-        health = Route("health", self._health, public=True, inline=True)
-        # Generation blocks for as long as the model takes: the transport runs it in its thread pool.
+        self.waiting = 0
+        self._lock = threading.Lock()
+        self._generator = ThreadPoolExecutor(1, thread_name_prefix="judge-generation")
+        health = Route("health", self._health, inline=True)
         self._routes = {
-            "/v1/chat/completions": ("POST", Route("chat_completions", self._chat)),
+            "/v1/chat/completions": ("POST", Route("chat_completions", submit=self._chat)),
             "/v1/models": ("GET", Route("models", self._models, inline=True)),
             # The reward server's health paths too, so `wait_ready` and one launcher serve both servers.
             "/health": ("GET", health),
@@ -274,6 +181,7 @@ class ChatApp:
 
     def close(self, timeout: float) -> None:
         self.closing = True
+        self._generator.shutdown(wait=False, cancel_futures=True)
 
     def route(self, method: str, path: str) -> Route | None:
         if path not in self._routes:
@@ -293,8 +201,105 @@ class ChatApp:
             {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "nemotron"}]}
         )
 
-    def _chat(self, request: Request) -> Response:
-        chat = parse_chat_request(parse_json_body(request), self.max_tokens_limit)
+    def _chat(self, request: Request) -> Deferred:
+        """Check the request on the event loop, then queue it for the generation thread (or 503 now)."""
+        payload = parse_json_body(request)
+        chat = parse_chat_request(payload, self.max_tokens_limit)
+        model = payload.get("model")
+        if model is not None and model != self.model_name:
+            raise HTTPError(
+                404,
+                f"The model `{model}` does not exist; this server has `{self.model_name}`.",
+                code="model_not_found",
+                param="model",
+            )
+        with self._lock:
+            if self.waiting >= self.max_queue:
+                raise HTTPError(
+                    503,
+                    f"{self.waiting} chat requests are already queued (max_queue); retry shortly",
+                    {"Retry-After": "1"},
+                )
+            self.waiting += 1
+            self.queued.set(self.waiting)
+        # Token by token when the model can; else (n > 1 too) the chunks of the finished answer.
+        body = (
+            BodyStream()
+            if chat.stream and chat.n == 1 and isinstance(self.model, StreamingChatModel)
+            else None
+        )
+        try:
+            if body is not None:
+                future: Future[Any] = self._generator.submit(self._stream, chat, body)
+            else:
+                future = self._generator.submit(self._complete, chat)
+        except RuntimeError as exc:  # the generator has shut down
+            self._dequeue()
+            raise HTTPError(503, "the server is shutting down") from exc
+        future.add_done_callback(lambda _: self._dequeue())
+        if body is None:
+            return Deferred(future, partial(self._respond, chat))
+        headers_now: Future[None] = Future()  # the headers leave at once; the events as they are generated
+        headers_now.set_result(None)
+        stream = body
+        return Deferred(
+            headers_now,
+            lambda _: Response(200, b"", "text/event-stream", {"Cache-Control": "no-cache"}, stream=stream),
+        )
+
+    def _stream(self, chat: ChatRequest, body: BodyStream) -> None:
+        """Generate `chat` (n = 1) on the generation thread, writing its chunks to `body` as they come."""
+        assert isinstance(self.model, StreamingChatModel)
+        common = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": self.model_name}
+
+        def send(payload: dict[str, Any]) -> None:
+            body.write(f"data: {json.dumps(payload)}\n\n".encode())
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> None:
+            send({**common, "object": "chat.completion.chunk", "choices": choices, **extra})
+
+        def emit(text: str) -> None:
+            if body.cancelled.is_set():
+                raise _ClientGone
+            if text:
+                chunk([{"index": 0, "delta": {"content": text}, "finish_reason": None}])
+
+        try:
+            if body.cancelled.is_set():
+                return  # the client left while the request waited
+            chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+            started = time.perf_counter()
+            completion = self.model.complete_streaming(chat, emit)
+            self.seconds.observe(time.perf_counter() - started)
+            self.completions.inc()
+            self.tokens.inc(completion.completion_tokens)
+            chunk([{"index": 0, "delta": {}, "finish_reason": completion.finish_reason}])
+            if chat.include_usage:
+                total = completion.prompt_tokens + completion.completion_tokens
+                usage = {
+                    "prompt_tokens": completion.prompt_tokens,
+                    "completion_tokens": completion.completion_tokens,
+                }
+                chunk([], usage={**usage, "total_tokens": total})
+        except _ClientGone:
+            return
+        except HTTPError as exc:  # the status line has left: the error goes in the stream, as OpenAI sends it
+            send(json.loads(error_from(exc, "openai").body))
+        except Exception as exc:
+            logger.error("streaming a chat completion failed", exc_info=exc)
+            send(
+                json.loads(error_response(500, f"internal error: {type(exc).__name__}", style="openai").body)
+            )
+        finally:
+            body.write(b"data: [DONE]\n\n")
+            body.end()
+
+    def _dequeue(self) -> None:
+        with self._lock:
+            self.waiting -= 1
+            self.queued.set(self.waiting)
+
+    def _complete(self, chat: ChatRequest) -> list[Completion]:
         started = time.perf_counter()
         completions = []
         for i in range(chat.n):
@@ -302,30 +307,62 @@ class ChatApp:
             completions.append(self.model.complete(seeded))
         self.seconds.observe(time.perf_counter() - started)
         self.completions.inc(len(completions))
-        generated = sum(c.completion_tokens for c in completions)
-        self.tokens.inc(generated)
+        self.tokens.inc(sum(c.completion_tokens for c in completions))
+        return completions
+
+    def _respond(self, chat: ChatRequest, done: Future[list[Completion]]) -> Response:
+        completions = done.result()
         prompt_tokens = completions[0].prompt_tokens
-        return json_response(
+        generated = sum(c.completion_tokens for c in completions)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": generated,
+            "total_tokens": prompt_tokens + generated,
+        }
+        common = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": self.model_name}
+        if chat.stream:
+            return _event_stream(common, completions, usage if chat.include_usage else None)
+        choices = [
             {
-                "id": f"chatcmpl-{uuid.uuid4().hex}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": self.model_name,
-                "choices": [
-                    {
-                        "index": i,
-                        "message": {"role": "assistant", "content": c.text},
-                        "finish_reason": c.finish_reason,
-                    }
-                    for i, c in enumerate(completions)
-                ],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": generated,
-                    "total_tokens": prompt_tokens + generated,
-                },
+                "index": i,
+                "message": {"role": "assistant", "content": c.text},
+                "finish_reason": c.finish_reason,
             }
+            for i, c in enumerate(completions)
+        ]
+        return json_response({**common, "object": "chat.completion", "choices": choices, "usage": usage})
+
+
+class _ClientGone(Exception):
+    """Raised into a generation whose client has disconnected, to stop it."""
+
+
+def _event_stream(
+    common: dict[str, Any], completions: list[Completion], usage: dict[str, int] | None
+) -> Response:
+    """A finished answer as OpenAI streams it: per choice a role chunk, a content chunk and a finish chunk,
+    then the usage chunk when asked for, then `data: [DONE]`. (Generation is not incremental here: the
+    chunks leave together once the model is done.)"""
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        return (
+            "data: "
+            + json.dumps({**common, "object": "chat.completion.chunk", "choices": choices, **extra})
+            + "\n\n"
         )
+
+    events = []
+    for i, c in enumerate(completions):
+        events.append(
+            chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        )
+        if c.text:
+            events.append(chunk([{"index": i, "delta": {"content": c.text}, "finish_reason": None}]))
+        events.append(chunk([{"index": i, "delta": {}, "finish_reason": c.finish_reason}]))
+    if usage is not None:
+        events.append(chunk([], usage=usage))
+    events.append("data: [DONE]\n\n")
+    return Response(200, "".join(events).encode("utf-8"), "text/event-stream", {"Cache-Control": "no-cache"})
 
 
 def serve_chat(
@@ -336,23 +373,34 @@ def serve_chat(
     *,
     model_name: str = "judge",
     max_tokens_limit: int = 1024,
+    max_queue: int = 64,
     max_body_bytes: int = 4 * 1024 * 1024,
     read_timeout_s: float = 30.0,
+    request_deadline_s: float = 60.0,
+    max_connections: int | None = None,
     drain_timeout_s: float = 30.0,
 ) -> ServerHandle:
-    """Start the chat-completions server in background threads; port 0 picks a free port."""
-    registry = Registry()
-    app = ChatApp(model, registry, model_name, max_tokens_limit)
+    """Start the chat-completions server in background threads; port 0 picks a free port. Errors are
+    OpenAI's error objects, so the openai client raises its own exceptions (NotFoundError, ...)."""
+    registry = CollectorRegistry()
+    app = ChatApp(model, registry, model_name, max_tokens_limit, max_queue)
     settings = HTTPSettings(
         host=host,
         port=port,
         token=token,
         max_body_bytes=max_body_bytes,
         read_timeout_s=read_timeout_s,
+        request_deadline_s=request_deadline_s,
+        max_connections=max_connections,
         drain_timeout_s=drain_timeout_s,
         metric_prefix="nemotron_judge",
+        error_style="openai",
     )
-    return ServerHandle(app, settings, registry)
+    try:
+        return ServerHandle(app, settings, registry)
+    except OSError:
+        app.close(1.0)
+        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -361,9 +409,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python -m nemotron.reward.chat_server", __doc__, "HF causal-LM directory (safetensors)"
     )
     parser.add_argument("--model-name", default="judge")
-    parser.add_argument("--max-length", type=int, default=512, help="context: prompt + answer tokens")
+    parser.add_argument(
+        "--max-queue", type=int, default=64, help="chat requests queued or running; more: 503"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        token = find_token(args.token_env, args.token_file)
+        check_bind(args.host, token, args.token_env)  # before loading the model: a mistake costs no time
+    except UserError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
 
     import torch
 
@@ -375,11 +431,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = load_policy(args.model, device=device, dtype=model_dtype(args.precision))
     tokenizer = load_tokenizer(args.model)
     handle = serve_chat(
-        HFChatModel(model, tokenizer, args.max_length),
+        HFChatModel(model, tokenizer, args.max_length),  # capped at the model's positions
         args.host,
         args.port,
-        bearer_token(args),
+        token,
         model_name=args.model_name,
+        max_queue=args.max_queue,
+        max_body_bytes=args.max_body_bytes,
+        read_timeout_s=args.read_timeout_s,
+        request_deadline_s=args.request_deadline_s,
+        max_connections=args.max_connections,
     )
     if args.ready_file is not None:
         write_ready_file(args.ready_file, handle)

@@ -67,7 +67,11 @@ def _error_message(body: bytes) -> str:
     try:
         payload = json.loads(body)
         if isinstance(payload, dict) and "error" in payload:
-            return str(payload["error"])
+            error = payload["error"]
+            # OpenAI's error object (the judge server, vLLM): {"error": {"message": ..., "type": ..., ...}}
+            if isinstance(error, dict) and "message" in error:
+                return str(error["message"])
+            return str(error)
     except ValueError:
         pass
     return body[:200].decode("utf-8", "replace") or "(empty body)"
@@ -239,7 +243,11 @@ class RewardClient(RetryingHTTPClient):
 
 
 def wait_ready(
-    url: str, timeout: float = 60.0, token: str | None = None, interval: float = 0.2, path: str = "/v2/health/ready"
+    url: str,
+    timeout: float = 60.0,
+    token: str | None = None,
+    interval: float = 0.2,
+    path: str = "/v2/health/ready",
 ) -> None:
     """Poll GET `path` (KServe's /v2/health/ready; vLLM's /health) until it answers 200; RewardServerError naming
     the URL after `timeout` s."""

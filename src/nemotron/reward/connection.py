@@ -1,6 +1,9 @@
-"""One client connection of the servers' HTTP/1.1 transport: an asyncio protocol that reads requests one at a
-time, enforces the read timeouts and the per-request deadline, hands each request to its route, and writes the
-answers in order (pipelined requests wait in the buffer until the one before them is answered).
+"""One client connection of the servers' HTTP/1.1 transport: an asyncio protocol around an h11 state machine.
+
+h11 parses and renders HTTP/1.1 (heads, Content-Length and chunked bodies, keep-alive, HEAD). This protocol
+keeps what h11 leaves to its user: the size limits (head, body, decompressed body), the read timeout and the
+per-request deadline (slowloris), a request at a time with pipelined ones waiting in h11's buffer, auth before
+routing, and the hand-off of each request to its route.
 """
 
 from __future__ import annotations
@@ -8,25 +11,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import socket
 import time
 from concurrent.futures import Future
-from functools import partial
+from email.utils import formatdate
+from functools import cache, partial
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from nemotron.reward.http11 import (
-    Head,
+import h11
+
+from nemotron.reward.messages import (
+    BodyStream,
     HTTPError,
     Request,
     Response,
-    body_length,
-    check_partial_head,
     decompress,
+    error_from,
     error_response,
-    find_head_end,
-    parse_head,
-    render_response,
 )
 
 if TYPE_CHECKING:
@@ -34,10 +38,33 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+MAX_HEAD_BYTES = 65536  # request line and headers together; more: 431 (414 while the request line has no end)
+MAX_HEADERS = 100  # more: 431
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE"})  # any other method: 501
+PIPELINE_BUFFER = 256 * 1024  # read no further ahead than this while a request is being answered
+
 # What a connection is doing: waiting for a request head, for its body, or for its answer; or it is closed.
 HEAD, BODY, BUSY, CLOSED = "head", "body", "busy", "closed"
-PIPELINE_BUFFER = 256 * 1024  # read no further ahead than this while a request is being answered
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+_HEAD_END = re.compile(rb"\n\r?\n")
+_OBS_FOLD = re.compile(rb"\n[ \t]")  # a header line that continues the one before it (RFC 9112 5.2)
+_date = ("", -1)
+
+
+def http_date() -> str:
+    global _date
+    now = int(time.time())
+    if _date[1] != now:  # formatting a date costs more than the rest of a response head
+        _date = (formatdate(now, usegmt=True), now)
+    return _date[0]
+
+
+@cache
+def reason_phrase(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b""
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -51,6 +78,17 @@ def split_target(target: str) -> tuple[str, str]:
     return url.path, url.query
 
 
+def _too_long(head: bytes | bytearray) -> HTTPError | None:
+    """414 or 431 when a request head (complete or not) is over the limit; h11 checks only incomplete ones."""
+    end = _HEAD_END.search(head)
+    size = end.start() if end is not None else len(head)
+    if size <= MAX_HEAD_BYTES:
+        return None
+    if head.find(b"\n", 0, MAX_HEAD_BYTES) < 0:
+        return HTTPError(414, f"the request line is longer than {MAX_HEAD_BYTES} bytes")
+    return HTTPError(431, f"the request headers are larger than {MAX_HEAD_BYTES} bytes")
+
+
 class Connection(asyncio.BufferedProtocol):
     """The protocol of one accepted socket; every method runs on the event loop except where noted.
 
@@ -61,20 +99,24 @@ class Connection(asyncio.BufferedProtocol):
     def __init__(self, core: ServerCore) -> None:
         self.core, self.settings, self.loop = core, core.settings, core.loop
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.scanned = 0  # bytes at the start of `buffer` known to hold no end of a head
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.state = HEAD
-        self.eof = False
+        self.head_seen = bytearray()  # bytes of the coming request head (h11 keeps no raw head to check)
+        self.read_ahead = 0  # bytes that arrived while a request was being answered
         # The request being served: from its head until its answer is written.
         self.open = False
-        self.head: Head | None = None
-        self.route: Route | None = None
+        self.method = ""
         self.path = self.query = ""
+        self.headers: dict[str, str] = {}
+        self.route: Route | None = None
         self.endpoint = "unknown"
         self.started = 0.0
-        self.length = 0
-        self.keep_alive = True
+        self.body = bytearray()
         self.pending: Deferred | None = None  # the answer being computed elsewhere
+        self.streaming: BodyStream | None = None  # the body of the answer being sent in parts
+        self.refusal: Response | None = (
+            None  # the error to answer once a refused request's (empty) body is read
+        )
         # Timeouts are checked lazily: one timer per connection, re-armed only when it fires early.
         self.last_activity = 0.0  # the last byte read, or the last answer written: idle time counts from it
         self.deadline: float | None = None  # the current request's head and body must arrive by then
@@ -85,17 +127,24 @@ class Connection(asyncio.BufferedProtocol):
         self.timer_at = math.inf
         self.advancing = False
 
+    @property
+    def idle(self) -> bool:
+        """Between requests with no byte of the next one: closing it loses nothing (RFC 9112 9.5)."""
+        return self.state == HEAD and not self.open and not self.head_seen
+
     # --- asyncio callbacks ---------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.last_activity = time.monotonic()
+        if not self.core.admit(self):
+            self.state = CLOSED
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # A response must not wait for the client's delayed ACK of the previous one (~40 ms on Linux).
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.core.connections.add(self)
-        self.last_activity = time.monotonic()
         self._arm(self.last_activity + self.settings.read_timeout_s)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -105,21 +154,31 @@ class Connection(asyncio.BufferedProtocol):
         if self.state == CLOSED:
             return
         now = self.last_activity = time.monotonic()
-        if self.state == HEAD and not self.buffer and self.deadline is None:
-            self.deadline = now + self.settings.request_deadline_s  # from the first byte of the request
-            self._arm(self.deadline)
-        self.buffer += self.core.receive_buffer[:nbytes]
+        data = bytes(self.core.receive_buffer[:nbytes])
+        if self.state == HEAD and not self.open:
+            if not self.head_seen:
+                data = data.lstrip(b"\r\n")  # blank lines before a request line are allowed (RFC 9112 2.2)
+                if not data:
+                    return
+                if self.deadline is None:  # the request's deadline runs from its first byte
+                    self.deadline = now + self.settings.request_deadline_s
+                    self._arm(self.deadline)
+            if len(self.head_seen) <= MAX_HEAD_BYTES:
+                self.head_seen += data
+        self.h11.receive_data(data)
         if self.state == BUSY or self.writing_paused_at is not None:
-            if len(self.buffer) > PIPELINE_BUFFER and self.transport is not None and not self.reading_paused:
+            self.read_ahead += len(data)
+            if self.read_ahead > PIPELINE_BUFFER and self.transport is not None and not self.reading_paused:
                 self.reading_paused = True
                 self.transport.pause_reading()
             return
         self._advance()
 
     def eof_received(self) -> bool:
-        self.eof = True
-        if self.state != BUSY:
-            self._advance()
+        if self.state != CLOSED:
+            self.h11.receive_data(b"")
+            if self.state != BUSY:
+                self._advance()
         return True  # keep the socket open to write the answers to what already arrived
 
     def pause_writing(self) -> None:
@@ -129,13 +188,15 @@ class Connection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.writing_paused_at = None
         self._arm(self._expiry())
-        if self.state == HEAD:
+        if self.state in (HEAD, BODY):
             self._advance()
 
     def connection_lost(self, exc: Exception | None) -> None:
         busy = self.state == BUSY
         self.state = CLOSED
-        self.core.connections.discard(self)
+        if self.streaming is not None:
+            self.streaming.cancel()  # nobody reads the rest: its producer may stop
+        self.core.forget(self)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -153,20 +214,19 @@ class Connection(asyncio.BufferedProtocol):
         try:
             response = pending.respond(future)
         except HTTPError as exc:
-            response = error_response(exc.status, exc.message, exc.headers)
+            response = error_from(exc, self.settings.error_style)
         except Exception as exc:
-            logger.error("%s %s failed", self.head.method if self.head else "?", self.path, exc_info=exc)
-            response = error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+            logger.error("%s %s failed", self.method, self.path, exc_info=exc)
+            response = self._error(500, f"internal error: {type(exc).__name__}: {exc}")
         self._respond(response)
         self._advance()
 
     def close_if_idle(self) -> None:
-        if self.state == HEAD and not self.buffer and not self.open:
+        if self.idle:
             self.close()
 
     def close(self) -> None:
-        """Close once what is buffered is sent. A request still being answered is counted as 400 (the
-        client's answer is lost), which happens only when a stop gave up waiting for it."""
+        """Close once what is buffered is sent."""
         if self.transport is not None and self.state != CLOSED:
             self.state = CLOSED
             self.transport.close()
@@ -178,124 +238,134 @@ class Connection(asyncio.BufferedProtocol):
     # --- reading requests ----------------------------------------------------------------------------------
 
     def _advance(self) -> None:
-        """Take requests from the buffer while the connection is free to serve one."""
+        """Take h11's events while the connection is free to serve a request."""
         if self.advancing:
             return
         self.advancing = True
         try:
-            while self.writing_paused_at is None:
-                if self.state == HEAD and not self._take_head():
+            while self.writing_paused_at is None and self.state in (HEAD, BODY):
+                try:
+                    event = self.h11.next_event()
+                except h11.RemoteProtocolError as exc:
+                    self._protocol_error(exc)
                     break
-                if self.state == BODY and not self._take_body():
+                if event is h11.NEED_DATA or event is h11.PAUSED:
                     break
-                if self.state not in (HEAD, BODY):
-                    break
+                if isinstance(event, h11.Request):
+                    self._on_request(event)
+                elif isinstance(event, h11.Data):
+                    self._on_data(event.data)
+                elif isinstance(event, h11.EndOfMessage):
+                    self._on_end()
+                elif isinstance(event, h11.ConnectionClosed):
+                    self.close()  # nothing more can arrive; an incomplete head gets no answer
         except Exception as exc:  # a bug here must not leave the client waiting forever
             logger.error("failed to serve a request", exc_info=exc)
-            self._fail(error_response(500, f"internal error: {type(exc).__name__}: {exc}"))
+            self._fail(self._error(500, f"internal error: {type(exc).__name__}: {exc}"))
         finally:
             self.advancing = False
-        if self.eof and self.state in (HEAD, BODY) and self.writing_paused_at is None:
-            if self.state == BODY:
-                self._fail(
-                    error_response(400, f"the body ended after {len(self.buffer)} of {self.length} bytes")
-                )
-            else:
-                self.close()  # nothing more can arrive; an incomplete head gets no answer
-        elif self.reading_paused and len(self.buffer) <= PIPELINE_BUFFER and self.transport is not None:
+        if self.reading_paused and self.read_ahead <= PIPELINE_BUFFER and self.transport is not None:
             self.reading_paused = False
             self.transport.resume_reading()
 
-    def _take_head(self) -> bool:
-        buffer = self.buffer
-        if buffer.startswith((b"\r", b"\n")):
-            stripped = buffer.lstrip(b"\r\n")  # blank lines before a request line are allowed (RFC 9112 2.2)
-            del buffer[: len(buffer) - len(stripped)]
-            self.scanned = 0
-            if not buffer:
-                self.deadline = None  # no request has started yet
-        end = find_head_end(buffer, self.scanned)
-        if end is None:
-            self.scanned = max(0, len(buffer) - 3)
-            try:
-                check_partial_head(buffer)
-            except HTTPError as exc:
-                self._start(None)
-                self._fail(error_response(exc.status, exc.message))
-            return False
-        raw = bytes(buffer[: end[0]])
-        del buffer[: end[1]]
-        self.scanned = 0
-        try:
-            head = parse_head(raw)
-        except HTTPError as exc:
-            self._start(None)
-            self._fail(error_response(exc.status, exc.message), head_only=raw.startswith(b"HEAD "))
-            return False
-        self._start(head)
-        self._route(head)
-        return True
+    def _protocol_error(self, exc: h11.RemoteProtocolError) -> None:
+        """What h11 refused: a bad head (400), one too long (414/431), a body cut short by the client."""
+        if self.state == BODY:
+            if self.h11.their_state is h11.ERROR and "without sending complete" in str(exc):
+                length = self.headers.get("content-length")
+                whole = f" of {length}" if length else ""
+                self._fail(self._error(400, f"the body ended after {len(self.body)}{whole} bytes"))
+            else:
+                self._fail(self._error(400, f"bad request body: {exc}"))
+            return
+        if not self.head_seen:
+            self.close()  # an end of input between requests: nothing to answer
+            return
+        self._start()
+        too_long = _too_long(self.head_seen)
+        if too_long is not None or exc.error_status_hint == 431:
+            too_long = too_long or HTTPError(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes")
+            self._fail(error_from(too_long, self.settings.error_style))
+        else:
+            self._fail(self._error(exc.error_status_hint, f"bad request: {exc}"))
 
-    def _start(self, head: Head | None) -> None:
-        self.open, self.head, self.route, self.endpoint = True, head, None, "unknown"
+    def _start(self) -> None:
+        self.open, self.route, self.endpoint = True, None, "unknown"
+        self.body = bytearray()
         self.started = time.perf_counter()
-        self.keep_alive = head is not None and head.keep_alive
         self.core.request_started()
 
-    def _route(self, head: Head) -> None:
-        """Decide on the request from its head alone; an error here closes the connection, since the body
-        (left unread) would be taken for the next request."""
+    def _on_request(self, event: h11.Request) -> None:
+        """Decide on the request from its head alone. An error here answers at once and closes the
+        connection: the body, left unread, would be taken for the next request."""
+        self._start()
+        self.method = event.method.decode("ascii")
+        self.headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
+        end = _HEAD_END.search(self.head_seen)
+        head = self.head_seen[: end.start() + 1] if end is not None else self.head_seen
+        self.head_seen = bytearray()
         core = self.core
         try:
+            too_long = _too_long(head)
+            if too_long is not None:
+                raise too_long
+            if _OBS_FOLD.search(head):
+                raise HTTPError(
+                    400, "obsolete line folding in a header (RFC 9112 5.2); send one line per header"
+                )
+            if len(event.headers) > MAX_HEADERS:
+                raise HTTPError(431, f"more than {MAX_HEADERS} request headers")
+            if self.method not in METHODS:
+                raise HTTPError(501, f"method {self.method} is not supported")
             if core.draining:
                 raise HTTPError(503, "the server is shutting down")
-            self.path, self.query = split_target(head.target)
-            authorized = core.authorized(head.headers)
-            try:
-                self.route = core.route(head.method, self.path)
-            except HTTPError:
-                if authorized:
-                    raise
-            if self.route is not None:
-                self.endpoint = self.route.name
-            if not authorized and (self.route is None or not self.route.public):
-                # Without the token a client learns nothing but 401: not which paths exist, nor the model's name.
+            self.path, self.query = split_target(event.target.decode("latin-1"))
+            # Auth before routing: without the token a client learns nothing but 401, not which paths exist
+            # nor the model's name. Only the health probes answer without it.
+            if not core.authorized(self.headers) and self.path not in core.public_paths:
                 raise HTTPError(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+            self.route = core.route("GET" if self.method == "HEAD" else self.method, self.path)
             if self.route is None:
-                raise HTTPError(404, f"no endpoint {head.method} {self.path}")
-            self.length = body_length(head, self.settings.max_body_bytes)
+                raise HTTPError(404, f"no endpoint {self.method} {self.path}")
+            self.endpoint = self.route.name
+            length = self.headers.get("content-length")
+            limit = self.settings.max_body_bytes
+            if length is not None and int(length) > limit:  # h11 checked that it is a number
+                raise HTTPError(413, f"the body has {length} bytes; the limit is {limit}")
         except HTTPError as exc:
-            self._fail(error_response(exc.status, exc.message, exc.headers))
+            self._fail(error_from(exc, self.settings.error_style))
             return
         self.state = BODY
-        if self.length > len(self.buffer) and head.version == "HTTP/1.1":
-            if head.headers.get("expect", "").lower() == "100-continue" and self.transport is not None:
-                self.transport.write(CONTINUE)
+        if self.h11.they_are_waiting_for_100_continue and self.transport is not None:
+            self.transport.write(
+                self.h11.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue"))
+            )
 
-    def _take_body(self) -> bool:
-        length = self.length
-        if len(self.buffer) < length:
-            return False
-        body = bytes(self.buffer[:length])
-        del self.buffer[:length]
+    def _on_data(self, data: bytes) -> None:
+        self.body += data
+        if len(self.body) > self.settings.max_body_bytes:  # a chunked body says its size only as it comes
+            self._fail(
+                self._error(413, f"the body is larger than the limit of {self.settings.max_body_bytes} bytes")
+            )
+
+    def _on_end(self) -> None:
         self.deadline = None  # the request has arrived; what remains is the server's time
         self.state = BUSY
-        self._dispatch(body)
-        return True
+        self._dispatch(bytes(self.body))
 
     # --- answering -----------------------------------------------------------------------------------------
 
+    def _error(self, status: int, message: str) -> Response:
+        return error_response(status, message, style=self.settings.error_style)
+
     def _dispatch(self, body: bytes) -> None:
-        head, route = self.head, self.route
-        assert head is not None and route is not None
-        encoding = head.headers.get("content-encoding", "").strip().lower()
+        route = self.route
+        assert route is not None
+        self.body = bytearray()
+        encoding = self.headers.get("content-encoding", "").strip().lower()
         try:
             body = decompress(body, encoding, self.settings.max_body_bytes)
-        except HTTPError as exc:
-            self._fail(error_response(exc.status, exc.message, exc.headers))
-            return
-        request = Request(head.method, self.path, self.query, head.headers, body)
-        try:
+            request = Request(self.method, self.path, self.query, self.headers, body)
             if route.submit is not None:
                 pending = route.submit(request)
             elif route.inline:
@@ -306,11 +376,11 @@ class Connection(asyncio.BufferedProtocol):
                 assert route.handler is not None
                 pending = self.core.run_in_pool(route.handler, request)
         except HTTPError as exc:
-            self._respond(error_response(exc.status, exc.message, exc.headers))
+            self._respond(error_from(exc, self.settings.error_style))
             return
         except Exception as exc:
-            logger.error("%s %s failed", head.method, self.path, exc_info=exc)
-            self._respond(error_response(500, f"internal error: {type(exc).__name__}: {exc}"))
+            logger.error("%s %s failed", self.method, self.path, exc_info=exc)
+            self._respond(self._error(500, f"internal error: {type(exc).__name__}: {exc}"))
             return
         self.pending = pending
         if pending.future.done():
@@ -321,41 +391,84 @@ class Connection(asyncio.BufferedProtocol):
             self._arm(self.answer_deadline)
         pending.future.add_done_callback(partial(self.core.answer_when_done, self))
 
-    def _fail(self, response: Response, head_only: bool = False) -> None:
+    def _fail(self, response: Response) -> None:
         """Answer an error that leaves the stream unusable, then close."""
-        self.keep_alive = False
-        self._respond(response, head_only)
+        self._respond(response, close=True)
 
-    def _respond(self, response: Response, head_only: bool = False) -> None:
-        keep_alive = self.keep_alive and not self.core.draining
+    def _response_event(self, response: Response, close: bool) -> h11.Response:
+        headers = [("Server", "nemotron"), ("Date", http_date()), ("Content-Type", response.content_type)]
+        if (
+            response.stream is None
+        ):  # else h11 sends the parts chunked (HTTP/1.0: until the connection closes)
+            headers.append(("Content-Length", str(len(response.body))))
+        headers += response.headers.items()
+        if close:
+            headers.append(("Connection", "close"))
+        return h11.Response(
+            status_code=response.status, headers=headers, reason=reason_phrase(response.status)
+        )
+
+    def _respond(self, response: Response, close: bool = False) -> None:
+        close = close or self.core.draining
         transport = self.transport
         if self.state != CLOSED and transport is not None:
-            head = self.head
             try:
-                transport.write(
-                    render_response(
-                        response,
-                        keep_alive=keep_alive,
-                        http10=head is not None and head.version == "HTTP/1.0",
-                        head_only=head_only,
-                    )
-                )
-            except Exception as exc:  # e.g. a header with a line break: the handler's bug, not the client's
+                event = self._response_event(response, close)
+            except h11.LocalProtocolError as exc:  # e.g. a header with a line break: the handler's bug
                 logger.error("cannot send the answer to %s", self.path, exc_info=exc)
-                transport.write(render_response(error_response(500, "internal error"), keep_alive=False))
-                keep_alive = False
-        self._finish(response.status)
+                response, close = self._error(500, "internal error"), True
+                event = self._response_event(response, close)
+            try:
+                parts: list[bytes | None] = [self.h11.send(event)]
+                if response.stream is not None and self.method != "HEAD":
+                    transport.writelines(p for p in parts if p)
+                    self.streaming = response.stream
+                    response.stream.attach(
+                        self.loop, self._send_part, partial(self._end_stream, response.status)
+                    )
+                    return  # answered in parts; _end_stream finishes the request
+                if response.stream is not None:
+                    response.stream.cancel()  # HEAD: the headers only
+                if self.method != "HEAD" and response.body:
+                    parts += self.h11.send_with_data_passthrough(h11.Data(data=response.body)) or []
+                parts.append(self.h11.send(h11.EndOfMessage()))
+                transport.writelines(p for p in parts if p)
+            except h11.LocalProtocolError as exc:  # h11 is in no state to answer (a broken request)
+                logger.debug("closing without an answer: %s", exc)
+                transport.abort()
+                self.state = CLOSED
+        self._answered(response.status)
+
+    def _send_part(self, data: bytes) -> None:
+        if self.state == CLOSED or self.transport is None or self.streaming is None:
+            return
+        if data:
+            self.transport.write(self.h11.send(h11.Data(data=data)))
+
+    def _end_stream(self, status: int) -> None:
+        self.streaming = None
+        if self.state != CLOSED and self.transport is not None:
+            self.transport.write(self.h11.send(h11.EndOfMessage()))
+        self._answered(status)
+        self._advance()
+
+    def _answered(self, status: int) -> None:
+        """The answer is written: count it, then close, or wait for the next request."""
+        self._finish(status)
+        self.method = ""
         if self.state == CLOSED:
             return
-        if not keep_alive:
-            self.close()
+        if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+            self.close()  # Connection: close, HTTP/1.0, or an error before the request was read
             return
-        self.state = HEAD
-        self.head = self.route = None
+        self.h11.start_next_cycle()
+        self.state, self.route, self.read_ahead = HEAD, None, 0
+        self.head_seen = bytearray(self.h11.trailing_data[0][: MAX_HEAD_BYTES + 1])
         # Idle from now: answering may have taken longer than the read timeout.
         self.last_activity = now = time.monotonic()
+        self.deadline = None
         self._arm(now + self.settings.read_timeout_s)
-        if self.buffer:  # a pipelined request: its deadline runs from now
+        if self.head_seen:  # a pipelined request: its deadline runs from now
             self.deadline = now + self.settings.request_deadline_s
             self._arm(self.deadline)
 
@@ -401,14 +514,14 @@ class Connection(asyncio.BufferedProtocol):
         elif self.state == BUSY:
             self._time_out_answer()
         elif self.state == BODY:
-            self._fail(error_response(408, "timed out reading the request body"))
+            self._fail(self._error(408, "timed out reading the request body"))
         else:
-            self.close()  # idle, or a head that did not arrive in time: nothing to answer
+            self.close()  # idle, or a head that did not arrive in time (slowloris): nothing to answer
 
     def _time_out_answer(self) -> None:
         pending, route = self.pending, self.route
         assert pending is not None and route is not None
         self.pending = self.answer_deadline = None
         pending.future.cancel()  # work not yet started is dropped
-        self._respond(error_response(504, f"{route.name} took longer than {route.timeout_s} s"))
+        self._respond(self._error(504, f"{route.name} took longer than {route.timeout_s} s"))
         self._advance()

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from prometheus_client import CollectorRegistry
 
 import nemotron
+from nemotron.errors import UserError
 from nemotron.reward.batcher import (
     BatcherClosed,
     BatcherMetrics,
@@ -37,8 +39,8 @@ from nemotron.reward.kserve import (
     decode_infer_request,
     encode_infer_response,
 )
-from nemotron.reward.prometheus import Registry
 from nemotron.reward.scorer import Scorer
+from nemotron.reward.server_options import check_bind, find_token, server_command_line
 from nemotron.reward.transport import TOKEN_ENV as TOKEN_ENV  # launchers import it from here
 from nemotron.reward.transport import (
     Deferred,
@@ -48,11 +50,9 @@ from nemotron.reward.transport import (
     Response,
     Route,
     ServerHandle,
-    bearer_token,
     json_response,
     parse_json_body,
     run_until_signal,
-    server_command_line,
     write_ready_file,
 )
 
@@ -132,7 +132,7 @@ class RewardApp:
         self,
         scorer: Scorer,
         batching: BatchingConfig,
-        registry: Registry,
+        registry: CollectorRegistry,
         *,
         model_name: str = MODEL_NAME,
         request_timeout_s: float = 60.0,
@@ -158,12 +158,10 @@ class RewardApp:
 
         Health and metadata are cheap and answered on the event loop; scoring goes to the batcher.
         """
-        health = Route("health", self._ready, public=True, inline=True)
+        health = Route("health", self._ready, inline=True)
         timeout = self.request_timeout_s
         fixed = {
-            "/v2/health/live": {
-                "GET": Route("health", lambda _: json_response({"live": True}), public=True, inline=True)
-            },
+            "/v2/health/live": {"GET": Route("health", lambda _: json_response({"live": True}), inline=True)},
             "/v2/health/ready": {"GET": health},
             "/health": {"GET": health},
             "/v2": {"GET": Route("server_metadata", self._server_metadata, inline=True)},
@@ -171,7 +169,7 @@ class RewardApp:
         }
         model = {
             "": {"GET": Route("model_metadata", self._model_metadata, inline=True)},
-            "ready": {"GET": Route("model_ready", self._ready, public=True, inline=True)},
+            "ready": {"GET": Route("model_ready", self._ready, inline=True)},
             "config": {"GET": Route("model_config", self._model_config, inline=True)},
             "infer": {"POST": Route("infer", submit=self._infer, timeout_s=timeout)},
         }
@@ -348,6 +346,7 @@ def serve(
     request_deadline_s: float = 60.0,
     request_timeout_s: float = 60.0,
     drain_timeout_s: float = 30.0,
+    max_connections: int | None = None,
     model_name: str = MODEL_NAME,
 ) -> ServerHandle:
     """Start the reward server in background threads; port 0 picks a free port (see `handle.url`).
@@ -355,11 +354,12 @@ def serve(
     `preferred_batch_size` defaults to `max_batch_size`: a batch goes to the model as soon as it is full,
     or when its oldest request has waited `max_queue_delay_ms`. A connection is dropped when it sends
     nothing for `read_timeout_s`, or when a request has not fully arrived `request_deadline_s` after its
-    first byte; scoring a request may take `request_timeout_s` (then 504).
+    first byte; scoring a request may take `request_timeout_s` (then 504). Past `max_connections` open
+    connections (default: well under the open-file limit) an idle one is closed, or the newcomer gets 503.
     """
     preferred = max_batch_size if preferred_batch_size is None else preferred_batch_size
     batching = BatchingConfig(max_batch_size, preferred, max_queue_delay_ms, max_queue_rows)
-    registry = Registry()
+    registry = CollectorRegistry()
     app = RewardApp(
         _as_scorer(scorer), batching, registry, model_name=model_name, request_timeout_s=request_timeout_s
     )
@@ -371,6 +371,7 @@ def serve(
         read_timeout_s=read_timeout_s,
         request_deadline_s=request_deadline_s,
         drain_timeout_s=drain_timeout_s,
+        max_connections=max_connections,
         metric_prefix="nemotron_reward",
     )
     try:
@@ -400,33 +401,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = server_command_line(
         "python -m nemotron.reward.server", __doc__, "HF reward-model directory (safetensors)"
     )
-    parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--preferred-batch-size", type=int, default=None, help="default: --max-batch-size")
     parser.add_argument("--max-queue-delay-ms", type=float, default=5.0)
+    parser.add_argument(
+        "--max-queue-rows",
+        type=int,
+        default=65536,
+        help="rows waiting for the model; more: 503 + Retry-After",
+    )
+    parser.add_argument("--model-name", default=MODEL_NAME, help="the name in /v2/models/<name>/infer")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        token = find_token(args.token_env, args.token_file)
+        check_bind(args.host, token, args.token_env)  # before loading the model: a mistake costs no time
+    except UserError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
 
     import torch
 
     from nemotron.devices import model_dtype, runtime_device
     from nemotron.models.checkpoint import load_reward_model, load_tokenizer
     from nemotron.reward.scorer import scorer_from_reward_model
+    from nemotron.rl.prompts import model_positions
 
     torch.set_num_threads(args.threads)
     device = runtime_device(args.device)
     model = load_reward_model(args.model, device=device, dtype=model_dtype(args.precision))
     tokenizer = load_tokenizer(args.model)
-    scorer = scorer_from_reward_model(model, tokenizer, args.max_length)
+    # Like rm/serve: a --max-length over the model's positions is capped, not an error.
+    max_length = min(args.max_length, model_positions(model.config) or args.max_length)
+    scorer = scorer_from_reward_model(model, tokenizer, max_length)
     ready_file: Path | None = args.ready_file
     return run_forever_until_signal(
         scorer,
         args.host,
         args.port,
-        bearer_token(args),
+        token,
         max_batch_size=args.max_batch_size,
         preferred_batch_size=args.preferred_batch_size,
         max_queue_delay_ms=args.max_queue_delay_ms,
+        max_queue_rows=args.max_queue_rows,
+        max_body_bytes=args.max_body_bytes,
+        read_timeout_s=args.read_timeout_s,
+        request_deadline_s=args.request_deadline_s,
+        max_connections=args.max_connections,
+        model_name=args.model_name,
         on_ready=(lambda handle: write_ready_file(ready_file, handle)) if ready_file else None,
     )
 

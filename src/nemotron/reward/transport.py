@@ -1,22 +1,22 @@
-"""HTTP plumbing shared by the reward server and the judge server (standard library only).
+"""HTTP plumbing shared by the reward server and the judge server: h11 parses, prometheus_client counts.
 
 One asyncio event loop on its own thread serves every connection (`connection.py`). The transport owns what
-every endpoint needs: routing to an app, bearer-token auth, the body limit, gzip/deflate request bodies, JSON
-errors, read timeouts and a per-request deadline, request metrics, GET /metrics, and a graceful stop (refuse new
-requests, finish the ones in flight, then close the app). A route answers in one of three ways: `submit`
-hands the request to other work and returns a `Deferred` answer (the reward model's batcher: no thread per
-request); `inline` handlers are cheap and run on the loop; any other handler may block and runs in a thread
-pool.
+every endpoint needs: routing to an app, bearer-token auth before routing, the body limit, gzip/deflate request
+bodies, JSON errors, read timeouts and a per-request deadline, a cap on open connections, request metrics,
+GET /metrics, and a graceful stop (refuse new requests, finish the ones in flight, then close the app). A route
+answers in one of three ways: `submit` hands the request to other work and returns a `Deferred` answer (the
+reward model's batcher: no thread per request); `inline` handlers are cheap and run on the loop; any other
+handler may block and runs in a thread pool.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hmac
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import threading
@@ -29,20 +29,28 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+import h11
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
 from nemotron.reward.connection import Connection
-from nemotron.reward.http11 import HTTPError as HTTPError
-from nemotron.reward.http11 import Request as Request
-from nemotron.reward.http11 import Response as Response
-from nemotron.reward.http11 import error_response as error_response
-from nemotron.reward.http11 import json_response as json_response
-from nemotron.reward.http11 import parse_json_body as parse_json_body
-from nemotron.reward.prometheus import LATENCY_BUCKETS_S, Registry
+from nemotron.reward.messages import ErrorStyle, error_response
+from nemotron.reward.messages import HTTPError as HTTPError
+from nemotron.reward.messages import Request as Request
+from nemotron.reward.messages import Response as Response
+from nemotron.reward.messages import json_response as json_response
+from nemotron.reward.messages import parse_json_body as parse_json_body
+from nemotron.reward.metrics import CONTENT_TYPE, LATENCY_BUCKETS_S, exposition
 
 logger = logging.getLogger(__name__)
 
 # The bearer token reaches a server process through this variable, never its command line (visible in ps).
 TOKEN_ENV = "NEMOTRON_REWARD_TOKEN"
 LISTEN_BACKLOG = 1024  # 64+ clients connect at once in the benchmark
+# Answered without the bearer token, so that probes need no secret. Nothing else is: an unauthenticated
+# request gets 401 before routing, whatever its path or model name.
+HEALTH_PATHS = frozenset({"/health", "/v2/health/live", "/v2/health/ready"})
+FILES_KEPT_FREE = 64  # file descriptors left for the model, logs and threads beside the connections
+WARNING_INTERVAL_S = 60.0  # at most one warning this often about refused connections
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +75,6 @@ class Route:
 
     name: str  # the `endpoint` label of the request metrics
     handler: Callable[[Request], Response] | None = None
-    public: bool = False  # served without the bearer token (health probes)
     inline: bool = False
     submit: Callable[[Request], Deferred] | None = None
     timeout_s: float | None = None
@@ -81,7 +88,8 @@ class App(Protocol):
     """What a server plugs into the transport."""
 
     def route(self, method: str, path: str) -> Route | None:
-        """The route for a request, None for 404; may raise HTTPError (e.g. 405). Called on the event loop."""
+        """The route for a request, None for 404; may raise HTTPError (e.g. 405). Called on the event loop,
+        only for requests that carry the token (or for HEALTH_PATHS)."""
         ...
 
     def close(self, timeout: float) -> None:
@@ -100,32 +108,114 @@ class HTTPSettings:
     drain_timeout_s: float = 30.0
     metric_prefix: str = "nemotron"
     handler_threads: int = 16  # the pool that runs blocking handlers
+    max_connections: int | None = (
+        None  # None: half of the file limit left after FILES_KEPT_FREE, at most 4096
+    )
+    error_style: ErrorStyle = "plain"
+
+
+def raise_file_limit() -> int:
+    """Raise the soft limit on open files to the hard one (Linux defaults to 1024 of 1M+); the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:  # e.g. above the kernel's nr_open
+            logger.debug("cannot raise the open-file limit to %d: %s", target, exc)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def connection_cap(wanted: int | None, file_limit: int) -> int:
+    """How many connections a server keeps open: `wanted`, or a default, always well under the file limit."""
+    room = max(8, (file_limit - FILES_KEPT_FREE) // 2)
+    if wanted is None:
+        return min(4096, room)
+    if wanted > room:
+        logger.warning(
+            "max_connections %d is too close to the open-file limit of %d; serving at most %d",
+            wanted,
+            file_limit,
+            room,
+        )
+        return room
+    return wanted
+
+
+def _busy_answer(style: ErrorStyle) -> bytes:
+    """The whole 503 a connection over the cap gets, rendered once by h11."""
+    response = error_response(503, "too many connections; retry shortly", style=style)
+    conn = h11.Connection(h11.SERVER)
+    head = [
+        ("Content-Type", response.content_type),
+        ("Content-Length", str(len(response.body))),
+        ("Retry-After", "1"),
+        ("Connection", "close"),
+    ]
+    return (
+        conn.send(h11.Response(status_code=503, headers=head, reason=b"Service Unavailable"))
+        + conn.send(h11.Data(data=response.body))
+        + conn.send(h11.EndOfMessage())
+    )
 
 
 class ServerCore:
-    """What all connections of one server share: settings, routing and auth, metrics, the count of requests
-    in flight, the handler thread pool, and the queue of answers that other threads hand back to the loop."""
+    """What all connections of one server share: settings, routing and auth, the connection cap, metrics, the
+    count of requests in flight, the handler thread pool, and the queue of answers that other threads hand
+    back to the loop."""
 
-    def __init__(self, app: App, settings: HTTPSettings, registry: Registry) -> None:
+    def __init__(self, app: App, settings: HTTPSettings, registry: CollectorRegistry) -> None:
         self.app, self.settings, self.registry = app, settings, registry
         prefix = settings.metric_prefix
-        self.requests = registry.counter(
-            f"{prefix}_http_requests_total", "HTTP requests by endpoint and code."
+        self.requests = Counter(
+            f"{prefix}_http_requests_total",
+            "HTTP requests by endpoint and code.",
+            ["endpoint", "code"],
+            registry=registry,
         )
-        self.errors = registry.counter(f"{prefix}_http_errors_total", "HTTP requests answered with 4xx/5xx.")
-        self.latency = registry.histogram(
-            f"{prefix}_http_request_seconds", "Time from request line to response.", LATENCY_BUCKETS_S
+        self.errors = Counter(
+            f"{prefix}_http_errors_total",
+            "HTTP requests answered with 4xx/5xx.",
+            ["endpoint"],
+            registry=registry,
         )
+        self.latency = Histogram(
+            f"{prefix}_http_request_seconds",
+            "Time from request line to response.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        self.open_connections = Gauge(
+            f"{prefix}_http_connections", "Open client connections.", registry=registry
+        )
+        self.refused = Counter(
+            f"{prefix}_http_refused_connections_total",
+            "Connections answered 503 at once: the connection cap was reached and none was idle.",
+            registry=registry,
+        )
+        self.evicted = Counter(
+            f"{prefix}_http_evicted_connections_total",
+            "Idle or stalled connections closed to make room under the connection cap.",
+            registry=registry,
+        )
+        self.max_connections = connection_cap(settings.max_connections, raise_file_limit())
+        self.busy_answer = _busy_answer(settings.error_style)
+        self.public_paths = HEALTH_PATHS
         self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(self._on_loop_error)
         self.receive_buffer = memoryview(bytearray(256 * 1024))  # every connection reads into it, in turn
         self.executor = ThreadPoolExecutor(settings.handler_threads, thread_name_prefix="http-handler")
-        self.connections: set[Connection] = set()
+        self.connections: dict[Connection, None] = {}  # in the order they were accepted
         self.draining = False
         self.in_flight = 0
         self.in_flight_changed = threading.Condition()
         self._answers: deque[tuple[Connection, Future[Any]]] = deque()
         self._wakeup_pending = False
         self._metrics_route = Route("metrics", self._metrics, inline=True)
+        self._last_warning = -WARNING_INTERVAL_S
+        self._refused_since_warning = 0
 
     def route(self, method: str, path: str) -> Route | None:
         if path == "/metrics":
@@ -135,7 +225,7 @@ class ServerCore:
         return self.app.route(method, path)
 
     def _metrics(self, _: Request) -> Response:
-        return Response(200, self.registry.render().encode(), "text/plain; version=0.0.4")
+        return Response(200, exposition(self.registry), CONTENT_TYPE)
 
     def run_in_pool(self, handler: Callable[[Request], Response], request: Request) -> Deferred:
         return Deferred(self.executor.submit(handler, request), Future.result)
@@ -148,6 +238,72 @@ class ServerCore:
         # compare_digest keeps the comparison time independent of where the tokens differ.
         return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
+    # --- the connection cap ---------------------------------------------------------------------------------
+
+    def admit(self, connection: Connection) -> bool:
+        """Take a new connection, closing an idle (or stalled) one to make room at the cap; else answer it
+        503 at once and close it, so the clients already connected keep being served."""
+        if len(self.connections) >= self.max_connections and not self._make_room():
+            assert connection.transport is not None
+            connection.transport.write(self.busy_answer)
+            connection.transport.close()
+            self.refused.inc()
+            self._warn_refused()
+            return False
+        self.connections[connection] = None
+        self.open_connections.set(len(self.connections))
+        return True
+
+    def _make_room(self) -> bool:
+        """Close the connection that waited longest for its next request; else the one whose request head
+        has taken longest, if over a second (a slowloris client: a real head arrives in milliseconds)."""
+        idle = [c for c in self.connections if c.idle]
+        if idle:
+            victim = min(idle, key=lambda c: c.last_activity)
+        else:
+            # A head that started over a second ago has a deadline before this.
+            started_before = time.monotonic() + self.settings.request_deadline_s - 1.0
+            stalled = [
+                c
+                for c in self.connections
+                if c.state == "head" and not c.open and c.deadline is not None and c.deadline < started_before
+            ]
+            if not stalled:
+                return False
+            victim = min(stalled, key=lambda c: c.deadline or 0.0)
+        del self.connections[victim]
+        victim.abort()
+        self.evicted.inc()
+        return True
+
+    def forget(self, connection: Connection) -> None:
+        if connection in self.connections:
+            del self.connections[connection]
+            self.open_connections.set(len(self.connections))
+
+    def _warn_refused(self) -> None:
+        self._refused_since_warning += 1
+        now = time.monotonic()
+        if now - self._last_warning >= WARNING_INTERVAL_S:
+            logger.warning(
+                "%d connections refused with 503: %d are open, the cap (max_connections); none was idle",
+                self._refused_since_warning,
+                len(self.connections),
+            )
+            self._last_warning, self._refused_since_warning = now, 0
+
+    def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """One line a minute, not a traceback per attempt, when accept() runs out of file descriptors."""
+        if "out of system resource" in str(context.get("message", "")):
+            now = time.monotonic()
+            if now - self._last_warning >= WARNING_INTERVAL_S:
+                self._last_warning = now
+                logger.warning("accept() failed: %s (open-file limit reached)", context.get("exception"))
+            return
+        loop.default_exception_handler(context)
+
+    # --- requests -------------------------------------------------------------------------------------------
+
     def request_started(self) -> None:
         with self.in_flight_changed:
             self.in_flight += 1
@@ -156,10 +312,10 @@ class ServerCore:
         with self.in_flight_changed:
             self.in_flight -= 1
             self.in_flight_changed.notify_all()
-        self.requests.inc(labels={"endpoint": endpoint, "code": str(status)})
+        self.requests.labels(endpoint, str(status)).inc()
         if status >= 400:
-            self.errors.inc(labels={"endpoint": endpoint})
-        self.latency.observe(seconds, labels={"endpoint": endpoint})
+            self.errors.labels(endpoint).inc()
+        self.latency.labels(endpoint).observe(seconds)
 
     def answer_when_done(self, connection: Connection, future: Future[Any]) -> None:
         """Called from the thread that resolved `future`: queue the answer and wake the loop once for all
@@ -195,10 +351,10 @@ def _listening_socket(host: str, port: int) -> socket.socket:
 class ServerHandle:
     """A running server: its URL, metrics, and `stop()`. Also a context manager."""
 
-    def __init__(self, app: App, settings: HTTPSettings, registry: Registry | None = None) -> None:
+    def __init__(self, app: App, settings: HTTPSettings, registry: CollectorRegistry | None = None) -> None:
         self.app = app
         self.settings = settings
-        self.registry = registry or Registry()
+        self.registry = registry or CollectorRegistry()
         self._core = core = ServerCore(app, settings, self.registry)
         sock = _listening_socket(settings.host, settings.port)
         address = sock.getsockname()
@@ -213,7 +369,9 @@ class ServerHandle:
             self._close_loop()
             raise
         self._stopped = False
-        logger.info("serving on %s", self.url)
+        # The cap in force: the setting, or the default under the file limit.
+        self.max_connections = core.max_connections
+        logger.info("serving on %s (at most %d connections)", self.url, self.max_connections)
 
     @property
     def url(self) -> str:
@@ -278,30 +436,6 @@ class ServerHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def server_command_line(prog: str, description: str | None, model_help: str) -> argparse.ArgumentParser:
-    """The options both server commands share: --model, --host, --port, --token-env, --threads, --device,
-    --precision, --ready-file.
-
-    `bearer_token(args)` reads the token from the named variable (never the command line, visible in ps).
-    """
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--model", type=Path, required=True, help=model_help)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--token-env", default=TOKEN_ENV, help="environment variable holding the bearer token")
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    parser.add_argument(
-        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: the GPU of LOCAL_RANK when present"
-    )
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="weight dtype")
-    parser.add_argument("--ready-file", type=Path, help="write the URL here once serving")
-    return parser
-
-
-def bearer_token(args: argparse.Namespace) -> str | None:
-    return os.environ.get(args.token_env) or None
 
 
 def write_ready_file(path: Path, handle: ServerHandle) -> None:

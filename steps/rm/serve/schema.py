@@ -20,15 +20,17 @@ class Server(Strict):
 
     host: str = Field(
         "127.0.0.1",
-        description="bind address; loopback unless told otherwise (0.0.0.0 without a token logs a warning)",
+        description="bind address; loopback unless told otherwise. Any other address (0.0.0.0) needs a bearer "
+        "token, else the step refuses to start (exit 2)",
     )
     port: int = Field(
         8000, ge=0, le=65535, description="TCP port; 0 = a free port (written to the job's server.json)"
     )
-    token: str | None = Field(
+    token_file: str | None = Field(
         None,
-        description="bearer token required on every request except the health probes; unset: no auth. Secret: "
-        "kept out of config.yaml",
+        description="file (mode 0600) holding the bearer token that every request but the health probes must "
+        "carry; unset: the token is $NEMOTRON_REWARD_TOKEN (on Slurm: a profile env_var, kept in the job's 0600 "
+        "secrets file); neither: no auth. Never the token itself: a command line is visible in ps",
     )
     mode: Literal["reward", "chat"] = Field(
         "reward",
@@ -46,7 +48,7 @@ class Server(Strict):
         "preferred_batch_size",
     )
     preferred_batch_size: int = Field(
-        16,
+        64,
         ge=1,
         description="reward: the batcher runs as soon as this many sequences wait, and scores at most this many "
         "per forward pass; at most max_batch_size (Triton: preferred_batch_size)",
@@ -56,6 +58,32 @@ class Server(Strict):
         ge=0,
         description="reward: longest a request waits for others to fill a batch, in ms (Triton: "
         "max_queue_delay_microseconds / 1000)",
+    )
+    max_queue_rows: int = Field(
+        65536,
+        ge=1,
+        description="reward: sequences waiting for the model; a request that would queue more gets 503 with "
+        "Retry-After",
+    )
+    max_queue: int = Field(
+        64,
+        ge=1,
+        description="chat: requests queued or generating; one more gets 503 with Retry-After",
+    )
+    read_timeout_s: float = Field(
+        30.0, gt=0, description="a connection that sends nothing for this long is closed (idle keep-alive too)"
+    )
+    request_deadline_s: float = Field(
+        60.0,
+        gt=0,
+        description="a request's head and body must arrive within this many seconds of its first byte "
+        "(cuts slowloris clients; a body still arriving gets 408)",
+    )
+    max_connections: int | None = Field(
+        None,
+        ge=1,
+        description="open client connections; past it an idle one is closed, or the newcomer gets 503. Unset: "
+        "half the open-file limit (raised to the hard limit at start), at most 4096",
     )
     max_body_bytes: int = Field(
         8 << 20,

@@ -4,6 +4,7 @@ chat-completions judge instead. The address is printed and written to the job's 
 (and servers/node-<i>.json: one server per node on Slurm)."""
 
 import logging
+from pathlib import Path
 
 import torch
 
@@ -12,6 +13,7 @@ from nemotron.models.checkpoint import load_reward_model, load_tokenizer
 from nemotron.reward.address import announce_server
 from nemotron.reward.scorer import scorer_from_reward_model
 from nemotron.reward.server import run_forever_until_signal
+from nemotron.reward.server_options import check_bind, find_token
 from nemotron.reward.transport import ServerHandle, run_until_signal
 from nemotron.rl.prompts import model_positions
 from nemotron.runtime import StepRun
@@ -20,11 +22,14 @@ log = logging.getLogger("nemotron")
 run = StepRun.start(__file__)
 cfg = run.config
 s = cfg.server
+# The token from $NEMOTRON_REWARD_TOKEN or a 0600 file, never the config: a command line is visible in ps.
+token = find_token(token_file=Path(s.token_file) if s.token_file else None)
+check_bind(s.host, token)  # exit 2 for a non-loopback address without a token, before loading anything
 torch.set_num_threads(cfg.runtime.num_threads)
 device = runtime_device(cfg.runtime.device)  # exit 2 for cuda without a GPU, before loading anything
 dtype = model_dtype(cfg.runtime.precision)
-if s.host not in ("127.0.0.1", "localhost", "::1") and not s.token:
-    log.warning("serving on %s without server.token: anyone who can reach this address can use the model", s.host)
+limits = {"max_body_bytes": s.max_body_bytes, "read_timeout_s": s.read_timeout_s,
+          "request_deadline_s": s.request_deadline_s, "max_connections": s.max_connections}
 
 
 def announce(handle: ServerHandle) -> None:
@@ -38,16 +43,16 @@ if s.mode == "reward":
     model = load_reward_model(cfg.inputs.reward_model, device=device, dtype=dtype)
     max_length = min(s.max_length, model_positions(model.config) or s.max_length)
     scorer = scorer_from_reward_model(model, tokenizer, max_length)
-    code = run_forever_until_signal(scorer, s.host, s.port, s.token, on_ready=announce, max_batch_size=s.max_batch_size,
+    code = run_forever_until_signal(scorer, s.host, s.port, token, on_ready=announce, max_batch_size=s.max_batch_size,
                                     preferred_batch_size=s.preferred_batch_size, max_queue_delay_ms=s.max_queue_delay_ms,
-                                    max_body_bytes=s.max_body_bytes, model_name=s.model_name)
+                                    max_queue_rows=s.max_queue_rows, model_name=s.model_name, **limits)
 else:
     from nemotron.models.checkpoint import load_policy
     from nemotron.reward.chat_server import HFChatModel, serve_chat
 
     lm = load_policy(cfg.inputs.reward_model, device=device, dtype=dtype)
-    handle = serve_chat(HFChatModel(lm, tokenizer, model_positions(lm.config) or s.max_length), s.host, s.port, s.token, model_name=s.model_name,
-                        max_body_bytes=s.max_body_bytes)
+    handle = serve_chat(HFChatModel(lm, tokenizer, model_positions(lm.config) or s.max_length), s.host, s.port, token,
+                        model_name=s.model_name, max_queue=s.max_queue, **limits)
     announce(handle)
     code = run_until_signal(handle)
 print("server stopped", flush=True)

@@ -1,0 +1,108 @@
+"""What the server commands and rm/serve share before a server starts: the command line, where the bearer
+token comes from (an environment variable or a 0600 file, never argv: a command line is visible in `ps`), and
+the refusal to serve a non-loopback address without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import stat
+from pathlib import Path
+
+from nemotron.errors import UserError
+from nemotron.reward.transport import TOKEN_ENV
+
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost: it may resolve to anything
+
+
+def read_token_file(path: Path) -> str:
+    """The token in `path`, a file only its owner can read (mode 0600 or 0400); else UserError (exit 2)."""
+    try:
+        info = path.stat()
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise UserError(f"cannot read the token file {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise UserError(f"the token file {path} is not a regular file")
+    if info.st_mode & 0o077:
+        raise UserError(
+            f"the token file {path} has mode {stat.S_IMODE(info.st_mode):04o}; others could read the token: "
+            f"chmod 600 {path}"
+        )
+    if not text:
+        raise UserError(f"the token file {path} is empty")
+    return text
+
+
+def find_token(token_env: str = TOKEN_ENV, token_file: Path | None = None) -> str | None:
+    """The bearer token: from `token_file` when given, else from the variable `token_env`; None when neither."""
+    if token_file is not None:
+        return read_token_file(token_file)
+    return os.environ.get(token_env) or None
+
+
+def check_bind(host: str, token: str | None, token_env: str = TOKEN_ENV) -> None:
+    """Refuse (UserError, exit 2) to serve a non-loopback address without a token: anyone who can reach it
+    could use the model."""
+    if token is None and not is_loopback(host):
+        raise UserError(
+            f"refusing to serve on {host} without a bearer token: set ${token_env} or give a token file "
+            "(mode 0600), or bind 127.0.0.1"
+        )
+
+
+class _RefuseTokenOnCommandLine(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        parser.error(
+            f"--token is refused: a command line is visible in ps; set ${TOKEN_ENV} or use --token-file"
+        )
+
+
+def server_command_line(prog: str, description: str | None, model_help: str) -> argparse.ArgumentParser:
+    """The options both server commands share. `find_token(args.token_env, args.token_file)` reads the token."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
+    parser.add_argument("--model", type=Path, required=True, help=model_help)
+    parser.add_argument("--host", default="127.0.0.1", help="bind address; a non-loopback one needs a token")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument(
+        "--token-env", default=TOKEN_ENV, help="environment variable holding the bearer token"
+    )
+    parser.add_argument("--token-file", type=Path, help="file (mode 0600) holding the bearer token")
+    parser.add_argument("--token", nargs="?", action=_RefuseTokenOnCommandLine, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto: the GPU of LOCAL_RANK when present",
+    )
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="weight dtype")
+    parser.add_argument("--ready-file", type=Path, help="write the URL here once serving")
+    parser.add_argument(
+        "--max-length", type=int, default=512, help="tokens per sequence, capped at the model's"
+    )
+    parser.add_argument("--max-body-bytes", type=int, default=8 << 20, help="larger request bodies get 413")
+    parser.add_argument(
+        "--read-timeout-s", type=float, default=30.0, help="a connection silent this long is closed"
+    )
+    parser.add_argument(
+        "--request-deadline-s",
+        type=float,
+        default=60.0,
+        help="a request's head and body must arrive within this from its first byte (slowloris)",
+    )
+    parser.add_argument(
+        "--max-connections", type=int, default=None, help="open connections; default: under the file limit"
+    )
+    return parser
