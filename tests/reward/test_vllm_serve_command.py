@@ -62,6 +62,16 @@ def test_the_group_command_refuses_a_wide_bind_without_a_token_before_starting_a
                            "0.0.0.0", "--ready-file", str(ready)], capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "error: --host 0.0.0.0 is reachable from other machines: set $NEMOTRON_REWARD_TOKEN to a bearer token first"
+        "error: refusing to serve on 0.0.0.0 without a bearer token: set $NEMOTRON_REWARD_TOKEN or give a token file "
+        "(mode 0600), or bind 127.0.0.1"
     ]
     assert not ready.exists()
+
+
+def test_the_group_command_refuses_a_token_file_others_can_read(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("a-token-of-twenty-chars\n")
+    token_file.chmod(0o644)
+    done = subprocess.run([sys.executable, "-m", "nemotron.reward.vllm_serve", "--model", str(tmp_path), "--host",
+                           "0.0.0.0", "--token-file", str(token_file)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "has mode 0644; others could read the token" in done.stderr

@@ -10,7 +10,6 @@ tokenizer has no chat template gets ours: the same `role: content` lines our cha
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import logging
 import os
@@ -158,15 +157,6 @@ def vllm_judge_server(model: str | Path, log_path: Path | None = None, memory: f
 
 # ----------------------------------------------------------------------------- group 0 of a Slurm heterogeneous job
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class _Stopped(Exception):
     """SIGTERM: the job is over (Slurm stops group 0 when the step's group ends)."""
 
@@ -177,26 +167,31 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`vllm serve` for the judge until SIGTERM, with a ready file once /health answers (what the step waits for)."""
+    from nemotron.errors import UserError
     from nemotron.jobs import write_atomic
     from nemotron.reward.address import Node, reachable_url
+    from nemotron.reward.server_options import check_bind, find_token
+    from nemotron.reward.transport import TOKEN_ENV
 
     parser = argparse.ArgumentParser(prog="python -m nemotron.reward.vllm_serve", description=main.__doc__)
     parser.add_argument("--model", required=True, help="the judge: a local HF checkpoint or a hub id")
     parser.add_argument("--host", default="127.0.0.1", help="a non-loopback address needs a token")
     parser.add_argument("--port", type=int, default=0, help="0: a free port")
-    parser.add_argument("--token-env", default="NEMOTRON_REWARD_TOKEN", help="environment variable with the token")
+    parser.add_argument("--token-env", default=TOKEN_ENV, help="environment variable with the bearer token")
+    parser.add_argument("--token-file", type=Path, help="file (mode 0600) holding the bearer token")
     parser.add_argument("--memory", type=float, default=0.9, help="vLLM's --gpu-memory-utilization (own node)")
     parser.add_argument("--ready-file", type=Path, help='write {"url", "pid"} here once vllm serve answers')
     parser.add_argument("--startup-timeout", type=float, default=3600.0, help="seconds to wait for /health")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    token = os.environ.get(args.token_env) or None
-    if token is None and not _loopback(args.host):
-        print(f"error: --host {args.host} is reachable from other machines: set ${args.token_env} to a bearer "
-              "token first", file=sys.stderr)  # fmt: skip
-        return 2
     if not 0 < args.memory <= 1:
         print(f"error: --memory must be in (0, 1], got {args.memory}", file=sys.stderr)
+        return 2
+    try:
+        token = find_token(args.token_env, args.token_file)
+        check_bind(args.host, token, args.token_env)
+    except UserError as e:
+        print(f"error: {e.render()}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     port = args.port or free_port()
