@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -54,13 +55,15 @@ def is_alive(pid: object, marker: str = "nemotron") -> bool:
 
 @contextmanager
 def child_process(
-    cmd: Sequence[str], env: Mapping[str, str], log_path: Path | None = None
+    cmd: Sequence[str], env: Mapping[str, str], log_path: Path | None = None, inherit_output: bool = False
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run `cmd` in its own session (output appended to `log_path`, else dropped) for the duration of the block; it
-    dies with this process and is stopped (SIGTERM to its group, SIGKILL after a grace) on exit, error or Ctrl-C."""
+    """Run `cmd` in its own session (output appended to `log_path`, else this process's own with `inherit_output`,
+    else dropped) for the duration of the block; it dies with this process and is stopped (SIGTERM to its group,
+    SIGKILL after a grace) on exit, error or Ctrl-C."""
     out = log_path.open("ab") if log_path else None
+    sink: Any = out or (None if inherit_output else subprocess.DEVNULL)
     try:
-        proc = subprocess.Popen(list(cmd), env=dict(env), stdout=out or subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(list(cmd), env=dict(env), stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent())  # fmt: skip
         try:
             yield proc

@@ -107,6 +107,7 @@ def vllm_process(
     startup_timeout: float = 300.0,
     log_path: Path | None = None,
     host: str = "127.0.0.1",
+    inherit_output: bool = False,
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """`vllm serve MODEL` on host:port, ready (its /health answers): yields (process, loopback url). No token: no
     auth (loopback only; main() refuses a wider bind without one)."""
@@ -131,7 +132,7 @@ def vllm_process(
         if token:
             env["VLLM_API_KEY"] = token
         url = f"http://127.0.0.1:{port}"
-        with child_process(cmd, env, log_path) as proc:
+        with child_process(cmd, env, log_path, inherit_output) as proc:
             deadline = time.monotonic() + startup_timeout
             while True:
                 if proc.poll() is not None:
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=3600.0, help="seconds to wait for /health")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("nemotron.reward.client").setLevel(logging.WARNING)  # one line per /health poll otherwise
     if not 0 < args.memory <= 1:
         print(f"error: --memory must be in (0, 1], got {args.memory}", file=sys.stderr)
         return 2
@@ -197,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     port = args.port or free_port()
     try:
         with vllm_process(args.model, port=port, token=token, memory=args.memory, host=args.host,
-                          startup_timeout=args.startup_timeout) as (proc, _):  # fmt: skip
+                          startup_timeout=args.startup_timeout, inherit_output=True) as (proc, _):  # fmt: skip
             if args.ready_file is not None:
                 url = reachable_url(f"http://{args.host}:{port}", Node.from_env())
                 write_atomic(args.ready_file, json.dumps({"url": url, "pid": os.getpid(), "server": "vllm"}))
