@@ -35,6 +35,15 @@ def global_means(world: World, count: torch.Tensor | int, **sums: torch.Tensor) 
     return {name: float(total[i] / denominator) for i, name in enumerate(sums)}
 
 
+def global_sums(world: World, per: int | float = 1, **sums: torch.Tensor) -> dict[str, float]:
+    """Each named local sum summed over ranks (one all-reduce), divided by ``per`` (e.g. the number of epochs).
+
+    For quantities every rank already normalised by the global count, such as losses.
+    """
+    total = all_reduce_sum(torch.stack(list(sums.values())), world) / per
+    return {name: float(total[i]) for i, name in enumerate(sums)}
+
+
 @dataclass
 class RolloutStats:
     """Means over the step's responses (every RL step logs them)."""
