@@ -16,13 +16,13 @@ from nemotron.data.records import PromptRecord, prompt_text
 from nemotron.devices import DevicePlan
 from nemotron.errors import UserError
 from nemotron.metrics import summary_line
-from nemotron.models.checkpoint import load_policy
+from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
 from nemotron.models.tokenizer import encode_prompt
 from nemotron.rl import distributed, trainstate
 from nemotron.rl.distributed import World
 from nemotron.rl.evaluation import evaluate, parameter_checksum
-from nemotron.rl.experience import Experience, ScoreFn, collect, prompt_schedule
-from nemotron.rl.generation_backends import GenerationBackend
+from nemotron.rl.experience import Experience, ScoreFn, collect, prompt_schedule, sampling_params
+from nemotron.rl.generation_backends import GenerationBackend, get_backend
 from nemotron.rl.prompts import fit_prompts, model_positions
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams
@@ -89,8 +89,8 @@ def reward_model_scores(run: StepRun[Any], reward: Any, model_path: str | None, 
 @dataclass
 class Rollouts:
     """The rollout stage: each step samples `n` responses to this rank's share of the step's prompts, scores
-    them and takes the logprobs. Prompts come in one global order (`prompt_schedule`), the same on every rank;
-    each rank samples from its own random stream."""
+    them and takes the logprobs. Prompts come in one global order (`prompt_schedule`), the same on every rank,
+    and `position` is how far the run has read it; each rank samples from its own random stream."""
 
     backend: GenerationBackend
     models: ActorAndReference
@@ -103,10 +103,27 @@ class Rollouts:
     plan: DevicePlan
     world: World
     seed: int
+    position: int = 0
 
-    def collect(self, position: int, score: ScoreFn) -> Experience:
-        """The rollouts of the `per_step` prompts after `position` in the prompt stream."""
-        batch = distributed.shard(prompt_schedule(len(self.prompts.texts), self.seed, position, self.per_step), self.world)
+    @classmethod
+    def build(cls, policy_path: str, prompts_path: str, generation: Any, n: int, per_step: int, plan: DevicePlan,
+              world: World, seed: int) -> Rollouts:
+        """The tokenizer and prompts, the actor and its reference, the generation backend (our torch sampler, or
+        vLLM in this process) and sampling parameters of the `generation` config group, the sampler's stream."""
+        tokenizer = load_tokenizer(policy_path)
+        prompts = PromptSet.load(prompts_path, tokenizer)
+        models = ActorAndReference.load(policy_path, plan)
+        prompts.fit(models.policy, generation.max_new_tokens)
+        sampling = sampling_params(generation, tokenizer)
+        sampler = plan.generator(seed * 1000 + world.rank)
+        return cls(get_backend(generation), models, tokenizer, prompts, n, per_step, sampling, sampler, plan, world,
+                   seed)
+
+    def collect(self, score: ScoreFn) -> Experience:
+        """The rollouts of the next `per_step` prompts of the prompt stream."""
+        schedule = prompt_schedule(len(self.prompts.texts), self.seed, self.position, self.per_step)
+        batch = distributed.shard(schedule, self.world)
+        self.position += self.per_step
         texts, ids = self.prompts.pick(batch)
         with self.plan.autocast():
             exp = collect(self.backend, self.models.policy, self.models.reference, self.tokenizer, texts, ids, 0,
@@ -185,3 +202,13 @@ def report(run: StepRun[Any], world: World, step: int, total: int, metrics: dict
     run.log_metrics(step, metrics)
     if world.is_main and (step % every == 0 or step == total):
         print(summary_line(step, total, metrics, keys), flush=True)
+
+
+def save_and_register(run: StepRun[Any], world: World, modules: dict[str, PreTrainedModel], tokenizer: Any,
+                      metadata: dict[str, Any]) -> None:
+    """On the main rank, save each module in HF layout as output `name` and register them all; then leave the
+    process group."""
+    if world.is_main:
+        paths = {name: save_checkpoint(module, run.output_dir(name), tokenizer) for name, module in modules.items()}
+        run.register_outputs(paths, metadata)
+    distributed.close(world)

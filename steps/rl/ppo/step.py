@@ -16,29 +16,18 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from nemotron.models.checkpoint import load_reward_model, load_tokenizer, save_checkpoint
+from nemotron.models.checkpoint import load_reward_model
 from nemotron.models.reward import build_critic_from_reward_model
-from nemotron.rl import distributed
+from nemotron.rl import distributed, stages
 from nemotron.rl.advantages import GAE, gae_advantages, token_rewards
 from nemotron.rl.distributed import World, global_whiten
-from nemotron.rl.experience import Experience, micro_batches, sampling_params
-from nemotron.rl.generation_backends import get_backend
+from nemotron.rl.experience import Experience, micro_batches
 from nemotron.rl.kl import kl_penalty
 from nemotron.rl.logprobs import entropy_from_logits, token_logprobs
 from nemotron.rl.losses import ppo_clip_loss, value_loss
 from nemotron.rl.masks import explained_variance, global_mean, mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.rollout import response_logits
-from nemotron.rl.stages import (
-    ActorAndReference,
-    BeforeAfter,
-    Checkpoints,
-    PromptSet,
-    Rollouts,
-    refuse_nemo_rl_backend,
-    report,
-    reward_model_scores,
-)
 from nemotron.rl.stats import RolloutStats, Timings, as_metrics, global_means, global_sums
 from nemotron.runtime import StepRun
 from nemotron.tasks import get_task
@@ -123,45 +112,35 @@ def main() -> None:
     # ---- setup: validated config, device, process group, threads, seeds
     run: StepRun[Config] = StepRun.start(__file__)
     cfg = run.config
-    refuse_nemo_rl_backend(cfg.backend)
+    stages.refuse_nemo_rl_backend(cfg.backend)
     plan, world = distributed.start(cfg.runtime)
     total = cfg.trainer.max_steps
 
-    # ---- inputs
-    tokenizer = load_tokenizer(cfg.inputs.policy)
-    prompts = PromptSet.load(cfg.inputs.prompts, tokenizer)
-    task = get_task(cfg.eval.task) if cfg.eval.task else None
-
-    # ---- models: actor, frozen initial policy, and a critic made from the reward model
-    models = ActorAndReference.load(cfg.inputs.policy, plan)
-    prompts.fit(models.policy, cfg.generation.max_new_tokens)
-    policy = models.policy
-    reward_model = load_reward_model(cfg.inputs.reward_model, device=plan.device, dtype=plan.dtype)
-    critic = build_critic_from_reward_model(reward_model)
+    # ---- inputs and models: the prompts, the actor, its frozen initial policy, a critic made from the reward model
+    rollouts = stages.Rollouts.build(cfg.inputs.policy, cfg.inputs.prompts, cfg.generation,
+                                     cfg.ppo.num_rollouts_per_prompt, cfg.trainer.num_prompts_per_step, plan, world,
+                                     cfg.runtime.seed)
+    policy, sampling = rollouts.models.policy, rollouts.sampling
+    critic = build_critic_from_reward_model(
+        load_reward_model(cfg.inputs.reward_model, device=plan.device, dtype=plan.dtype))
     plan.prepare(critic.model)
     actor_opt = build_optimizer(policy.parameters(), cfg.optim)
     critic_opt = build_optimizer(critic.parameters(), cfg.critic.optim)
-    backend = get_backend(cfg.generation)  # our torch sampler, or vLLM in this process
-    sampling = sampling_params(cfg.generation, tokenizer)
-    sampler = plan.generator(cfg.runtime.seed * 1000 + world.rank)
-    rollouts = Rollouts(backend, models, tokenizer, prompts, cfg.ppo.num_rollouts_per_prompt,
-                        cfg.trainer.num_prompts_per_step, sampling, sampler, plan, world, cfg.runtime.seed)
-    evaluation = BeforeAfter(run, rollouts, cfg.eval, task)
+    evaluation = stages.BeforeAfter(run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None)
 
     # ---- resume
-    checkpoints = Checkpoints(run, cfg.checkpoint, {"policy": policy, "critic": critic},
-                              {"policy": actor_opt, "critic": critic_opt}, {"sampler": sampler}, cfg.inputs.policy,
+    checkpoints = stages.Checkpoints(run, cfg.checkpoint, {"policy": policy, "critic": critic},
+                              {"policy": actor_opt, "critic": critic_opt}, {"sampler": rollouts.sampler}, cfg.inputs.policy,
                               world)
-    start_step, position = checkpoints.resume()
+    start_step, rollouts.position = checkpoints.resume()
 
-    with reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan) as (score_fn, described):
+    with stages.reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan) as (score_fn, described):
         log.info("rewards from %s", described)
         evaluation.before(score_fn, start_step)
         for step in range(start_step + 1, total + 1):
             t_step = time.perf_counter()
             # ---- rollout, and the critic's values of the states it visited
-            exp = rollouts.collect(position, score_fn)
-            position += rollouts.per_step
+            exp = rollouts.collect(score_fn)
             with plan.autocast(), torch.no_grad():
                 old_values = response_values(critic, exp.sequences, exp.attention_mask, exp.prompt_width)
             # ---- score
@@ -212,19 +191,15 @@ def main() -> None:
                 Timings.of(exp, train_time, t_step, plan.device),
                 exp.engine_stats,
             )
-            report(run, world, step, total, metrics, ("rewards", "init_policy_kl", "critic_loss", "explained_var"),
+            stages.report(run, world, step, total, metrics, ("rewards", "init_policy_kl", "critic_loss", "explained_var"),
                    cfg.trainer.log_interval)
-            checkpoints.maybe_save(step, position)
+            checkpoints.maybe_save(step, rollouts.position)
 
         # ---- evaluate
         evaluation.after(score_fn, total)
 
     # ---- save and register (main rank)
-    if world.is_main:
-        out_policy = save_checkpoint(policy, run.output_dir("policy"), tokenizer)
-        out_critic = save_checkpoint(critic.model, run.output_dir("critic"), tokenizer)
-        run.register_outputs({"policy": out_policy, "critic": out_critic}, {"steps": total})
-    distributed.close(world)
+    stages.save_and_register(run, world, {"policy": policy, "critic": critic.model}, rollouts.tokenizer, {"steps": total})
 
 
 if __name__ == "__main__":

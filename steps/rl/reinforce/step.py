@@ -15,27 +15,15 @@ from typing import TYPE_CHECKING
 import torch
 
 from nemotron.faults import inject
-from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
-from nemotron.rl import distributed
+from nemotron.rl import distributed, stages
 from nemotron.rl.advantages import rloo_baseline
 from nemotron.rl.distributed import World
-from nemotron.rl.experience import Experience, micro_batches, sampling_params
-from nemotron.rl.generation_backends import get_backend
+from nemotron.rl.experience import Experience, micro_batches
 from nemotron.rl.kl import kl_penalty, rewards_with_kl
 from nemotron.rl.losses import reinforce_loss
 from nemotron.rl.masks import mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.rollout import sequence_logprobs
-from nemotron.rl.stages import (
-    ActorAndReference,
-    BeforeAfter,
-    Checkpoints,
-    PromptSet,
-    Rollouts,
-    refuse_nemo_rl_backend,
-    report,
-    reward_model_scores,
-)
 from nemotron.rl.stats import RolloutStats, Timings, as_metrics, global_means
 from nemotron.runtime import StepRun
 from nemotron.tasks import get_task
@@ -94,40 +82,30 @@ def main() -> None:
     # ---- setup: validated config, device, process group, threads, seeds
     run: StepRun[Config] = StepRun.start(__file__)
     cfg = run.config
-    refuse_nemo_rl_backend(cfg.backend)
+    stages.refuse_nemo_rl_backend(cfg.backend)
     plan, world = distributed.start(cfg.runtime)
     total = cfg.trainer.max_steps
 
-    # ---- inputs
-    tokenizer = load_tokenizer(cfg.inputs.policy)
-    prompts = PromptSet.load(cfg.inputs.prompts, tokenizer)
-    task = get_task(cfg.eval.task) if cfg.eval.task else None
-
-    # ---- models: the actor, and the frozen initial policy it is kept close to
-    models = ActorAndReference.load(cfg.inputs.policy, plan)
-    prompts.fit(models.policy, cfg.generation.max_new_tokens)
-    policy = models.policy
+    # ---- inputs and models: the prompts, the actor and the frozen initial policy it is kept close to
+    rollouts = stages.Rollouts.build(cfg.inputs.policy, cfg.inputs.prompts, cfg.generation,
+                                     cfg.reinforce.num_rollouts_per_prompt, cfg.trainer.num_prompts_per_step, plan,
+                                     world, cfg.runtime.seed)
+    policy, sampling = rollouts.models.policy, rollouts.sampling
     optimizer = build_optimizer(policy.parameters(), cfg.optim)
-    backend = get_backend(cfg.generation)  # our torch sampler, or vLLM in this process
-    sampling = sampling_params(cfg.generation, tokenizer)
-    sampler = plan.generator(cfg.runtime.seed * 1000 + world.rank)
-    rollouts = Rollouts(backend, models, tokenizer, prompts, cfg.reinforce.num_rollouts_per_prompt,
-                        cfg.trainer.num_prompts_per_step, sampling, sampler, plan, world, cfg.runtime.seed)
-    evaluation = BeforeAfter(run, rollouts, cfg.eval, task)
+    evaluation = stages.BeforeAfter(run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None)
 
     # ---- resume
-    checkpoints = Checkpoints(run, cfg.checkpoint, {"policy": policy}, {"policy": optimizer}, {"sampler": sampler},
+    checkpoints = stages.Checkpoints(run, cfg.checkpoint, {"policy": policy}, {"policy": optimizer}, {"sampler": rollouts.sampler},
                               cfg.inputs.policy, world)
-    start_step, position = checkpoints.resume()
+    start_step, rollouts.position = checkpoints.resume()
 
-    with reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan) as (score_fn, described):
+    with stages.reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan) as (score_fn, described):
         log.info("rewards from %s", described)
         evaluation.before(score_fn, start_step)
         for step in range(start_step + 1, total + 1):
             t_step = time.perf_counter()
             # ---- rollout: this rank's share of the step's prompts
-            exp = rollouts.collect(position, score_fn)
-            position += rollouts.per_step
+            exp = rollouts.collect(score_fn)
             inject("rollout", step)
             # ---- score
             s = score(exp, cfg.reinforce)
@@ -156,18 +134,15 @@ def main() -> None:
                 Timings.of(exp, train_time, t_step, plan.device),
                 exp.engine_stats,
             )
-            report(run, world, step, total, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths"),
+            stages.report(run, world, step, total, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths"),
                    cfg.trainer.log_interval)
-            checkpoints.maybe_save(step, position)
+            checkpoints.maybe_save(step, rollouts.position)
 
         # ---- evaluate
         evaluation.after(score_fn, total)
 
     # ---- save and register (main rank)
-    if world.is_main:
-        out = save_checkpoint(policy, run.output_dir("policy"), tokenizer)
-        run.register_outputs({"policy": out}, {"steps": total})
-    distributed.close(world)
+    stages.save_and_register(run, world, {"policy": policy}, rollouts.tokenizer, {"steps": total})
 
 
 if __name__ == "__main__":

@@ -20,27 +20,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from nemotron.devices import DevicePlan
-from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
-from nemotron.rl import distributed
+from nemotron.rl import distributed, stages
 from nemotron.rl.advantages import grpo_advantages
 from nemotron.rl.distributed import World
-from nemotron.rl.experience import Experience, ScoreFn, micro_batches, sampling_params
-from nemotron.rl.generation_backends import get_backend
+from nemotron.rl.experience import Experience, ScoreFn, micro_batches
 from nemotron.rl.kl import kl_penalty
 from nemotron.rl.losses import kl_loss, ppo_clip_loss
 from nemotron.rl.masks import LossLevel, mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams, sequence_logprobs
-from nemotron.rl.stages import (
-    ActorAndReference,
-    BeforeAfter,
-    Checkpoints,
-    PromptSet,
-    Rollouts,
-    refuse_nemo_rl_backend,
-    report,
-)
 from nemotron.rl.stats import RolloutStats, Timings, as_metrics, global_means, global_sums
 from nemotron.runtime import StepRun
 from nemotron.tasks import get_task
@@ -162,32 +151,23 @@ def main() -> None:
     # ---- setup: validated config, device, process group, threads, seeds
     run: StepRun[Config] = StepRun.start(__file__)
     cfg = run.config
-    refuse_nemo_rl_backend(cfg.backend, "NeMo-RL's GRPO")
+    stages.refuse_nemo_rl_backend(cfg.backend, "NeMo-RL's GRPO")
     plan, world = distributed.start(cfg.runtime)
     total = cfg.grpo.max_num_steps
 
-    # ---- inputs
-    tokenizer = load_tokenizer(cfg.policy.model_name)
-    prompts = PromptSet.load(cfg.data.train.data_path, tokenizer)
-    judge_model = cfg.env.nemo_gym.genrm_model.responses_api_models.vllm_model.model
-    task = get_task(cfg.eval.task) if cfg.eval.task else None
-
-    # ---- models: the policy and its frozen reference
-    models = ActorAndReference.load(cfg.policy.model_name, plan)
-    prompts.fit(models.policy, cfg.policy.generation.max_new_tokens)
-    policy = models.policy
+    # ---- inputs and models: the prompts, the policy and its frozen reference
+    rollouts = stages.Rollouts.build(cfg.policy.model_name, cfg.data.train.data_path, cfg.policy.generation,
+                                     cfg.grpo.num_generations_per_prompt, cfg.grpo.num_prompts_per_step, plan, world,
+                                     cfg.runtime.seed)
+    policy, sampling = rollouts.models.policy, rollouts.sampling
     optimizer = build_optimizer(policy.parameters(), cfg.policy.optimizer)
-    backend = get_backend(cfg.policy.generation)  # our torch sampler, or vLLM in this process
-    sampling = sampling_params(cfg.policy.generation, tokenizer)
-    sampler = plan.generator(cfg.runtime.seed * 1000 + world.rank)
-    rollouts = Rollouts(backend, models, tokenizer, prompts, cfg.grpo.num_generations_per_prompt,
-                        cfg.grpo.num_prompts_per_step, sampling, sampler, plan, world, cfg.runtime.seed)
-    evaluation = BeforeAfter(run, rollouts, cfg.eval, task)
+    evaluation = stages.BeforeAfter(run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None)
+    judge_model = cfg.env.nemo_gym.genrm_model.responses_api_models.vllm_model.model
 
     # ---- resume
-    checkpoints = Checkpoints(run, cfg.checkpoint, {"policy": policy}, {"policy": optimizer}, {"sampler": sampler},
+    checkpoints = stages.Checkpoints(run, cfg.checkpoint, {"policy": policy}, {"policy": optimizer}, {"sampler": rollouts.sampler},
                               cfg.policy.model_name, world)
-    start_step, position = checkpoints.resume()
+    start_step, rollouts.position = checkpoints.resume()
 
     judge_stats: dict[str, float] = {}
     with judge(cfg.judge, judge_model, run, plan, judge_stats) as (score_fn, described):
@@ -196,9 +176,8 @@ def main() -> None:
         for step in range(start_step + 1, total + 1):
             t_step = time.perf_counter()
             # ---- rollout: a group of generations per prompt
-            exp = rollouts.collect(position, score_fn)
-            position += rollouts.per_step
-            # ---- score: group-normalised advantages
+            exp = rollouts.collect(score_fn)
+                        # ---- score: group-normalised advantages
             g = cfg.grpo
             advantages = grpo_advantages(exp.group, exp.scores, None, g.use_leave_one_out_baseline,
                                          g.normalize_rewards, g.std_floor)
@@ -220,17 +199,14 @@ def main() -> None:
                 exp.engine_stats,
                 judge_stats,
             )
-            report(run, world, step, total, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths"))
-            checkpoints.maybe_save(step, position)
+            stages.report(run, world, step, total, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths"))
+            checkpoints.maybe_save(step, rollouts.position)
 
         # ---- evaluate
         evaluation.after(score_fn, total)
 
     # ---- save and register (main rank)
-    if world.is_main:
-        out = save_checkpoint(policy, run.output_dir("policy"), tokenizer)
-        run.register_outputs({"policy": out}, {"steps": total})
-    distributed.close(world)
+    stages.save_and_register(run, world, {"policy": policy}, rollouts.tokenizer, {"steps": total})
 
 
 if __name__ == "__main__":
