@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -154,6 +154,30 @@ class RewardServer(Strict):
         5,
         ge=0,
         description="re-sends, with exponential backoff, of a request that failed (connection error, timeout or 5xx answer)",
+    )
+
+
+class RewardSource(Strict):
+    """Where the rewards come from."""
+
+    source: Literal["server", "in_process"] = Field(
+        "server",
+        description="server: ask an rm/serve over HTTP (KServe v2, as NeMo-Aligner's remote_rm); in_process: "
+        "load inputs.reward_model into the trainer (no server; local runs only)",
+    )
+    server: RewardServer = RewardServer()
+
+
+KLEstimator = Literal["k1", "k2", "k3", "abs"]
+
+
+def kl_estimator_field(default: KLEstimator, where_else: str) -> Any:
+    """The `kl_estimator` field of an RL step: which per-token estimate of KL(policy || reference) it uses;
+    `where_else` names the same setting in the framework the step follows."""
+    return Field(
+        default,
+        description="per-token KL estimate from d = logp - ref_logp: k1 = d, k2 = d^2/2, k3 = exp(-d)+d-1, abs = "
+        f"|d| ({where_else})",
     )
 
 

@@ -8,11 +8,13 @@ from nemotron.stepconfig import (
     Checkpointing,
     Evaluation,
     Generation,
+    KLEstimator,
     NemoRL,
     Optim,
-    RewardServer,
+    RewardSource,
     Strict,
     TrainRuntime,
+    kl_estimator_field,
 )
 
 
@@ -103,11 +105,7 @@ class PPO(Strict):
         description="beta of the per-token KL penalty to the initial policy, subtracted from each token's "
         "reward (NeMo-Aligner: initial_policy_kl_penalty; TRL: kl_coef)",
     )
-    kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
-        "k1",
-        description="per-token KL estimate from d = logp - ref_logp: k1 = d, k2 = d^2/2, k3 = exp(-d)+d-1, abs = "
-        "|d| (NeMo-Aligner's use_absolute_kl: true is abs)",
-    )
+    kl_estimator: KLEstimator = kl_estimator_field("k1", "NeMo-Aligner's use_absolute_kl: true is abs")
     ppo_epochs: int = Field(
         1, ge=1, description="optimisation passes over each rollout batch, one optimizer step each"
     )
@@ -138,17 +136,6 @@ class Critic(Strict):
     optim: Optim = Field(Optim(lr=5e-5), description="the critic's optimizer")
 
 
-class Reward(Strict):
-    """Where the rewards come from."""
-
-    source: Literal["server", "in_process"] = Field(
-        "server",
-        description="server: ask an rm/serve over HTTP (KServe v2, as NeMo-Aligner's remote_rm); in_process: "
-        "load inputs.reward_model into the trainer (no server; local runs only)",
-    )
-    server: RewardServer = RewardServer()
-
-
 class Config(Strict):
     """rl/ppo: NeMo-Aligner's PPO (actor, critic from the reward model, GAE, clipped losses)."""
 
@@ -164,7 +151,7 @@ class Config(Strict):
     critic: Critic = Critic()
     optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")
     generation: Generation = Generation()
-    reward: Reward = Reward()
+    reward: RewardSource = RewardSource()
     checkpoint: Checkpointing = Checkpointing()
     eval: Evaluation = Evaluation()
     runtime: TrainRuntime = TrainRuntime()

@@ -8,11 +8,13 @@ from nemotron.stepconfig import (
     Checkpointing,
     Evaluation,
     Generation,
+    KLEstimator,
     NemoRL,
     Optim,
-    RewardServer,
+    RewardSource,
     Strict,
     TrainRuntime,
+    kl_estimator_field,
 )
 
 
@@ -71,11 +73,7 @@ class Reinforce(Strict):
         description="beta: reward -= beta * KL(policy || initial policy) (NeMo-Aligner: "
         "initial_policy_kl_penalty; TRL RLOO: kl_coef)",
     )
-    kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
-        "k1",
-        description="per-token KL estimate from d = logp - ref_logp: k1 = d, k2 = d^2/2, k3 = exp(-d)+d-1, abs = "
-        "|d| (NeMo-Aligner's use_absolute_kl: true is abs)",
-    )
+    kl_estimator: KLEstimator = kl_estimator_field("k1", "NeMo-Aligner's use_absolute_kl: true is abs")
     kl_in: Literal["reward_sequence_mean", "reward_per_token"] = Field(
         "reward_sequence_mean",
         description="reward_sequence_mean: subtract beta times the mean token KL of the "
@@ -107,17 +105,6 @@ class Reinforce(Strict):
     )
 
 
-class Reward(Strict):
-    """Where the rewards come from."""
-
-    source: Literal["server", "in_process"] = Field(
-        "server",
-        description="server: ask an rm/serve over HTTP (KServe v2, as NeMo-Aligner's remote_rm); in_process: "
-        "load inputs.reward_model into the trainer (no server; local runs only)",
-    )
-    server: RewardServer = RewardServer()
-
-
 class Config(Strict):
     """rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no critic)."""
 
@@ -132,7 +119,7 @@ class Config(Strict):
     reinforce: Reinforce = Reinforce()
     optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")
     generation: Generation = Generation()
-    reward: Reward = Reward()
+    reward: RewardSource = RewardSource()
     checkpoint: Checkpointing = Checkpointing()
     eval: Evaluation = Evaluation()
     runtime: TrainRuntime = TrainRuntime()

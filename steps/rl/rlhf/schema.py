@@ -4,7 +4,17 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nemotron.stepconfig import Checkpointing, Evaluation, Generation, NemoRL, Optim, Strict, TrainRuntime
+from nemotron.stepconfig import (
+    Checkpointing,
+    Evaluation,
+    Generation,
+    KLEstimator,
+    NemoRL,
+    Optim,
+    Strict,
+    TrainRuntime,
+    kl_estimator_field,
+)
 
 
 class GRPO(Strict):
@@ -52,11 +62,7 @@ class LossFn(Strict):
         ge=0,
         description="beta: the loss adds beta times the KL(policy || reference) estimate (TRL GRPO: beta)",
     )
-    kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
-        "k3",
-        description="per-token KL estimate from d = logp - ref_logp: k1 = d, k2 = d^2/2, k3 = exp(-d)+d-1, abs = "
-        "|d| (NeMo-RL: loss_fn.reference_policy_kl_type, k1/k2/k3 only)",
-    )
+    kl_estimator: KLEstimator = kl_estimator_field("k3", "NeMo-RL: loss_fn.reference_policy_kl_type, k1/k2/k3 only")
     ratio_clip_min: float = Field(0.2, gt=0, description="clip the probability ratio from below at 1 - this")
     ratio_clip_max: float = Field(
         0.2,
