@@ -20,11 +20,21 @@ from nemotron.artifacts.lineage import register_job_outputs
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.catalog import _load_schema
 from nemotron.configtree import set_dotted
+from nemotron.errors import UserError
 from nemotron.metrics import MetricsLogger
 from nemotron.paths import artifacts_dir
 
 C = TypeVar("C", bound=BaseModel)
+T = TypeVar("T")
 log = logging.getLogger("nemotron")
+
+
+def required(value: T | None, key: str) -> T:
+    """A config value the step cannot run without (schemas leave inputs optional so that presets can omit them):
+    the value, or exit 2 naming the key."""
+    if value is None:
+        raise UserError(f"{key} is required: set it in the preset or on the command line ({key}=...)")
+    return value
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:

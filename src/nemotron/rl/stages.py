@@ -71,7 +71,9 @@ class ActorAndReference:
     @classmethod
     def load(cls, path: str, plan: DevicePlan) -> ActorAndReference:
         policy = plan.prepare(load_policy(path, device=plan.device, dtype=plan.dtype))
-        reference = load_policy(path, device=plan.device, dtype=plan.dtype).eval().requires_grad_(False)
+        reference = load_policy(path, device=plan.device, dtype=plan.dtype)
+        reference.eval()  # type: ignore[no-untyped-call]
+        reference.requires_grad_(False)
         return cls(policy, reference, parameter_checksum(reference))
 
     def reference_drift(self) -> float:

@@ -29,7 +29,7 @@ from nemotron.rl.masks import explained_variance, global_mean, mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.rollout import response_logits
 from nemotron.rl.stats import RolloutStats, Timings, as_metrics, global_means, global_sums
-from nemotron.runtime import StepRun
+from nemotron.runtime import StepRun, required
 from nemotron.tasks import get_task
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
@@ -115,14 +115,15 @@ def main() -> None:
     stages.refuse_nemo_rl_backend(cfg.backend)
     plan, world = distributed.start(cfg.runtime)
     total = cfg.trainer.max_steps
+    policy_path = required(cfg.inputs.policy, "inputs.policy")
 
     # ---- inputs and models: the prompts, the actor, its frozen initial policy, a critic made from the reward model
-    rollouts = stages.Rollouts.build(cfg.inputs.policy, cfg.inputs.prompts, cfg.generation,
+    rollouts = stages.Rollouts.build(policy_path, required(cfg.inputs.prompts, "inputs.prompts"), cfg.generation,
                                      cfg.ppo.num_rollouts_per_prompt, cfg.trainer.num_prompts_per_step, plan, world,
                                      cfg.runtime.seed)
     policy, sampling = rollouts.models.policy, rollouts.sampling
     critic = build_critic_from_reward_model(
-        load_reward_model(cfg.inputs.reward_model, device=plan.device, dtype=plan.dtype))
+        load_reward_model(required(cfg.inputs.reward_model, "inputs.reward_model"), device=plan.device, dtype=plan.dtype))
     plan.prepare(critic.model)
     actor_opt = build_optimizer(policy.parameters(), cfg.optim)
     critic_opt = build_optimizer(critic.parameters(), cfg.critic.optim)
@@ -130,7 +131,7 @@ def main() -> None:
 
     # ---- resume
     checkpoints = stages.Checkpoints(run, cfg.checkpoint, {"policy": policy, "critic": critic},
-                              {"policy": actor_opt, "critic": critic_opt}, {"sampler": rollouts.sampler}, cfg.inputs.policy,
+                              {"policy": actor_opt, "critic": critic_opt}, {"sampler": rollouts.sampler}, policy_path,
                               world)
     start_step, rollouts.position = checkpoints.resume()
 

@@ -25,7 +25,7 @@ from nemotron.rl.masks import mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.rollout import sequence_logprobs
 from nemotron.rl.stats import RolloutStats, Timings, as_metrics, global_means
-from nemotron.runtime import StepRun
+from nemotron.runtime import StepRun, required
 from nemotron.tasks import get_task
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
@@ -85,9 +85,10 @@ def main() -> None:
     stages.refuse_nemo_rl_backend(cfg.backend)
     plan, world = distributed.start(cfg.runtime)
     total = cfg.trainer.max_steps
+    policy_path = required(cfg.inputs.policy, "inputs.policy")
 
     # ---- inputs and models: the prompts, the actor and the frozen initial policy it is kept close to
-    rollouts = stages.Rollouts.build(cfg.inputs.policy, cfg.inputs.prompts, cfg.generation,
+    rollouts = stages.Rollouts.build(policy_path, required(cfg.inputs.prompts, "inputs.prompts"), cfg.generation,
                                      cfg.reinforce.num_rollouts_per_prompt, cfg.trainer.num_prompts_per_step, plan,
                                      world, cfg.runtime.seed)
     policy, sampling = rollouts.models.policy, rollouts.sampling
@@ -96,7 +97,7 @@ def main() -> None:
 
     # ---- resume
     checkpoints = stages.Checkpoints(run, cfg.checkpoint, {"policy": policy}, {"policy": optimizer}, {"sampler": rollouts.sampler},
-                              cfg.inputs.policy, world)
+                              policy_path, world)
     start_step, rollouts.position = checkpoints.resume()
 
     with stages.reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan) as (score_fn, described):

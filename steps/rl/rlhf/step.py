@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers import PreTrainedModel
 
 from nemotron.devices import DevicePlan
 from nemotron.rl import distributed, stages
@@ -31,13 +32,14 @@ from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams, sequence_logprobs
 from nemotron.rl.stats import RolloutStats, Timings, as_metrics, global_means, global_sums
-from nemotron.runtime import StepRun
+from nemotron.runtime import StepRun, required
 from nemotron.tasks import get_task
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from rl.rlhf.schema import Config, Judge, LossFn
 
 log = logging.getLogger("nemotron")
+JUDGE_MODEL = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
 
 
 @dataclass
@@ -85,9 +87,9 @@ def judge(j: Judge, model: str | None, run: StepRun[Any], plan: DevicePlan,
     if external_url(j.url):
         server = _given(j.url, j.token)
     elif j.server == "vllm":  # `vllm serve` beside the trainer (docs/vllm.md)
-        server = vllm_judge_server(model, log_path=judge_log)
+        server = vllm_judge_server(required(model, JUDGE_MODEL), log_path=judge_log)
     else:
-        server = sibling_server(model, module="nemotron.reward.chat_server", log_path=judge_log, device=device)
+        server = sibling_server(required(model, JUDGE_MODEL), module="nemotron.reward.chat_server", log_path=judge_log, device=device)
     with server as (url, token):
         client = JudgeClient(url, j.prompt_template, token=token, timeout=j.timeout_s, parse_retries=j.max_retries,
                              default_score=j.default_score, guided_choice=j.guided_choice,
@@ -114,7 +116,7 @@ def _given(url: str | None, token: str | None) -> Iterator[tuple[str, str | None
     yield given, token or os.environ.get(TOKEN_ENV)
 
 
-def update(policy: torch.nn.Module, optimizer: torch.optim.Optimizer, exp: Experience, advantages: torch.Tensor,
+def update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, exp: Experience, advantages: torch.Tensor,
            step: int, cfg: Config, sampling: SamplingParams, plan: DevicePlan,
            world: World) -> tuple[LossSums, int, float, float]:
     """Optimizer steps over mini-batches of the global batch (train_global_batch_size), each the sum of its
@@ -154,9 +156,10 @@ def main() -> None:
     stages.refuse_nemo_rl_backend(cfg.backend, "NeMo-RL's GRPO")
     plan, world = distributed.start(cfg.runtime)
     total = cfg.grpo.max_num_steps
+    policy_path = required(cfg.policy.model_name, "policy.model_name")
 
     # ---- inputs and models: the prompts, the policy and its frozen reference
-    rollouts = stages.Rollouts.build(cfg.policy.model_name, cfg.data.train.data_path, cfg.policy.generation,
+    rollouts = stages.Rollouts.build(policy_path, required(cfg.data.train.data_path, "data.train.data_path"), cfg.policy.generation,
                                      cfg.grpo.num_generations_per_prompt, cfg.grpo.num_prompts_per_step, plan, world,
                                      cfg.runtime.seed)
     policy, sampling = rollouts.models.policy, rollouts.sampling
@@ -166,7 +169,7 @@ def main() -> None:
 
     # ---- resume
     checkpoints = stages.Checkpoints(run, cfg.checkpoint, {"policy": policy}, {"policy": optimizer}, {"sampler": rollouts.sampler},
-                              cfg.policy.model_name, world)
+                              policy_path, world)
     start_step, rollouts.position = checkpoints.resume()
 
     judge_stats: dict[str, float] = {}

@@ -3,7 +3,10 @@ Ctrl-C or SIGTERM (then in-flight requests finish). server.mode=chat serves a ca
 chat-completions judge instead. The address is printed and written to the job's server.json
 (and servers/node-<i>.json: one server per node on Slurm)."""
 
+from __future__ import annotations
+
 import logging
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,41 +17,61 @@ from nemotron.reward.scorer import scorer_from_reward_model
 from nemotron.reward.server import run_forever_until_signal
 from nemotron.reward.transport import ServerHandle, run_until_signal
 from nemotron.rl.prompts import model_positions
-from nemotron.runtime import StepRun
+from nemotron.runtime import StepRun, required
+
+if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
+    from rm.serve.schema import Config
 
 log = logging.getLogger("nemotron")
-run = StepRun.start(__file__)
-cfg = run.config
-s = cfg.server
-torch.set_num_threads(cfg.runtime.num_threads)
-device = runtime_device(cfg.runtime.device)  # exit 2 for cuda without a GPU, before loading anything
-dtype = model_dtype(cfg.runtime.precision)
-if s.host not in ("127.0.0.1", "localhost", "::1") and not s.token:
-    log.warning("serving on %s without server.token: anyone who can reach this address can use the model", s.host)
 
 
-def announce(handle: ServerHandle) -> None:
-    # one server per node: servers/node-<i>.json on each, node 0's also as server.json (docs/executors.md)
-    entry = announce_server(run.job_dir, handle.url, model=s.model_name, mode=s.mode)
-    print(f"serving {s.mode} model '{s.model_name}' at {entry['url']} (Ctrl-C or SIGTERM to stop)", flush=True)
+def announcer(run: StepRun[Any], model_name: str, mode: str) -> Any:
+    """What to do once the server listens: write its address where clients look, and print it."""
+
+    def announce(handle: ServerHandle) -> None:
+        # one server per node: servers/node-<i>.json on each, node 0's also as server.json (docs/executors.md)
+        entry = announce_server(run.job_dir, handle.url, model=model_name, mode=mode)
+        print(f"serving {mode} model '{model_name}' at {entry['url']} (Ctrl-C or SIGTERM to stop)", flush=True)
+
+    return announce
 
 
-tokenizer = load_tokenizer(cfg.inputs.reward_model)
-if s.mode == "reward":
-    model = load_reward_model(cfg.inputs.reward_model, device=device, dtype=dtype)
-    max_length = min(s.max_length, model_positions(model.config) or s.max_length)
-    scorer = scorer_from_reward_model(model, tokenizer, max_length)
-    code = run_forever_until_signal(scorer, s.host, s.port, s.token, on_ready=announce, max_batch_size=s.max_batch_size,
-                                    preferred_batch_size=s.preferred_batch_size, max_queue_delay_ms=s.max_queue_delay_ms,
-                                    max_body_bytes=s.max_body_bytes, model_name=s.model_name)
-else:
-    from nemotron.models.checkpoint import load_policy
-    from nemotron.reward.chat_server import HFChatModel, serve_chat
+def main() -> int:
+    """Serve until Ctrl-C or SIGTERM; the exit code of the server."""
+    # ---- setup
+    run: StepRun[Config] = StepRun.start(__file__)
+    cfg = run.config
+    s = cfg.server
+    torch.set_num_threads(cfg.runtime.num_threads)
+    device = runtime_device(cfg.runtime.device)  # exit 2 for cuda without a GPU, before loading anything
+    dtype = model_dtype(cfg.runtime.precision)
+    if s.host not in ("127.0.0.1", "localhost", "::1") and not s.token:
+        log.warning("serving on %s without server.token: anyone who can reach this address can use the model", s.host)
+    announce = announcer(run, s.model_name, s.mode)
 
-    lm = load_policy(cfg.inputs.reward_model, device=device, dtype=dtype)
-    handle = serve_chat(HFChatModel(lm, tokenizer, model_positions(lm.config) or s.max_length), s.host, s.port, s.token, model_name=s.model_name,
-                        max_body_bytes=s.max_body_bytes)
-    announce(handle)
-    code = run_until_signal(handle)
-print("server stopped", flush=True)
-raise SystemExit(code)
+    # ---- load the model and serve it
+    model_path = required(cfg.inputs.reward_model, "inputs.reward_model")
+    tokenizer = load_tokenizer(model_path)
+    if s.mode == "reward":
+        model = load_reward_model(model_path, device=device, dtype=dtype)
+        max_length = min(s.max_length, model_positions(model.config) or s.max_length)
+        scorer = scorer_from_reward_model(model, tokenizer, max_length)
+        code = run_forever_until_signal(scorer, s.host, s.port, s.token, on_ready=announce,
+                                        max_batch_size=s.max_batch_size, preferred_batch_size=s.preferred_batch_size,
+                                        max_queue_delay_ms=s.max_queue_delay_ms, max_body_bytes=s.max_body_bytes,
+                                        model_name=s.model_name)
+    else:
+        from nemotron.models.checkpoint import load_policy
+        from nemotron.reward.chat_server import HFChatModel, serve_chat
+
+        lm = load_policy(model_path, device=device, dtype=dtype)
+        chat = HFChatModel(lm, tokenizer, model_positions(lm.config) or s.max_length)
+        handle = serve_chat(chat, s.host, s.port, s.token, model_name=s.model_name, max_body_bytes=s.max_body_bytes)
+        announce(handle)
+        code = run_until_signal(handle)
+    print("server stopped", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
