@@ -156,20 +156,15 @@ def test_jobs_cancel_stops_a_batch_job(env: dict[str, str], home: Path) -> None:
 def tiny_reward_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A random GPT-2 reward model and a word-level tokenizer, saved like a real reward_model_hf."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
+
+    from nemotron.models.tiny import tiny_model
+    from nemotron.models.tokenizer import word_tokenizer
 
     torch.set_num_threads(1)
-    words = "the a movie plot was great awful fine".split()
-    vocab = {"[PAD]": 0, "[UNK]": 1, "[EOS]": 2} | {w: i + 3 for i, w in enumerate(words)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]")
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(vocab), n_positions=32, n_embd=16, n_layer=1, n_head=2, num_labels=1,
-                        pad_token_id=0, bos_token_id=2, eos_token_id=2)
+    tokenizer = word_tokenizer("the a movie plot was great awful fine".split())
+    model = tiny_model(len(tokenizer), "reward_model", n_positions=32, n_embd=16, n_layer=1, eos_token_id=2)
     path = tmp_path_factory.mktemp("rm") / "reward_model"
-    GPT2ForSequenceClassification(config).save_pretrained(path, safe_serialization=True)
+    model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     yield path
 

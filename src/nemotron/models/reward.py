@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, PreTrainedModel
 
-from nemotron.models.tiny import causal_lm_config, from_config
+from nemotron.models.tiny import build_model, from_config
 
 
 def build_reward_model(
@@ -28,18 +28,13 @@ def build_reward_model(
     eos_token_id: int | None = None,
     family: str = "gpt2",
 ) -> PreTrainedModel:
-    """A randomly initialised reward model with a scalar score head.
+    """A randomly initialised reward model with a scalar score head (see `tiny.build_model`).
 
     `pad_token_id` is required: the model pools the last token that is not padding, and without it
     transformers refuses batches larger than one.
     """
-    config = causal_lm_config(
-        family, vocab_size, n_layer, n_embd, n_head, n_positions, pad_token_id=pad_token_id, eos_token_id=eos_token_id
-    )
-    config.num_labels = 1
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return from_config(AutoModelForSequenceClassification, config)
+    return build_model("reward_model", vocab_size, n_layer, n_embd, n_head, n_positions, seed,
+                       pad_token_id=pad_token_id, eos_token_id=eos_token_id, family=family)  # fmt: skip
 
 
 def reward_model_from_policy(policy: PreTrainedModel, seed: int) -> PreTrainedModel:
