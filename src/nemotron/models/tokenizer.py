@@ -68,7 +68,9 @@ def word_tokenizer(words: Sequence[str]) -> PreTrainedTokenizerFast:
     vocab = {"[PAD]": 0, "[UNK]": 1, "[EOS]": 2} | {w: i + 3 for i, w in enumerate(words)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]")
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]"
+    )
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str | Sequence[Message]) -> list[int]:
