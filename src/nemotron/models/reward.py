@@ -8,6 +8,8 @@ first value estimates are the reward model's own scores.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -15,26 +17,10 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 
 from nemotron.models.tiny import build_model, from_config
 
-
-def build_reward_model(
-    vocab_size: int,
-    n_layer: int,
-    n_embd: int,
-    n_head: int,
-    n_positions: int,
-    seed: int,
-    *,
-    pad_token_id: int,
-    eos_token_id: int | None = None,
-    family: str = "gpt2",
-) -> PreTrainedModel:
-    """A randomly initialised reward model with a scalar score head (see `tiny.build_model`).
-
-    `pad_token_id` is required: the model pools the last token that is not padding, and without it
-    transformers refuses batches larger than one.
-    """
-    return build_model("reward_model", vocab_size, n_layer, n_embd, n_head, n_positions, seed,
-                       pad_token_id=pad_token_id, eos_token_id=eos_token_id, family=family)  # fmt: skip
+build_reward_model = partial(build_model, "reward_model")
+"""A randomly initialised reward model with a scalar score head: `build_model("reward_model", ...)`. It needs
+`pad_token_id`: the model pools the last token that is not padding, and without it transformers refuses batches
+larger than one."""
 
 
 def reward_model_from_policy(policy: PreTrainedModel, seed: int) -> PreTrainedModel:

@@ -9,6 +9,7 @@ same tokens computed at rollout and at training time, and dropout would make the
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -109,21 +110,8 @@ def build_model(
         return from_config(auto_class, config, attn_implementation)
 
 
-def build_policy(
-    vocab_size: int,
-    n_layer: int,
-    n_embd: int,
-    n_head: int,
-    n_positions: int,
-    seed: int,
-    *,
-    pad_token_id: int | None = None,
-    eos_token_id: int | None = None,
-    family: str = "gpt2",
-) -> PreTrainedModel:
-    """A randomly initialised causal LM of `family` (see `build_model`)."""
-    return build_model("policy", vocab_size, n_layer, n_embd, n_head, n_positions, seed,
-                       pad_token_id=pad_token_id, eos_token_id=eos_token_id, family=family)  # fmt: skip
+build_policy = partial(build_model, "policy")
+"""A randomly initialised causal LM: `build_model("policy", ...)`."""
 
 
 def tiny_model(
