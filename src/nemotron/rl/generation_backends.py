@@ -41,15 +41,7 @@ class TorchBackend:
     name = "torch"
     recomputes_logprobs = False
 
-    def generate(
-        self,
-        model: PreTrainedModel,
-        prompts: Sequence[Sequence[int]] | torch.Tensor,
-        params: SamplingParams,
-        generator: torch.Generator | None,
-        attention_mask: torch.Tensor | None = None,
-    ) -> Rollout:
-        return generate(model, prompts, params, generator, attention_mask)
+    generate = staticmethod(generate)
 
 
 def vllm_backend(generation: Any = None) -> GenerationBackend:
