@@ -157,6 +157,18 @@ class RewardServer(Strict):
     )
 
 
+class RLInputs(Strict):
+    """The inputs every RL step with a `prompts` input shares; a step's own group adds its reward model."""
+
+    prompts: str | None = Field(
+        None, description="prompt JSONL, one {prompt} per line (prompt_jsonl): artifact ref or path"
+    )
+    policy: str | None = Field(
+        None,
+        description="the SFT policy (checkpoint_hf) to align; it also starts the frozen initial (reference) policy",
+    )
+
+
 class RewardSource(Strict):
     """Where the rewards come from."""
 
@@ -166,6 +178,18 @@ class RewardSource(Strict):
         "load inputs.reward_model into the trainer (no server; local runs only)",
     )
     server: RewardServer = RewardServer()
+
+
+Backend = Literal["builtin", "nemo_rl"]
+
+
+def backend_field(nemo_rl_runs: str) -> Any:
+    """The `backend` field of an RL step; `nemo_rl_runs` names what NeMo-RL runs for it (e.g. "PPO")."""
+    return Field(
+        "builtin",
+        description="builtin: our torch engine (one process, or torchrun data parallel); nemo_rl: NeMo-RL v0.7.0 "
+        f"{nemo_rl_runs} in its container on GPUs (see docs/nemo-rl.md)",
+    )
 
 
 KLEstimator = Literal["k1", "k2", "k3", "abs"]

@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from nemotron.stepconfig import (
+    Backend,
     Checkpointing,
     Evaluation,
     Generation,
@@ -12,22 +13,16 @@ from nemotron.stepconfig import (
     NemoRL,
     Optim,
     RewardSource,
+    RLInputs,
     Strict,
     TrainRuntime,
+    backend_field,
     kl_estimator_field,
 )
 
 
-class Inputs(Strict):
+class Inputs(RLInputs):
     """The artifacts rl/reinforce reads: an artifact reference (name:latest, name:vN, art://...) or a path."""
-
-    prompts: str | None = Field(
-        None, description="prompt JSONL, one {prompt} per line (prompt_jsonl): artifact ref or path"
-    )
-    policy: str | None = Field(
-        None,
-        description="the SFT policy (checkpoint_hf) to align; it also starts the frozen initial (reference) policy",
-    )
     reward_model: str | None = Field(
         None,
         description="the reward model (reward_model_hf): served by rm/serve, or loaded with reward.source=in_process",
@@ -108,11 +103,7 @@ class Reinforce(Strict):
 class Config(Strict):
     """rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no critic)."""
 
-    backend: Literal["builtin", "nemo_rl"] = Field(
-        "builtin",
-        description="builtin: our torch engine (one process, or torchrun data parallel); nemo_rl: NeMo-RL v0.7.0 GRPO run "
-        "as RLOO in its container on GPUs (see docs/nemo-rl.md)",
-    )
+    backend: Backend = backend_field("GRPO run as RLOO")
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
     trainer: Trainer = Trainer()

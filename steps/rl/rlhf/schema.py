@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from nemotron.stepconfig import (
+    Backend,
     Checkpointing,
     Evaluation,
     Generation,
@@ -13,6 +14,7 @@ from nemotron.stepconfig import (
     Optim,
     Strict,
     TrainRuntime,
+    backend_field,
     kl_estimator_field,
 )
 
@@ -255,11 +257,7 @@ class Outputs(Strict):
 class Config(Strict):
     """rl/rlhf: GRPO scored by a judge, in NeMo-RL's key layout."""
 
-    backend: Literal["builtin", "nemo_rl"] = Field(
-        "builtin",
-        description="builtin: our torch engine (one process, or torchrun data parallel); nemo_rl: NeMo-RL v0.7.0 GRPO in its "
-        "container on GPUs (see docs/nemo-rl.md)",
-    )
+    backend: Backend = backend_field("GRPO")
     grpo: GRPO = GRPO()
     loss_fn: LossFn = LossFn()
     policy: Policy = Policy()
