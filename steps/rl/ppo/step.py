@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from transformers import PreTrainedModel
 
+from nemotron.devices import DevicePlan
 from nemotron.models.checkpoint import load_reward_model
-from nemotron.models.reward import build_critic_from_reward_model
+from nemotron.models.reward import Critic, build_critic_from_reward_model
 from nemotron.rl import distributed, stages
 from nemotron.rl.advantages import GAE, gae_advantages, token_rewards
 from nemotron.rl.distributed import World, global_whiten
@@ -96,6 +98,46 @@ def score(exp: Experience, old_values: torch.Tensor, p: PPO, world: World) -> Sc
     return Scored(kl, old_values, gae, advantages)
 
 
+def update(policy: PreTrainedModel, critic: Critic, actor_opt: torch.optim.Optimizer,
+           critic_opt: torch.optim.Optimizer, exp: Experience, s: Scored, step: int, cfg: Config, temperature: float,
+           plan: DevicePlan, world: World) -> tuple[LossSums, float, float]:
+    """ppo_epochs passes over micro-batches, one optimizer step of the critic (and, after the critic's warm-up, of
+    the actor) per pass. Returns (loss sums, the actor's grad norm, its lr; 0 while it does not train)."""
+    total = cfg.trainer.max_steps
+    level = cfg.ppo.loss_level
+    mask = exp.mask
+    normaliser = distributed.all_reduce_sum(mean_denominator(mask, level), world)
+    train_actor = step > cfg.ppo.critic_warmup_steps
+    losses = LossSums.zeros(plan.device)
+    grad_norm, lr = 0.0, 0.0
+    policy.train()
+    critic.train()
+    for _ in range(cfg.ppo.ppo_epochs):
+        for mb in micro_batches(len(exp.scores), cfg.trainer.micro_batch_size):
+            with plan.autocast():
+                values = response_values(critic, exp.sequences[mb], exp.attention_mask[mb], exp.prompt_width)
+                vloss = value_loss(values, s.old_values[mb], s.gae.returns[mb], mask[mb], cfg.critic.loss_clip_val,
+                                   level, normaliser)
+            vloss.loss.backward()
+            losses.critic_loss += vloss.loss.detach()
+            if train_actor:
+                with plan.autocast():
+                    logits = response_logits(policy, exp.sequences[mb], exp.attention_mask[mb], exp.prompt_width)
+                    logp = token_logprobs(logits, exp.sequences[mb, exp.prompt_width - 1 :], temperature)
+                    clipped = ppo_clip_loss(logp, exp.logprobs[mb], s.advantages[mb], mask[mb], cfg.ppo.ratio_eps,
+                                            dual_clip=cfg.ppo.dual_clip, level=level, normaliser=normaliser)
+                    entropy = global_mean(entropy_from_logits(logits[:, :-1], temperature), mask[mb], level,
+                                          normaliser)
+                (clipped.loss - cfg.ppo.entropy_bonus * entropy).backward()
+                losses.actor_loss += clipped.loss.detach()
+                losses.clipfrac += clipped.clipfrac
+                losses.entropy += entropy.detach()
+        optimizer_step(critic, critic_opt, step, cfg.critic.optim, world, total)
+        if train_actor:
+            grad_norm, lr = optimizer_step(policy, actor_opt, step, cfg.optim, world, total)
+    return losses, grad_norm, lr
+
+
 def stats(exp: Experience, s: Scored, losses: LossSums, p: PPO, grad_norm: float, lr: float,
           world: World) -> PPOStats:
     m = exp.mask.float()
@@ -146,43 +188,11 @@ def main() -> None:
                 old_values = response_values(critic, exp.sequences, exp.attention_mask, exp.prompt_width)
             # ---- score
             s = score(exp, old_values, cfg.ppo, world)
-            mask = exp.mask
 
-            # ---- update: ppo_epochs passes over micro-batches, one optimizer step per pass
+            # ---- update
             t0 = time.perf_counter()
-            level = cfg.ppo.loss_level
-            normaliser = distributed.all_reduce_sum(mean_denominator(mask, level), world)
-            train_actor = step > cfg.ppo.critic_warmup_steps
-            losses = LossSums.zeros(plan.device)
-            grad_norm, lr = 0.0, 0.0
-            policy.train()
-            critic.train()
-            for _ in range(cfg.ppo.ppo_epochs):
-                for mb in micro_batches(len(exp.scores), cfg.trainer.micro_batch_size):
-                    with plan.autocast():
-                        values = response_values(critic, exp.sequences[mb], exp.attention_mask[mb], exp.prompt_width)
-                        vloss = value_loss(values, old_values[mb], s.gae.returns[mb], mask[mb],
-                                           cfg.critic.loss_clip_val, level, normaliser)
-                    vloss.loss.backward()
-                    losses.critic_loss += vloss.loss.detach()
-                    if train_actor:
-                        with plan.autocast():
-                            logits = response_logits(policy, exp.sequences[mb], exp.attention_mask[mb],
-                                                     exp.prompt_width)
-                            logp = token_logprobs(logits, exp.sequences[mb, exp.prompt_width - 1 :],
-                                                  sampling.temperature)
-                            clipped = ppo_clip_loss(logp, exp.logprobs[mb], s.advantages[mb], mask[mb],
-                                                    cfg.ppo.ratio_eps, dual_clip=cfg.ppo.dual_clip, level=level,
-                                                    normaliser=normaliser)
-                            entropy = global_mean(entropy_from_logits(logits[:, :-1], sampling.temperature),
-                                                  mask[mb], level, normaliser)
-                        (clipped.loss - cfg.ppo.entropy_bonus * entropy).backward()
-                        losses.actor_loss += clipped.loss.detach()
-                        losses.clipfrac += clipped.clipfrac
-                        losses.entropy += entropy.detach()
-                optimizer_step(critic, critic_opt, step, cfg.critic.optim, world, total)
-                if train_actor:
-                    grad_norm, lr = optimizer_step(policy, actor_opt, step, cfg.optim, world, total)
+            losses, grad_norm, lr = update(policy, critic, actor_opt, critic_opt, exp, s, step, cfg,
+                                           sampling.temperature, plan, world)
             train_time = time.perf_counter() - t0
 
             # ---- report: metrics averaged over ranks, then the checkpoint

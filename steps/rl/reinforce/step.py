@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from transformers import PreTrainedModel
 
+from nemotron.devices import DevicePlan
 from nemotron.faults import inject
 from nemotron.rl import distributed, stages
 from nemotron.rl.advantages import rloo_baseline
@@ -71,6 +73,27 @@ def score(exp: Experience, r: Reinforce) -> Scored:
     return Scored(scores, kl, rewards, baseline, rewards - baseline)
 
 
+def update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, exp: Experience, s: Scored, step: int,
+           cfg: Config, temperature: float, plan: DevicePlan, world: World) -> tuple[torch.Tensor, float, float]:
+    """reinforce_epochs passes over micro-batches of the rollouts, one optimizer step per pass; the loss is
+    normalised by the global batch's tokens (or responses). Returns (actor loss summed over passes, grad norm, lr)."""
+    policy.train()
+    level = cfg.reinforce.loss_level
+    normaliser = distributed.all_reduce_sum(mean_denominator(exp.mask, level), world)
+    actor_loss = torch.zeros((), device=plan.device)
+    grad_norm, lr = 0.0, 0.0
+    for _ in range(cfg.reinforce.reinforce_epochs):
+        for mb in micro_batches(len(s.advantages), cfg.trainer.micro_batch_size):
+            with plan.autocast():
+                logp = sequence_logprobs(policy, exp.sequences[mb], exp.attention_mask[mb], temperature,
+                                         exp.prompt_width)
+                loss = reinforce_loss(logp, s.advantages[mb], exp.mask[mb], level, normaliser)
+            loss.backward()
+            actor_loss += loss.detach()
+        grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.optim, world, cfg.trainer.max_steps)
+    return actor_loss, grad_norm, lr
+
+
 def stats(s: Scored, actor_loss: torch.Tensor, grad_norm: float, lr: float, epochs: int, world: World) -> ReinforceStats:
     means = global_means(world, len(s.scores), rewards_with_kl=s.rewards.sum(), baseline=s.baseline.sum(),
                          advantages_mean=s.advantages.sum())
@@ -113,19 +136,7 @@ def main() -> None:
 
             # ---- update
             t0 = time.perf_counter()
-            policy.train()
-            level = cfg.reinforce.loss_level
-            normaliser = distributed.all_reduce_sum(mean_denominator(exp.mask, level), world)
-            actor_loss = torch.zeros((), device=plan.device)
-            for _ in range(cfg.reinforce.reinforce_epochs):
-                for mb in micro_batches(len(s.advantages), cfg.trainer.micro_batch_size):
-                    with plan.autocast():
-                        logp = sequence_logprobs(policy, exp.sequences[mb], exp.attention_mask[mb],
-                                                 sampling.temperature, exp.prompt_width)
-                        loss = reinforce_loss(logp, s.advantages[mb], exp.mask[mb], level, normaliser)
-                    loss.backward()
-                    actor_loss += loss.detach()
-                grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.optim, world, total)
+            actor_loss, grad_norm, lr = update(policy, optimizer, exp, s, step, cfg, sampling.temperature, plan, world)
             train_time = time.perf_counter() - t0
 
             # ---- report: metrics averaged over ranks (NeMo-Aligner names), then the checkpoint
