@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,12 +24,25 @@ from nemotron.models.tiny import build_policy, count_parameters
 from nemotron.models.tokenizer import train_tokenizer
 from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
+from nemotron.rl.stats import as_metrics
 from nemotron.runtime import StepRun, required
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from sft.schema import Config
 
 log = logging.getLogger("nemotron")
+
+
+@dataclass
+class SFTStats:
+    """One step's statistics; the field names are the metric names."""
+
+    loss: float
+    grad_norm: float
+    lr: float
+    train: float
+    peak_memory_mb: float
+    val_loss: float | None = None  # every trainer.log_interval steps and at the last
 
 
 def on_device(batch: Any, plan: DevicePlan) -> dict[str, torch.Tensor]:
@@ -84,7 +98,6 @@ def main() -> None:
     # ---- loop: update, then report (with the validation loss every log_interval steps)
     policy.train()
     total = cfg.trainer.max_steps
-    metrics: dict[str, float] = {}
     for step in range(1, total + 1):
         t0 = time.perf_counter()
         batch = sft_batch(tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length)
@@ -92,18 +105,17 @@ def main() -> None:
             loss = policy(**on_device(batch, plan)).loss
         (loss / world.size).backward()
         grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.optim, world, total)
-        metrics = {"loss": loss.item(), "grad_norm": grad_norm, "lr": lr, "train": time.perf_counter() - t0,
-                   "peak_memory_mb": peak_memory_mb(plan.device)}
+        stats = SFTStats(loss.item(), grad_norm, lr, time.perf_counter() - t0, peak_memory_mb(plan.device))
         if step % cfg.trainer.log_interval == 0 or step == total:
-            metrics["val_loss"] = validation_loss(policy, tokenizer, val, cfg.trainer.max_length, plan)
+            stats.val_loss = validation_loss(policy, tokenizer, val, cfg.trainer.max_length, plan)
             if world.is_main:
-                print(summary_line(step, total, metrics, ("loss", "val_loss", "lr")), flush=True)
-        run.log_metrics(step, metrics)
+                print(summary_line(step, total, as_metrics(stats), ("loss", "val_loss", "lr")), flush=True)
+        run.log_metrics(step, as_metrics(stats))
 
     # ---- save and register
     if world.is_main:
         out = save_checkpoint(policy, run.output_dir("policy"), tokenizer)
-        run.register_outputs({"policy": out}, {"val_loss": metrics["val_loss"], "parameters": count_parameters(policy)})
+        run.register_outputs({"policy": out}, {"val_loss": stats.val_loss, "parameters": count_parameters(policy)})
     distributed.close(world)
 
 

@@ -94,9 +94,10 @@ class Timings:
 
 
 def as_metrics(*parts: Any) -> dict[str, float]:
-    """One flat ``{metric name: value}`` of statistics dataclasses and plain mappings, in the order given."""
+    """One flat ``{metric name: value}`` of statistics dataclasses and plain mappings, in the order given; a None
+    value (a statistic this step did not measure, e.g. a validation score between log intervals) is left out."""
     out: dict[str, float] = {}
     for part in parts:
         items: Mapping[str, Any] = part if isinstance(part, Mapping) else dataclasses.asdict(part)
-        out.update({name: float(value) for name, value in items.items()})
+        out.update({name: float(value) for name, value in items.items() if value is not None})
     return out

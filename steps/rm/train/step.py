@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -30,12 +31,27 @@ from nemotron.models.reward import (
 from nemotron.models.tokenizer import train_tokenizer
 from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
+from nemotron.rl.stats import as_metrics
 from nemotron.runtime import StepRun, required
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from rm.train.schema import Config
 
 log = logging.getLogger("nemotron")
+
+
+@dataclass
+class RewardModelStats:
+    """One step's statistics; the field names are the metric names."""
+
+    loss: float
+    accuracy: float
+    reward_margin: float
+    grad_norm: float
+    lr: float
+    train: float
+    peak_memory_mb: float
+    val_accuracy: float | None = None  # every trainer.log_interval steps and at the last
 
 
 def chosen_and_rejected(model: PreTrainedModel, batch: Any, plan: DevicePlan) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,7 +107,6 @@ def main() -> None:
     # ---- loop: update, then report (with the held-out accuracy every log_interval steps)
     model.train()
     total = cfg.trainer.max_steps
-    metrics: dict[str, float] = {}
     for step in range(1, total + 1):
         t0 = time.perf_counter()
         batch = preference_batch(tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length)
@@ -100,19 +115,19 @@ def main() -> None:
             loss = bradley_terry_loss(chosen, rejected)
         (loss / world.size).backward()
         grad_norm, lr = optimizer_step(model, optimizer, step, cfg.optim, world, total)
-        metrics = {"loss": loss.item(), "accuracy": pairwise_accuracy(chosen, rejected).item(),
-                   "reward_margin": (chosen - rejected).mean().item(), "grad_norm": grad_norm, "lr": lr,
-                   "train": time.perf_counter() - t0, "peak_memory_mb": peak_memory_mb(plan.device)}
+        stats = RewardModelStats(loss.item(), pairwise_accuracy(chosen, rejected).item(),
+                                 (chosen - rejected).mean().item(), grad_norm, lr, time.perf_counter() - t0,
+                                 peak_memory_mb(plan.device))
         if step % cfg.trainer.log_interval == 0 or step == total:
-            metrics["val_accuracy"] = held_out_accuracy(model, tokenizer, val, cfg.trainer.max_length, plan)
+            stats.val_accuracy = held_out_accuracy(model, tokenizer, val, cfg.trainer.max_length, plan)
             if world.is_main:
-                print(summary_line(step, total, metrics, ("loss", "accuracy", "val_accuracy")), flush=True)
-        run.log_metrics(step, metrics)
+                print(summary_line(step, total, as_metrics(stats), ("loss", "accuracy", "val_accuracy")), flush=True)
+        run.log_metrics(step, as_metrics(stats))
 
     # ---- save and register
     if world.is_main:
         out = save_checkpoint(model, run.output_dir("reward_model"), tokenizer)
-        run.register_outputs({"reward_model": out}, {"val_accuracy": metrics["val_accuracy"], "validation_pairs": len(val)})
+        run.register_outputs({"reward_model": out}, {"val_accuracy": stats.val_accuracy, "validation_pairs": len(val)})
     distributed.close(world)
 
 
