@@ -23,6 +23,7 @@ from nemotron.stepconfig import (
 
 class Inputs(RLInputs):
     """The artifacts rl/ppo reads: an artifact reference (name:latest, name:vN, art://...) or a path."""
+
     reward_model: str | None = Field(
         None,
         description="the reward model (reward_model_hf): served for rewards, and the critic's initialisation "
