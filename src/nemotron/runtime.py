@@ -21,7 +21,7 @@ from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.catalog import _load_schema
 from nemotron.configtree import set_dotted
 from nemotron.errors import UserError
-from nemotron.metrics import MetricsLogger
+from nemotron.metrics import MetricsLogger, summary_line
 from nemotron.paths import artifacts_dir
 
 C = TypeVar("C", bound=BaseModel)
@@ -94,6 +94,13 @@ class StepRun(Generic[C]):
         if self._metrics is None:
             self._metrics = MetricsLogger(self.job_dir)
         self._metrics.log(step, metrics)
+
+    def report(self, step: int, total: int, metrics: dict[str, float], keys: tuple[str, ...], every: int = 1) -> None:
+        """Log one step's metrics; on the main rank print its `step i/N key=value` summary line (the `keys`, which
+        attached runs parse) every `every` steps and at the last."""
+        self.log_metrics(step, metrics)
+        if self.is_main and (step % every == 0 or step == total):
+            print(summary_line(step, total, metrics, keys), flush=True)
 
     def store(self) -> ArtifactStore:
         root = os.environ.get("NEMOTRON_ARTIFACTS_ROOT")

@@ -18,12 +18,12 @@ from nemotron.data.batches import sft_batch
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import SFTRecord, prompt_text
 from nemotron.devices import DevicePlan, peak_memory_mb
-from nemotron.metrics import summary_line
-from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
+from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.models.tiny import build_policy, count_parameters
 from nemotron.models.tokenizer import train_tokenizer
 from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
+from nemotron.rl.stages import save_and_register
 from nemotron.rl.stats import as_metrics
 from nemotron.runtime import StepRun, required
 
@@ -108,15 +108,11 @@ def main() -> None:
         stats = SFTStats(loss.item(), grad_norm, lr, time.perf_counter() - t0, peak_memory_mb(plan.device))
         if step % cfg.trainer.log_interval == 0 or step == total:
             stats.val_loss = validation_loss(policy, tokenizer, val, cfg.trainer.max_length, plan)
-            if world.is_main:
-                print(summary_line(step, total, as_metrics(stats), ("loss", "val_loss", "lr")), flush=True)
-        run.log_metrics(step, as_metrics(stats))
+        run.report(step, total, as_metrics(stats), ("loss", "val_loss", "lr"), cfg.trainer.log_interval)
 
-    # ---- save and register
-    if world.is_main:
-        out = save_checkpoint(policy, run.output_dir("policy"), tokenizer)
-        run.register_outputs({"policy": out}, {"val_loss": stats.val_loss, "parameters": count_parameters(policy)})
-    distributed.close(world)
+    # ---- save and register (main rank)
+    metadata = {"val_loss": stats.val_loss, "parameters": count_parameters(policy)}
+    save_and_register(run, world, {"policy": policy}, tokenizer, metadata)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PromptRecord, prompt_text
 from nemotron.devices import DevicePlan
 from nemotron.errors import UserError
-from nemotron.metrics import summary_line
 from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
 from nemotron.models.tokenizer import encode_prompt
 from nemotron.rl import distributed, trainstate
@@ -196,14 +195,6 @@ class Checkpoints:
             return None
         return trainstate.save(self.run.checkpoint_dir, step, self.modules, self.optimizers, self.generators, position,
                                self.expect, world=self.world)
-
-
-def report(run: StepRun[Any], world: World, step: int, total: int, metrics: dict[str, float],
-           keys: tuple[str, ...], every: int = 1) -> None:
-    """Log the step's metrics; on the main rank print its summary line every `every` steps and at the last."""
-    run.log_metrics(step, metrics)
-    if world.is_main and (step % every == 0 or step == total):
-        print(summary_line(step, total, metrics, keys), flush=True)
 
 
 def save_and_register(run: StepRun[Any], world: World, modules: dict[str, PreTrainedModel], tokenizer: Any,

@@ -202,7 +202,7 @@ def main() -> None:
                 Timings.of(exp, train_time, t_step, plan.device),
                 exp.engine_stats,
             )
-            stages.report(run, world, step, total, metrics, ("rewards", "init_policy_kl", "critic_loss", "explained_var"),
+            run.report(step, total, metrics, ("rewards", "init_policy_kl", "critic_loss", "explained_var"),
                    cfg.trainer.log_interval)
             checkpoints.maybe_save(step, rollouts.position)
 

@@ -202,7 +202,7 @@ def main() -> None:
                 exp.engine_stats,
                 judge_stats,
             )
-            stages.report(run, world, step, total, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths"))
+            run.report(step, total, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths"))
             checkpoints.maybe_save(step, rollouts.position)
 
         # ---- evaluate

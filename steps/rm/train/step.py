@@ -19,8 +19,7 @@ from nemotron.data.batches import preference_batch
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PreferenceRecord, prompt_text
 from nemotron.devices import DevicePlan, peak_memory_mb
-from nemotron.metrics import summary_line
-from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
+from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.models.reward import (
     bradley_terry_loss,
     build_reward_model,
@@ -31,6 +30,7 @@ from nemotron.models.reward import (
 from nemotron.models.tokenizer import train_tokenizer
 from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
+from nemotron.rl.stages import save_and_register
 from nemotron.rl.stats import as_metrics
 from nemotron.runtime import StepRun, required
 
@@ -120,15 +120,11 @@ def main() -> None:
                                  peak_memory_mb(plan.device))
         if step % cfg.trainer.log_interval == 0 or step == total:
             stats.val_accuracy = held_out_accuracy(model, tokenizer, val, cfg.trainer.max_length, plan)
-            if world.is_main:
-                print(summary_line(step, total, as_metrics(stats), ("loss", "accuracy", "val_accuracy")), flush=True)
-        run.log_metrics(step, as_metrics(stats))
+        run.report(step, total, as_metrics(stats), ("loss", "accuracy", "val_accuracy"), cfg.trainer.log_interval)
 
-    # ---- save and register
-    if world.is_main:
-        out = save_checkpoint(model, run.output_dir("reward_model"), tokenizer)
-        run.register_outputs({"reward_model": out}, {"val_accuracy": stats.val_accuracy, "validation_pairs": len(val)})
-    distributed.close(world)
+    # ---- save and register (main rank)
+    metadata = {"val_accuracy": stats.val_accuracy, "validation_pairs": len(val)}
+    save_and_register(run, world, {"reward_model": model}, tokenizer, metadata)
 
 
 if __name__ == "__main__":
