@@ -3,14 +3,14 @@ weights that change inside the engine after an optimizer step (synced in memory)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
-from nemotron.models.tiny import build_policy
+from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.paths import shipped_root
 from nemotron.rl.experience import token_mult_prob_error
 from nemotron.rl.generation_backends import get_backend
@@ -22,12 +22,8 @@ PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
 
 
 @pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random tiny Llama with head_dim 32 (vLLM's CPU attention refuses 16) and the shipped tokenizer."""
-    tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
-    model = build_policy(len(tokenizer), 2, 64, 2, 64, seed=0, family="llama",
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
-    return save_checkpoint(model, tmp_path_factory.mktemp("vllm") / "llama", tokenizer)
+def llama_dir(tiny_llama: Callable[[str, int, int], Path]) -> Path:
+    return tiny_llama("vllm", 64, 0)
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,12 @@ rl/rlhf trains against it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
-from nemotron.models.tiny import build_policy
-from nemotron.paths import shipped_root
 from nemotron.reward.judge import JudgeClient
 from nemotron.reward.vllm_serve import free_port, own_vllm_server
 
@@ -21,12 +19,8 @@ RESPONSES = ["great fun", "awful", "fine I guess"]
 
 
 @pytest.fixture(scope="module")
-def judge_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random tiny Llama judge (head_dim 32) with the shipped tokenizer, which has no chat template."""
-    tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
-    model = build_policy(len(tokenizer), 2, 64, 2, 256, seed=5, family="llama",
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
-    return save_checkpoint(model, tmp_path_factory.mktemp("judge") / "llama", tokenizer)
+def judge_dir(tiny_llama: Callable[[str, int, int], Path]) -> Path:
+    return tiny_llama("judge", 256, 5)
 
 
 def test_the_judge_client_scores_through_vllm_serve_and_survives_a_restart(judge_dir: Path, tmp_path: Path) -> None:
