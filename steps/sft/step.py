@@ -89,7 +89,8 @@ def main() -> None:
     policy = plan.prepare(policy)
     log.info("policy: %s, %d parameters, vocabulary %d, %d train / %d validation examples", type(policy).__name__,
              count_parameters(policy), len(tokenizer), len(train), len(val))
-    # transformers derives the loss from the class name, which for GPT2LMHeadModel it does not recognise, and warns.
+    # transformers derives the loss from the class name, which for GPT2LMHeadModel it does not recognise, and
+    # warns.
     policy.loss_type = "ForCausalLM"
     optimizer = build_optimizer(policy.parameters(), cfg.optim)
     rng = random.Random(cfg.runtime.seed + world.rank)

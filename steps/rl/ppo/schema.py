@@ -1,4 +1,5 @@
-"""Config schema of rl/ppo: NeMo-Aligner's PPO (actor + critic initialised from the reward model, GAE, clipping)."""
+"""Config schema of rl/ppo: NeMo-Aligner's PPO (actor + critic initialised from the reward model, GAE,
+clipping)."""
 
 from typing import Literal
 
@@ -86,7 +87,8 @@ class PPO(Strict):
     dual_clip: float | None = Field(
         None,
         gt=1,
-        description="dual-clip constant c: for negative advantages the per-token loss is capped at c*|A| (off when "
+        description="dual-clip constant c: for negative advantages the per-token loss is capped at c*|A| "
+        "(off when "
         "null; NeMo-RL: loss_fn.ratio_clip_c)",
     )
     entropy_bonus: float = Field(

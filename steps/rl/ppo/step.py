@@ -101,8 +101,9 @@ def score(exp: Experience, old_values: torch.Tensor, p: PPO, world: World) -> Sc
 def update(policy: PreTrainedModel, critic: Critic, actor_opt: torch.optim.Optimizer,
            critic_opt: torch.optim.Optimizer, exp: Experience, s: Scored, step: int, cfg: Config, temperature: float,
            plan: DevicePlan, world: World) -> tuple[LossSums, float, float]:
-    """ppo_epochs passes over micro-batches, one optimizer step of the critic (and, after the critic's warm-up, of
-    the actor) per pass. Returns (loss sums, the actor's grad norm, its lr; 0 while it does not train)."""
+    """ppo_epochs passes over micro-batches, one optimizer step of the critic (and, after the critic's
+    warm-up, of the actor) per pass. Returns (loss sums, the actor's grad norm, its lr; 0 while it does not
+    train)."""
     total = cfg.trainer.max_steps
     level = cfg.ppo.loss_level
     mask = exp.mask
@@ -159,7 +160,7 @@ def main() -> None:
     total = cfg.trainer.max_steps
     policy_path = required(cfg.inputs.policy, "inputs.policy")
 
-    # ---- inputs and models: the prompts, the actor, its frozen initial policy, a critic made from the reward model
+    # ---- inputs and models: the prompts, the actor, its frozen initial policy, a critic from the reward model
     rollouts = stages.Rollouts.build(policy_path, required(cfg.inputs.prompts, "inputs.prompts"), cfg.generation,
                                      cfg.ppo.num_rollouts_per_prompt, cfg.trainer.num_prompts_per_step, plan, world,
                                      cfg.runtime.seed)

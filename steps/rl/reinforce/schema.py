@@ -1,4 +1,5 @@
-"""Config schema of rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no critic)."""
+"""Config schema of rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no
+critic)."""
 
 from typing import Literal
 
@@ -26,7 +27,8 @@ class Inputs(RLInputs):
 
     reward_model: str | None = Field(
         None,
-        description="the reward model (reward_model_hf): served by rm/serve, or loaded with reward.source=in_process",
+        description="the reward model (reward_model_hf): served by rm/serve, or loaded with "
+        "reward.source=in_process",
     )
 
 
@@ -78,7 +80,8 @@ class Reinforce(Strict):
     num_rollouts_per_prompt: int = Field(
         4,
         ge=2,
-        description="responses per prompt (RLOO needs >= 2; NeMo-Aligner: num_rollouts_per_prompt; TRL: rloo_k)",
+        description="responses per prompt (RLOO needs >= 2; NeMo-Aligner: num_rollouts_per_prompt; TRL: "
+        "rloo_k)",
     )
     discount_factor: float = Field(
         1.0,

@@ -76,7 +76,8 @@ def score(exp: Experience, r: Reinforce) -> Scored:
 def update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, exp: Experience, s: Scored, step: int,
            cfg: Config, temperature: float, plan: DevicePlan, world: World) -> tuple[torch.Tensor, float, float]:
     """reinforce_epochs passes over micro-batches of the rollouts, one optimizer step per pass; the loss is
-    normalised by the global batch's tokens (or responses). Returns (actor loss summed over passes, grad norm, lr)."""
+    normalised by the global batch's tokens (or responses). Returns (actor loss summed over passes, grad
+    norm, lr)."""
     policy.train()
     level = cfg.reinforce.loss_level
     normaliser = distributed.all_reduce_sum(mean_denominator(exp.mask, level), world)

@@ -57,7 +57,8 @@ class GRPO(Strict):
 
 
 class LossFn(Strict):
-    """The clipped policy-gradient loss with the KL to the reference policy in the loss (NeMo-RL: loss_fn.*)."""
+    """The clipped policy-gradient loss with the KL to the reference policy in the loss (NeMo-RL:
+    loss_fn.*)."""
 
     reference_policy_kl_penalty: float = Field(
         0.01,
@@ -69,7 +70,8 @@ class LossFn(Strict):
     ratio_clip_max: float = Field(
         0.2,
         gt=0,
-        description="clip the probability ratio from above at 1 + this (a larger value is DAPO's clip-higher)",
+        description="clip the probability ratio from above at 1 + this (a larger value is DAPO's "
+        "clip-higher)",
     )
     ratio_clip_c: float | None = Field(
         None,
@@ -79,7 +81,8 @@ class LossFn(Strict):
     )
     token_level_loss: bool = Field(
         True,
-        description="average the loss over all response tokens of the update (true), or per response first (false)",
+        description="average the loss over all response tokens of the update (true), or per response first "
+        "(false)",
     )
 
 
@@ -88,8 +91,8 @@ class Policy(Strict):
 
     model_name: str | None = Field(
         None,
-        description="the SFT policy (checkpoint_hf) to align: artifact ref or path; it also starts the frozen "
-        "reference policy",
+        description="the SFT policy (checkpoint_hf) to align: artifact ref or path; it also starts the "
+        "frozen reference policy",
     )
     train_micro_batch_size: int = Field(
         16, ge=1, description="responses per forward/backward pass; also the reward model's batch on NeMo-RL"
@@ -126,8 +129,8 @@ class VllmModel(Strict):
 
     model: str | None = Field(
         None,
-        description="judge model: the reward model (reward_model_hf) for judge.kind=reward_model, a causal LM "
-        "for generative; artifact ref, path or HF id",
+        description="judge model: the reward model (reward_model_hf) for judge.kind=reward_model, a causal "
+        "LM for generative; artifact ref, path or HF id",
     )
 
 
@@ -161,7 +164,8 @@ class Env(Strict):
 
 
 class Judge(Strict):
-    """How responses are scored: a served Bradley-Terry reward model, or a generative judge (chat completions)."""
+    """How responses are scored: a served Bradley-Terry reward model, or a generative judge (chat
+    completions)."""
 
     kind: Literal["reward_model", "generative"] = Field(
         "reward_model",
@@ -194,9 +198,10 @@ class Judge(Strict):
     )
     pairwise_template: str = Field(
         (
-            "Compare two reviews that continue the same opening. Score how positive each is from 1 to 5 and rank them "
-            "from 1 (review 1 much better) to 6 (review 2 much better).\nOpening: {prompt}\nReview 1: {response_1}\n"
-            'Review 2: {response_2}\nAnswer with JSON only: {"score_1": <1-5>, "score_2": <1-5>, "ranking": <1-6>}'
+            "Compare two reviews that continue the same opening. Score how positive each is from 1 to 5 and "
+            "rank them from 1 (review 1 much better) to 6 (review 2 much better).\nOpening: {prompt}\n"
+            "Review 1: {response_1}\nReview 2: {response_2}\nAnswer with JSON only: "
+            '{"score_1": <1-5>, "score_2": <1-5>, "ranking": <1-6>}'
         ),
         description="generative, pairwise: the judge's user message; must contain {prompt}, {response_1} and "
         "{response_2}",
@@ -209,12 +214,14 @@ class Judge(Strict):
     max_retries: int = Field(
         2,
         ge=0,
-        description="generative: re-asks when the judge's answer does not parse (NeMo-Gym: genrm_parse_retries)",
+        description="generative: re-asks when the judge's answer does not parse (NeMo-Gym: "
+        "genrm_parse_retries)",
     )
     timeout_s: float = Field(30.0, gt=0, description="seconds to wait for one request to the judge")
     guided_choice: bool = Field(
         False,
-        description="constrain the judge to valid answers (vLLM structured_outputs.choice; our chat server too)",
+        description="constrain the judge to valid answers (vLLM structured_outputs.choice; our chat server "
+        "too)",
     )
     server: Literal["builtin", "vllm"] = Field(
         "builtin",

@@ -16,7 +16,8 @@ class Inputs(Strict):
 
 
 class Server(Strict):
-    """The HTTP server: KServe v2 (Triton's protocol) for mode=reward, OpenAI chat completions for mode=chat."""
+    """The HTTP server: KServe v2 (Triton's protocol) for mode=reward, OpenAI chat completions for
+    mode=chat."""
 
     host: str = Field(
         "127.0.0.1",
@@ -27,8 +28,8 @@ class Server(Strict):
     )
     token: str | None = Field(
         None,
-        description="bearer token required on every request except the health probes; unset: no auth. Secret: "
-        "kept out of config.yaml",
+        description="bearer token required on every request except the health probes; unset: no auth. "
+        "Secret: kept out of config.yaml",
     )
     mode: Literal["reward", "chat"] = Field(
         "reward",
@@ -48,8 +49,8 @@ class Server(Strict):
     preferred_batch_size: int = Field(
         16,
         ge=1,
-        description="reward: the batcher runs as soon as this many sequences wait, and scores at most this many "
-        "per forward pass; at most max_batch_size (Triton: preferred_batch_size)",
+        description="reward: the batcher runs as soon as this many sequences wait, and scores at most this "
+        "many per forward pass; at most max_batch_size (Triton: preferred_batch_size)",
     )
     max_queue_delay_ms: float = Field(
         5.0,

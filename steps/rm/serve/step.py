@@ -1,7 +1,7 @@
 """rm/serve: a reward model behind a KServe v2 (Triton-compatible) HTTP server with dynamic batching, until
-Ctrl-C or SIGTERM (then in-flight requests finish). server.mode=chat serves a causal LM as an OpenAI-compatible
-chat-completions judge instead. The address is printed and written to the job's server.json
-(and servers/node-<i>.json: one server per node on Slurm)."""
+Ctrl-C or SIGTERM (then in-flight requests finish). server.mode=chat serves a causal LM as an
+OpenAI-compatible chat-completions judge instead. The address is printed and written to the job's
+server.json (and servers/node-<i>.json: one server per node on Slurm)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""rm/train: a Bradley-Terry reward model, -log sigmoid(r(chosen) - r(rejected)), with held-out pairwise accuracy.
+"""rm/train: a Bradley-Terry reward model, -log sigmoid(r(chosen) - r(rejected)), with held-out pairwise
+accuracy.
 
-It starts from the SFT policy's backbone and tokenizer (`inputs.init_from`), as NeMo-Aligner does, so the reward
-model reads exactly the tokens the policy writes; without it, it is built from `model.*` with a fresh tokenizer.
+It starts from the SFT policy's backbone and tokenizer (`inputs.init_from`), as NeMo-Aligner does, so the
+reward model reads exactly the tokens the policy writes; without it, it is built from `model.*` with a fresh
+tokenizer.
 """
 
 from __future__ import annotations
