@@ -30,8 +30,8 @@ log = logging.getLogger("nemotron")
 
 
 def required(value: T | None, key: str) -> T:
-    """A config value the step cannot run without (schemas leave inputs optional so that presets can omit them):
-    the value, or exit 2 naming the key."""
+    """A config value the step cannot run without (schemas leave inputs optional so that presets can omit
+    them): the value, or exit 2 naming the key."""
     if value is None:
         raise UserError(f"{key} is required: set it in the preset or on the command line ({key}=...)")
     return value
@@ -96,8 +96,8 @@ class StepRun(Generic[C]):
         self._metrics.log(step, metrics)
 
     def report(self, step: int, total: int, metrics: dict[str, float], keys: tuple[str, ...], every: int = 1) -> None:
-        """Log one step's metrics; on the main rank print its `step i/N key=value` summary line (the `keys`, which
-        attached runs parse) every `every` steps and at the last."""
+        """Log one step's metrics; on the main rank print its `step i/N key=value` summary line (the `keys`,
+        which attached runs parse) every `every` steps and at the last."""
         self.log_metrics(step, metrics)
         if self.is_main and (step % every == 0 or step == total):
             print(summary_line(step, total, metrics, keys), flush=True)

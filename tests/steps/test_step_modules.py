@@ -1,5 +1,6 @@
-"""Every shipped step is a `main()` of named stages: importing its module (under any name but __main__) defines
-functions and does nothing else: no argument parsing, no job directory, no process group, no training."""
+"""Every shipped step is a `main()` of named stages: importing its module (under any name but __main__)
+defines functions and does nothing else: no argument parsing, no job directory, no process group, no
+training."""
 
 from __future__ import annotations
 

@@ -38,12 +38,12 @@ def causal_lm_config(
     pad_token_id: int | None = None,
     eos_token_id: int | None = None,
 ) -> PretrainedConfig:
-    """A dropout-free config of `family` ("gpt2", "llama", "qwen2" or "mistral") in GPT-2's size terms, with the
-    tokenizer's special-token ids recorded.
+    """A dropout-free config of `family` ("gpt2", "llama", "qwen2" or "mistral") in GPT-2's size terms, with
+    the tokenizer's special-token ids recorded.
 
-    Llama keeps one KV head per query head; Qwen2 and Mistral use grouped-query attention (half as many KV heads
-    when n_head is even), and Mistral keeps its sliding window (as long as the context), so the tiny models take
-    the same code paths as the real ones.
+    Llama keeps one KV head per query head; Qwen2 and Mistral use grouped-query attention (half as many KV
+    heads when n_head is even), and Mistral keeps its sliding window (as long as the context), so the tiny
+    models take the same code paths as the real ones.
     """
     if family not in FAMILIES:
         raise ValueError(f"unknown model family {family!r}: expected one of {', '.join(FAMILIES)}")
@@ -54,14 +54,15 @@ def causal_lm_config(
     if family == "gpt2":
         config = GPT2Config(
             vocab_size=vocab_size, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_positions=n_positions,
-            n_inner=4 * n_embd, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0, **ids,
+            n_inner=4 * n_embd, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0,
+            **ids,
         )  # fmt: skip
     else:
         kv_heads = n_head if family == "llama" or n_head % 2 else n_head // 2
         common: dict[str, Any] = dict(
-            vocab_size=vocab_size, hidden_size=n_embd, intermediate_size=4 * n_embd, num_hidden_layers=n_layer,
-            num_attention_heads=n_head, num_key_value_heads=kv_heads, max_position_embeddings=n_positions,
-            attention_dropout=0.0, tie_word_embeddings=True, **ids,
+            vocab_size=vocab_size, hidden_size=n_embd, intermediate_size=4 * n_embd,
+            num_hidden_layers=n_layer, num_attention_heads=n_head, num_key_value_heads=kv_heads,
+            max_position_embeddings=n_positions, attention_dropout=0.0, tie_word_embeddings=True, **ids,
         )  # fmt: skip
         if family == "llama":
             config = LlamaConfig(**common)
@@ -127,11 +128,13 @@ def tiny_model(
     eos_token_id: int | None = None,
     **options: Any,
 ) -> PreTrainedModel:
-    """The model tests and benchmarks build: `build_model` with small defaults, in eval mode. No EOS by default,
-    so generation stops only where the caller says; `options` are `build_model`'s (family, attn_implementation,
-    config attributes)."""
-    model = build_model(kind, vocab_size, n_layer, n_embd, n_head, n_positions, seed, pad_token_id=pad_token_id,
-                        eos_token_id=eos_token_id, **options)  # fmt: skip
+    """The model tests and benchmarks build: `build_model` with small defaults, in eval mode. No EOS by
+    default, so generation stops only where the caller says; `options` are `build_model`'s (family,
+    attn_implementation, config attributes)."""
+    model = build_model(
+        kind, vocab_size, n_layer, n_embd, n_head, n_positions, seed, pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id, **options,
+    )  # fmt: skip
     model.train(False)
     return model
 

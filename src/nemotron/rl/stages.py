@@ -1,5 +1,5 @@
-"""The stages the RL steps share: refusing the NeMo-RL backend locally, the prompts, the actor with its frozen
-reference, the rollout of one step's prompts, before/after evaluation, checkpoints, and the per-step report."""
+"""The stages the RL steps share: refusing the NeMo-RL backend locally, the prompts, the actor with its
+frozen reference, the rollout of one step's prompts, before/after evaluation, checkpoints, and saving."""
 
 from __future__ import annotations
 
@@ -31,11 +31,12 @@ log = logging.getLogger("nemotron")
 
 
 def refuse_nemo_rl_backend(backend: str, engine: str = "NeMo-RL") -> None:
-    """backend=nemo_rl runs in NeMo-RL's container on GPUs, never in this process: exit 2 saying how to run it."""
+    """backend=nemo_rl runs in NeMo-RL's container on GPUs, never in this process: exit 2 saying how to run
+    it."""
     if backend == "nemo_rl":
         raise UserError(
-            f"backend=nemo_rl runs {engine} in its container on GPUs; submit it with a Slurm or Lepton profile "
-            "(-b PROFILE). `--dry-run` shows the NeMo-RL config and command it would run."
+            f"backend=nemo_rl runs {engine} in its container on GPUs; submit it with a Slurm or Lepton "
+            "profile (-b PROFILE). `--dry-run` shows the NeMo-RL config and command it would run."
         )
 
 
@@ -109,8 +110,9 @@ class Rollouts:
     @classmethod
     def build(cls, policy_path: str, prompts_path: str, generation: Any, n: int, per_step: int, plan: DevicePlan,
               world: World, seed: int) -> Rollouts:
-        """The tokenizer and prompts, the actor and its reference, the generation backend (our torch sampler, or
-        vLLM in this process) and sampling parameters of the `generation` config group, the sampler's stream."""
+        """The tokenizer and prompts, the actor and its reference, the generation backend (our torch sampler,
+        or vLLM in this process) and sampling parameters of the `generation` config group, the sampler's
+        stream."""
         tokenizer = load_tokenizer(policy_path)
         prompts = PromptSet.load(prompts_path, tokenizer)
         models = ActorAndReference.load(policy_path, plan)
@@ -135,8 +137,8 @@ class Rollouts:
 
 @dataclass
 class BeforeAfter:
-    """Evaluation of the policy on the first `num_prompts` prompts before the first step and after the last, on
-    the main rank, logged as `eval_<name>_before` / `eval_<name>_after` (and `reference_drift` after)."""
+    """Evaluation of the policy on the first `num_prompts` prompts before the first step and after the last,
+    on the main rank, logged as `eval_<name>_before` / `eval_<name>_after` (and `reference_drift` after)."""
 
     run: StepRun[Any]
     rollouts: Rollouts
@@ -170,8 +172,8 @@ class BeforeAfter:
 
 @dataclass
 class Checkpoints:
-    """What a checkpoint holds: resumed before the first step, saved every `checkpoint.save_interval` steps (on
-    every rank: saving gathers each rank's random streams)."""
+    """What a checkpoint holds: resumed before the first step, saved every `checkpoint.save_interval` steps
+    (on every rank: saving gathers each rank's random streams)."""
 
     run: StepRun[Any]
     checkpoint_cfg: Any

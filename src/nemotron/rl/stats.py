@@ -36,7 +36,8 @@ def global_means(world: World, count: torch.Tensor | int, **sums: torch.Tensor) 
 
 
 def global_sums(world: World, per: int | float = 1, **sums: torch.Tensor) -> dict[str, float]:
-    """Each named local sum summed over ranks (one all-reduce), divided by ``per`` (e.g. the number of epochs).
+    """Each named local sum summed over ranks (one all-reduce), divided by ``per`` (e.g. the number of
+    epochs).
 
     For quantities every rank already normalised by the global count, such as losses.
     """
@@ -94,8 +95,9 @@ class Timings:
 
 
 def as_metrics(*parts: Any) -> dict[str, float]:
-    """One flat ``{metric name: value}`` of statistics dataclasses and plain mappings, in the order given; a None
-    value (a statistic this step did not measure, e.g. a validation score between log intervals) is left out."""
+    """One flat ``{metric name: value}`` of statistics dataclasses and plain mappings, in the order given; a
+    None value (a statistic this step did not measure, e.g. a validation score between log intervals) is left
+    out."""
     out: dict[str, float] = {}
     for part in parts:
         items: Mapping[str, Any] = part if isinstance(part, Mapping) else dataclasses.asdict(part)

@@ -160,7 +160,8 @@ def main() -> None:
     total = cfg.trainer.max_steps
     policy_path = required(cfg.inputs.policy, "inputs.policy")
 
-    # ---- inputs and models: the prompts, the actor, its frozen initial policy, a critic from the reward model
+    # ---- inputs and models: the prompts, the actor, its frozen initial policy, a critic from the reward
+    # model
     rollouts = stages.Rollouts.build(policy_path, required(cfg.inputs.prompts, "inputs.prompts"), cfg.generation,
                                      cfg.ppo.num_rollouts_per_prompt, cfg.trainer.num_prompts_per_step, plan, world,
                                      cfg.runtime.seed)
