@@ -145,8 +145,15 @@ def gpt2_scorer(layers: int, width: int, max_length: int) -> Callable[[list[str]
     from nemotron.reward.scorer import scorer_from_reward_model
 
     tokenizer = word_tokenizer(WORDS)
-    model = tiny_model(len(tokenizer), "reward_model", n_positions=max_length, n_embd=width, n_layer=layers,
-                       n_head=4, eos_token_id=2)
+    model = tiny_model(
+        len(tokenizer),
+        "reward_model",
+        n_positions=max_length,
+        n_embd=width,
+        n_layer=layers,
+        n_head=4,
+        eos_token_id=2,
+    )
     return scorer_from_reward_model(model, tokenizer, max_length).score_sentences
 
 

@@ -59,7 +59,12 @@ class StepRun(Generic[C]):
         parser.add_argument("--job-dir", required=True, type=Path)
         args, rest = parser.parse_known_args()
         job_dir: Path = args.job_dir.resolve()
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S", stream=sys.stdout)
+        logging.basicConfig(
+            level=logging.INFO,
+            format="%(asctime)s %(levelname)s %(message)s",
+            datefmt="%H:%M:%S",
+            stream=sys.stdout,
+        )
         signal.signal(signal.SIGTERM, _on_sigterm)
         _quiet_libraries()
         raw = yaml.safe_load((job_dir / "config.yaml").read_text()) or {}
@@ -95,7 +100,9 @@ class StepRun(Generic[C]):
             self._metrics = MetricsLogger(self.job_dir)
         self._metrics.log(step, metrics)
 
-    def report(self, step: int, total: int, metrics: dict[str, float], keys: tuple[str, ...], every: int = 1) -> None:
+    def report(
+        self, step: int, total: int, metrics: dict[str, float], keys: tuple[str, ...], every: int = 1
+    ) -> None:
         """Log one step's metrics; on the main rank print its `step i/N key=value` summary line (the `keys`,
         which attached runs parse) every `every` steps and at the last."""
         self.log_metrics(step, metrics)
@@ -106,7 +113,9 @@ class StepRun(Generic[C]):
         root = os.environ.get("NEMOTRON_ARTIFACTS_ROOT")
         return ArtifactStore(Path(root) if root else artifacts_dir())
 
-    def register_outputs(self, paths: dict[str, Path], metadata: dict[str, Any] | None = None) -> list[Artifact]:
+    def register_outputs(
+        self, paths: dict[str, Path], metadata: dict[str, Any] | None = None
+    ) -> list[Artifact]:
         """Register every output in one transaction, with lineage edges to the inputs. Main rank only."""
         if not self.is_main:
             return []

@@ -23,12 +23,16 @@ class ModelArch(Strict):
         "MistralForCausalLM); ignored with inputs.init_from",
     )
     n_layer: int = Field(
-        2, ge=1, description="transformer blocks (GPT2Config.n_layer, num_hidden_layers); ignored with inputs.init_from"
+        2,
+        ge=1,
+        description="transformer blocks (GPT2Config.n_layer, num_hidden_layers); ignored with inputs.init_from",
     )
     n_embd: int = Field(
         64, ge=8, description="hidden size; must divide by n_head (GPT2Config.n_embd, hidden_size)"
     )
-    n_head: int = Field(4, ge=1, description="attention heads per block (GPT2Config.n_head, num_attention_heads)")
+    n_head: int = Field(
+        4, ge=1, description="attention heads per block (GPT2Config.n_head, num_attention_heads)"
+    )
     n_positions: int = Field(
         64,
         ge=8,
@@ -99,9 +103,12 @@ class Generation(Strict):
     @model_validator(mode="after")
     def _vllm_keys_need_vllm(self) -> Generation:
         """Accepted-but-ignored is refused: the vllm_* keys act only with backend vllm."""
-        if self.backend != "vllm" and (self.vllm_gpu_memory_utilization != 0.3 or self.vllm_max_model_len != 0):
+        if self.backend != "vllm" and (
+            self.vllm_gpu_memory_utilization != 0.3 or self.vllm_max_model_len != 0
+        ):
             raise ValueError("vllm_gpu_memory_utilization and vllm_max_model_len act only with backend: vllm")
         return self
+
     temperature: float = Field(
         1.0,
         gt=0,

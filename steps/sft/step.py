@@ -50,8 +50,9 @@ def on_device(batch: Any, plan: DevicePlan) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def validation_loss(policy: torch.nn.Module, tokenizer: Any, val: list[SFTRecord], max_length: int,
-                    plan: DevicePlan) -> float:
+def validation_loss(
+    policy: torch.nn.Module, tokenizer: Any, val: list[SFTRecord], max_length: int, plan: DevicePlan
+) -> float:
     """The loss on the held-out examples, in one batch; NaN without any."""
     if not val:
         return float("nan")
@@ -83,12 +84,26 @@ def main() -> None:
         texts = [t for r in records for t in (prompt_text(r.prompt), r.response)]
         tokenizer = train_tokenizer(texts, model_max_length=cfg.model.n_positions)
         m = cfg.model
-        policy = build_policy(len(tokenizer), m.n_layer, m.n_embd, m.n_head, m.n_positions, cfg.runtime.seed,
-                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                              family=m.family)
+        policy = build_policy(
+            len(tokenizer),
+            m.n_layer,
+            m.n_embd,
+            m.n_head,
+            m.n_positions,
+            cfg.runtime.seed,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            family=m.family,
+        )
     policy = plan.prepare(policy)
-    log.info("policy: %s, %d parameters, vocabulary %d, %d train / %d validation examples", type(policy).__name__,
-             count_parameters(policy), len(tokenizer), len(train), len(val))
+    log.info(
+        "policy: %s, %d parameters, vocabulary %d, %d train / %d validation examples",
+        type(policy).__name__,
+        count_parameters(policy),
+        len(tokenizer),
+        len(train),
+        len(val),
+    )
     # transformers derives the loss from the class name, which for GPT2LMHeadModel it does not recognise, and
     # warns.
     policy.loss_type = "ForCausalLM"

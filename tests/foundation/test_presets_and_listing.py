@@ -26,8 +26,12 @@ def test_a_preset_beside_the_file_wins_over_the_shipped_one(home: Path, tmp_path
 
 
 def test_jobs_ls_is_newest_first_across_steps(home: Path, run_cli: Any) -> None:
-    ids = ["sft-20260101-000003-aaaa", "rl-ppo-20260101-000001-bbbb", "data-prep-20260101-000002-cccc",
-           "rl-reinforce-20251231-235959-dddd"]
+    ids = [
+        "sft-20260101-000003-aaaa",
+        "rl-ppo-20260101-000001-bbbb",
+        "data-prep-20260101-000002-cccc",
+        "rl-reinforce-20251231-235959-dddd",
+    ]
     for i, job_id in enumerate(ids):
         d = home / "jobs" / job_id
         d.mkdir(parents=True)

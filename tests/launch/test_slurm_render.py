@@ -39,7 +39,9 @@ def profiles(home: Path, tmp_path: Path) -> Path:
 def reward_model_dir(root: Path, positions: int = 48) -> Path:
     d = root / "rm"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": positions}))
+    (d / "config.json").write_text(
+        json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": positions})
+    )
     (d / "model.safetensors").write_bytes(b"")
     return d
 
@@ -62,9 +64,15 @@ def test_profile_secrets_reach_only_the_sourced_0600_file_never_the_script(profi
 
 
 def test_partition_follows_run_or_batch_mode(profiles: Path, fixture_steps: Path) -> None:
-    attached = slurm.render_sbatch(slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="attached")))
-    batch = slurm.render_sbatch(slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="batch")))
-    plain = slurm.render_sbatch(slurm_executor.slurm_plan(job("test/count", "local_slurm", preset="tiny", mode="batch")))
+    attached = slurm.render_sbatch(
+        slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="attached"))
+    )
+    batch = slurm.render_sbatch(
+        slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="batch"))
+    )
+    plain = slurm.render_sbatch(
+        slurm_executor.slurm_plan(job("test/count", "local_slurm", preset="tiny", mode="batch"))
+    )
     assert "#SBATCH --partition=interactive" in attached
     assert "#SBATCH --partition=long" in batch
     assert "#SBATCH --partition=debug" in plain
@@ -77,10 +85,14 @@ def test_a_step_without_services_is_one_group(home: Path, fixture_steps: Path) -
     assert "hetjob" not in script and "NEMOTRON_REWARD" not in script and ".secrets.env" not in script
 
 
-def test_services_make_a_hetjob_serving_the_reward_model_input(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_services_make_a_hetjob_serving_the_reward_model_input(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("NEMOTRON_STEPS_PATH", str(SERVED_STEPS))
     rm = reward_model_dir(tmp_path)
-    plan = slurm_executor.slurm_plan(job("test/served", "local_slurm", f"inputs.reward_model={rm}", preset="tiny"))
+    plan = slurm_executor.slurm_plan(
+        job("test/served", "local_slurm", f"inputs.reward_model={rm}", preset="tiny")
+    )
     server, policy = plan.groups
     assert server.role == "test-served-0" and policy.role == "test-served-1"
     assert server.command.words()[1:4] == ["-m", "nemotron.reward.server", "--model"]
@@ -88,16 +100,23 @@ def test_services_make_a_hetjob_serving_the_reward_model_input(home: Path, tmp_p
     assert server.command.args[server.command.args.index("--max-length") + 1] == "48"  # the model's positions
     assert dict(policy.env)["NEMOTRON_REWARD_URL"] == '"http://${het_group_host_0}:${NEMOTRON_REWARD_PORT}"'
     # the step starts once the server wrote its ready file
-    assert policy.command.entrypoint == "bash" and "logs/reward_server.json ] && break; sleep 1; done;" in policy.command.args[0]
+    assert (
+        policy.command.entrypoint == "bash"
+        and "logs/reward_server.json ] && break; sleep 1; done;" in policy.command.args[0]
+    )
     assert "exec " in policy.command.args[0] and "not ready after 3600 s" in policy.command.args[0]
     assert "NEMOTRON_REWARD_TOKEN" in plan.secret_names
 
 
 def test_rlhf_serves_its_judge_only_when_the_judge_is_a_reward_model(home: Path, tmp_path: Path) -> None:
-    generative = slurm_executor.slurm_plan(job("rl/rlhf", "local_slurm"))  # HF hub id: the step starts its own judge
+    generative = slurm_executor.slurm_plan(
+        job("rl/rlhf", "local_slurm")
+    )  # HF hub id: the step starts its own judge
     assert len(generative.groups) == 1
     key = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
-    served = slurm.served_model(job("rl/rlhf", "local_slurm", f"{key}={reward_model_dir(tmp_path)}", "judge.kind=reward_model"))
+    served = slurm.served_model(
+        job("rl/rlhf", "local_slurm", f"{key}={reward_model_dir(tmp_path)}", "judge.kind=reward_model")
+    )
     assert served is not None and served.input_name == "judge"
 
 
@@ -111,12 +130,15 @@ def test_container_image_is_squashed_once_and_force_squash_reimports(profiles: P
     assert f"--container-image {sqsh}" in forced
 
 
-@pytest.mark.parametrize(("image", "uri"), [
-    ("nvcr.io/nvidia/nemo:25.07", "docker://nvcr.io#nvidia/nemo:25.07"),
-    ("ubuntu:22.04", "docker://ubuntu:22.04"),
-    ("localhost:5000/me/img", "docker://localhost:5000#me/img"),
-    ("docker://nvcr.io#nvidia/nemo:25.07", "docker://nvcr.io#nvidia/nemo:25.07"),
-])
+@pytest.mark.parametrize(
+    ("image", "uri"),
+    [
+        ("nvcr.io/nvidia/nemo:25.07", "docker://nvcr.io#nvidia/nemo:25.07"),
+        ("ubuntu:22.04", "docker://ubuntu:22.04"),
+        ("localhost:5000/me/img", "docker://localhost:5000#me/img"),
+        ("docker://nvcr.io#nvidia/nemo:25.07", "docker://nvcr.io#nvidia/nemo:25.07"),
+    ],
+)
 def test_enroot_uri_puts_a_hash_after_the_registry(image: str, uri: str) -> None:
     assert containers.enroot_uri(image) == uri
 
@@ -145,12 +167,17 @@ def test_a_server_step_runs_one_task_per_node_whatever_the_profile_asks(profiles
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=1\n" in script
     assert "--ntasks-per-node=8" not in script
     # one srun starts the server, with no task count of its own: the allocation's one task per node
-    (serve,) = [line for line in script.splitlines() if line.startswith("srun ") and "rm/serve/step.py" in line]
+    (serve,) = [
+        line for line in script.splitlines() if line.startswith("srun ") and "rm/serve/step.py" in line
+    ]
     assert "--ntasks" not in serve and " -n " not in serve and "torch.distributed.run" not in serve
     # so each node has one process on the preset's port
     assert j.step_config["server"]["port"] == 5555
     text = submit.dry_run(j)
-    assert "# note: rm/serve is a server: one server process per node (2 in all), not the profile's ntasks_per_node=8" in text
+    assert (
+        "# note: rm/serve is a server: one server process per node (2 in all), not the profile's ntasks_per_node=8"
+        in text
+    )
 
 
 def test_a_server_step_on_one_task_per_node_has_nothing_to_say(home: Path) -> None:
@@ -175,11 +202,28 @@ def test_lepton_names_fit_kubernetes_and_keep_the_unique_suffix() -> None:
 
 @pytest.mark.parametrize("profile", ["local_slurm", "slurm_rlhf", "lepton_rl"])
 def test_dry_run_imports_neither_nemo_run_nor_torch_nor_leptonai(home: Path, profile: str) -> None:
-    cmd = [sys.executable, "-X", "importtime", "-m", "nemotron", "steps", "run", "rl/reinforce", "-c", "default",
-           "-b", profile, "--dry-run"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=60)
+    cmd = [
+        sys.executable,
+        "-X",
+        "importtime",
+        "-m",
+        "nemotron",
+        "steps",
+        "run",
+        "rl/reinforce",
+        "-c",
+        "default",
+        "-b",
+        profile,
+        "--dry-run",
+    ]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=60
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    imported = {
+        line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")
+    }
     assert "nemotron.compile" in imported  # imports are being recorded
     assert not {m for m in imported if m.split(".")[0] in ("nemo_run", "torch", "leptonai", "torchx")}
     assert not home.exists()

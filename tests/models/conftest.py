@@ -20,7 +20,9 @@ def tokenizer() -> PreTrainedTokenizerFast:
     return train_tokenizer(SentimentTask().corpus(), model_max_length=32)
 
 
-def tiny(tokenizer: PreTrainedTokenizerFast, kind: Literal["policy", "reward_model"], seed: int) -> PreTrainedModel:
+def tiny(
+    tokenizer: PreTrainedTokenizerFast, kind: Literal["policy", "reward_model"], seed: int
+) -> PreTrainedModel:
     torch.set_num_threads(1)
     ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
     return tiny_model(len(tokenizer), kind, seed=seed, **TINY, **ids)

@@ -97,7 +97,6 @@ def target(request: pytest.FixtureRequest, report: Callable[[str], None]) -> Ite
     )
 
 
-
 # --- sending raw bytes and reading every response back ---------------------------------------------------
 
 

@@ -135,13 +135,13 @@ LossFn = Callable[[torch.Tensor, dict[str, torch.Tensor], LossLevel, torch.Tenso
 
 # Each loss as (per-token policy logprobs, batch, level, normaliser) -> scalar loss.
 LOSSES: dict[str, LossFn] = {
-    "ppo": lambda p, b, level, n: ppo_clip_loss(
-        p, b["old"], b["adv"], b["mask"], dual_clip=3.0, level=level, normaliser=n
-    ).loss,
+    "ppo": lambda p, b, level, n: (
+        ppo_clip_loss(p, b["old"], b["adv"], b["mask"], dual_clip=3.0, level=level, normaliser=n).loss
+    ),
     "reinforce": lambda p, b, level, n: reinforce_loss(p, b["adv"], b["mask"], level, n),
-    "value": lambda p, b, level, n: value_loss(
-        p, b["old"], b["ret"], b["mask"], clip=0.1, level=level, normaliser=n
-    ).loss,
+    "value": lambda p, b, level, n: (
+        value_loss(p, b["old"], b["ret"], b["mask"], clip=0.1, level=level, normaliser=n).loss
+    ),
     "kl": lambda p, b, level, n: kl_loss(p, b["old"], b["mask"], kl_coef=0.1, level=level, normaliser=n),
 }
 

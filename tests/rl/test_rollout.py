@@ -42,7 +42,9 @@ PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14], [20, 21, 22, 23], [30, 31], 
 def tiny_gpt2(attn_implementation: str = "sdpa", seed: int = 0) -> GPT2LMHeadModel:
     # No EOS in the model config: transformers would stop on it by default, and the samplers compared here must
     # stop only on the EOS each test asks for.
-    return tiny_model(VOCAB, seed=seed, n_embd=64, n_head=4, pad_token_id=PAD, attn_implementation=attn_implementation)
+    return tiny_model(
+        VOCAB, seed=seed, n_embd=64, n_head=4, pad_token_id=PAD, attn_implementation=attn_implementation
+    )
 
 
 @pytest.fixture(scope="module")

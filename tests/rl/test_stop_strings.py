@@ -75,8 +75,15 @@ def stop_string_model(kind: str) -> PreTrainedModel:
     # No EOS in the configs: the rows here stop only on the stop string.
     if kind == "gpt2":
         return tiny_model(211, seed=1, n_embd=64, n_head=4)
-    return tiny_model(211, seed=1, family="llama", n_head=4, num_key_value_heads=2, intermediate_size=64,
-                      tie_word_embeddings=False)
+    return tiny_model(
+        211,
+        seed=1,
+        family="llama",
+        n_head=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        tie_word_embeddings=False,
+    )
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])

@@ -13,7 +13,9 @@ import pytest
 
 if importlib.util.find_spec("vllm") is None:
     if os.environ.get("NEMOTRON_REQUIRE_VLLM") == "1":
-        raise RuntimeError("NEMOTRON_REQUIRE_VLLM=1 but vllm is not importable: run `bash scripts/bootstrap-vllm.sh`")
+        raise RuntimeError(
+            "NEMOTRON_REQUIRE_VLLM=1 but vllm is not importable: run `bash scripts/bootstrap-vllm.sh`"
+        )
     collect_ignore_glob = ["test_*.py"]
 
 

@@ -22,8 +22,12 @@ def job_store(record: dict[str, Any]) -> ArtifactStore:
     return ArtifactStore(Path(root).expanduser() if root else artifacts_dir())
 
 
-def register_job_outputs(record: dict[str, Any], paths: dict[str, Path], metadata: dict[str, Any] | None = None,
-                         store: ArtifactStore | None = None) -> list[Artifact]:
+def register_job_outputs(
+    record: dict[str, Any],
+    paths: dict[str, Path],
+    metadata: dict[str, Any] | None = None,
+    store: ArtifactStore | None = None,
+) -> list[Artifact]:
     """Register every declared output of the job record (job.yaml) in one transaction, each with edges to the
     job's inputs (a plain-path input is registered as an external artifact first)."""
     declared = record.get("outputs", {})
@@ -36,7 +40,9 @@ def register_job_outputs(record: dict[str, Any], paths: dict[str, Path], metadat
         if binding.get("artifact_id") is not None:
             parents.append((binding["name"], int(binding["artifact_id"])))
         elif binding.get("kind") == "path" and binding.get("path"):
-            ext = store.register_external(binding["actual_type"] or binding["expected_type"], Path(binding["path"]))
+            ext = store.register_external(
+                binding["actual_type"] or binding["expected_type"], Path(binding["path"])
+            )
             parents.append((binding["name"], ext.id))
     meta = {
         "job_id": record.get("job_id"),

@@ -19,7 +19,10 @@ out = stdout_console()
 
 
 @app.command("ls", epilog=epilog("nemotron jobs ls --limit 10"))
-def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotated[int, typer.Option(help="newest N")] = 50) -> None:
+def ls(
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    limit: Annotated[int, typer.Option(help="newest N")] = 50,
+) -> None:
     """Jobs, newest first."""
     from nemotron.launch.executor import executor_named
 
@@ -30,8 +33,17 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotate
         if st.get("state") not in ("succeeded", "failed", "cancelled"):
             executor = executor_named(str(rec.get("executor") or "local"))
             st = executor.refresh(d) if executor.cheap_refresh else st
-        rows.append({"job_id": job_id, "step": rec.get("step"), "preset": rec.get("preset"), "executor": rec.get("executor"),
-                     "state": st.get("state"), "created_at": rec.get("created_at"), "remote_id": st.get("remote_id")})
+        rows.append(
+            {
+                "job_id": job_id,
+                "step": rec.get("step"),
+                "preset": rec.get("preset"),
+                "executor": rec.get("executor"),
+                "state": st.get("state"),
+                "created_at": rec.get("created_at"),
+                "remote_id": st.get("remote_id"),
+            }
+        )
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -43,7 +55,14 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotate
     colors = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
     for r in rows:
         state = str(r["state"])
-        table.add_row(str(r["job_id"]), str(r["step"]), str(r["preset"]), str(r["executor"]), f"[{colors.get(state, 'white')}]{state}[/]", str(r["created_at"]))
+        table.add_row(
+            str(r["job_id"]),
+            str(r["step"]),
+            str(r["preset"]),
+            str(r["executor"]),
+            f"[{colors.get(state, 'white')}]{state}[/]",
+            str(r["created_at"]),
+        )
     out.print(table)
 
 
@@ -64,7 +83,10 @@ def status(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
     if as_json:
         print(json.dumps({"job_id": d.name, **st}, indent=2))
     else:
-        out.print(f"{d.name}: [bold]{st.get('state')}[/]" + (f" (exit {st['exit_code']})" if st.get("exit_code") is not None else ""))
+        out.print(
+            f"{d.name}: [bold]{st.get('state')}[/]"
+            + (f" (exit {st['exit_code']})" if st.get("exit_code") is not None else "")
+        )
 
 
 @app.command("show", epilog=epilog("nemotron jobs show JOB_ID"))
@@ -78,9 +100,18 @@ def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) 
     metrics = records.read_metrics(d)
     produced = [a.ref for a in ArtifactStore(artifacts_dir()).by_job(d.name)]
     info = {
-        "job_id": d.name, "step": rec.get("step"), "preset": rec.get("preset"), "state": st.get("state"),
-        "exit_code": st.get("exit_code"), "dir": str(d), "consumed": [f"{i['name']}: {i.get('artifact') or i.get('path') or i['ref']}" for i in rec.get("inputs", [])],
-        "produced": produced, "last_metrics": metrics[-1] if metrics else None, "git": rec.get("git"),
+        "job_id": d.name,
+        "step": rec.get("step"),
+        "preset": rec.get("preset"),
+        "state": st.get("state"),
+        "exit_code": st.get("exit_code"),
+        "dir": str(d),
+        "consumed": [
+            f"{i['name']}: {i.get('artifact') or i.get('path') or i['ref']}" for i in rec.get("inputs", [])
+        ],
+        "produced": produced,
+        "last_metrics": metrics[-1] if metrics else None,
+        "git": rec.get("git"),
     }
     if as_json:
         print(json.dumps(info, indent=2))
@@ -112,7 +143,12 @@ def cancel(job_id: str) -> None:
 
 
 @app.command("plot", epilog=epilog("nemotron jobs plot JOB_ID -o curves.png"))
-def plot(job_id: str, output: Annotated[Path | None, typer.Option("-o", "--output", help="PNG path (default: JOB_DIR/metrics.png)")] = None) -> None:
+def plot(
+    job_id: str,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="PNG path (default: JOB_DIR/metrics.png)")
+    ] = None,
+) -> None:
     """Write a PNG of reward, KL and loss curves."""
     from nemotron.plotting import plot_metrics
 

@@ -106,7 +106,9 @@ def value_head(model: PreTrainedModel) -> nn.Linear:
     """The linear head of a token-classification model (`classifier` on GPT-2, `score` on Llama, Qwen2, ...)."""
     head = getattr(model, "classifier", None) or getattr(model, "score", None)
     if not isinstance(head, nn.Linear):
-        raise ValueError(f"{type(model).__name__} has no linear token-classification head (classifier or score)")
+        raise ValueError(
+            f"{type(model).__name__} has no linear token-classification head (classifier or score)"
+        )
     return head
 
 

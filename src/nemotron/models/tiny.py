@@ -49,7 +49,9 @@ def causal_lm_config(
         raise ValueError(f"unknown model family {family!r}: expected one of {', '.join(FAMILIES)}")
     if n_embd % n_head:
         raise ValueError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
-    ids: dict[str, Any] = dict(pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=eos_token_id)
+    ids: dict[str, Any] = dict(
+        pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=eos_token_id
+    )
     config: PretrainedConfig
     if family == "gpt2":
         config = GPT2Config(
@@ -96,7 +98,14 @@ def build_model(
     The global torch RNG is left as it was, so building a model does not shift later sampling.
     """
     config = causal_lm_config(
-        family, vocab_size, n_layer, n_embd, n_head, n_positions, pad_token_id=pad_token_id, eos_token_id=eos_token_id
+        family,
+        vocab_size,
+        n_layer,
+        n_embd,
+        n_head,
+        n_positions,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
     )
     for key, value in config_overrides.items():
         setattr(config, key, value)
@@ -139,7 +148,9 @@ def tiny_model(
     return model
 
 
-def from_config(auto_class: Any, config: PretrainedConfig, attn_implementation: str | None = None) -> PreTrainedModel:
+def from_config(
+    auto_class: Any, config: PretrainedConfig, attn_implementation: str | None = None
+) -> PreTrainedModel:
     """`auto_class.from_config(config)`, typed (transformers leaves the auto classes unannotated)."""
     options = {"attn_implementation": attn_implementation} if attn_implementation else {}
     model: PreTrainedModel = auto_class.from_config(config, **options)

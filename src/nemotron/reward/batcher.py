@@ -145,9 +145,7 @@ class DynamicBatcher:
                 raise BatcherClosed("the server is shutting down")
             queued = sum(self._queued_rows_by_kind.values())
             if queued + len(items) > self.config.max_queue_rows:
-                raise QueueFull(
-                    f"{queued} rows already queued; the limit is {self.config.max_queue_rows}"
-                )
+                raise QueueFull(f"{queued} rows already queued; the limit is {self.config.max_queue_rows}")
             self._queue += chunks
             rows_of_kind = self._queued_rows_by_kind.get(kind, 0) + len(items)
             self._queued_rows_by_kind[kind] = rows_of_kind

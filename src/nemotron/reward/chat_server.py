@@ -207,7 +207,9 @@ class HFChatModel:
         # The token at position t is predicted by the logits at t - 1.
         totals = torch.stack(
             [
-                logprobs[i, len(prompt) - 1 + torch.arange(len(c)), torch.tensor(c, dtype=torch.long)].sum().cpu()
+                logprobs[i, len(prompt) - 1 + torch.arange(len(c)), torch.tensor(c, dtype=torch.long)]
+                .sum()
+                .cpu()
                 for i, c in enumerate(choices)
             ]
         )  # [C]

@@ -239,7 +239,11 @@ class RewardClient(RetryingHTTPClient):
 
 
 def wait_ready(
-    url: str, timeout: float = 60.0, token: str | None = None, interval: float = 0.2, path: str = "/v2/health/ready"
+    url: str,
+    timeout: float = 60.0,
+    token: str | None = None,
+    interval: float = 0.2,
+    path: str = "/v2/health/ready",
 ) -> None:
     """Poll GET `path` (KServe's /v2/health/ready; vLLM's /health) until it answers 200; RewardServerError naming
     the URL after `timeout` s."""

@@ -290,10 +290,15 @@ def server_command_line(prog: str, description: str | None, model_help: str) -> 
     parser.add_argument("--model", type=Path, required=True, help=model_help)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--token-env", default=TOKEN_ENV, help="environment variable holding the bearer token")
+    parser.add_argument(
+        "--token-env", default=TOKEN_ENV, help="environment variable holding the bearer token"
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument(
-        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: the GPU of LOCAL_RANK when present"
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto: the GPU of LOCAL_RANK when present",
     )
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="weight dtype")
     parser.add_argument("--ready-file", type=Path, help="write the URL here once serving")

@@ -85,7 +85,9 @@ def own_vllm_server(
     config = json.loads((Path(model) / "config.json").read_text())
     max_length = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
     tokenizer_config = Path(model) / "tokenizer_config.json"
-    has_template = tokenizer_config.is_file() and bool(json.loads(tokenizer_config.read_text()).get("chat_template"))
+    has_template = tokenizer_config.is_file() and bool(
+        json.loads(tokenizer_config.read_text()).get("chat_template")
+    )
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="nemotron-vllm-judge-") as tmp:
         template = None
@@ -93,11 +95,19 @@ def own_vllm_server(
             template = str(Path(tmp) / "chat_template.jinja")
             Path(template).write_text(PLAIN_CHAT_TEMPLATE)
         tokenizer_json = Path(model) / "tokenizer.json"
-        structured = structured_outputs_backend(json.loads(tokenizer_json.read_text())) if tokenizer_json.is_file() else "auto"
+        structured = (
+            structured_outputs_backend(json.loads(tokenizer_json.read_text()))
+            if tokenizer_json.is_file()
+            else "auto"
+        )
         cmd = vllm_serve_command(sys.executable, str(model), port, max_length=max_length, memory=memory,
                                  chat_template=template, name=name, structured=structured)  # fmt: skip
         out = log_path.open("ab") if log_path else subprocess.DEVNULL
-        env = {**os.environ, "VLLM_API_KEY": token, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")}
+        env = {
+            **os.environ,
+            "VLLM_API_KEY": token,
+            "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+        }
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=die_with_parent())  # fmt: skip
         url = f"http://127.0.0.1:{port}"
@@ -112,7 +122,9 @@ def own_vllm_server(
                     break
                 except RewardServerError:
                     if time.monotonic() > deadline:
-                        raise RewardServerError(f"vllm serve was not ready within {startup_timeout:.0f} s") from None
+                        raise RewardServerError(
+                            f"vllm serve was not ready within {startup_timeout:.0f} s"
+                        ) from None
             log.info("vllm serve (pid %d) ready at %s", proc.pid, url)
             yield url, token
         finally:
@@ -122,7 +134,9 @@ def own_vllm_server(
 
 
 @contextmanager
-def vllm_judge_server(model: str | Path, log_path: Path | None = None, memory: float = 0.3) -> Iterator[tuple[str, str]]:
+def vllm_judge_server(
+    model: str | Path, log_path: Path | None = None, memory: float = 0.3
+) -> Iterator[tuple[str, str]]:
     """`vllm serve` beside the trainer, one per node (local rank 0 starts it, the node's other ranks use it)."""
     with sibling_server(model, module="vllm.serve", log_path=log_path, ready_path="/health",
                         own=lambda: own_vllm_server(model, memory=memory, log_path=log_path)) as pair:  # fmt: skip

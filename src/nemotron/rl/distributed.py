@@ -41,7 +41,9 @@ def init_world(device: torch.device | None = None) -> World:
         return World()
     if not dist.is_initialized():
         device = device or torch.device("cpu")
-        dist.init_process_group(backend=process_group_backend(device), device_id=device if device.type == "cuda" else None)
+        dist.init_process_group(
+            backend=process_group_backend(device), device_id=device if device.type == "cuda" else None
+        )
     return World(rank=dist.get_rank(), size=dist.get_world_size())
 
 

@@ -50,7 +50,9 @@ class PromptSet:
     @classmethod
     def load(cls, path: str, tokenizer: Any) -> PromptSet:
         records = read_jsonl(path, PromptRecord)
-        return cls([prompt_text(r.prompt) for r in records], [encode_prompt(tokenizer, r.prompt) for r in records])
+        return cls(
+            [prompt_text(r.prompt) for r in records], [encode_prompt(tokenizer, r.prompt) for r in records]
+        )
 
     def fit(self, model: PreTrainedModel, max_new_tokens: int) -> None:
         """Shorten the prompts so that prompt + response fits the model's positions."""
@@ -84,8 +86,16 @@ class ActorAndReference:
 def reward_model_scores(run: StepRun[Any], reward: Any, model_path: str | None, plan: DevicePlan) -> Any:
     """The `reward` config group's score function: a reward server (given or started beside) or in process."""
     server = reward.server
-    return reward_source(reward.source, model_path, server.url, server.token, server.timeout_s, server.retries,
-                         log_path=run.job_dir / "logs" / "reward_server.log", device=str(plan.device))
+    return reward_source(
+        reward.source,
+        model_path,
+        server.url,
+        server.token,
+        server.timeout_s,
+        server.retries,
+        log_path=run.job_dir / "logs" / "reward_server.log",
+        device=str(plan.device),
+    )
 
 
 @dataclass
@@ -108,8 +118,17 @@ class Rollouts:
     position: int = 0
 
     @classmethod
-    def build(cls, policy_path: str, prompts_path: str, generation: Any, n: int, per_step: int, plan: DevicePlan,
-              world: World, seed: int) -> Rollouts:
+    def build(
+        cls,
+        policy_path: str,
+        prompts_path: str,
+        generation: Any,
+        n: int,
+        per_step: int,
+        plan: DevicePlan,
+        world: World,
+        seed: int,
+    ) -> Rollouts:
         """The tokenizer and prompts, the actor and its reference, the generation backend (our torch sampler,
         or vLLM in this process) and sampling parameters of the `generation` config group, the sampler's
         stream."""
@@ -119,8 +138,19 @@ class Rollouts:
         prompts.fit(models.policy, generation.max_new_tokens)
         sampling = sampling_params(generation, tokenizer)
         sampler = plan.generator(seed * 1000 + world.rank)
-        return cls(get_backend(generation), models, tokenizer, prompts, n, per_step, sampling, sampler, plan, world,
-                   seed)
+        return cls(
+            get_backend(generation),
+            models,
+            tokenizer,
+            prompts,
+            n,
+            per_step,
+            sampling,
+            sampler,
+            plan,
+            world,
+            seed,
+        )
 
     def collect(self, score: ScoreFn) -> Experience:
         """The rollouts of the next `per_step` prompts of the prompt stream."""
@@ -129,8 +159,19 @@ class Rollouts:
         self.position += self.per_step
         texts, ids = self.prompts.pick(batch)
         with self.plan.autocast():
-            exp = collect(self.backend, self.models.policy, self.models.reference, self.tokenizer, texts, ids, 0,
-                          self.n, self.sampling, self.sampler, score)
+            exp = collect(
+                self.backend,
+                self.models.policy,
+                self.models.reference,
+                self.tokenizer,
+                texts,
+                ids,
+                0,
+                self.n,
+                self.sampling,
+                self.sampler,
+                score,
+            )
         exp.group = self.plan.tensor(batch).repeat_interleave(self.n)
         return exp
 
@@ -149,12 +190,24 @@ class BeforeAfter:
         r = self.rollouts
         texts, ids = r.prompts.pick(list(range(min(self.eval_cfg.num_prompts, len(r.prompts.texts)))))
         with r.plan.autocast():
-            return evaluate(r.backend, r.models.policy, r.tokenizer, texts, ids, r.sampling, self.eval_cfg.seed,
-                            score, self.task)
+            return evaluate(
+                r.backend,
+                r.models.policy,
+                r.tokenizer,
+                texts,
+                ids,
+                r.sampling,
+                self.eval_cfg.seed,
+                score,
+                self.task,
+            )
 
     @property
     def active(self) -> bool:
-        return self.rollouts.world.is_main and min(self.eval_cfg.num_prompts, len(self.rollouts.prompts.texts)) > 0
+        return (
+            self.rollouts.world.is_main
+            and min(self.eval_cfg.num_prompts, len(self.rollouts.prompts.texts)) > 0
+        )
 
     def before(self, score: ScoreFn, start_step: int) -> None:
         if self.active and start_step == 0:
@@ -166,7 +219,9 @@ class BeforeAfter:
         if self.active:
             after = self._evaluate(score)
             drift = self.rollouts.models.reference_drift()
-            self.run.log_metrics(last_step, {**{f"eval_{k}_after": v for k, v in after.items()}, "reference_drift": drift})
+            self.run.log_metrics(
+                last_step, {**{f"eval_{k}_after": v for k, v in after.items()}, "reference_drift": drift}
+            )
             log.info("after RL: %s", " ".join(f"{k}={v:.3f}" for k, v in after.items()))
 
 
@@ -188,22 +243,45 @@ class Checkpoints:
 
     def resume(self) -> tuple[int, int]:
         """(start step, data position): (0, 0) for a fresh run."""
-        return trainstate.maybe_resume(self.run.job_dir, self.run.record["step"], self.checkpoint_cfg, self.modules,
-                                       self.optimizers, self.generators, self.expect, self.world)
+        return trainstate.maybe_resume(
+            self.run.job_dir,
+            self.run.record["step"],
+            self.checkpoint_cfg,
+            self.modules,
+            self.optimizers,
+            self.generators,
+            self.expect,
+            self.world,
+        )
 
     def maybe_save(self, step: int, position: int) -> Path | None:
         interval = self.checkpoint_cfg.save_interval
         if not (interval and step % interval == 0):
             return None
-        return trainstate.save(self.run.checkpoint_dir, step, self.modules, self.optimizers, self.generators, position,
-                               self.expect, world=self.world)
+        return trainstate.save(
+            self.run.checkpoint_dir,
+            step,
+            self.modules,
+            self.optimizers,
+            self.generators,
+            position,
+            self.expect,
+            world=self.world,
+        )
 
 
-def save_and_register(run: StepRun[Any], world: World, modules: dict[str, PreTrainedModel], tokenizer: Any,
-                      metadata: dict[str, Any]) -> None:
+def save_and_register(
+    run: StepRun[Any],
+    world: World,
+    modules: dict[str, PreTrainedModel],
+    tokenizer: Any,
+    metadata: dict[str, Any],
+) -> None:
     """On the main rank, save each module in HF layout as output `name` and register them all; then leave the
     process group."""
     if world.is_main:
-        paths = {name: save_checkpoint(module, run.output_dir(name), tokenizer) for name, module in modules.items()}
+        paths = {
+            name: save_checkpoint(module, run.output_dir(name), tokenizer) for name, module in modules.items()
+        }
         run.register_outputs(paths, metadata)
     distributed.close(world)

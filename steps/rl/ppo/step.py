@@ -81,8 +81,9 @@ class PPOStats:
     lr: float
 
 
-def response_values(model: torch.nn.Module, sequences: torch.Tensor, attention_mask: torch.Tensor,
-                    start: int) -> torch.Tensor:
+def response_values(
+    model: torch.nn.Module, sequences: torch.Tensor, attention_mask: torch.Tensor, start: int
+) -> torch.Tensor:
     """(B, N) value of the state before each response token: the critic's output one position earlier."""
     values: torch.Tensor = model(sequences, attention_mask)
     return values[:, start - 1 : -1]
@@ -98,9 +99,19 @@ def score(exp: Experience, old_values: torch.Tensor, p: PPO, world: World) -> Sc
     return Scored(kl, old_values, gae, advantages)
 
 
-def update(policy: PreTrainedModel, critic: Critic, actor_opt: torch.optim.Optimizer,
-           critic_opt: torch.optim.Optimizer, exp: Experience, s: Scored, step: int, cfg: Config, temperature: float,
-           plan: DevicePlan, world: World) -> tuple[LossSums, float, float]:
+def update(
+    policy: PreTrainedModel,
+    critic: Critic,
+    actor_opt: torch.optim.Optimizer,
+    critic_opt: torch.optim.Optimizer,
+    exp: Experience,
+    s: Scored,
+    step: int,
+    cfg: Config,
+    temperature: float,
+    plan: DevicePlan,
+    world: World,
+) -> tuple[LossSums, float, float]:
     """ppo_epochs passes over micro-batches, one optimizer step of the critic (and, after the critic's
     warm-up, of the actor) per pass. Returns (loss sums, the actor's grad norm, its lr; 0 while it does not
     train)."""
@@ -117,18 +128,36 @@ def update(policy: PreTrainedModel, critic: Critic, actor_opt: torch.optim.Optim
         for mb in micro_batches(len(exp.scores), cfg.trainer.micro_batch_size):
             with plan.autocast():
                 values = response_values(critic, exp.sequences[mb], exp.attention_mask[mb], exp.prompt_width)
-                vloss = value_loss(values, s.old_values[mb], s.gae.returns[mb], mask[mb], cfg.critic.loss_clip_val,
-                                   level, normaliser)
+                vloss = value_loss(
+                    values,
+                    s.old_values[mb],
+                    s.gae.returns[mb],
+                    mask[mb],
+                    cfg.critic.loss_clip_val,
+                    level,
+                    normaliser,
+                )
             vloss.loss.backward()
             losses.critic_loss += vloss.loss.detach()
             if train_actor:
                 with plan.autocast():
-                    logits = response_logits(policy, exp.sequences[mb], exp.attention_mask[mb], exp.prompt_width)
+                    logits = response_logits(
+                        policy, exp.sequences[mb], exp.attention_mask[mb], exp.prompt_width
+                    )
                     logp = token_logprobs(logits, exp.sequences[mb, exp.prompt_width - 1 :], temperature)
-                    clipped = ppo_clip_loss(logp, exp.logprobs[mb], s.advantages[mb], mask[mb], cfg.ppo.ratio_eps,
-                                            dual_clip=cfg.ppo.dual_clip, level=level, normaliser=normaliser)
-                    entropy = global_mean(entropy_from_logits(logits[:, :-1], temperature), mask[mb], level,
-                                          normaliser)
+                    clipped = ppo_clip_loss(
+                        logp,
+                        exp.logprobs[mb],
+                        s.advantages[mb],
+                        mask[mb],
+                        cfg.ppo.ratio_eps,
+                        dual_clip=cfg.ppo.dual_clip,
+                        level=level,
+                        normaliser=normaliser,
+                    )
+                    entropy = global_mean(
+                        entropy_from_logits(logits[:, :-1], temperature), mask[mb], level, normaliser
+                    )
                 (clipped.loss - cfg.ppo.entropy_bonus * entropy).backward()
                 losses.actor_loss += clipped.loss.detach()
                 losses.clipfrac += clipped.clipfrac
@@ -139,16 +168,27 @@ def update(policy: PreTrainedModel, critic: Critic, actor_opt: torch.optim.Optim
     return losses, grad_norm, lr
 
 
-def stats(exp: Experience, s: Scored, losses: LossSums, p: PPO, grad_norm: float, lr: float,
-          world: World) -> PPOStats:
+def stats(
+    exp: Experience, s: Scored, losses: LossSums, p: PPO, grad_norm: float, lr: float, world: World
+) -> PPOStats:
     m = exp.mask.float()
-    per_sample = global_means(world, len(exp.scores),
-                              rewards_with_kl=exp.scores.sum() - p.initial_policy_kl_penalty * (s.kl * m).sum())
-    per_token = global_means(world, m.sum(), values_mean=(s.old_values * m).sum(),
-                             returns_mean=(s.gae.returns * m).sum(), advantages_mean=(s.gae.advantages * m).sum())
+    per_sample = global_means(
+        world,
+        len(exp.scores),
+        rewards_with_kl=exp.scores.sum() - p.initial_policy_kl_penalty * (s.kl * m).sum(),
+    )
+    per_token = global_means(
+        world,
+        m.sum(),
+        values_mean=(s.old_values * m).sum(),
+        returns_mean=(s.gae.returns * m).sum(),
+        advantages_mean=(s.gae.advantages * m).sum(),
+    )
     loss_means = global_sums(world, p.ppo_epochs, **vars(losses))
     explained = float(explained_variance(s.old_values, s.gae.returns, exp.mask))
-    return PPOStats(**per_sample, **per_token, **loss_means, explained_var=explained, grad_norm=grad_norm, lr=lr)
+    return PPOStats(
+        **per_sample, **per_token, **loss_means, explained_var=explained, grad_norm=grad_norm, lr=lr
+    )
 
 
 def main() -> None:
@@ -162,21 +202,39 @@ def main() -> None:
 
     # ---- inputs and models: the prompts, the actor, its frozen initial policy, a critic from the reward
     # model
-    rollouts = stages.Rollouts.build(policy_path, required(cfg.inputs.prompts, "inputs.prompts"), cfg.generation,
-                                     cfg.ppo.num_rollouts_per_prompt, cfg.trainer.num_prompts_per_step, plan, world,
-                                     cfg.runtime.seed)
+    rollouts = stages.Rollouts.build(
+        policy_path,
+        required(cfg.inputs.prompts, "inputs.prompts"),
+        cfg.generation,
+        cfg.ppo.num_rollouts_per_prompt,
+        cfg.trainer.num_prompts_per_step,
+        plan,
+        world,
+        cfg.runtime.seed,
+    )
     policy, sampling = rollouts.models.policy, rollouts.sampling
     critic = build_critic_from_reward_model(
-        load_reward_model(required(cfg.inputs.reward_model, "inputs.reward_model"), device=plan.device, dtype=plan.dtype))
+        load_reward_model(
+            required(cfg.inputs.reward_model, "inputs.reward_model"), device=plan.device, dtype=plan.dtype
+        )
+    )
     plan.prepare(critic.model)
     actor_opt = build_optimizer(policy.parameters(), cfg.optim)
     critic_opt = build_optimizer(critic.parameters(), cfg.critic.optim)
-    evaluation = stages.BeforeAfter(run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None)
+    evaluation = stages.BeforeAfter(
+        run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None
+    )
 
     # ---- resume
-    checkpoints = stages.Checkpoints(run, cfg.checkpoint, {"policy": policy, "critic": critic},
-                              {"policy": actor_opt, "critic": critic_opt}, {"sampler": rollouts.sampler}, policy_path,
-                              world)
+    checkpoints = stages.Checkpoints(
+        run,
+        cfg.checkpoint,
+        {"policy": policy, "critic": critic},
+        {"policy": actor_opt, "critic": critic_opt},
+        {"sampler": rollouts.sampler},
+        policy_path,
+        world,
+    )
     start_step, rollouts.position = checkpoints.resume()
 
     with stages.reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan) as (score_fn, described):
@@ -193,8 +251,9 @@ def main() -> None:
 
             # ---- update
             t0 = time.perf_counter()
-            losses, grad_norm, lr = update(policy, critic, actor_opt, critic_opt, exp, s, step, cfg,
-                                           sampling.temperature, plan, world)
+            losses, grad_norm, lr = update(
+                policy, critic, actor_opt, critic_opt, exp, s, step, cfg, sampling.temperature, plan, world
+            )
             train_time = time.perf_counter() - t0
 
             # ---- report: metrics averaged over ranks, then the checkpoint
@@ -204,15 +263,22 @@ def main() -> None:
                 Timings.of(exp, train_time, t_step, plan.device),
                 exp.engine_stats,
             )
-            run.report(step, total, metrics, ("rewards", "init_policy_kl", "critic_loss", "explained_var"),
-                   cfg.trainer.log_interval)
+            run.report(
+                step,
+                total,
+                metrics,
+                ("rewards", "init_policy_kl", "critic_loss", "explained_var"),
+                cfg.trainer.log_interval,
+            )
             checkpoints.maybe_save(step, rollouts.position)
 
         # ---- evaluate
         evaluation.after(score_fn, total)
 
     # ---- save and register (main rank)
-    stages.save_and_register(run, world, {"policy": policy, "critic": critic.model}, rollouts.tokenizer, {"steps": total})
+    stages.save_and_register(
+        run, world, {"policy": policy, "critic": critic.model}, rollouts.tokenizer, {"steps": total}
+    )
 
 
 if __name__ == "__main__":

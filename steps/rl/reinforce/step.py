@@ -73,8 +73,17 @@ def score(exp: Experience, r: Reinforce) -> Scored:
     return Scored(scores, kl, rewards, baseline, rewards - baseline)
 
 
-def update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, exp: Experience, s: Scored, step: int,
-           cfg: Config, temperature: float, plan: DevicePlan, world: World) -> tuple[torch.Tensor, float, float]:
+def update(
+    policy: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    exp: Experience,
+    s: Scored,
+    step: int,
+    cfg: Config,
+    temperature: float,
+    plan: DevicePlan,
+    world: World,
+) -> tuple[torch.Tensor, float, float]:
     """reinforce_epochs passes over micro-batches of the rollouts, one optimizer step per pass; the loss is
     normalised by the global batch's tokens (or responses). Returns (actor loss summed over passes, grad
     norm, lr)."""
@@ -86,8 +95,9 @@ def update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, exp: Exper
     for _ in range(cfg.reinforce.reinforce_epochs):
         for mb in micro_batches(len(s.advantages), cfg.trainer.micro_batch_size):
             with plan.autocast():
-                logp = sequence_logprobs(policy, exp.sequences[mb], exp.attention_mask[mb], temperature,
-                                         exp.prompt_width)
+                logp = sequence_logprobs(
+                    policy, exp.sequences[mb], exp.attention_mask[mb], temperature, exp.prompt_width
+                )
                 loss = reinforce_loss(logp, s.advantages[mb], exp.mask[mb], level, normaliser)
             loss.backward()
             actor_loss += loss.detach()
@@ -95,9 +105,16 @@ def update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, exp: Exper
     return actor_loss, grad_norm, lr
 
 
-def stats(s: Scored, actor_loss: torch.Tensor, grad_norm: float, lr: float, epochs: int, world: World) -> ReinforceStats:
-    means = global_means(world, len(s.scores), rewards_with_kl=s.rewards.sum(), baseline=s.baseline.sum(),
-                         advantages_mean=s.advantages.sum())
+def stats(
+    s: Scored, actor_loss: torch.Tensor, grad_norm: float, lr: float, epochs: int, world: World
+) -> ReinforceStats:
+    means = global_means(
+        world,
+        len(s.scores),
+        rewards_with_kl=s.rewards.sum(),
+        baseline=s.baseline.sum(),
+        advantages_mean=s.advantages.sum(),
+    )
     loss = float(distributed.all_reduce_sum(actor_loss, world)) / epochs
     return ReinforceStats(**means, actor_loss=loss, grad_norm=grad_norm, lr=lr)
 
@@ -112,16 +129,32 @@ def main() -> None:
     policy_path = required(cfg.inputs.policy, "inputs.policy")
 
     # ---- inputs and models: the prompts, the actor and the frozen initial policy it is kept close to
-    rollouts = stages.Rollouts.build(policy_path, required(cfg.inputs.prompts, "inputs.prompts"), cfg.generation,
-                                     cfg.reinforce.num_rollouts_per_prompt, cfg.trainer.num_prompts_per_step, plan,
-                                     world, cfg.runtime.seed)
+    rollouts = stages.Rollouts.build(
+        policy_path,
+        required(cfg.inputs.prompts, "inputs.prompts"),
+        cfg.generation,
+        cfg.reinforce.num_rollouts_per_prompt,
+        cfg.trainer.num_prompts_per_step,
+        plan,
+        world,
+        cfg.runtime.seed,
+    )
     policy, sampling = rollouts.models.policy, rollouts.sampling
     optimizer = build_optimizer(policy.parameters(), cfg.optim)
-    evaluation = stages.BeforeAfter(run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None)
+    evaluation = stages.BeforeAfter(
+        run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None
+    )
 
     # ---- resume
-    checkpoints = stages.Checkpoints(run, cfg.checkpoint, {"policy": policy}, {"policy": optimizer}, {"sampler": rollouts.sampler},
-                              policy_path, world)
+    checkpoints = stages.Checkpoints(
+        run,
+        cfg.checkpoint,
+        {"policy": policy},
+        {"policy": optimizer},
+        {"sampler": rollouts.sampler},
+        policy_path,
+        world,
+    )
     start_step, rollouts.position = checkpoints.resume()
 
     with stages.reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan) as (score_fn, described):
@@ -137,7 +170,9 @@ def main() -> None:
 
             # ---- update
             t0 = time.perf_counter()
-            actor_loss, grad_norm, lr = update(policy, optimizer, exp, s, step, cfg, sampling.temperature, plan, world)
+            actor_loss, grad_norm, lr = update(
+                policy, optimizer, exp, s, step, cfg, sampling.temperature, plan, world
+            )
             train_time = time.perf_counter() - t0
 
             # ---- report: metrics averaged over ranks (NeMo-Aligner names), then the checkpoint
@@ -147,8 +182,13 @@ def main() -> None:
                 Timings.of(exp, train_time, t_step, plan.device),
                 exp.engine_stats,
             )
-            run.report(step, total, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths"),
-                   cfg.trainer.log_interval)
+            run.report(
+                step,
+                total,
+                metrics,
+                ("rewards", "init_policy_kl", "actor_loss", "response_lengths"),
+                cfg.trainer.log_interval,
+            )
             checkpoints.maybe_save(step, rollouts.position)
 
         # ---- evaluate

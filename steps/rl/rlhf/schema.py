@@ -65,7 +65,9 @@ class LossFn(Strict):
         ge=0,
         description="beta: the loss adds beta times the KL(policy || reference) estimate (TRL GRPO: beta)",
     )
-    kl_estimator: KLEstimator = kl_estimator_field("k3", "NeMo-RL: loss_fn.reference_policy_kl_type, k1/k2/k3 only")
+    kl_estimator: KLEstimator = kl_estimator_field(
+        "k3", "NeMo-RL: loss_fn.reference_policy_kl_type, k1/k2/k3 only"
+    )
     ratio_clip_min: float = Field(0.2, gt=0, description="clip the probability ratio from below at 1 - this")
     ratio_clip_max: float = Field(
         0.2,
@@ -234,7 +236,9 @@ class Judge(Strict):
         if self.server == "vllm" and self.kind != "generative":
             raise ValueError("judge.server=vllm serves a generative judge: set judge.kind=generative")
         if self.server == "vllm" and self.url:
-            raise ValueError("judge.server=vllm starts a judge, judge.url names a running one: set one of them")
+            raise ValueError(
+                "judge.server=vllm starts a judge, judge.url names a running one: set one of them"
+            )
         return self
 
     @field_validator("prompt_template")

@@ -69,14 +69,16 @@ class GRPOStats:
 
 
 @contextmanager
-def judge(j: Judge, model: str | None, run: StepRun[Any], plan: DevicePlan,
-          judge_stats: dict[str, float]) -> Iterator[tuple[ScoreFn, str]]:
+def judge(
+    j: Judge, model: str | None, run: StepRun[Any], plan: DevicePlan, judge_stats: dict[str, float]
+) -> Iterator[tuple[ScoreFn, str]]:
     """The score function: a served reward model, or a generative judge through chat completions (whose
     counters it copies into `judge_stats` after every call)."""
     judge_log = run.job_dir / "logs" / "judge.log"
     if j.kind == "reward_model":
-        with reward_source("server", model, j.url, j.token, j.timeout_s, 5, log_path=judge_log,
-                           device=str(plan.device)) as pair:
+        with reward_source(
+            "server", model, j.url, j.token, j.timeout_s, 5, log_path=judge_log, device=str(plan.device)
+        ) as pair:
             yield pair
         return
     from nemotron.reward.judge import JudgeClient
@@ -89,11 +91,23 @@ def judge(j: Judge, model: str | None, run: StepRun[Any], plan: DevicePlan,
     elif j.server == "vllm":  # `vllm serve` beside the trainer (docs/vllm.md)
         server = vllm_judge_server(required(model, JUDGE_MODEL), log_path=judge_log)
     else:
-        server = sibling_server(required(model, JUDGE_MODEL), module="nemotron.reward.chat_server", log_path=judge_log, device=device)
+        server = sibling_server(
+            required(model, JUDGE_MODEL),
+            module="nemotron.reward.chat_server",
+            log_path=judge_log,
+            device=device,
+        )
     with server as (url, token):
-        client = JudgeClient(url, j.prompt_template, token=token, timeout=j.timeout_s, parse_retries=j.max_retries,
-                             default_score=j.default_score, guided_choice=j.guided_choice,
-                             pairwise_template=j.pairwise_template)
+        client = JudgeClient(
+            url,
+            j.prompt_template,
+            token=token,
+            timeout=j.timeout_s,
+            parse_retries=j.max_retries,
+            default_score=j.default_score,
+            guided_choice=j.guided_choice,
+            pairwise_template=j.pairwise_template,
+        )
 
         def score(rows: list[list[int]], texts: list[str], responses: list[str]) -> Sequence[float]:
             if j.mode == "pairwise":
@@ -116,9 +130,17 @@ def _given(url: str | None, token: str | None) -> Iterator[tuple[str, str | None
     yield given, token or os.environ.get(TOKEN_ENV)
 
 
-def update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, exp: Experience, advantages: torch.Tensor,
-           step: int, cfg: Config, sampling: SamplingParams, plan: DevicePlan,
-           world: World) -> tuple[LossSums, int, float, float]:
+def update(
+    policy: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    exp: Experience,
+    advantages: torch.Tensor,
+    step: int,
+    cfg: Config,
+    sampling: SamplingParams,
+    plan: DevicePlan,
+    world: World,
+) -> tuple[LossSums, int, float, float]:
     """Optimizer steps over mini-batches of the global batch (train_global_batch_size), each the sum of its
     micro-batches; the KL to the reference is in the loss. Returns (loss sums, updates, grad norm, lr)."""
     lf: LossFn = cfg.loss_fn
@@ -134,17 +156,40 @@ def update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, exp: Exper
         for mb in micro_batches(len(indices), cfg.policy.train_micro_batch_size):
             idx = slice(indices.start + mb.start, indices.start + mb.stop)
             with plan.autocast():
-                logp = sequence_logprobs(policy, exp.sequences[idx], exp.attention_mask[idx], sampling.temperature,
-                                         exp.prompt_width)
-                clipped = ppo_clip_loss(logp, exp.logprobs[idx], advantages[idx], exp.mask[idx], lf.ratio_clip_min,
-                                        lf.ratio_clip_max, lf.ratio_clip_c, level, normaliser)
-                kl_term = kl_loss(logp, exp.ref_logprobs[idx], exp.mask[idx], lf.reference_policy_kl_penalty,
-                                  lf.kl_estimator, level=level, normaliser=normaliser)
+                logp = sequence_logprobs(
+                    policy,
+                    exp.sequences[idx],
+                    exp.attention_mask[idx],
+                    sampling.temperature,
+                    exp.prompt_width,
+                )
+                clipped = ppo_clip_loss(
+                    logp,
+                    exp.logprobs[idx],
+                    advantages[idx],
+                    exp.mask[idx],
+                    lf.ratio_clip_min,
+                    lf.ratio_clip_max,
+                    lf.ratio_clip_c,
+                    level,
+                    normaliser,
+                )
+                kl_term = kl_loss(
+                    logp,
+                    exp.ref_logprobs[idx],
+                    exp.mask[idx],
+                    lf.reference_policy_kl_penalty,
+                    lf.kl_estimator,
+                    level=level,
+                    normaliser=normaliser,
+                )
             (clipped.loss + kl_term).backward()
             sums.actor_loss += clipped.loss.detach()
             sums.kl_loss += kl_term.detach()
             sums.clipfrac += clipped.clipfrac
-        grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.policy.optimizer, world, cfg.grpo.max_num_steps)
+        grad_norm, lr = optimizer_step(
+            policy, optimizer, step, cfg.policy.optimizer, world, cfg.grpo.max_num_steps
+        )
     updates = max(1, -(-len(advantages) // local_update))
     return sums, updates, grad_norm, lr
 
@@ -159,17 +204,33 @@ def main() -> None:
     policy_path = required(cfg.policy.model_name, "policy.model_name")
 
     # ---- inputs and models: the prompts, the policy and its frozen reference
-    rollouts = stages.Rollouts.build(policy_path, required(cfg.data.train.data_path, "data.train.data_path"), cfg.policy.generation,
-                                     cfg.grpo.num_generations_per_prompt, cfg.grpo.num_prompts_per_step, plan, world,
-                                     cfg.runtime.seed)
+    rollouts = stages.Rollouts.build(
+        policy_path,
+        required(cfg.data.train.data_path, "data.train.data_path"),
+        cfg.policy.generation,
+        cfg.grpo.num_generations_per_prompt,
+        cfg.grpo.num_prompts_per_step,
+        plan,
+        world,
+        cfg.runtime.seed,
+    )
     policy, sampling = rollouts.models.policy, rollouts.sampling
     optimizer = build_optimizer(policy.parameters(), cfg.policy.optimizer)
-    evaluation = stages.BeforeAfter(run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None)
+    evaluation = stages.BeforeAfter(
+        run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None
+    )
     judge_model = cfg.env.nemo_gym.genrm_model.responses_api_models.vllm_model.model
 
     # ---- resume
-    checkpoints = stages.Checkpoints(run, cfg.checkpoint, {"policy": policy}, {"policy": optimizer}, {"sampler": rollouts.sampler},
-                              policy_path, world)
+    checkpoints = stages.Checkpoints(
+        run,
+        cfg.checkpoint,
+        {"policy": policy},
+        {"policy": optimizer},
+        {"sampler": rollouts.sampler},
+        policy_path,
+        world,
+    )
     start_step, rollouts.position = checkpoints.resume()
 
     judge_stats: dict[str, float] = {}
@@ -180,21 +241,30 @@ def main() -> None:
             t_step = time.perf_counter()
             # ---- rollout: a group of generations per prompt
             exp = rollouts.collect(score_fn)
-                        # ---- score: group-normalised advantages
+            # ---- score: group-normalised advantages
             g = cfg.grpo
-            advantages = grpo_advantages(exp.group, exp.scores, None, g.use_leave_one_out_baseline,
-                                         g.normalize_rewards, g.std_floor)
+            advantages = grpo_advantages(
+                exp.group, exp.scores, None, g.use_leave_one_out_baseline, g.normalize_rewards, g.std_floor
+            )
 
             # ---- update
             t0 = time.perf_counter()
-            sums, updates, grad_norm, lr = update(policy, optimizer, exp, advantages, step, cfg, sampling, plan, world)
+            sums, updates, grad_norm, lr = update(
+                policy, optimizer, exp, advantages, step, cfg, sampling, plan, world
+            )
             train_time = time.perf_counter() - t0
 
             # ---- report: metrics averaged over ranks (NeMo-RL names where they exist), then the checkpoint
             kl = kl_penalty(exp.logprobs, exp.ref_logprobs, cfg.loss_fn.kl_estimator)
-            means = global_means(world, len(advantages), advantages_mean=advantages.sum(),
-                                 advantages_abs_mean=advantages.abs().sum())
-            stats = GRPOStats(**means, **global_sums(world, updates, **vars(sums)), grad_norm=grad_norm, lr=lr)
+            means = global_means(
+                world,
+                len(advantages),
+                advantages_mean=advantages.sum(),
+                advantages_abs_mean=advantages.abs().sum(),
+            )
+            stats = GRPOStats(
+                **means, **global_sums(world, updates, **vars(sums)), grad_norm=grad_norm, lr=lr
+            )
             metrics = as_metrics(
                 RolloutStats.of(exp, exp.scores, kl, world),
                 stats,

@@ -31,7 +31,9 @@ def announcer(run: StepRun[Any], model_name: str, mode: str) -> Any:
     def announce(handle: ServerHandle) -> None:
         # one server per node: servers/node-<i>.json on each, node 0's also as server.json (docs/executors.md)
         entry = announce_server(run.job_dir, handle.url, model=model_name, mode=mode)
-        print(f"serving {mode} model '{model_name}' at {entry['url']} (Ctrl-C or SIGTERM to stop)", flush=True)
+        print(
+            f"serving {mode} model '{model_name}' at {entry['url']} (Ctrl-C or SIGTERM to stop)", flush=True
+        )
 
     return announce
 
@@ -46,7 +48,9 @@ def main() -> int:
     device = runtime_device(cfg.runtime.device)  # exit 2 for cuda without a GPU, before loading anything
     dtype = model_dtype(cfg.runtime.precision)
     if s.host not in ("127.0.0.1", "localhost", "::1") and not s.token:
-        log.warning("serving on %s without server.token: anyone who can reach this address can use the model", s.host)
+        log.warning(
+            "serving on %s without server.token: anyone who can reach this address can use the model", s.host
+        )
     announce = announcer(run, s.model_name, s.mode)
 
     # ---- load the model and serve it
@@ -56,17 +60,27 @@ def main() -> int:
         model = load_reward_model(model_path, device=device, dtype=dtype)
         max_length = min(s.max_length, model_positions(model.config) or s.max_length)
         scorer = scorer_from_reward_model(model, tokenizer, max_length)
-        code = run_forever_until_signal(scorer, s.host, s.port, s.token, on_ready=announce,
-                                        max_batch_size=s.max_batch_size, preferred_batch_size=s.preferred_batch_size,
-                                        max_queue_delay_ms=s.max_queue_delay_ms, max_body_bytes=s.max_body_bytes,
-                                        model_name=s.model_name)
+        code = run_forever_until_signal(
+            scorer,
+            s.host,
+            s.port,
+            s.token,
+            on_ready=announce,
+            max_batch_size=s.max_batch_size,
+            preferred_batch_size=s.preferred_batch_size,
+            max_queue_delay_ms=s.max_queue_delay_ms,
+            max_body_bytes=s.max_body_bytes,
+            model_name=s.model_name,
+        )
     else:
         from nemotron.models.checkpoint import load_policy
         from nemotron.reward.chat_server import HFChatModel, serve_chat
 
         lm = load_policy(model_path, device=device, dtype=dtype)
         chat = HFChatModel(lm, tokenizer, model_positions(lm.config) or s.max_length)
-        handle = serve_chat(chat, s.host, s.port, s.token, model_name=s.model_name, max_body_bytes=s.max_body_bytes)
+        handle = serve_chat(
+            chat, s.host, s.port, s.token, model_name=s.model_name, max_body_bytes=s.max_body_bytes
+        )
         announce(handle)
         code = run_until_signal(handle)
     print("server stopped", flush=True)

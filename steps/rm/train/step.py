@@ -56,7 +56,9 @@ class RewardModelStats:
     val_accuracy: float | None = None  # every trainer.log_interval steps and at the last
 
 
-def chosen_and_rejected(model: PreTrainedModel, batch: Any, plan: DevicePlan) -> tuple[torch.Tensor, torch.Tensor]:
+def chosen_and_rejected(
+    model: PreTrainedModel, batch: Any, plan: DevicePlan
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(B,) rewards of the chosen and of the rejected responses of a preference batch."""
     rewards = sequence_rewards(model, batch.input_ids.to(plan.device), batch.attention_mask.to(plan.device))
     chosen, rejected = rewards.chunk(2)
@@ -64,15 +66,18 @@ def chosen_and_rejected(model: PreTrainedModel, batch: Any, plan: DevicePlan) ->
 
 
 @torch.no_grad()
-def held_out_accuracy(model: PreTrainedModel, tokenizer: Any, val: list[PreferenceRecord], max_length: int,
-                      plan: DevicePlan) -> float:
+def held_out_accuracy(
+    model: PreTrainedModel, tokenizer: Any, val: list[PreferenceRecord], max_length: int, plan: DevicePlan
+) -> float:
     """The share of held-out pairs whose chosen response gets the higher reward."""
     model.eval()  # type: ignore[no-untyped-call]
     correct = 0.0
     for i in range(0, len(val), 256):
         chunk = val[i : i + 256]
         with plan.autocast():
-            chosen, rejected = chosen_and_rejected(model, preference_batch(tokenizer, chunk, max_length), plan)
+            chosen, rejected = chosen_and_rejected(
+                model, preference_batch(tokenizer, chunk, max_length), plan
+            )
         correct += float(pairwise_accuracy(chosen, rejected)) * len(chunk)
     model.train()
     return correct / len(val)
@@ -93,14 +98,24 @@ def main() -> None:
     # ---- model
     if cfg.inputs.init_from:
         tokenizer = load_tokenizer(cfg.inputs.init_from)
-        model = reward_model_from_policy(load_policy(cfg.inputs.init_from, dtype=plan.dtype), cfg.runtime.seed)
+        model = reward_model_from_policy(
+            load_policy(cfg.inputs.init_from, dtype=plan.dtype), cfg.runtime.seed
+        )
     else:
         texts = [t for p in pairs for t in (prompt_text(p.prompt), p.chosen, p.rejected)]
         tokenizer = train_tokenizer(texts, model_max_length=cfg.model.n_positions)
         m = cfg.model
-        model = build_reward_model(len(tokenizer), m.n_layer, m.n_embd, m.n_head, m.n_positions, cfg.runtime.seed,
-                                   pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                                   family=m.family)
+        model = build_reward_model(
+            len(tokenizer),
+            m.n_layer,
+            m.n_embd,
+            m.n_head,
+            m.n_positions,
+            cfg.runtime.seed,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            family=m.family,
+        )
     model = plan.prepare(model)
     optimizer = build_optimizer(model.parameters(), cfg.optim)
     rng = random.Random(cfg.runtime.seed + world.rank)
@@ -111,18 +126,28 @@ def main() -> None:
     total = cfg.trainer.max_steps
     for step in range(1, total + 1):
         t0 = time.perf_counter()
-        batch = preference_batch(tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length)
+        batch = preference_batch(
+            tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length
+        )
         with plan.autocast():
             chosen, rejected = chosen_and_rejected(model, batch, plan)
             loss = bradley_terry_loss(chosen, rejected)
         (loss / world.size).backward()
         grad_norm, lr = optimizer_step(model, optimizer, step, cfg.optim, world, total)
-        stats = RewardModelStats(loss.item(), pairwise_accuracy(chosen, rejected).item(),
-                                 (chosen - rejected).mean().item(), grad_norm, lr, time.perf_counter() - t0,
-                                 peak_memory_mb(plan.device))
+        stats = RewardModelStats(
+            loss.item(),
+            pairwise_accuracy(chosen, rejected).item(),
+            (chosen - rejected).mean().item(),
+            grad_norm,
+            lr,
+            time.perf_counter() - t0,
+            peak_memory_mb(plan.device),
+        )
         if step % cfg.trainer.log_interval == 0 or step == total:
             stats.val_accuracy = held_out_accuracy(model, tokenizer, val, cfg.trainer.max_length, plan)
-        run.report(step, total, as_metrics(stats), ("loss", "accuracy", "val_accuracy"), cfg.trainer.log_interval)
+        run.report(
+            step, total, as_metrics(stats), ("loss", "accuracy", "val_accuracy"), cfg.trainer.log_interval
+        )
 
     # ---- save and register (main rank)
     metadata = {"val_accuracy": stats.val_accuracy, "validation_pairs": len(val)}
