@@ -11,5 +11,6 @@ if [ -f scripts/slurm-up.sh ] && [ "$(id -u)" = 0 ]; then
   bash scripts/slurm-up.sh || echo "slurm-up failed: the Slurm tests will say why they skip" >&2
 fi
 ruff check src steps tests bench
+ruff format --check src steps tests bench
 mypy
 pytest --durations=15 "$@"
