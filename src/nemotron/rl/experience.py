@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from nemotron.rl.generation_backends import GenerationBackend
 from nemotron.rl.rollout import SamplingParams, sequence_logprobs
@@ -43,8 +44,8 @@ class Experience:
 
 def collect(
     backend: GenerationBackend,
-    policy: torch.nn.Module,
-    reference: torch.nn.Module,
+    policy: PreTrainedModel,
+    reference: PreTrainedModel,
     tokenizer: Any,
     prompts: Sequence[str],
     prompt_ids: Sequence[list[int]],
@@ -59,7 +60,7 @@ def collect(
     t0 = time.perf_counter()
     rows = [ids for ids in prompt_ids for _ in range(n)]
     texts = [p for p in prompts for _ in range(n)]
-    rollout = backend.generate(policy, rows, params, generator)  # type: ignore[arg-type]
+    rollout = backend.generate(policy, rows, params, generator)
     timers["generate"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -84,13 +85,12 @@ def collect(
     with torch.no_grad():
         ref_logprobs = sequence_logprobs(
             reference, rollout.sequences, rollout.attention_mask, params.temperature, rollout.prompt_width
-        )  # type: ignore[arg-type]
-        if (
-            backend.recomputes_logprobs
-        ):  # another engine sampled: the loss uses the trainer's own logprobs (NeMo-RL)
+        )
+        # another engine sampled: the loss uses the trainer's own logprobs (NeMo-RL)
+        if backend.recomputes_logprobs:
             logprobs = sequence_logprobs(
                 policy, rollout.sequences, rollout.attention_mask, params.temperature, rollout.prompt_width
-            )  # type: ignore[arg-type]
+            )
             stats["token_mult_prob_error"] = token_mult_prob_error(
                 rollout.logprobs, logprobs, rollout.response_mask
             )
