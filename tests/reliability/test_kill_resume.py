@@ -15,18 +15,10 @@ from safetensors.torch import load_file
 from nemotron.resume import latest
 
 # in_process rewards: bitwise equality needs every reward computed the same way in both runs
-ARGS = [
-    "steps",
-    "run",
-    "rl/reinforce",
-    "-c",
-    "tiny",
-    "trainer.max_steps=8",
-    "checkpoint.save_interval=3",
-    "reward.source=in_process",
-    "trainer.num_prompts_per_step=8",
-    "eval.num_prompts=0",
-]
+ARGS = (
+    "steps run rl/reinforce -c tiny trainer.max_steps=8 checkpoint.save_interval=3 "
+    "reward.source=in_process trainer.num_prompts_per_step=8 eval.num_prompts=0"
+).split()
 
 
 def _newest(home: Path) -> Path:

@@ -56,19 +56,10 @@ def reward_server(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
 
 @pytest.mark.slow
 def test_server_dies_step_stops_cleanly_and_resume_finishes(home: Path, tmp_path: Path, run_cli: Any) -> None:
-    base = [
-        "steps",
-        "run",
-        "rl/reinforce",
-        "-c",
-        "tiny",
-        "trainer.max_steps=12",
-        "checkpoint.save_interval=2",
-        "eval.num_prompts=0",
-        "trainer.num_prompts_per_step=4",
-        "reward.server.retries=2",
-        "reward.server.timeout_s=2",
-    ]
+    base = (
+        "steps run rl/reinforce -c tiny trainer.max_steps=12 checkpoint.save_interval=2 "
+        "eval.num_prompts=0 trainer.num_prompts_per_step=4 reward.server.retries=2 reward.server.timeout_s=2"
+    ).split()
     with reward_server(tmp_path) as (url, server):
         env = {**os.environ, "COLUMNS": "200"}
         proc = subprocess.Popen(

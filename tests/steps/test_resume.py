@@ -16,18 +16,10 @@ import pytest
 
 # in_process rewards: the comparison below is exact to 1e-6, and a server's dynamic batches could group rows
 # differently from run to run. The server path is covered by the tiny preset tests.
-ARGS = [
-    "steps",
-    "run",
-    "rl/reinforce",
-    "-c",
-    "tiny",
-    "trainer.max_steps=6",
-    "checkpoint.save_interval=3",
-    "reward.source=in_process",
-    "trainer.num_prompts_per_step=8",
-    "eval.num_prompts=0",
-]
+ARGS = (
+    "steps run rl/reinforce -c tiny trainer.max_steps=6 checkpoint.save_interval=3 "
+    "reward.source=in_process trainer.num_prompts_per_step=8 eval.num_prompts=0"
+).split()
 TIMERS = {"time", "generate", "reward", "logprobs", "train", "step_time", "peak_memory_mb"}
 
 
@@ -109,16 +101,8 @@ def test_resume_refuses_a_checkpoint_of_another_config(home: Path, run_cli: Any)
     assert r.code == 0, r.err[-2000:]
     (first,) = (home / "jobs").iterdir()
     base = [
-        "steps",
-        "run",
-        "rl/reinforce",
-        "-c",
-        "tiny",
-        "reward.source=in_process",
-        "trainer.num_prompts_per_step=4",
-        "eval.num_prompts=0",
-        "trainer.max_steps=4",
-        f"checkpoint.resume_from={first.name}",
+        *"steps run rl/reinforce -c tiny reward.source=in_process trainer.num_prompts_per_step=4".split(),
+        *["eval.num_prompts=0", "trainer.max_steps=4", f"checkpoint.resume_from={first.name}"],
     ]
     r = run_cli(*base, "optim.lr=0.1", timeout=600)
     assert r.code == 2, r.err[-2000:]

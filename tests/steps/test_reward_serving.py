@@ -166,9 +166,8 @@ def test_two_torchrun_ranks_share_one_judge_server(home: Path, run_cli: Any) -> 
     )
     assert r.code == 0, r.err[-3000:]
     (job,) = (home / "jobs").iterdir()
-    assert (job / "logs" / "judge.log").read_text().count(
-        "serving on"
-    ) == 1  # one judge process, not one per rank
+    judge_log = (job / "logs" / "judge.log").read_text()
+    assert judge_log.count("serving on") == 1  # one judge process, not one per rank
     marker = "rewards from generative judge "
     used = [
         line.split(marker)[1]
