@@ -46,7 +46,9 @@ SIZES = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
@@ -59,9 +61,13 @@ def main() -> None:
     tmp = tempfile.TemporaryDirectory(prefix="bench-vllm-")
     path = save_checkpoint(model, f"{tmp.name}/llama", tokenizer)
     policy = load_policy(path)
-    prompts = torch.randint(3, vocab, (size.batch, size.prompt_tokens), generator=torch.Generator().manual_seed(0))
+    prompts = torch.randint(
+        3, vocab, (size.batch, size.prompt_tokens), generator=torch.Generator().manual_seed(0)
+    )
     rows = [list(map(int, r)) for r in prompts]
-    params = SamplingParams(max_new_tokens=size.new_tokens, temperature=1.0, eos_token_id=None, pad_token_id=0)
+    params = SamplingParams(
+        max_new_tokens=size.new_tokens, temperature=1.0, eos_token_id=None, pad_token_id=0
+    )
     backend = get_backend(Generation(backend="vllm", vllm_gpu_memory_utilization=0.15))
     t0 = time.perf_counter()
     backend.generate(policy, rows[:1], params, torch.Generator().manual_seed(0))  # engine start + warm-up
@@ -77,10 +83,14 @@ def main() -> None:
         b = backend.generate(policy, rows, params, torch.Generator().manual_seed(seed))
         theirs.append(tokens / (time.perf_counter() - t))
         assert int(a.response_mask.sum()) == int(b.response_mask.sum()) == tokens
-    print(f"machine: {platform.processor() or platform.machine()}, {args.threads} thread(s), torch {torch.__version__}, "
-          f"vllm {backend.vllm.__version__}")  # type: ignore[attr-defined]
-    print(f"size {args.size}: {size.layers} layers x {size.width} wide, {size.heads} heads, vocab {vocab}, "
-          f"batch {size.batch}, prompt {size.prompt_tokens}, new tokens {size.new_tokens}, {size.repeats} repeats")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {args.threads} thread(s), torch {torch.__version__}, "
+        f"vllm {backend.vllm.__version__}"
+    )  # type: ignore[attr-defined]
+    print(
+        f"size {args.size}: {size.layers} layers x {size.width} wide, {size.heads} heads, vocab {vocab}, "
+        f"batch {size.batch}, prompt {size.prompt_tokens}, new tokens {size.new_tokens}, {size.repeats} repeats"
+    )
     print(f"vLLM engine start + first request: {start:.1f} s")
     print(f"{'sampler':<12} {'tokens/s (median)':>18}")
     print(f"{'torch':<12} {statistics.median(ours):>18.0f}")

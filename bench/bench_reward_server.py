@@ -140,22 +140,21 @@ def client_worker(url: str, clients: int, per_client: int, words: int, out: Any)
 
 
 def gpt2_scorer(layers: int, width: int, max_length: int) -> Callable[[list[str]], Sequence[float]]:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
-
+    from nemotron.models.tiny import tiny_model
+    from nemotron.models.tokenizer import word_tokenizer
     from nemotron.reward.scorer import scorer_from_reward_model
 
-    vocab = {"[PAD]": 0, "[UNK]": 1} | {w: i + 2 for i, w in enumerate(WORDS)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]")
-    config = GPT2Config(
-        vocab_size=len(vocab), n_positions=max_length, n_embd=width, n_layer=layers, n_head=4, num_labels=1,
-        pad_token_id=0, bos_token_id=1, eos_token_id=1,
-    )  # fmt: skip
-    return scorer_from_reward_model(
-        GPT2ForSequenceClassification(config), tokenizer, max_length
-    ).score_sentences
+    tokenizer = word_tokenizer(WORDS)
+    model = tiny_model(
+        len(tokenizer),
+        "reward_model",
+        n_positions=max_length,
+        n_embd=width,
+        n_layer=layers,
+        n_head=4,
+        eos_token_id=2,
+    )
+    return scorer_from_reward_model(model, tokenizer, max_length).score_sentences
 
 
 def fixed_cost_scorer(call_ms: float) -> Callable[[list[str]], Sequence[float]]:

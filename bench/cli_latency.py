@@ -22,7 +22,16 @@ from pathlib import Path
 COMMANDS: dict[str, list[str]] = {
     "nemotron steps list": ["-m", "nemotron", "steps", "list"],
     "nemotron steps show rl/rlhf": ["-m", "nemotron", "steps", "show", "rl/rlhf"],
-    "nemotron steps run rl/rlhf -c tiny --dry-run": ["-m", "nemotron", "steps", "run", "rl/rlhf", "-c", "tiny", "--dry-run"],
+    "nemotron steps run rl/rlhf -c tiny --dry-run": [
+        "-m",
+        "nemotron",
+        "steps",
+        "run",
+        "rl/rlhf",
+        "-c",
+        "tiny",
+        "--dry-run",
+    ],
 }
 PEER = ("python -c 'import typer' (the peer)", ["-c", "import typer"])
 

@@ -61,26 +61,14 @@ class Report:
 
 def save_tiny_reward_model(directory: Path) -> None:
     """A random 2-layer GPT-2 reward model and its word-level tokenizer, saved as a user's model directory."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    from nemotron.models.tiny import tiny_model
+    from nemotron.models.tokenizer import word_tokenizer
 
-    vocab = {"[PAD]": 0, "[UNK]": 1, "[EOS]": 2} | {w: i + 3 for i, w in enumerate(WORDS)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]"
-    )
-    torch.manual_seed(0)
-    config = GPT2Config(  # type: ignore[call-arg]
-        vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=2, num_labels=1,
-        pad_token_id=0, bos_token_id=2, eos_token_id=2,
-    )  # fmt: skip
-    GPT2ForSequenceClassification(config).save_pretrained(directory, safe_serialization=True)
-    tokenizer.save_pretrained(directory)
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    tiny_model(VOCAB, "reward_model", eos_token_id=2).save_pretrained(directory, safe_serialization=True)
+    word_tokenizer(WORDS).save_pretrained(directory)
 
 
 BATCH_1 = ("--max-batch-size", "1", "--max-queue-delay-ms", "0")  # every request alone, at once

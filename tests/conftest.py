@@ -34,10 +34,19 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield h
 
 
-def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120) -> Result:
+def cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> Result:
     """Run `python -m nemotron ARGS` for real: exit code, stdout and stderr as a user sees them."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nemotron", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=timeout,
+    )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -55,6 +64,7 @@ def fixture_steps(monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 # ----------------------------------------------------------------------------- the local Slurm cluster
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`scripts/test.sh` runs `-n 2 --dist loadgroup`) the tests marked `slurm` share one worker:

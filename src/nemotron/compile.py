@@ -55,7 +55,9 @@ class Binding:
     actual_type: str | None = None
     artifact_id: int | None = None
     artifact: str | None = None  # name:vN for store artifacts
-    model: str | None = None  # a local HF checkpoint's family, classes and parameter count (models.layout.describe)
+    model: str | None = (
+        None  # a local HF checkpoint's family, classes and parameter count (models.layout.describe)
+    )
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,9 @@ class Job:
     force_squash: bool = False
     services: tuple[str, ...] = ()
     argv: tuple[str, ...] = field(default_factory=tuple)
-    warnings: tuple[str, ...] = ()  # what a dry-run let through that a submit would refuse (absent input paths)
+    warnings: tuple[
+        str, ...
+    ] = ()  # what a dry-run let through that a submit would refuse (absent input paths)
 
     @property
     def config_hash(self) -> str:
@@ -89,6 +93,7 @@ def new_job_id(step_id: str) -> str:
 
 
 # ----------------------------------------------------------------------------- presets
+
 
 def _yaml_file(path: Path) -> dict[str, Any]:
     try:
@@ -113,17 +118,23 @@ def preset_path(step: Step, preset: str) -> Path:
     if preset.endswith((".yaml", ".yml")) or "/" in preset:
         p = Path(preset).expanduser()
         if p.is_dir():
-            raise UserError(f"-c {preset}: {p} is a directory; -c takes a preset name ({', '.join(step.presets())}) or a YAML file")
+            raise UserError(
+                f"-c {preset}: {p} is a directory; -c takes a preset name ({', '.join(step.presets())}) or a YAML file"
+            )
         if not p.is_file():
             raise NotFound(f"preset file {p} does not exist")
         return p.resolve()
     p = step.config_dir / f"{preset}.yaml"
     if not p.is_file():
-        raise NotFound(f"step '{step.id}' has no preset '{preset}'{did_you_mean(preset, step.presets())}; presets: {', '.join(step.presets()) or 'none'}")
+        raise NotFound(
+            f"step '{step.id}' has no preset '{preset}'{did_you_mean(preset, step.presets())}; presets: {', '.join(step.presets()) or 'none'}"
+        )
     return p
 
 
-def load_preset_chain(path: Path, chain: tuple[Path, ...] = (), step_presets: Path | None = None) -> list[tuple[str, dict[str, Any]]]:
+def load_preset_chain(
+    path: Path, chain: tuple[Path, ...] = (), step_presets: Path | None = None
+) -> list[tuple[str, dict[str, Any]]]:
     """[(label, tree)] from the deepest `defaults:` ancestor to `path` itself. A parent named in `defaults:` is
     looked up beside the file first, then among the step's shipped presets (`step_presets`), so a user's own
     preset file can extend `tiny` or `default`."""
@@ -139,7 +150,9 @@ def load_preset_chain(path: Path, chain: tuple[Path, ...] = (), step_presets: Pa
         places = [path.parent / name] + ([step_presets / name] if step_presets is not None else [])
         found = next((p for p in places if p.is_file()), None)
         if found is None:
-            raise NotFound(f"{path}: `defaults:` names '{parent}', which is in none of: {', '.join(str(p.parent) for p in places)}")
+            raise NotFound(
+                f"{path}: `defaults:` names '{parent}', which is in none of: {', '.join(str(p.parent) for p in places)}"
+            )
         layers += load_preset_chain(found.resolve(), (*chain, path), step_presets)
     layers.append((f"preset:{path.stem}", unflatten(data)))
     return layers
@@ -147,10 +160,15 @@ def load_preset_chain(path: Path, chain: tuple[Path, ...] = (), step_presets: Pa
 
 # ----------------------------------------------------------------------------- validation
 
+
 def parse_dotlist(items: list[str]) -> dict[str, Any]:
     bad = [i for i in items if "=" not in i or not i.split("=", 1)[0]]
     if bad:
-        raise UserError("overrides must look like key=value:", [f"'{b}'" for b in bad], hint="Arguments for the step itself go after `--`.")
+        raise UserError(
+            "overrides must look like key=value:",
+            [f"'{b}'" for b in bad],
+            hint="Arguments for the step itself go after `--`.",
+        )
     problems = []
     for item in items:  # one at a time, so every malformed value is named
         try:
@@ -158,7 +176,9 @@ def parse_dotlist(items: list[str]) -> dict[str, Any]:
         except (OmegaConfBaseException, yaml.YAMLError) as e:
             problems.append(f"'{item}': {str(e).splitlines()[0]}")
     if problems:
-        raise UserError("cannot parse overrides (values are YAML: quote a string that holds [ ] { } or quotes):", problems)
+        raise UserError(
+            "cannot parse overrides (values are YAML: quote a string that holds [ ] { } or quotes):", problems
+        )
     tree = OmegaConf.to_container(OmegaConf.from_dotlist(items), resolve=False)
     assert isinstance(tree, dict)
     return {str(k): v for k, v in tree.items()}
@@ -171,12 +191,18 @@ def _model_at(schema: type[BaseModel], path: list[str]) -> type[BaseModel] | Non
         if model is None or part not in model.model_fields:
             return None
         ann = model.model_fields[part].annotation
-        candidates = typing.get_args(ann) if isinstance(ann, types.UnionType) or typing.get_origin(ann) is typing.Union else (ann,)
+        candidates = (
+            typing.get_args(ann)
+            if isinstance(ann, types.UnionType) or typing.get_origin(ann) is typing.Union
+            else (ann,)
+        )
         model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
     return model
 
 
-def validate_config(step_id: str, schema: type[BaseModel], tree: dict[str, Any], sources: dict[str, str]) -> BaseModel:
+def validate_config(
+    step_id: str, schema: type[BaseModel], tree: dict[str, Any], sources: dict[str, str]
+) -> BaseModel:
     try:
         return schema.model_validate(tree)
     except ValidationError as e:
@@ -190,7 +216,9 @@ def validate_config(step_id: str, schema: type[BaseModel], tree: dict[str, Any],
                 owner = _model_at(schema, loc[:-1])
                 hint = did_you_mean(loc[-1], owner.model_fields if owner else [])
                 hint = hint.replace("'", "'" + ".".join(loc[:-1]) + ".", 1) if hint and len(loc) > 1 else hint
-                shown = MASK if is_secret_name(loc[-1]) else repr(err["input"])  # a token typed where none belongs
+                shown = (
+                    MASK if is_secret_name(loc[-1]) else repr(err["input"])
+                )  # a token typed where none belongs
                 problems.append(f"{key}: unknown key (value {shown}){origin}{hint}")
             else:
                 value = "" if err["type"] == "missing" else f" (got {err['input']!r})"
@@ -200,7 +228,10 @@ def validate_config(step_id: str, schema: type[BaseModel], tree: dict[str, Any],
 
 # ----------------------------------------------------------------------------- inputs
 
-def bind_inputs(catalog: Catalog, step: Step, config: dict[str, Any], store: ArtifactStore, remote: bool = False) -> list[Binding]:
+
+def bind_inputs(
+    catalog: Catalog, step: Step, config: dict[str, Any], store: ArtifactStore, remote: bool = False
+) -> list[Binding]:
     """Resolve every [[consumes]] reference and check its type (is_a counts), all problems at once.
 
     With a remote executor, a path that does not exist here is taken to live on the cluster: bound, type unchecked."""
@@ -222,7 +253,9 @@ def bind_inputs(catalog: Catalog, step: Step, config: dict[str, Any], store: Art
                 art = store.resolve(ref.name, ref.version)
                 actual, path = art.type, Path(art.path)
                 if not path.exists():
-                    problems.append(f"input '{c.name}': artifact {art.ref} points to {path}, which no longer exists")
+                    problems.append(
+                        f"input '{c.name}': artifact {art.ref} points to {path}, which no longer exists"
+                    )
                     continue
                 binding = Binding(c.name, c.type, ref.text, "store", str(path), actual, art.id, art.ref)
             else:
@@ -234,7 +267,9 @@ def bind_inputs(catalog: Catalog, step: Step, config: dict[str, Any], store: Art
                 if not path.exists():
                     makers = catalog.producers_of(c.type)
                     how = f" Produce one with: nemotron steps run {makers[0]}" if makers else ""
-                    problems.append(f"input '{c.name}': '{ref.text}' is neither an existing path nor an artifact (NAME:vN, NAME:latest).{how}")
+                    problems.append(
+                        f"input '{c.name}': '{ref.text}' is neither an existing path nor an artifact (NAME:vN, NAME:latest).{how}"
+                    )
                     continue
                 spec = catalog.types.get(c.type)
                 reason = conforms(path, spec) if spec else None
@@ -246,14 +281,21 @@ def bind_inputs(catalog: Catalog, step: Step, config: dict[str, Any], store: Art
                 else:
                     actual = detected or "unrecognised"
                 binding = Binding(c.name, c.type, ref.text, "path", str(path), actual)
-                if reason is not None and spec is not None and spec.record and (detected is None or catalog.is_a(c.type, detected)):
+                if (
+                    reason is not None
+                    and spec is not None
+                    and spec.record
+                    and (detected is None or catalog.is_a(c.type, detected))
+                ):
                     try:  # not recognisably another type: say which lines are wrong, not just "wrong type"
                         validate_records(path, spec)
                     except UserError as e:
                         problems.append(f"input '{c.name}': {e.render()}")
                         continue
                 if reason is not None and not catalog.is_a(actual, c.type):
-                    problems.append(f"input '{c.name}' ({ref.text}): expected type {c.type}, got {actual}: {reason}{_converter_hint(catalog, actual, c.type)}")
+                    problems.append(
+                        f"input '{c.name}' ({ref.text}): expected type {c.type}, got {actual}: {reason}{_converter_hint(catalog, actual, c.type)}"
+                    )
                     continue
                 if spec is not None:
                     try:
@@ -265,7 +307,9 @@ def bind_inputs(catalog: Catalog, step: Step, config: dict[str, Any], store: Art
             problems.append(f"input '{c.name}': {e.message}")
             continue
         if not catalog.is_a(binding.actual_type or "", c.type):
-            problems.append(f"input '{c.name}' ({ref.text}): expected type {c.type}, got {binding.actual_type}{_converter_hint(catalog, binding.actual_type or '', c.type)}")
+            problems.append(
+                f"input '{c.name}' ({ref.text}): expected type {c.type}, got {binding.actual_type}{_converter_hint(catalog, binding.actual_type or '', c.type)}"
+            )
             continue
         if binding.path and (Path(binding.path) / CONFIG_FILE).is_file():
             binding = dataclasses.replace(binding, model=describe(Path(binding.path)))
@@ -284,7 +328,10 @@ def _converter_hint(catalog: Catalog, actual: str, expected: str) -> str:
 
 # ----------------------------------------------------------------------------- the job
 
-def compose_config(step: Step, preset: str, overrides: list[str], profile: AnyProfile = DEFAULT_PROFILE) -> tuple[dict[str, Any], dict[str, str]]:
+
+def compose_config(
+    step: Step, preset: str, overrides: list[str], profile: AnyProfile = DEFAULT_PROFILE
+) -> tuple[dict[str, Any], dict[str, str]]:
     """Merge schema defaults < preset chain < profile < CLI, resolve interpolations, validate strictly.
     Returns the validated config (plain data) and the source of every key not left at its default."""
     schema = step.config_schema()
@@ -311,7 +358,9 @@ def compose_config(step: Step, preset: str, overrides: list[str], profile: AnyPr
     except OmegaConfBaseException as e:
         raise UserError(f"cannot resolve config interpolation: {str(e).splitlines()[0]}") from None
     assert isinstance(resolved, dict)
-    config = validate_config(step.id, schema, {str(k): v for k, v in resolved.items()}, touched).model_dump(mode="json")
+    config = validate_config(step.id, schema, {str(k): v for k, v in resolved.items()}, touched).model_dump(
+        mode="json"
+    )
     return config, sources
 
 
@@ -333,7 +382,9 @@ def compile_job(
     step = catalog.get(step_id)
     profile = load_profile(profile_name) if profile_name else implicit_profile()
     config, sources = compose_config(step, preset, overrides or [], profile)
-    store = store or ArtifactStore(Path(profile.artifacts_root).expanduser() if profile.artifacts_root else artifacts_dir())
+    store = store or ArtifactStore(
+        Path(profile.artifacts_root).expanduser() if profile.artifacts_root else artifacts_dir()
+    )
     here = isinstance(profile, LocalProfile)  # remote profiles' paths live on their cluster
     bindings = bind_inputs(catalog, step, config, store, remote=not here or dry_run)
     warnings = tuple(
@@ -346,11 +397,18 @@ def compile_job(
     for b in bindings:
         set_dotted(step_config, by_name[b.name].config_key, b.path or b.ref)
     _refuse_mismatched_resume(step.id, config, bindings)
-    outputs = {p.name: (str(get_dotted(config, p.config_key) or p.name), p.type) for p in step.manifest.produces}
-    bad_names = [f"{p.config_key}: {why}" for p in step.manifest.produces
-                 if (why := check_artifact_name(outputs[p.name][0])) is not None]
+    outputs = {
+        p.name: (str(get_dotted(config, p.config_key) or p.name), p.type) for p in step.manifest.produces
+    }
+    bad_names = [
+        f"{p.config_key}: {why}"
+        for p in step.manifest.produces
+        if (why := check_artifact_name(outputs[p.name][0])) is not None
+    ]
     if bad_names:
-        raise UserError("invalid output names (a name:vN reference must be able to reach each output):", bad_names)
+        raise UserError(
+            "invalid output names (a name:vN reference must be able to reach each output):", bad_names
+        )
     preset_name = Path(preset).stem
     return Job(
         job_id=new_job_id(step.id),

@@ -25,7 +25,16 @@ from nemotron.redact import redact_tree, redact_values, secret_values
 if TYPE_CHECKING:
     from nemotron.compile import Job
 
-_VERSIONED = ("nemotron", "torch", "transformers", "nemo-run", "pydantic", "omegaconf", "safetensors", "tokenizers")
+_VERSIONED = (
+    "nemotron",
+    "torch",
+    "transformers",
+    "nemo-run",
+    "pydantic",
+    "omegaconf",
+    "safetensors",
+    "tokenizers",
+)
 
 
 def now() -> str:
@@ -47,10 +56,18 @@ def git_info(path: Path) -> dict[str, Any]:
     """Commit and dirty flag of the checkout holding `path` (the step's code), if it is one."""
     cwd = path if path.is_dir() else path.parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
+        )
         if commit.returncode != 0:
             return {"commit": None, "dirty": None}
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
     except (OSError, subprocess.TimeoutExpired):
         return {"commit": None, "dirty": None}
@@ -72,25 +89,28 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
 
 def job_record(job: Job, rendered: str) -> JobRecord:
     """What job.yaml holds. Secrets are masked by name here; values are masked again by the caller's text pass."""
-    return parse_record({
-        "job_id": job.job_id,
-        "step": job.step_id,
-        "preset": job.preset,
-        "created_at": now(),
-        "argv": list(job.argv),
-        "mode": job.mode,
-        "executor": job.profile.executor,
-        "profile": redact_tree(job.profile.model_dump(mode="json", by_alias=True)),
-        "config": redact_tree(job.config),
-        "config_hash": job.config_hash,
-        "sources": job.sources,
-        "inputs": [asdict(b) for b in job.bindings],
-        "outputs": {k: {"artifact": v[0], "type": v[1]} for k, v in job.outputs.items()},
-        "resources": job.resources.model_dump(),
-        "launch": rendered,
-        "git": git_info(Path(job.entry)),
-        "versions": package_versions(),
-    }, Path("job.yaml"))
+    return parse_record(
+        {
+            "job_id": job.job_id,
+            "step": job.step_id,
+            "preset": job.preset,
+            "created_at": now(),
+            "argv": list(job.argv),
+            "mode": job.mode,
+            "executor": job.profile.executor,
+            "profile": redact_tree(job.profile.model_dump(mode="json", by_alias=True)),
+            "config": redact_tree(job.config),
+            "config_hash": job.config_hash,
+            "sources": job.sources,
+            "inputs": [asdict(b) for b in job.bindings],
+            "outputs": {k: {"artifact": v[0], "type": v[1]} for k, v in job.outputs.items()},
+            "resources": job.resources.model_dump(),
+            "launch": rendered,
+            "git": git_info(Path(job.entry)),
+            "versions": package_versions(),
+        },
+        Path("job.yaml"),
+    )
 
 
 def create_job_dir(job: Job, rendered: str) -> Path:
@@ -142,7 +162,9 @@ def resolve_job_dir(job_id: str) -> Path:
         return root / matches[0]
     if len(matches) > 1:
         raise NotFound(f"job id prefix '{job_id}' is ambiguous: {', '.join(matches[:5])}")
-    raise NotFound(f"no job '{job_id}' in {root}{did_you_mean(job_id, ids)}", hint="List jobs with: nemotron jobs ls")
+    raise NotFound(
+        f"no job '{job_id}' in {root}{did_you_mean(job_id, ids)}", hint="List jobs with: nemotron jobs ls"
+    )
 
 
 _ID_STAMP = re.compile(r"-(\d{8}-\d{6})-[0-9a-f]+$")
@@ -159,7 +181,10 @@ def list_job_ids() -> list[str]:
         m = _ID_STAMP.search(p.name)
         return (m.group(1) if m else "", p.stat().st_mtime_ns)
 
-    return [p.name for p in sorted((p for p in root.iterdir() if (p / "job.yaml").is_file()), key=created, reverse=True)]
+    return [
+        p.name
+        for p in sorted((p for p in root.iterdir() if (p / "job.yaml").is_file()), key=created, reverse=True)
+    ]
 
 
 def read_record(job_dir: Path) -> JobRecord:

@@ -18,7 +18,11 @@ def bundled_root() -> Path:
 
 def step_roots() -> list[Path]:
     """User roots from $NEMOTRON_STEPS_PATH (each with manifests/ and steps/), then the bundled root."""
-    roots = [Path(p).expanduser().resolve() for p in os.environ.get("NEMOTRON_STEPS_PATH", "").split(os.pathsep) if p]
+    roots = [
+        Path(p).expanduser().resolve()
+        for p in os.environ.get("NEMOTRON_STEPS_PATH", "").split(os.pathsep)
+        if p
+    ]
     return [*roots, bundled_root()]
 
 
@@ -49,7 +53,10 @@ def writable_dir(path: Path, what: str) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot create the {what} {path}: {e.strerror or e}", hint="Point $NEMOTRON_HOME at a writable directory.") from None
+        raise UserError(
+            f"cannot create the {what} {path}: {e.strerror or e}",
+            hint="Point $NEMOTRON_HOME at a writable directory.",
+        ) from None
     return path
 
 

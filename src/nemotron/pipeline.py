@@ -52,7 +52,9 @@ def load_pipeline(name: str, catalog: Catalog) -> Pipeline:
     files = pipeline_files()
     path = Path(name) if name.endswith(".toml") else files.get(name)
     if path is None or not path.is_file():
-        raise NotFound(f"unknown pipeline '{name}'{did_you_mean(name, files)}; pipelines: {', '.join(files) or 'none'}")
+        raise NotFound(
+            f"unknown pipeline '{name}'{did_you_mean(name, files)}; pipelines: {', '.join(files) or 'none'}"
+        )
     try:
         with path.open("rb") as f:
             pipe = Pipeline.model_validate(tomllib.load(f))
@@ -67,10 +69,14 @@ def load_pipeline(name: str, catalog: Catalog) -> Pipeline:
         consumes = {c.name for c in catalog.get(s.step).manifest.consumes}
         for inp, src in s.inputs.items():
             if inp not in consumes:
-                problems.append(f"step '{s.id}': '{s.step}' has no input '{inp}'{did_you_mean(inp, consumes)}")
+                problems.append(
+                    f"step '{s.id}': '{s.step}' has no input '{inp}'{did_you_mean(inp, consumes)}"
+                )
             up, _, out = src.partition(".")
             if up not in seen:
-                problems.append(f"step '{s.id}': input '{inp}' comes from '{up}', which is not an earlier step")
+                problems.append(
+                    f"step '{s.id}': input '{inp}' comes from '{up}', which is not an earlier step"
+                )
             elif out not in {p.name for p in catalog.get(seen[up]).manifest.produces}:
                 problems.append(f"step '{s.id}': '{up}' ({seen[up]}) produces no '{out}'")
         seen[s.id] = s.step
@@ -121,8 +127,10 @@ def run_pipeline(
 
     if until is not None and until not in {s.id for s in pipe.steps}:
         ids = [s.id for s in pipe.steps]
-        raise UserError(f"--until {until}: no such step in pipeline '{pipe.pipeline.name}'{did_you_mean(until, ids)}; "
-                        f"its steps: {', '.join(ids)}")
+        raise UserError(
+            f"--until {until}: no such step in pipeline '{pipe.pipeline.name}'{did_you_mean(until, ids)}; "
+            f"its steps: {', '.join(ids)}"
+        )
     results: dict[str, StepResult] = {}
     for s in pipe.steps:
         overrides = list(s.overrides)
@@ -131,7 +139,14 @@ def run_pipeline(
         for inp, src in s.inputs.items():
             up, _, out = src.partition(".")
             overrides.append(f"{keys[inp]}={results[up].outputs[out].ref}")
-        job = compile_job(catalog, s.step, s.preset, overrides=overrides, store=store, argv=["nemotron", "pipeline", "run", pipe.pipeline.name])
+        job = compile_job(
+            catalog,
+            s.step,
+            s.preset,
+            overrides=overrides,
+            store=store,
+            argv=["nemotron", "pipeline", "run", pipe.pipeline.name],
+        )
         prior = None if force else existing_outputs(job, store)
         if prior is not None:
             results[s.id] = StepResult(s.id, s.step, None, True, prior)
@@ -143,10 +158,19 @@ def run_pipeline(
         t0 = time.monotonic()
         code = run_job(job)
         if code != 0:
-            raise UserError(f"pipeline '{pipe.pipeline.name}' stopped: step '{s.id}' ({s.step}) failed with exit code {code}",
-                            hint=f"See: nemotron jobs logs {job.job_id}")
+            raise UserError(
+                f"pipeline '{pipe.pipeline.name}' stopped: step '{s.id}' ({s.step}) failed with exit code {code}",
+                hint=f"See: nemotron jobs logs {job.job_id}",
+            )
         produced = {a.name: a for a in store.by_job(job.job_id)}
-        results[s.id] = StepResult(s.id, s.step, job.job_id, False, {n: produced[a] for n, (a, _t) in job.outputs.items()}, time.monotonic() - t0)
+        results[s.id] = StepResult(
+            s.id,
+            s.step,
+            job.job_id,
+            False,
+            {n: produced[a] for n, (a, _t) in job.outputs.items()},
+            time.monotonic() - t0,
+        )
         on_event("done", s, results[s.id])
         if s.id == until:
             break

@@ -23,7 +23,11 @@ def plot_metrics(rows: list[dict[str, Any]], path: Path, title: str = "") -> Pat
     drawn = 0
     for ax, (name, keys) in zip(axes, PANELS, strict=True):
         for key in keys:
-            points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), int | float) and r.get("step") is not None]
+            points = [
+                (r["step"], r[key])
+                for r in rows
+                if isinstance(r.get(key), int | float) and r.get("step") is not None
+            ]
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, label=key, marker="." if len(points) < 40 else None)

@@ -53,7 +53,9 @@ class SlurmProfile(_ProfileBase):
     job_dir: str | None = None  # SSH: where job dirs live on the cluster (NEMOTRON_HOME there is its parent)
     # interpreter on the compute nodes; default: this one (LocalTunnel), `python` in a container, `python3` over SSH
     python: str | None = None
-    code_root: str | None = None  # where nemotron's steps/ root is on the cluster (default: the same path as here)
+    code_root: str | None = (
+        None  # where nemotron's steps/ root is on the cluster (default: the same path as here)
+    )
     # backend=nemo_rl runs in this container (default: nemotron.targets.NEMO_RL_IMAGE, the pinned tag's image);
     # another image must hold the same NeMo-RL tag: the compiled config follows that tag's schema.
     nemo_rl_image: str | None = None
@@ -81,7 +83,9 @@ class LeptonProfile(_ProfileBase):
     # Where NeMo-Run copies the job on shared storage (default: <first mount>/nemorun); the step's job dir is there.
     nemo_run_dir: str | None = None
     python: str = "python"  # interpreter in the container
-    code_root: str | None = None  # where nemotron's steps/ root is in the pod (default: the same path as here)
+    code_root: str | None = (
+        None  # where nemotron's steps/ root is in the pod (default: the same path as here)
+    )
     setup: list[str] = []  # shell lines run in the pod before the step (e.g. pip install nemotron)
     secret_vars: dict[str, str] = {}  # env var -> name of a Lepton workspace secret holding its value
     image_pull_secrets: list[str] = []
@@ -118,7 +122,9 @@ def _read(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: not valid TOML: {e}") from None
     bad = [k for k, v in data.items() if not isinstance(v, dict)]
     if bad:
-        raise UserError(f"{path}: every top-level entry must be a [profile] table", [f"'{k}' is not a table" for k in bad])
+        raise UserError(
+            f"{path}: every top-level entry must be a [profile] table", [f"'{k}' is not a table" for k in bad]
+        )
     return {name: {**raw, "_file": str(path)} for name, raw in data.items()}
 
 
@@ -138,7 +144,10 @@ def _resolve_raw(name: str, tables: dict[str, dict[str, Any]], chain: tuple[str,
         raise UserError(f"profile '{name}': `extends` cycle: {' -> '.join((*chain, name))}")
     if name not in tables:
         where = f" (extended by '{chain[-1]}')" if chain else ""
-        raise NotFound(f"unknown profile '{name}'{where}{did_you_mean(name, tables)}", hint="List profiles with: nemotron profiles ls")
+        raise NotFound(
+            f"unknown profile '{name}'{where}{did_you_mean(name, tables)}",
+            hint="List profiles with: nemotron profiles ls",
+        )
     raw = dict(tables[name])
     parent = raw.pop("extends", None)
     if "config" in raw:
@@ -169,8 +178,10 @@ def implicit_profile() -> LocalProfile:
     config and env_vars apply; reading it also reports a $NEMOTRON_ENV_FILE that does not exist."""
     profile = load_profile("local")
     if not isinstance(profile, LocalProfile):
-        raise UserError(f"profile 'local' is used when no -r/-b is given, so it must have executor = \"local\" (it has "
-                        f"\"{profile.executor}\"); give the cluster profile another name")
+        raise UserError(
+            f"profile 'local' is used when no -r/-b is given, so it must have executor = \"local\" (it has "
+            f'"{profile.executor}"); give the cluster profile another name'
+        )
     return profile
 
 

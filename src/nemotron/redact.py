@@ -10,8 +10,23 @@ from typing import Any
 MASK = "***"
 # Secret-looking name parts (a name splits at _ . - and camelCase): `token`, `api_key`, `WANDB_API_KEY`, `authToken`
 # are secrets; `max_new_tokens`, `token_level_loss`, `keyword` are not (a part must be one of these words).
-_SECRET_PARTS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials",
-                           "auth", "authorization", "cookie", "private", "bearer"})
+_SECRET_PARTS = frozenset(
+    {
+        "key",
+        "apikey",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "credential",
+        "credentials",
+        "auth",
+        "authorization",
+        "cookie",
+        "private",
+        "bearer",
+    }
+)
 _PARTS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 # names that only describe how tokens are counted or handled, never hold one
 _NOT_SECRET = frozenset({"token_level_loss", "tokenizer"})
@@ -31,7 +46,10 @@ def is_secret_name(name: str) -> bool:
 def redact_tree(tree: Any) -> Any:
     """A copy with the value of every secret-named key masked, at any depth."""
     if isinstance(tree, Mapping):
-        return {k: (MASK if is_secret_name(str(k)) and v not in (None, "") else redact_tree(v)) for k, v in tree.items()}
+        return {
+            k: (MASK if is_secret_name(str(k)) and v not in (None, "") else redact_tree(v))
+            for k, v in tree.items()
+        }
     if isinstance(tree, list | tuple):
         return [redact_tree(v) for v in tree]
     return tree

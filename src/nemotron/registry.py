@@ -12,6 +12,8 @@ def load(registry: dict[str, str], name: str, what: str) -> Any:
     """An instance of the class registered under `name`; an unknown name is exit 2 with a suggestion."""
     target = registry.get(name)
     if target is None:
-        raise UserError(f"unknown {what} '{name}'{did_you_mean(name, registry)}; {what}s: {', '.join(sorted(registry))}")
+        raise UserError(
+            f"unknown {what} '{name}'{did_you_mean(name, registry)}; {what}s: {', '.join(sorted(registry))}"
+        )
     module, _, cls = target.partition(":")
     return getattr(importlib.import_module(module), cls)()

@@ -13,9 +13,17 @@ from nemotron.errors import UserError
 PREFIX = "step_"
 # Keys a resumed run may change without training a different model.
 RESUMABLE_KEYS = (
-    "checkpoint", "outputs", "trainer.max_steps", "grpo.max_num_steps", "trainer.log_interval", "runtime.num_threads",
+    "checkpoint",
+    "outputs",
+    "trainer.max_steps",
+    "grpo.max_num_steps",
+    "trainer.log_interval",
+    "runtime.num_threads",
     # where rewards come from may move (a restarted server gets a new port); what they are may not
-    "reward.server", "judge.url", "judge.token", "judge.timeout_s",
+    "reward.server",
+    "judge.url",
+    "judge.token",
+    "judge.timeout_s",
 )
 
 
@@ -52,11 +60,14 @@ def latest(root: Path) -> Path | None:
     return path if (path / "state.json").is_file() else None
 
 
-
 def check_compatible(path: Path, expect: dict[str, Any], force: bool = False) -> None:
     """Refuse a checkpoint whose recorded fingerprints differ from this run's, unless forced."""
     info = json.loads((path / "state.json").read_text())
-    mismatched = [f"{k}: checkpoint has {info.get(k)!r}, this run has {v!r}" for k, v in expect.items() if info.get(k) != v]
+    mismatched = [
+        f"{k}: checkpoint has {info.get(k)!r}, this run has {v!r}"
+        for k, v in expect.items()
+        if info.get(k) != v
+    ]
     if mismatched and not force:
         raise UserError(
             f"refusing to resume from {path}: it was made by a different model or config",
@@ -70,19 +81,30 @@ def resume_checkpoint(job_dir: Path, step_id: str, resume_from: str | None) -> P
     newest earlier job of the same step that has one."""
     jobs = job_dir.parent
     if resume_from:
-        candidates = [Path(resume_from), jobs / resume_from / "checkpoints", Path(resume_from) / "checkpoints"]
+        candidates = [
+            Path(resume_from),
+            jobs / resume_from / "checkpoints",
+            Path(resume_from) / "checkpoints",
+        ]
         for c in candidates:
             if (c / "state.json").is_file():
                 return c
             found = latest(c) if c.is_dir() else None
             if found:
                 return found
-        raise UserError(f"checkpoint.resume_from={resume_from!r}: no checkpoint there (tried a job id, a job dir and a checkpoint dir)")
+        raise UserError(
+            f"checkpoint.resume_from={resume_from!r}: no checkpoint there (tried a job id, a job dir and a checkpoint dir)"
+        )
     prefix = step_id.replace("/", "-") + "-"
     if not jobs.is_dir():
         raise UserError(f"checkpoint.resume=true but there are no jobs in {jobs} to resume from")
-    for other in sorted((p for p in jobs.iterdir() if p.name.startswith(prefix) and p != job_dir), reverse=True):
+    for other in sorted(
+        (p for p in jobs.iterdir() if p.name.startswith(prefix) and p != job_dir), reverse=True
+    ):
         found = latest(other / "checkpoints")
         if found:
             return found
-    raise UserError(f"checkpoint.resume=true but no earlier {step_id} job in {jobs} has a checkpoint", hint="Name one with checkpoint.resume_from=JOB_ID")
+    raise UserError(
+        f"checkpoint.resume=true but no earlier {step_id} job in {jobs} has a checkpoint",
+        hint="Name one with checkpoint.resume_from=JOB_ID",
+    )

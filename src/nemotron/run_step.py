@@ -23,7 +23,11 @@ def main() -> int:
         return 2
     except ServiceError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
-        print("the step stopped; its last checkpoint can be resumed with checkpoint.resume_from=<this job id>", file=sys.stderr, flush=True)
+        print(
+            "the step stopped; its last checkpoint can be resumed with checkpoint.resume_from=<this job id>",
+            file=sys.stderr,
+            flush=True,
+        )
         return ServiceError.exit_code
     except KeyboardInterrupt:
         print("stopped (SIGTERM or Ctrl-C)", file=sys.stderr, flush=True)

@@ -20,11 +20,21 @@ from nemotron.artifacts.lineage import register_job_outputs
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.catalog import _load_schema
 from nemotron.configtree import set_dotted
-from nemotron.metrics import MetricsLogger
+from nemotron.errors import UserError
+from nemotron.metrics import MetricsLogger, summary_line
 from nemotron.paths import artifacts_dir
 
 C = TypeVar("C", bound=BaseModel)
+T = TypeVar("T")
 log = logging.getLogger("nemotron")
+
+
+def required(value: T | None, key: str) -> T:
+    """A config value the step cannot run without (schemas leave inputs optional so that presets can omit
+    them): the value, or exit 2 naming the key."""
+    if value is None:
+        raise UserError(f"{key} is required: set it in the preset or on the command line ({key}=...)")
+    return value
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -49,7 +59,12 @@ class StepRun(Generic[C]):
         parser.add_argument("--job-dir", required=True, type=Path)
         args, rest = parser.parse_known_args()
         job_dir: Path = args.job_dir.resolve()
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S", stream=sys.stdout)
+        logging.basicConfig(
+            level=logging.INFO,
+            format="%(asctime)s %(levelname)s %(message)s",
+            datefmt="%H:%M:%S",
+            stream=sys.stdout,
+        )
         signal.signal(signal.SIGTERM, _on_sigterm)
         _quiet_libraries()
         raw = yaml.safe_load((job_dir / "config.yaml").read_text()) or {}
@@ -85,11 +100,22 @@ class StepRun(Generic[C]):
             self._metrics = MetricsLogger(self.job_dir)
         self._metrics.log(step, metrics)
 
+    def report(
+        self, step: int, total: int, metrics: dict[str, float], keys: tuple[str, ...], every: int = 1
+    ) -> None:
+        """Log one step's metrics; on the main rank print its `step i/N key=value` summary line (the `keys`,
+        which attached runs parse) every `every` steps and at the last."""
+        self.log_metrics(step, metrics)
+        if self.is_main and (step % every == 0 or step == total):
+            print(summary_line(step, total, metrics, keys), flush=True)
+
     def store(self) -> ArtifactStore:
         root = os.environ.get("NEMOTRON_ARTIFACTS_ROOT")
         return ArtifactStore(Path(root) if root else artifacts_dir())
 
-    def register_outputs(self, paths: dict[str, Path], metadata: dict[str, Any] | None = None) -> list[Artifact]:
+    def register_outputs(
+        self, paths: dict[str, Path], metadata: dict[str, Any] | None = None
+    ) -> list[Artifact]:
         """Register every output in one transaction, with lineage edges to the inputs. Main rank only."""
         if not self.is_main:
             return []

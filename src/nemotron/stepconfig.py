@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,12 +23,16 @@ class ModelArch(Strict):
         "MistralForCausalLM); ignored with inputs.init_from",
     )
     n_layer: int = Field(
-        2, ge=1, description="transformer blocks (GPT2Config.n_layer, num_hidden_layers); ignored with inputs.init_from"
+        2,
+        ge=1,
+        description="transformer blocks (GPT2Config.n_layer, num_hidden_layers); ignored with inputs.init_from",
     )
     n_embd: int = Field(
         64, ge=8, description="hidden size; must divide by n_head (GPT2Config.n_embd, hidden_size)"
     )
-    n_head: int = Field(4, ge=1, description="attention heads per block (GPT2Config.n_head, num_attention_heads)")
+    n_head: int = Field(
+        4, ge=1, description="attention heads per block (GPT2Config.n_head, num_attention_heads)"
+    )
     n_positions: int = Field(
         64,
         ge=8,
@@ -99,9 +103,12 @@ class Generation(Strict):
     @model_validator(mode="after")
     def _vllm_keys_need_vllm(self) -> Generation:
         """Accepted-but-ignored is refused: the vllm_* keys act only with backend vllm."""
-        if self.backend != "vllm" and (self.vllm_gpu_memory_utilization != 0.3 or self.vllm_max_model_len != 0):
+        if self.backend != "vllm" and (
+            self.vllm_gpu_memory_utilization != 0.3 or self.vllm_max_model_len != 0
+        ):
             raise ValueError("vllm_gpu_memory_utilization and vllm_max_model_len act only with backend: vllm")
         return self
+
     temperature: float = Field(
         1.0,
         gt=0,
@@ -154,6 +161,54 @@ class RewardServer(Strict):
         5,
         ge=0,
         description="re-sends, with exponential backoff, of a request that failed (connection error, timeout or 5xx answer)",
+    )
+
+
+class RLInputs(Strict):
+    """The inputs every RL step with a `prompts` input shares; a step's own group adds its reward model."""
+
+    prompts: str | None = Field(
+        None, description="prompt JSONL, one {prompt} per line (prompt_jsonl): artifact ref or path"
+    )
+    policy: str | None = Field(
+        None,
+        description="the SFT policy (checkpoint_hf) to align; it also starts the frozen initial (reference) policy",
+    )
+
+
+class RewardSource(Strict):
+    """Where the rewards come from."""
+
+    source: Literal["server", "in_process"] = Field(
+        "server",
+        description="server: ask an rm/serve over HTTP (KServe v2, as NeMo-Aligner's remote_rm); in_process: "
+        "load inputs.reward_model into the trainer (no server; local runs only)",
+    )
+    server: RewardServer = RewardServer()
+
+
+Backend = Literal["builtin", "nemo_rl"]
+
+
+def backend_field(nemo_rl_runs: str) -> Any:
+    """The `backend` field of an RL step; `nemo_rl_runs` names what NeMo-RL runs for it (e.g. "PPO")."""
+    return Field(
+        "builtin",
+        description="builtin: our torch engine (one process, or torchrun data parallel); nemo_rl: NeMo-RL v0.7.0 "
+        f"{nemo_rl_runs} in its container on GPUs (see docs/nemo-rl.md)",
+    )
+
+
+KLEstimator = Literal["k1", "k2", "k3", "abs"]
+
+
+def kl_estimator_field(default: KLEstimator, where_else: str) -> Any:
+    """The `kl_estimator` field of an RL step: which per-token estimate of KL(policy || reference) it uses;
+    `where_else` names the same setting in the framework the step follows."""
+    return Field(
+        default,
+        description="per-token KL estimate from d = logp - ref_logp: k1 = d, k2 = d^2/2, k3 = exp(-d)+d-1, abs = "
+        f"|d| ({where_else})",
     )
 
 

@@ -12,7 +12,8 @@ class Inputs(Strict):
     data: str | None = Field(None, description="SFT JSONL, one {prompt, response} per line (type sft_jsonl)")
     init_from: str | None = Field(
         None,
-        description="start from this checkpoint_hf (weights and tokenizer) instead of a random init from model.*",
+        description="start from this checkpoint_hf (weights and tokenizer) instead of a random init from "
+        "model.*",
     )
 
 
@@ -29,7 +30,8 @@ class Trainer(Strict):
     global_batch_size: int = Field(
         64,
         ge=1,
-        description="examples per optimizer step, split evenly over ranks (NeMo-Aligner: model.global_batch_size)",
+        description="examples per optimizer step, split evenly over ranks (NeMo-Aligner: "
+        "model.global_batch_size)",
     )
     max_length: int = Field(
         32, ge=4, description="tokens per example (prompt + response + EOS); longer ones are cut"

@@ -4,90 +4,132 @@ With no `inputs.init_from`, the model is built from `model.*` with random weight
 on the data itself: no hub download anywhere.
 """
 
+from __future__ import annotations
+
 import logging
 import random
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from nemotron.data.batches import sft_batch
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import SFTRecord, prompt_text
-from nemotron.devices import peak_memory_mb
-from nemotron.metrics import summary_line
-from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
+from nemotron.devices import DevicePlan, peak_memory_mb
+from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.models.tiny import build_policy, count_parameters
 from nemotron.models.tokenizer import train_tokenizer
 from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
-from nemotron.runtime import StepRun
+from nemotron.rl.stages import save_and_register
+from nemotron.rl.stats import as_metrics
+from nemotron.runtime import StepRun, required
+
+if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
+    from sft.schema import Config
 
 log = logging.getLogger("nemotron")
-run = StepRun.start(__file__)
-cfg = run.config
-plan, world = distributed.start(cfg.runtime)  # device, process group, threads, seeds
-
-# ---- data: a deterministic held-out split for the validation loss
-records = read_jsonl(cfg.inputs.data, SFTRecord)
-shuffled = random.Random(cfg.runtime.seed).sample(records, len(records))
-n_val = int(len(records) * cfg.trainer.validation_fraction)
-val, train = shuffled[:n_val], shuffled[n_val:]
-
-# ---- model and tokenizer
-if cfg.inputs.init_from:
-    tokenizer = load_tokenizer(cfg.inputs.init_from)
-    policy = load_policy(cfg.inputs.init_from, device=plan.device, dtype=plan.dtype)
-else:
-    tokenizer = train_tokenizer([t for r in records for t in (prompt_text(r.prompt), r.response)], model_max_length=cfg.model.n_positions)
-    m = cfg.model
-    policy = build_policy(len(tokenizer), m.n_layer, m.n_embd, m.n_head, m.n_positions, cfg.runtime.seed,
-                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, family=m.family)
-policy = plan.prepare(policy)
-log.info("policy: %s, %d parameters, vocabulary %d, %d train / %d validation examples", type(policy).__name__, count_parameters(policy), len(tokenizer), len(train), len(val))
-# transformers derives the loss from the class name, which for GPT2LMHeadModel it does not recognise, and warns.
-policy.loss_type = "ForCausalLM"
 
 
-def on_device(batch: object) -> dict[str, torch.Tensor]:
-    return {k: v.to(plan.device) for k, v in batch._asdict().items()}  # type: ignore[attr-defined]
+@dataclass
+class SFTStats:
+    """One step's statistics; the field names are the metric names."""
 
-optimizer = build_optimizer(policy.parameters(), cfg.optim)
-rng = random.Random(cfg.runtime.seed + world.rank)
-per_rank = max(1, cfg.trainer.global_batch_size // world.size)
+    loss: float
+    grad_norm: float
+    lr: float
+    train: float
+    peak_memory_mb: float
+    val_loss: float | None = None  # every trainer.log_interval steps and at the last
+
+
+def on_device(batch: Any, plan: DevicePlan) -> dict[str, torch.Tensor]:
+    return {k: v.to(plan.device) for k, v in batch._asdict().items()}
 
 
 @torch.no_grad()
-def validation_loss() -> float:
+def validation_loss(
+    policy: torch.nn.Module, tokenizer: Any, val: list[SFTRecord], max_length: int, plan: DevicePlan
+) -> float:
+    """The loss on the held-out examples, in one batch; NaN without any."""
     if not val:
         return float("nan")
     policy.eval()
-    batch = sft_batch(tokenizer, val, cfg.trainer.max_length)
+    batch = sft_batch(tokenizer, val, max_length)
     with plan.autocast():
-        loss = float(policy(**on_device(batch)).loss)
+        loss = float(policy(**on_device(batch, plan)).loss)
     policy.train()
     return loss
 
 
-# ---- loop
-policy.train()
-total = cfg.trainer.max_steps
-for step in range(1, total + 1):
-    t0 = time.perf_counter()
-    batch = sft_batch(tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length)
-    with plan.autocast():
-        loss = policy(**on_device(batch)).loss
-    (loss / world.size).backward()
-    grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.optim, world, total)
-    metrics = {"loss": loss.item(), "grad_norm": grad_norm, "lr": lr, "train": time.perf_counter() - t0,
-               "peak_memory_mb": peak_memory_mb(plan.device)}
-    if step % cfg.trainer.log_interval == 0 or step == total:
-        metrics["val_loss"] = validation_loss()
-        if world.is_main:
-            print(summary_line(step, total, metrics, ("loss", "val_loss", "lr")), flush=True)
-    run.log_metrics(step, metrics)
+def main() -> None:
+    # ---- setup: validated config, device, process group, threads, seeds
+    run: StepRun[Config] = StepRun.start(__file__)
+    cfg = run.config
+    plan, world = distributed.start(cfg.runtime)
 
-# ---- save and register
-if world.is_main:
-    out = save_checkpoint(policy, run.output_dir("policy"), tokenizer)
-    run.register_outputs({"policy": out}, {"val_loss": metrics["val_loss"], "parameters": count_parameters(policy)})
-distributed.close(world)
+    # ---- data: a deterministic held-out split for the validation loss
+    records = read_jsonl(required(cfg.inputs.data, "inputs.data"), SFTRecord)
+    shuffled = random.Random(cfg.runtime.seed).sample(records, len(records))
+    n_val = int(len(records) * cfg.trainer.validation_fraction)
+    val, train = shuffled[:n_val], shuffled[n_val:]
+
+    # ---- model and tokenizer
+    if cfg.inputs.init_from:
+        tokenizer = load_tokenizer(cfg.inputs.init_from)
+        policy = load_policy(cfg.inputs.init_from, device=plan.device, dtype=plan.dtype)
+    else:
+        texts = [t for r in records for t in (prompt_text(r.prompt), r.response)]
+        tokenizer = train_tokenizer(texts, model_max_length=cfg.model.n_positions)
+        m = cfg.model
+        policy = build_policy(
+            len(tokenizer),
+            m.n_layer,
+            m.n_embd,
+            m.n_head,
+            m.n_positions,
+            cfg.runtime.seed,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            family=m.family,
+        )
+    policy = plan.prepare(policy)
+    log.info(
+        "policy: %s, %d parameters, vocabulary %d, %d train / %d validation examples",
+        type(policy).__name__,
+        count_parameters(policy),
+        len(tokenizer),
+        len(train),
+        len(val),
+    )
+    # transformers derives the loss from the class name, which for GPT2LMHeadModel it does not recognise, and
+    # warns.
+    policy.loss_type = "ForCausalLM"
+    optimizer = build_optimizer(policy.parameters(), cfg.optim)
+    rng = random.Random(cfg.runtime.seed + world.rank)
+    per_rank = max(1, cfg.trainer.global_batch_size // world.size)
+
+    # ---- loop: update, then report (with the validation loss every log_interval steps)
+    policy.train()
+    total = cfg.trainer.max_steps
+    for step in range(1, total + 1):
+        t0 = time.perf_counter()
+        batch = sft_batch(tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length)
+        with plan.autocast():
+            loss = policy(**on_device(batch, plan)).loss
+        (loss / world.size).backward()
+        grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.optim, world, total)
+        stats = SFTStats(loss.item(), grad_norm, lr, time.perf_counter() - t0, peak_memory_mb(plan.device))
+        if step % cfg.trainer.log_interval == 0 or step == total:
+            stats.val_loss = validation_loss(policy, tokenizer, val, cfg.trainer.max_length, plan)
+        run.report(step, total, as_metrics(stats), ("loss", "val_loss", "lr"), cfg.trainer.log_interval)
+
+    # ---- save and register (main rank)
+    metadata = {"val_loss": stats.val_loss, "parameters": count_parameters(policy)}
+    save_and_register(run, world, {"policy": policy}, tokenizer, metadata)
+
+
+if __name__ == "__main__":
+    main()

@@ -23,8 +23,12 @@ def _file(tmp: Path, name: str, text: str) -> Path:
 
 def test_register_resolve_and_latest(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path / "a")
-    a1 = store.register([("prompts", "prompt_jsonl", _file(tmp_path, "p1.jsonl", '{"prompt": "a"}\n'), {})], job_id="j1")[0]
-    a2 = store.register([("prompts", "prompt_jsonl", _file(tmp_path, "p2.jsonl", '{"prompt": "b"}\n'), {})], job_id="j2")[0]
+    a1 = store.register(
+        [("prompts", "prompt_jsonl", _file(tmp_path, "p1.jsonl", '{"prompt": "a"}\n'), {})], job_id="j1"
+    )[0]
+    a2 = store.register(
+        [("prompts", "prompt_jsonl", _file(tmp_path, "p2.jsonl", '{"prompt": "b"}\n'), {})], job_id="j2"
+    )[0]
     assert (a1.ref, a2.ref) == ("prompts:v1", "prompts:v2")
     assert store.resolve("prompts").id == a2.id  # latest
     assert store.resolve("prompts", "v1").id == a1.id
@@ -83,7 +87,10 @@ for i in range(count):
 def test_concurrent_registration_from_processes_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     src = _file(tmp_path, "s.jsonl", '{"prompt": "x"}\n')
     workers, per = 6, 15
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path / "a"), str(w), str(per), str(src)]) for w in range(workers)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path / "a"), str(w), str(per), str(src)])
+        for w in range(workers)
+    ]
     assert all(p.wait(120) == 0 for p in procs)
     arts = ArtifactStore(tmp_path / "a").list_artifacts(name="shared")
     assert sorted(a.version for a in arts) == list(range(1, workers * per + 1))  # no gap, no duplicate
@@ -97,10 +104,16 @@ def test_gc_keeps_ancestors_of_kept_artifacts(home: Path, run_cli: Any, tmp_path
     data_v1 = store.register([("data", "prompt_jsonl", _file(owned, "d1.jsonl", "{}"), {})], "j1")[0]
     data_v2 = store.register([("data", "prompt_jsonl", _file(owned, "d2.jsonl", "{}\n{}"), {})], "j2")[0]
     # the only model was made from data:v1, so data:v1 must survive although data:v2 is newer
-    model = store.register([("model", "prompt_jsonl", _file(owned, "m.jsonl", "{}"), {})], "j3", parents=[("data", data_v1.id)])[0]
+    model = store.register(
+        [("model", "prompt_jsonl", _file(owned, "m.jsonl", "{}"), {})], "j3", parents=[("data", data_v1.id)]
+    )[0]
     kept, removable = gc_plan(store, keep=1)
     assert {a.ref for a in kept} == {"data:v1", "data:v2", "model:v1"} and removable == []
-    store.register([("model", "prompt_jsonl", _file(owned, "m2.jsonl", "{}{}"), {})], "j4", parents=[("data", data_v2.id)])
+    store.register(
+        [("model", "prompt_jsonl", _file(owned, "m2.jsonl", "{}{}"), {})],
+        "j4",
+        parents=[("data", data_v2.id)],
+    )
     r = run_cli("artifacts", "gc")
     assert r.code == 0 and "would remove model:v1" in r.out and "would remove data:v1" in r.out
     assert (owned / "m.jsonl").exists()  # a dry run by default

@@ -22,8 +22,10 @@ def _fill(text: str, tmp: Path) -> str:
 def _snapshot(root: Path) -> dict[str, str]:
     if not root.exists():
         return {}
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def test_the_corpus_is_big_enough() -> None:

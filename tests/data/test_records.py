@@ -44,7 +44,10 @@ def test_a_prompt_may_be_a_conversation_ending_with_the_user() -> None:
     assert prompt_text(PromptRecord(prompt="the movie was").prompt) == "the movie was"
     for bad, why in [
         ([], "at least one message"),
-        ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "ends with the user's turn"),
+        (
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+            "ends with the user's turn",
+        ),
         ([{"role": "robot", "content": "hi"}], "role"),
         ([{"role": "user", "content": "  "}], "empty or only whitespace"),
         ([{"role": "user", "content": "hi", "name": "x"}], "Extra inputs"),
@@ -61,7 +64,9 @@ def test_conversations_go_through_the_chat_template_and_text_through_ours() -> N
     from nemotron.paths import shipped_root
 
     tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
-    conversation = PromptRecord.model_validate({"prompt": [{"role": "user", "content": "the movie was"}]}).prompt
+    conversation = PromptRecord.model_validate(
+        {"prompt": [{"role": "user", "content": "the movie was"}]}
+    ).prompt
     with pytest.raises(UserError, match="has no chat template"):
         encode_prompt(tokenizer, conversation)
     tokenizer.chat_template = CHAT_TEMPLATE

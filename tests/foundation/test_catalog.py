@@ -68,16 +68,22 @@ def test_parameters_exist_in_schema_with_matching_defaults(step_id: str) -> None
     for p in step.manifest.parameters:
         *parent, leaf = p.key.split(".")
         owner = _model_at(schema, parent)
-        assert owner is not None and leaf in owner.model_fields, f"{step_id}: parameter {p.key} not in the schema"
+        assert owner is not None and leaf in owner.model_fields, (
+            f"{step_id}: parameter {p.key} not in the schema"
+        )
         if p.default is not None:
-            assert get_dotted(defaults, p.key) == p.default, f"{step_id}: {p.key} manifest default {p.default} != schema"
+            assert get_dotted(defaults, p.key) == p.default, (
+                f"{step_id}: {p.key} manifest default {p.default} != schema"
+            )
 
 
 @pytest.mark.parametrize("step_id", sorted(CATALOG.steps))
 def test_consumes_and_produces_keys_exist_in_schema(step_id: str) -> None:
     step = CATALOG.get(step_id)
     schema = step.config_schema()
-    for key in [c.config_key for c in step.manifest.consumes] + [p.config_key for p in step.manifest.produces]:
+    for key in [c.config_key for c in step.manifest.consumes] + [
+        p.config_key for p in step.manifest.produces
+    ]:
         *parent, leaf = key.split(".")
         owner = _model_at(schema, parent)
         assert owner is not None and leaf in owner.model_fields, f"{step_id}: {key} not in the schema"
@@ -101,7 +107,11 @@ def test_mission_defaults_follow_the_systems_users_know() -> None:
     assert reinforce["reinforce"]["initial_policy_kl_penalty"] == 0.01
     assert reinforce["reinforce"]["num_rollouts_per_prompt"] == 4
     ppo, _ = compose_config(CATALOG.get("rl/ppo"), "default", [])
-    assert (ppo["ppo"]["discount_factor"], ppo["ppo"]["gae_lambda"], ppo["ppo"]["ratio_eps"]) == (1.0, 0.95, 0.2)
+    assert (ppo["ppo"]["discount_factor"], ppo["ppo"]["gae_lambda"], ppo["ppo"]["ratio_eps"]) == (
+        1.0,
+        0.95,
+        0.2,
+    )
     assert ppo["ppo"]["entropy_bonus"] == 0.0 and ppo["critic"]["loss_clip_val"] == 0.2
 
 
@@ -116,7 +126,10 @@ def test_rlhf_accepts_the_documented_nemo_rl_overrides() -> None:
     ]
     config, sources = compose_config(CATALOG.get("rl/rlhf"), "default", overrides)
     assert config["grpo"]["num_generations_per_prompt"] == 16
-    assert config["env"]["nemo_gym"]["genrm_model"]["responses_api_models"]["vllm_model"]["model"] == "nvidia/Nemotron-Reward-Model"
+    assert (
+        config["env"]["nemo_gym"]["genrm_model"]["responses_api_models"]["vllm_model"]["model"]
+        == "nvidia/Nemotron-Reward-Model"
+    )
     assert sources["data.train.data_path"] == "cli"
 
 
@@ -134,7 +147,9 @@ def test_preset_first_comment_is_the_command_that_runs_it() -> None:
     for step in CATALOG.steps.values():
         for preset in step.presets():
             first = (step.config_dir / f"{preset}.yaml").read_text().splitlines()[0]
-            assert first.startswith(f"# nemotron steps run {step.id} -c {preset}"), f"{step.id}/{preset}: {first}"
+            assert first.startswith(f"# nemotron steps run {step.id} -c {preset}"), (
+                f"{step.id}/{preset}: {first}"
+            )
 
 
 def test_user_steps_on_the_search_path_are_found(monkeypatch: pytest.MonkeyPatch) -> None:

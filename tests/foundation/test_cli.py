@@ -21,14 +21,26 @@ def _no_traceback(r: Any) -> None:
 @pytest.mark.parametrize(
     ("args", "expect"),
     [
-        (["steps", "run", "test/count", "-c", "tiny", "trainer.max_stepz=3"], "did you mean 'trainer.max_steps'"),
+        (
+            ["steps", "run", "test/count", "-c", "tiny", "trainer.max_stepz=3"],
+            "did you mean 'trainer.max_steps'",
+        ),
         (["steps", "run", "test/cuont", "-c", "tiny"], "did you mean 'test/count'"),
         (["steps", "run", "test/count", "-c", "tinyy"], "did you mean 'tiny'"),
-        (["steps", "run", "test/count", "-c", "tiny", "trainer.max_steps=many"], "trainer.max_steps: Input should be a valid integer"),
+        (
+            ["steps", "run", "test/count", "-c", "tiny", "trainer.max_steps=many"],
+            "trainer.max_steps: Input should be a valid integer",
+        ),
         (["steps", "run", "test/count", "-c", "tiny", "-r", "local", "-b", "local"], "mutually exclusive"),
-        (["steps", "run", "test/count", "-c", "missing/preset.yaml"], "preset file missing/preset.yaml does not exist"),
+        (
+            ["steps", "run", "test/count", "-c", "missing/preset.yaml"],
+            "preset file missing/preset.yaml does not exist",
+        ),
         (["steps", "run", "test/count", "-c", "tiny", "notakeyvalue"], "overrides must look like key=value"),
-        (["steps", "run", "test/count", "-c", "tiny", "-r", "nosuchprofile"], "unknown profile 'nosuchprofile'"),
+        (
+            ["steps", "run", "test/count", "-c", "tiny", "-r", "nosuchprofile"],
+            "unknown profile 'nosuchprofile'",
+        ),
         (["steps", "show", "rl/reinfroce"], "did you mean 'rl/reinforce'"),
         (["steps", "list", "--consumes", "prompt_jsnl"], "did you mean 'prompt_jsonl'"),
         (["jobs", "status", "no-such-job"], "no job 'no-such-job'"),
@@ -59,13 +71,28 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
     nums = tmp_path / "nums.jsonl"
     nums.write_text('{"prompt": "1"}\n')
     env = {**os.environ, "COLUMNS": "200"}
-    cmd = [sys.executable, "-X", "importtime", "-m", "nemotron", "steps", "run", "test/count", "-c", "tiny", "--dry-run",
-           f"inputs.numbers={nums}", "trainer.sleep_s=0.5"]
+    cmd = [
+        sys.executable,
+        "-X",
+        "importtime",
+        "-m",
+        "nemotron",
+        "steps",
+        "run",
+        "test/count",
+        "-c",
+        "tiny",
+        "--dry-run",
+        f"inputs.numbers={nums}",
+        "trainer.sleep_s=0.5",
+    ]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
-    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    imported = {
+        line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
+    }
     assert "torch" not in imported and "nemo_run" not in imported
     assert {"nemotron.compile", "omegaconf"} <= imported  # the check is real: imports are being recorded
     out = proc.stdout
@@ -78,13 +105,17 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
     assert elapsed < 5  # generous: the machine may be busy; bench/ measures the real figure
 
 
-def test_local_run_writes_job_record_and_jobs_ls_lists_it(home: Path, fixture_steps: Path, run_cli: Any) -> None:
+def test_local_run_writes_job_record_and_jobs_ls_lists_it(
+    home: Path, fixture_steps: Path, run_cli: Any
+) -> None:
     r = run_cli("steps", "run", "test/count", "-c", "tiny", "server.token=tok-abcdef-123456")
     assert r.code == 0, r.err
     (job_dir,) = (home / "jobs").iterdir()
     record = (job_dir / "job.yaml").read_text()
     assert "argv:" in record and "git:" in record and "versions:" in record and "config_hash:" in record
-    assert "tok-abcdef-123456" not in record and "tok-abcdef-123456" not in (job_dir / "config.yaml").read_text()
+    assert (
+        "tok-abcdef-123456" not in record and "tok-abcdef-123456" not in (job_dir / "config.yaml").read_text()
+    )
     assert oct((job_dir / ".secrets.json").stat().st_mode & 0o777) == "0o600"
     assert "token available to the step: True" in (job_dir / "logs" / "step.log").read_text()
     metrics = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
@@ -95,7 +126,9 @@ def test_local_run_writes_job_record_and_jobs_ls_lists_it(home: Path, fixture_st
     assert shown["produced"] == ["count_result:v1"]
 
 
-def test_failed_step_is_marked_failed_and_registers_nothing(home: Path, fixture_steps: Path, run_cli: Any) -> None:
+def test_failed_step_is_marked_failed_and_registers_nothing(
+    home: Path, fixture_steps: Path, run_cli: Any
+) -> None:
     r = run_cli("steps", "run", "test/count", "-c", "tiny", "trainer.fail_at=2")
     assert r.code == 3
     (job_dir,) = (home / "jobs").iterdir()
@@ -105,7 +138,17 @@ def test_failed_step_is_marked_failed_and_registers_nothing(home: Path, fixture_
 
 def test_batch_run_detaches_and_cancel_stops_it(home: Path, fixture_steps: Path, run_cli: Any) -> None:
     t0 = time.monotonic()
-    r = run_cli("steps", "run", "test/count", "-c", "tiny", "-b", "local", "trainer.max_steps=1000", "trainer.sleep_s=0.05")
+    r = run_cli(
+        "steps",
+        "run",
+        "test/count",
+        "-c",
+        "tiny",
+        "-b",
+        "local",
+        "trainer.max_steps=1000",
+        "trainer.sleep_s=0.05",
+    )
     assert r.code == 0, r.err
     assert time.monotonic() - t0 < 20  # returned at once, the job keeps running
     job_id = r.out.strip()
@@ -127,8 +170,24 @@ def test_batch_run_detaches_and_cancel_stops_it(home: Path, fixture_steps: Path,
 
 def test_ctrl_c_on_attached_run_cancels_the_job(home: Path, fixture_steps: Path) -> None:
     env = {**os.environ, "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "nemotron", "steps", "run", "test/count", "-c", "tiny",
-                             "trainer.max_steps=1000", "trainer.sleep_s=0.05"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nemotron",
+            "steps",
+            "run",
+            "test/count",
+            "-c",
+            "tiny",
+            "trainer.max_steps=1000",
+            "trainer.sleep_s=0.05",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 30
     while not list((home / "jobs").glob("*/metrics.jsonl")):
         assert time.monotonic() < deadline and proc.poll() is None
@@ -145,7 +204,18 @@ def test_ctrl_c_on_attached_run_cancels_the_job(home: Path, fixture_steps: Path)
 
 
 def test_passthrough_args_reach_the_step(home: Path, fixture_steps: Path, run_cli: Any) -> None:
-    r = run_cli("steps", "run", "test/count", "-c", "tiny", "--dry-run", "trainer.max_steps=2", "--", "--extra-arg", "x=1")
+    r = run_cli(
+        "steps",
+        "run",
+        "test/count",
+        "-c",
+        "tiny",
+        "--dry-run",
+        "trainer.max_steps=2",
+        "--",
+        "--extra-arg",
+        "x=1",
+    )
     assert r.code == 0, r.err
     assert "--job-dir" in r.out and r.out.rstrip().endswith("--extra-arg x=1")
     assert "max_steps: 2  # cli" in r.out
@@ -154,7 +224,13 @@ def test_passthrough_args_reach_the_step(home: Path, fixture_steps: Path, run_cl
 def test_steps_list_json_filters_by_type(home: Path, run_cli: Any) -> None:
     rows = json.loads(run_cli("steps", "list", "--json", "--produces", "checkpoint_hf").out)
     ids = {r["id"] for r in rows}
-    assert {"sft", "rl/reinforce", "rl/ppo", "rl/rlhf", "rm/train"} <= ids  # reward_model_hf is_a checkpoint_hf
+    assert {
+        "sft",
+        "rl/reinforce",
+        "rl/ppo",
+        "rl/rlhf",
+        "rm/train",
+    } <= ids  # reward_model_hf is_a checkpoint_hf
     assert "data/prep" not in ids
     rows = json.loads(run_cli("steps", "list", "--json", "--consumes", "preference_jsonl").out)
     assert {r["id"] for r in rows} == {"rm/train"}
@@ -166,5 +242,7 @@ def test_python_m_and_console_script_agree(run_cli: Any) -> None:
     assert data["manifest"]["step"]["launch"] == "torchrun"
     assert [c["name"] for c in data["consumes"]] == ["prompts", "policy", "reward_model"]
     script = Path(sys.executable).parent / "nemotron"
-    out = subprocess.run([str(script), "steps", "show", "rl/reinforce", "--json"], capture_output=True, text=True)
+    out = subprocess.run(
+        [str(script), "steps", "show", "rl/reinforce", "--json"], capture_output=True, text=True
+    )
     assert json.loads(out.stdout) == data

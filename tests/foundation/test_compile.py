@@ -51,10 +51,15 @@ def test_preset_chain_with_defaults(catalog: Catalog) -> None:
 
 def test_every_error_reported_at_once_with_did_you_mean(catalog: Catalog) -> None:
     with pytest.raises(UserError) as e:
-        compose_config(catalog.get("test/count"), "tiny", ["trainer.max_stepz=20", "trainer.sleep_s=slow", "trainr.x=1"])
+        compose_config(
+            catalog.get("test/count"), "tiny", ["trainer.max_stepz=20", "trainer.sleep_s=slow", "trainr.x=1"]
+        )
     problems = e.value.problems
     assert len(problems) == 3
-    assert any("trainer.max_stepz" in p and "did you mean 'trainer.max_steps'" in p and "[from cli]" in p for p in problems)
+    assert any(
+        "trainer.max_stepz" in p and "did you mean 'trainer.max_steps'" in p and "[from cli]" in p
+        for p in problems
+    )
     assert any("trainer.sleep_s" in p and "'slow'" in p for p in problems)
     assert any(p.startswith("trainr: unknown key") and "did you mean 'trainer'" in p for p in problems)
 
@@ -90,7 +95,9 @@ def test_binding_resolves_store_refs_and_checks_is_a(catalog: Catalog, tmp_path:
 
 
 def test_wrong_artifact_type_says_expected_and_got(catalog: Catalog, tmp_path: Path) -> None:
-    store = _store_with(tmp_path, "prefs", "preference_jsonl", '{"prompt": "a", "chosen": "b", "rejected": "c"}\n')
+    store = _store_with(
+        tmp_path, "prefs", "preference_jsonl", '{"prompt": "a", "chosen": "b", "rejected": "c"}\n'
+    )
     # preference_jsonl is_a training_jsonl, not prompt_jsonl
     with pytest.raises(UserError) as e:
         compile_job(catalog, "test/count", "tiny", ["inputs.numbers=prefs:v1"], store=store)
@@ -101,17 +108,27 @@ def test_path_input_type_detected_from_content(catalog: Catalog, tmp_path: Path)
     sft = tmp_path / "sft.jsonl"
     sft.write_text(json.dumps({"prompt": "p", "response": "x"}) + "\n")
     with pytest.raises(UserError, match="expected type prompt_jsonl, got sft_jsonl"):
-        compile_job(catalog, "test/count", "tiny", [f"inputs.numbers={sft}"], store=ArtifactStore(tmp_path / "a"))
+        compile_job(
+            catalog, "test/count", "tiny", [f"inputs.numbers={sft}"], store=ArtifactStore(tmp_path / "a")
+        )
 
 
 def test_missing_artifact_names_the_producer(catalog: Catalog, tmp_path: Path) -> None:
     with pytest.raises(UserError) as e:
-        compile_job(catalog, "rl/reinforce", "tiny", ["inputs.policy=nope:latest"], store=ArtifactStore(tmp_path / "a"))
+        compile_job(
+            catalog,
+            "rl/reinforce",
+            "tiny",
+            ["inputs.policy=nope:latest"],
+            store=ArtifactStore(tmp_path / "a"),
+        )
     assert "no artifact named 'nope'" in e.value.render()
 
 
 def test_secrets_are_masked_in_the_job(catalog: Catalog, tmp_path: Path) -> None:
-    job = compile_job(catalog, "test/count", "tiny", ["server.token=hunter2-secret"], store=ArtifactStore(tmp_path / "a"))
+    job = compile_job(
+        catalog, "test/count", "tiny", ["server.token=hunter2-secret"], store=ArtifactStore(tmp_path / "a")
+    )
     from nemotron.launch.submit import dry_run
 
     text = dry_run(job)

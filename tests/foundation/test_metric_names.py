@@ -94,5 +94,7 @@ def test_a_brief_tiny_run_logs_exactly_the_listed_metrics(step_id: str, tmp_path
     # The tiny presets score with the reward model; the judge's names are checked against its client above.
     # token_mult_prob_error compares vLLM's logprobs with the trainer's: logged with generation.backend=vllm only
     # (tests/vllm checks it).
-    listed = {name for name in declared()[step_id] if not name.startswith("judge/")} - {"token_mult_prob_error"}
+    listed = {name for name in declared()[step_id] if not name.startswith("judge/")} - {
+        "token_mult_prob_error"
+    }
     assert logged - {"step", "time"} == listed

@@ -13,7 +13,9 @@ from nemotron.plotting import plot_metrics
 
 
 def test_plot_writes_a_png_with_the_curves(tmp_path: Path) -> None:
-    rows = [{"step": s, "rewards": s * 0.1, "init_policy_kl": s * 0.01, "actor_loss": 1 / s} for s in range(1, 21)]
+    rows = [
+        {"step": s, "rewards": s * 0.1, "init_policy_kl": s * 0.01, "actor_loss": 1 / s} for s in range(1, 21)
+    ]
     out = plot_metrics(rows, tmp_path / "m.png", title="job")
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

@@ -26,13 +26,19 @@ def test_a_preset_beside_the_file_wins_over_the_shipped_one(home: Path, tmp_path
 
 
 def test_jobs_ls_is_newest_first_across_steps(home: Path, run_cli: Any) -> None:
-    ids = ["sft-20260101-000003-aaaa", "rl-ppo-20260101-000001-bbbb", "data-prep-20260101-000002-cccc",
-           "rl-reinforce-20251231-235959-dddd"]
+    ids = [
+        "sft-20260101-000003-aaaa",
+        "rl-ppo-20260101-000001-bbbb",
+        "data-prep-20260101-000002-cccc",
+        "rl-reinforce-20251231-235959-dddd",
+    ]
     for i, job_id in enumerate(ids):
         d = home / "jobs" / job_id
         d.mkdir(parents=True)
-        (d / "job.yaml").write_text(f"job_id: {job_id}\nstep: x\npreset: tiny\nmode: batch\nexecutor: local\n"
-                                    f"created_at: '{i}'\nprofile: {{}}\nconfig: {{}}\nconfig_hash: h\nlaunch: ''\n")
+        (d / "job.yaml").write_text(
+            f"job_id: {job_id}\nstep: x\npreset: tiny\nmode: batch\nexecutor: local\n"
+            f"created_at: '{i}'\nprofile: {{}}\nconfig: {{}}\nconfig_hash: h\nlaunch: ''\n"
+        )
         (d / "status.json").write_text(json.dumps({"state": "succeeded"}))
         os.utime(d, (time.time() - i, time.time() - i))
     r = run_cli("jobs", "ls", "--json")
@@ -42,4 +48,9 @@ def test_jobs_ls_is_newest_first_across_steps(home: Path, run_cli: Any) -> None:
     (home / "jobs" / ids[1] / "job.yaml").write_text("job_id: x\n")
     r = run_cli("jobs", "ls", "--json")
     assert r.code == 0 and f"{ids[1]}/job.yaml: not a job record" in r.err
-    assert [row["state"] for row in json.loads(r.out)] == ["succeeded", "succeeded", "unreadable", "succeeded"]
+    assert [row["state"] for row in json.loads(r.out)] == [
+        "succeeded",
+        "succeeded",
+        "unreadable",
+        "succeeded",
+    ]

@@ -27,11 +27,19 @@ def _check(name: str, text: str) -> None:
 def test_local_dry_run_matches_golden(fixture_steps: Path, tmp_path: Path, monkeypatch: object) -> None:
     nums = tmp_path / "nums.jsonl"
     nums.write_text('{"prompt": "1"}\n')
-    job = compile_job(Catalog(), "test/count", "chained", [f"inputs.numbers={nums}", "trainer.max_steps=4", "server.token=abcdef-secret"],
-                      passthrough=["--verbose"], store=ArtifactStore(tmp_path / "a"))
+    job = compile_job(
+        Catalog(),
+        "test/count",
+        "chained",
+        [f"inputs.numbers={nums}", "trainer.max_steps=4", "server.token=abcdef-secret"],
+        passthrough=["--verbose"],
+        store=ArtifactStore(tmp_path / "a"),
+    )
     job = dataclasses.replace(job, job_id="test-count-20260101-000000-abcd")
     job_dir = "/home/user/.nemotron/jobs/test-count-20260101-000000-abcd"
-    text = render.dry_run_text(job, render.local_launch(job, job_dir, python="python"), job_dir, {"abcdef-secret"})
+    text = render.dry_run_text(
+        job, render.local_launch(job, job_dir, python="python"), job_dir, {"abcdef-secret"}
+    )
     text = text.replace(str(nums), "/data/nums.jsonl").replace(str(fixture_steps), "$STEPS")
     assert "abcdef-secret" not in text
     _check("dry_run_local.txt", text)

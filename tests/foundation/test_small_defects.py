@@ -11,7 +11,9 @@ from typing import Any
 
 
 def test_docgen_help_is_help_not_a_file_named_help(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "nemotron.docgen", "--help"], cwd=tmp_path, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "nemotron.docgen", "--help"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert done.returncode == 0 and "usage: python -m nemotron.docgen" in done.stdout
     assert list(tmp_path.iterdir()) == []
 
@@ -33,7 +35,9 @@ def test_every_command_help_shows_an_example_and_the_exit_codes(home: Path, run_
         for cmd in getattr(sub, "commands", {name: sub}):
             args = [name, cmd, "--help"] if hasattr(sub, "commands") else [name, "--help"]
             shown = run_cli(*args)
-            assert shown.code == 0 and "Example: nemotron" in shown.out and "Exit codes: 0 done" in shown.out, args
+            assert (
+                shown.code == 0 and "Example: nemotron" in shown.out and "Exit codes: 0 done" in shown.out
+            ), args
             assert len(shown.out.splitlines()) <= 40, f"{args}: help longer than a screen"
 
 
@@ -52,7 +56,10 @@ def test_tables_are_not_cut_when_piped(home: Path) -> None:
 def test_a_dry_run_warns_about_absent_inputs_where_a_run_refuses_them(home: Path, run_cli: Any) -> None:
     r = run_cli("steps", "run", "rl/ppo", "-c", "default", "--dry-run")
     assert r.code == 0, r.err
-    assert "warning: input 'policy': /models/sft_policy does not exist here; running this job would refuse it" in r.out
+    assert (
+        "warning: input 'policy': /models/sft_policy does not exist here; running this job would refuse it"
+        in r.out
+    )
     r = run_cli("steps", "run", "rl/ppo", "-c", "default")
     assert r.code == 2 and "'/models/sft_policy' is neither an existing path nor an artifact" in r.err
     assert not (home / "jobs").exists() or not list((home / "jobs").iterdir())

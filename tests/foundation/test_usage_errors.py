@@ -18,7 +18,10 @@ CASES = [
     (["steps", "run"], "error: Missing argument 'ID'"),
     (["steps", "list", "--bogus"], "error: No such option: --bogus"),
     (["jobs", "ls", "--limit", "abc"], "error: Invalid value for '--limit'"),
-    (["steps", "run", "rl/reinforce", "-c", "tiny", "--no-such-flag"], "error: No such option: --no-such-flag"),
+    (
+        ["steps", "run", "rl/reinforce", "-c", "tiny", "--no-such-flag"],
+        "error: No such option: --no-such-flag",
+    ),
 ]
 
 
@@ -48,4 +51,8 @@ def test_version_names_the_pinned_engine_targets(tmp_path: Path) -> None:
     done = _run(["--version"], tmp_path / "home")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("nemotron 0.")
-    assert "NeMo-RL v0.7.0" in done.stdout and "NeMo-Aligner v0.7.0" in done.stdout and "vLLM 0.32.0" in done.stdout
+    assert (
+        "NeMo-RL v0.7.0" in done.stdout
+        and "NeMo-Aligner v0.7.0" in done.stdout
+        and "vLLM 0.32.0" in done.stdout
+    )

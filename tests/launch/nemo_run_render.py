@@ -14,12 +14,24 @@ from nemotron.compile import compile_job
 from nemotron.launch import remote, slurm, slurm_executor
 from nemotron.profiles import SlurmProfile
 
-QUIET = {"clean_mode": True, "enable_goodbye_message": False, "skip_status_at_exit": True, "log_level": "WARNING"}
+QUIET = {
+    "clean_mode": True,
+    "enable_goodbye_message": False,
+    "skip_status_at_exit": True,
+    "log_level": "WARNING",
+}
 results = []
 with remote.nemo_run() as run:
     for step, preset, profile, extra in json.loads(sys.argv[1]):
-        job = compile_job(Catalog(), step, preset, [a for a in extra if "=" in a], profile_name=profile, mode="batch",
-                          force_squash="--force-squash" in extra)
+        job = compile_job(
+            Catalog(),
+            step,
+            preset,
+            [a for a in extra if "=" in a],
+            profile_name=profile,
+            mode="batch",
+            force_squash="--force-squash" in extra,
+        )
         assert isinstance(job.profile, SlurmProfile)
         plan = slurm_executor.slurm_plan(job)
         executors, scripts = slurm.executors(run, plan, job.profile), slurm.scripts(run, plan)
@@ -29,6 +41,17 @@ with remote.nemo_run() as run:
             else:
                 exp.add(scripts[0], executor=executors[0], name=plan.task)
             exp.dryrun(log=False, delete_exp_dir=False)
-        written = Path(plan.paths.nemorun_jobs) / slurm.EXPERIMENT_TITLE / plan.experiment_id / f"{plan.task}_sbatch.sh"
-        results.append({"case": [step, profile, *extra], "ours": slurm.render_sbatch(plan), "nemo_run": written.read_text()})
+        written = (
+            Path(plan.paths.nemorun_jobs)
+            / slurm.EXPERIMENT_TITLE
+            / plan.experiment_id
+            / f"{plan.task}_sbatch.sh"
+        )
+        results.append(
+            {
+                "case": [step, profile, *extra],
+                "ours": slurm.render_sbatch(plan),
+                "nemo_run": written.read_text(),
+            }
+        )
 print(json.dumps(results))

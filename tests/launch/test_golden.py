@@ -26,7 +26,9 @@ def _reward_model_dir(root: Path) -> Path:
     """What rl/rlhf's judge detection reads: config.json names a sequence classifier, weights exist."""
     d = root / "reward_model"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": 64}))
+    (d / "config.json").write_text(
+        json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": 64})
+    )
     (d / "model.safetensors").write_bytes(b"")
     return d
 
@@ -37,8 +39,17 @@ CASES = [
     for step in ("rl/reinforce", "rl/ppo", "rl/rlhf")
 ] + [
     # rl/rlhf with a served reward-model judge: the heterogeneous job (judge detected from the local dir)
-    ("local_slurm", "rl/rlhf", "default", ("backend=builtin", "judge.kind=reward_model", "env.should_use_nemo_gym=false",
-                                           f"env.nemo_gym.genrm_model.responses_api_models.vllm_model.model={RM}")),
+    (
+        "local_slurm",
+        "rl/rlhf",
+        "default",
+        (
+            "backend=builtin",
+            "judge.kind=reward_model",
+            "env.should_use_nemo_gym=false",
+            f"env.nemo_gym.genrm_model.responses_api_models.vllm_model.model={RM}",
+        ),
+    ),
     ("slurm_rlhf", "rl/reinforce", "default", ("--force-squash",)),
     # backend=nemo_rl (rl/rlhf's default preset): a Ray head, workers and one driver on 1, 2 and 8 nodes
     ("slurm_1node", "rl/rlhf", "default", ()),
@@ -47,8 +58,16 @@ CASES = [
     ("lepton_8nodes", "rl/rlhf", "default", ()),
     ("slurm_rlhf", "rl/reinforce", "default", ("backend=nemo_rl",)),
     ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_rl",)),
-    ("slurm_rlhf", "rl/rlhf", "default", ("judge.kind=reward_model", "env.should_use_nemo_gym=false",
-                                          "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=/models/rm")),
+    (
+        "slurm_rlhf",
+        "rl/rlhf",
+        "default",
+        (
+            "judge.kind=reward_model",
+            "env.should_use_nemo_gym=false",
+            "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=/models/rm",
+        ),
+    ),
     ("slurm_rlhf", "rl/rlhf", "default", ("backend=builtin", "judge.mode=pointwise")),
     # a server step on 2 nodes x 8 tasks: one server per node
     ("slurm_rlhf", "rm/serve", "default", ()),
@@ -79,8 +98,15 @@ def render(profile: str, step: str, preset: str, extra: tuple[str, ...], home: P
     (tmp_path / "env.toml").write_text(PROFILES)  # the working directory: found by walking up from it
     rm = _reward_model_dir(tmp_path) if any(RM in e for e in extra) else None
     overrides = [e.replace(RM, str(rm)) for e in extra if not e.startswith("--")]
-    job = compile_job(Catalog(), step, preset, overrides, profile_name=profile, mode="batch",
-                      force_squash="--force-squash" in extra)
+    job = compile_job(
+        Catalog(),
+        step,
+        preset,
+        overrides,
+        profile_name=profile,
+        mode="batch",
+        force_squash="--force-squash" in extra,
+    )
     job = replace(job, job_id=JOB_ID.format(step=step.replace("/", "-")))
     text = submit.dry_run(job)
     for path, name in ((home, "<NEMOTRON_HOME>"), (sys.executable, "<PYTHON>"), (REPO, "<REPO>"), (rm, RM)):
@@ -89,18 +115,29 @@ def render(profile: str, step: str, preset: str, extra: tuple[str, ...], home: P
     return text
 
 
-@pytest.mark.parametrize(("profile", "step", "preset", "extra"), CASES, ids=[_name(p, s, e) for p, s, _, e in CASES])
-def test_dry_run_matches_golden(profile: str, step: str, preset: str, extra: tuple[str, ...], home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("profile", "step", "preset", "extra"), CASES, ids=[_name(p, s, e) for p, s, _, e in CASES]
+)
+def test_dry_run_matches_golden(
+    profile: str, step: str, preset: str, extra: tuple[str, ...], home: Path, tmp_path: Path
+) -> None:
     text = render(profile, step, preset, extra, home, tmp_path)
     golden = GOLDEN / _name(profile, step, extra)
     if UPDATE:
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(text)
     assert golden.is_file(), f"no golden file {golden.name}: run with NEMOTRON_UPDATE_GOLDENS=1 and review it"
-    assert text == golden.read_text(), f"{golden.name} changed: rerun with NEMOTRON_UPDATE_GOLDENS=1 if intended"
+    assert text == golden.read_text(), (
+        f"{golden.name} changed: rerun with NEMOTRON_UPDATE_GOLDENS=1 if intended"
+    )
 
 
 def test_goldens_have_no_unnormalised_paths() -> None:
     """A golden holding this machine's paths would break on any other checkout."""
-    leaks = [(g.name, p) for g in GOLDEN.glob("*.txt") for p in (str(REPO), sys.executable, "/tmp/pytest-") if p in g.read_text()]
+    leaks = [
+        (g.name, p)
+        for g in GOLDEN.glob("*.txt")
+        for p in (str(REPO), sys.executable, "/tmp/pytest-")
+        if p in g.read_text()
+    ]
     assert GOLDEN.is_dir() and not leaks

@@ -22,7 +22,13 @@ STUBS = {
     "srun": '#!/bin/bash\nfor a in "$@"; do printf "%s\\n" "$a"; done >> "$STUB_LOG"; echo "--end--" >> "$STUB_LOG"\n',
     "scontrol": "#!/bin/bash\necho node1\n",
 }
-HOSTILE = ["x $(touch PWNED1);y", "a`touch PWNED2`b", "q'uote\"s", "semi;colon & amp | pipe", "dollar $HOME ${PATH}"]
+HOSTILE = [
+    "x $(touch PWNED1);y",
+    "a`touch PWNED2`b",
+    "q'uote\"s",
+    "semi;colon & amp | pipe",
+    "dollar $HOME ${PATH}",
+]
 
 
 def _script(home: Path) -> tuple[str, str]:
@@ -39,9 +45,16 @@ def _run_with_stubs(script: str, tmp: Path) -> list[list[str]]:
         (bin_dir / name).chmod(0o755)
     (tmp / "job.sh").write_text(script)
     log = tmp / "srun.log"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(log), "SLURM_JOB_ID": "42",
-           "SLURM_JOB_NODELIST": "node1"}
-    done = subprocess.run(["bash", str(tmp / "job.sh")], cwd=tmp, env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "STUB_LOG": str(log),
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_NODELIST": "node1",
+    }
+    done = subprocess.run(
+        ["bash", str(tmp / "job.sh")], cwd=tmp, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     calls, current = [], []
     for word in log.read_text().split("\n")[:-1]:
@@ -54,7 +67,9 @@ def _run_with_stubs(script: str, tmp: Path) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("hostile", HOSTILE)
-def test_a_hostile_home_is_one_word_in_every_srun(hostile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hostile_home_is_one_word_in_every_srun(
+    hostile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home = tmp_path / hostile / "home"
     monkeypatch.setenv("NEMOTRON_HOME", str(home))
     monkeypatch.setenv("NEMOTRON_STEPS_PATH", str(FIXTURE_STEPS))
@@ -73,8 +88,12 @@ def test_a_hostile_home_is_one_word_in_every_srun(hostile: str, tmp_path: Path, 
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.text(alphabet=st.sampled_from(list(" $();`'\"&|<>*?!#~\\{}[]=aZ9._-")), min_size=1, max_size=12))
-def test_any_printable_home_renders_a_script_bash_accepts(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@given(
+    name=st.text(alphabet=st.sampled_from(list(" $();`'\"&|<>*?!#~\\{}[]=aZ9._-")), min_size=1, max_size=12)
+)
+def test_any_printable_home_renders_a_script_bash_accepts(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if name in (".", ".."):
         return
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / name / "home"))
@@ -93,7 +112,9 @@ def test_a_home_with_a_newline_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
         _script(tmp_path)
 
 
-def test_a_lepton_job_root_the_pod_shell_cannot_carry_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lepton_job_root_the_pod_shell_cannot_carry_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "env.toml").write_text('[lep]\nextends = "lepton_rl"\nnemo_run_dir = "/mnt/x $(reboot)"\n')
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("NEMOTRON_ENV_FILE", raising=False)

@@ -38,7 +38,9 @@ def test_unknown_names_get_a_suggestion() -> None:
 
 
 def test_no_engine_or_executor_if_chains_outside_the_registries() -> None:
-    chain = re.compile(r"""(\.executor|\(["'](executor|backend)["']\)|\[["'](executor|backend)["']\])\s*(==|!=|in\s*\()""")
+    chain = re.compile(
+        r"""(\.executor|\(["'](executor|backend)["']\)|\[["'](executor|backend)["']\])\s*(==|!=|in\s*\()"""
+    )
     offenders = []
     for path in SRC.rglob("*.py"):
         for n, line in enumerate(path.read_text().splitlines(), 1):
@@ -71,15 +73,37 @@ def _remote_job(home: Path, policy_input: Path, output: Path) -> Path:
     job_dir = home / "jobs" / "rl-ppo-20260101-000000-abcd"
     job_dir.mkdir(parents=True)
     record = {
-        "job_id": job_dir.name, "step": "rl/ppo", "preset": "default", "config_hash": "c0ffee", "executor": "slurm",
-        "created_at": "2026-01-01T00:00:00+00:00", "mode": "batch", "config": {}, "launch": "#!/bin/bash\n",
-        "profile": {}, "inputs": [{"name": "policy", "kind": "path", "path": str(policy_input), "artifact_id": None,
-                                   "ref": str(policy_input), "actual_type": "checkpoint_hf", "expected_type": "checkpoint_hf"}],
+        "job_id": job_dir.name,
+        "step": "rl/ppo",
+        "preset": "default",
+        "config_hash": "c0ffee",
+        "executor": "slurm",
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "mode": "batch",
+        "config": {},
+        "launch": "#!/bin/bash\n",
+        "profile": {},
+        "inputs": [
+            {
+                "name": "policy",
+                "kind": "path",
+                "path": str(policy_input),
+                "artifact_id": None,
+                "ref": str(policy_input),
+                "actual_type": "checkpoint_hf",
+                "expected_type": "checkpoint_hf",
+            }
+        ],
         "outputs": {"policy": {"artifact": "ppo_policy", "type": "checkpoint_hf"}},
     }
     (job_dir / "job.yaml").write_text(yaml.safe_dump(record))
-    status = {"state": "running", "handle": "h", "remote_id": "7", "submitted_at": "2026-01-01T00:00:00+00:00",
-              "register": {"policy": str(output)}}
+    status = {
+        "state": "running",
+        "handle": "h",
+        "remote_id": "7",
+        "submitted_at": "2026-01-01T00:00:00+00:00",
+        "register": {"policy": str(output)},
+    }
     (job_dir / "status.json").write_text(json.dumps(status))
     return job_dir
 
@@ -98,13 +122,19 @@ def test_a_remote_run_that_succeeded_registers_its_outputs_with_lineage(home: Pa
 
     status = remote.refresh_status(job_dir, Finished("succeeded"))
 
-    assert status["state"] == "succeeded" and status["exit_code"] == 0 and status["registered"] == ["ppo_policy:v1"]
+    assert (
+        status["state"] == "succeeded"
+        and status["exit_code"] == 0
+        and status["registered"] == ["ppo_policy:v1"]
+    )
     store = ArtifactStore(home / "artifacts")
     art = store.resolve("ppo_policy")
     assert Path(art.path) == out and art.type == "checkpoint_hf"
-    (edge, parent), = store.parents(art.id)
+    ((edge, parent),) = store.parents(art.id)
     assert edge == "policy" and Path(parent.path) == sft
-    assert remote.refresh_status(job_dir, Finished("succeeded"))["registered"] == ["ppo_policy:v1"]  # once only
+    assert remote.refresh_status(job_dir, Finished("succeeded"))["registered"] == [
+        "ppo_policy:v1"
+    ]  # once only
     assert [a.ref for a in store.list_artifacts(name="ppo_policy")] == ["ppo_policy:v1"]
 
 
@@ -114,7 +144,10 @@ def test_a_run_that_ended_without_its_outputs_fails_and_registers_nothing(home: 
     status = remote.refresh_status(job_dir, Finished("succeeded"))
 
     assert status["state"] == "failed" and status["exit_code"] == 1 and "never-written" in status["error"]
-    assert not ArtifactStore(home / "artifacts").exists() or not ArtifactStore(home / "artifacts").list_artifacts()
+    assert (
+        not ArtifactStore(home / "artifacts").exists()
+        or not ArtifactStore(home / "artifacts").list_artifacts()
+    )
 
 
 def test_a_failed_run_registers_nothing(home: Path, tmp_path: Path) -> None:
@@ -122,26 +155,39 @@ def test_a_failed_run_registers_nothing(home: Path, tmp_path: Path) -> None:
     job_dir = _remote_job(home, _model_dir(tmp_path / "sft", "sft"), out)
 
     assert remote.refresh_status(job_dir, Finished("failed"))["state"] == "failed"
-    assert not ArtifactStore(home / "artifacts").exists() or not ArtifactStore(home / "artifacts").list_artifacts()
+    assert (
+        not ArtifactStore(home / "artifacts").exists()
+        or not ArtifactStore(home / "artifacts").list_artifacts()
+    )
 
 
-def test_outputs_the_run_registered_on_the_cluster_are_recorded_not_registered_twice(home: Path, tmp_path: Path) -> None:
+def test_outputs_the_run_registered_on_the_cluster_are_recorded_not_registered_twice(
+    home: Path, tmp_path: Path
+) -> None:
     from nemotron.artifacts.lineage import main as register_main
 
     sft = _model_dir(tmp_path / "sft", "sft")
     out = _model_dir(tmp_path / "run" / "outputs" / "policy", "aligned")
     job_dir = _remote_job(home, sft, out)
-    assert register_main(["--job-dir", str(job_dir), f"policy={out}"]) == 0  # what the driver script runs last
+    assert (
+        register_main(["--job-dir", str(job_dir), f"policy={out}"]) == 0
+    )  # what the driver script runs last
     assert register_main(["--job-dir", str(job_dir), f"policy={out}"]) == 0  # again: nothing twice
 
     status = remote.refresh_status(job_dir, Finished("succeeded"))
 
     assert status["state"] == "succeeded" and status["registered"] == ["ppo_policy:v1"]
-    assert [a.ref for a in ArtifactStore(home / "artifacts").list_artifacts(name="ppo_policy")] == ["ppo_policy:v1"]
+    assert [a.ref for a in ArtifactStore(home / "artifacts").list_artifacts(name="ppo_policy")] == [
+        "ppo_policy:v1"
+    ]
 
 
-def test_outputs_on_storage_this_machine_cannot_see_are_not_called_missing(home: Path, tmp_path: Path) -> None:
-    job_dir = _remote_job(home, _model_dir(tmp_path / "sft", "sft"), Path("/lustre/nowhere/jobs/x/outputs/policy"))
+def test_outputs_on_storage_this_machine_cannot_see_are_not_called_missing(
+    home: Path, tmp_path: Path
+) -> None:
+    job_dir = _remote_job(
+        home, _model_dir(tmp_path / "sft", "sft"), Path("/lustre/nowhere/jobs/x/outputs/policy")
+    )
 
     status = remote.refresh_status(job_dir, Finished("succeeded"))
 

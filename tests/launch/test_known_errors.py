@@ -2,7 +2,10 @@
 
 from nemotron.launch.local_executor import known_errors
 
-RULES = [("Judge unreachable", "reward server", "check judge.url"), ("Judge output unparseable", "parse", "tighten it")]
+RULES = [
+    ("Judge unreachable", "reward server", "check judge.url"),
+    ("Judge output unparseable", "parse", "tighten it"),
+]
 
 
 def test_a_progress_line_that_names_the_server_does_not_blame_it() -> None:

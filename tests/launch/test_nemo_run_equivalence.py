@@ -32,22 +32,39 @@ def test_rendered_sbatch_equals_what_nemo_run_writes(home: Path, tmp_path: Path)
     (tmp_path / "env.toml").write_text(ENV_TOML)
     rm = tmp_path / "rm"
     rm.mkdir()
-    (rm / "config.json").write_text(json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": 32}))
+    (rm / "config.json").write_text(
+        json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": 32})
+    )
     (rm / "model.safetensors").write_bytes(b"")
     cases = [
         ["test/served", "tiny", "local_slurm", [f"inputs.reward_model={rm}"]],  # hetjob, no container
-        ["rl/reinforce", "default", "gpu_local", ["--force-squash"]],  # hetjob, squash import, torchrun on 2 nodes
+        [
+            "rl/reinforce",
+            "default",
+            "gpu_local",
+            ["--force-squash"],
+        ],  # hetjob, squash import, torchrun on 2 nodes
         ["rl/ppo", "default", "gpu_one", []],  # hetjob, ready-made .sqsh, a secret in the profile
         ["rl/rlhf", "default", "gpu_one", []],  # one group (generative judge from the hub)
     ]
     env = {**os.environ, "NEMOTRON_HOME": str(home), "NEMOTRON_STEPS_PATH": str(SERVED_STEPS)}
-    done = subprocess.run([sys.executable, str(HELPER), json.dumps(cases)], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(HELPER), json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout)
     assert len(results) == len(cases)
     for r in results:
-        diff = "".join(difflib.unified_diff(r["ours"].splitlines(True), r["nemo_run"].splitlines(True), "ours", "nemo_run"))
+        diff = "".join(
+            difflib.unified_diff(
+                r["ours"].splitlines(True), r["nemo_run"].splitlines(True), "ours", "nemo_run"
+            )
+        )
         assert r["ours"] == r["nemo_run"], f"{r['case']}:\n{diff}"
     het = results[0]["ours"]
     assert "#SBATCH hetjob" in het and "--het-group=1" in het  # the comparison covered a real hetjob

@@ -27,9 +27,14 @@ def test_one_head_workers_and_one_driver(nodes: int, home: Path, tmp_path: Path)
 
     assert script in text  # --dry-run shows the very script submit sends
     assert f"#SBATCH --nodes={nodes}" in script and "#SBATCH --ntasks-per-node=1" in script
-    assert "#SBATCH --gpus-per-node=8" in script and "#SBATCH --cpus-per-task=128" in script  # 8 tasks x 16 CPUs
+    assert (
+        "#SBATCH --gpus-per-node=8" in script and "#SBATCH --cpus-per-task=128" in script
+    )  # 8 tasks x 16 CPUs
     assert len(re.findall(r"ray start --head", script)) == 1
-    assert len(re.findall(r"ray start --address", script)) == 1 and "for ((i = 1; i < ${#nodes[@]}; i++))" in script
+    assert (
+        len(re.findall(r"ray start --address", script)) == 1
+        and "for ((i = 1; i < ${#nodes[@]}; i++))" in script
+    )
     assert len(re.findall(r"srun --overlap .* bash .*ray_driver\.sh", script)) == 1
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     assert plan.driver_script.count("uv run python examples/nemo_gym/run_grpo_nemo_gym.py") == 1
@@ -40,8 +45,11 @@ def test_one_head_workers_and_one_driver(nodes: int, home: Path, tmp_path: Path)
 
 def test_port_blocks_never_overlap_between_the_raylets_of_one_host() -> None:
     def block(job: int, node: int) -> range:
-        base = (ray_slurm.PORT_BASE + (job % ray_slurm.PORT_JOBS) * ray_slurm.PORT_JOB_STRIDE
-                + (node % ray_slurm.PORT_NODES) * ray_slurm.PORT_NODE_STRIDE)
+        base = (
+            ray_slurm.PORT_BASE
+            + (job % ray_slurm.PORT_JOBS) * ray_slurm.PORT_JOB_STRIDE
+            + (node % ray_slurm.PORT_NODES) * ray_slurm.PORT_NODE_STRIDE
+        )
         return range(base, base + ray_slurm.MAX_WORKER_OFFSET + 1)
 
     blocks = [block(job, node) for job in range(ray_slurm.PORT_JOBS) for node in range(ray_slurm.PORT_NODES)]

@@ -40,7 +40,9 @@ def profiles(home: Path, tmp_path: Path) -> Path:
 def reward_model_dir(root: Path, positions: int = 48) -> Path:
     d = root / "rm"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": positions}))
+    (d / "config.json").write_text(
+        json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": positions})
+    )
     (d / "model.safetensors").write_bytes(b"")
     return d
 
@@ -63,9 +65,15 @@ def test_profile_secrets_reach_only_the_sourced_0600_file_never_the_script(profi
 
 
 def test_partition_follows_run_or_batch_mode(profiles: Path, fixture_steps: Path) -> None:
-    attached = slurm.render_sbatch(slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="attached")))
-    batch = slurm.render_sbatch(slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="batch")))
-    plain = slurm.render_sbatch(slurm_executor.slurm_plan(job("test/count", "local_slurm", preset="tiny", mode="batch")))
+    attached = slurm.render_sbatch(
+        slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="attached"))
+    )
+    batch = slurm.render_sbatch(
+        slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="batch"))
+    )
+    plain = slurm.render_sbatch(
+        slurm_executor.slurm_plan(job("test/count", "local_slurm", preset="tiny", mode="batch"))
+    )
     assert "#SBATCH --partition=interactive" in attached
     assert "#SBATCH --partition=long" in batch
     assert "#SBATCH --partition=debug" in plain
@@ -78,10 +86,14 @@ def test_a_step_without_services_is_one_group(home: Path, fixture_steps: Path) -
     assert "hetjob" not in script and "NEMOTRON_REWARD" not in script and ".secrets.env" not in script
 
 
-def test_services_make_a_hetjob_serving_the_reward_model_input(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_services_make_a_hetjob_serving_the_reward_model_input(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("NEMOTRON_STEPS_PATH", str(SERVED_STEPS))
     rm = reward_model_dir(tmp_path)
-    plan = slurm_executor.slurm_plan(job("test/served", "local_slurm", f"inputs.reward_model={rm}", preset="tiny"))
+    plan = slurm_executor.slurm_plan(
+        job("test/served", "local_slurm", f"inputs.reward_model={rm}", preset="tiny")
+    )
     server, policy = plan.groups
     assert server.role == "test-served-0" and policy.role == "test-served-1"
     assert server.command.words()[1:4] == ["-m", "nemotron.reward.server", "--model"]
@@ -89,16 +101,23 @@ def test_services_make_a_hetjob_serving_the_reward_model_input(home: Path, tmp_p
     assert server.command.args[server.command.args.index("--max-length") + 1] == "48"  # the model's positions
     assert dict(policy.env)["NEMOTRON_REWARD_URL"] == '"http://${het_group_host_0}:${NEMOTRON_REWARD_PORT}"'
     # the step starts once the server wrote its ready file
-    assert policy.command.entrypoint == "bash" and "logs/reward_server.json ] && break; sleep 1; done;" in policy.command.args[0]
+    assert (
+        policy.command.entrypoint == "bash"
+        and "logs/reward_server.json ] && break; sleep 1; done;" in policy.command.args[0]
+    )
     assert "exec " in policy.command.args[0] and "not ready after 3600 s" in policy.command.args[0]
     assert "NEMOTRON_REWARD_TOKEN" in plan.secret_names
 
 
 def test_rlhf_serves_its_judge_only_when_the_judge_is_a_reward_model(home: Path, tmp_path: Path) -> None:
-    generative = slurm_executor.slurm_plan(job("rl/rlhf", "local_slurm"))  # HF hub id: the step starts its own judge
+    generative = slurm_executor.slurm_plan(
+        job("rl/rlhf", "local_slurm")
+    )  # HF hub id: the step starts its own judge
     assert len(generative.groups) == 1
     key = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
-    served = served_model(job("rl/rlhf", "local_slurm", f"{key}={reward_model_dir(tmp_path)}", "judge.kind=reward_model"))
+    served = served_model(
+        job("rl/rlhf", "local_slurm", f"{key}={reward_model_dir(tmp_path)}", "judge.kind=reward_model")
+    )
     assert served is not None and served.input_name == "judge" and served.server == "rm"
 
 
@@ -108,7 +127,10 @@ def test_a_generative_judge_on_vllm_is_group_0_running_vllm_serve(home: Path) ->
     server, policy = plan.groups
     words = server.command.words()
     assert words[1:5] == ["-m", "nemotron.reward.vllm_serve", "--model", "meta-llama/Llama-3.2-1B-Instruct"]
-    assert words[words.index("--host") + 1] == "0.0.0.0" and words[words.index("--port") + 1] == "$NEMOTRON_REWARD_PORT"
+    assert (
+        words[words.index("--host") + 1] == "0.0.0.0"
+        and words[words.index("--port") + 1] == "$NEMOTRON_REWARD_PORT"
+    )
     assert "--ready-file" in words and "--threads" not in words  # vLLM's own threads, not torch's
     assert dict(policy.env)["NEMOTRON_REWARD_URL"] == '"http://${het_group_host_0}:${NEMOTRON_REWARD_PORT}"'
     assert "vllm serve (the judge) was not ready after 3600 s" in policy.command.args[0]
@@ -117,11 +139,16 @@ def test_a_generative_judge_on_vllm_is_group_0_running_vllm_serve(home: Path) ->
     assert "VLLM_API_KEY" not in slurm.render_sbatch(plan)
 
 
-@pytest.mark.parametrize("overrides", [
-    ("judge.server=builtin",),  # our chat server: one per node beside the trainer
-    ("judge.kind=reward_model",),  # a hub id cannot be a served reward model here
-])
-def test_without_judge_server_vllm_the_generative_judge_is_not_a_group(home: Path, overrides: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("judge.server=builtin",),  # our chat server: one per node beside the trainer
+        ("judge.kind=reward_model",),  # a hub id cannot be a served reward model here
+    ],
+)
+def test_without_judge_server_vllm_the_generative_judge_is_not_a_group(
+    home: Path, overrides: tuple[str, ...]
+) -> None:
     j = job("rl/rlhf", "local_slurm", "backend=builtin", *overrides)
     assert vllm_judge(j) is None
     assert len(slurm_executor.slurm_plan(j).groups) == 1
@@ -137,12 +164,15 @@ def test_container_image_is_squashed_once_and_force_squash_reimports(profiles: P
     assert f"--container-image {sqsh}" in forced
 
 
-@pytest.mark.parametrize(("image", "uri"), [
-    ("nvcr.io/nvidia/nemo:25.07", "docker://nvcr.io#nvidia/nemo:25.07"),
-    ("ubuntu:22.04", "docker://ubuntu:22.04"),
-    ("localhost:5000/me/img", "docker://localhost:5000#me/img"),
-    ("docker://nvcr.io#nvidia/nemo:25.07", "docker://nvcr.io#nvidia/nemo:25.07"),
-])
+@pytest.mark.parametrize(
+    ("image", "uri"),
+    [
+        ("nvcr.io/nvidia/nemo:25.07", "docker://nvcr.io#nvidia/nemo:25.07"),
+        ("ubuntu:22.04", "docker://ubuntu:22.04"),
+        ("localhost:5000/me/img", "docker://localhost:5000#me/img"),
+        ("docker://nvcr.io#nvidia/nemo:25.07", "docker://nvcr.io#nvidia/nemo:25.07"),
+    ],
+)
 def test_enroot_uri_puts_a_hash_after_the_registry(image: str, uri: str) -> None:
     assert containers.enroot_uri(image) == uri
 
@@ -171,12 +201,17 @@ def test_a_server_step_runs_one_task_per_node_whatever_the_profile_asks(profiles
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=1\n" in script
     assert "--ntasks-per-node=8" not in script
     # one srun starts the server, with no task count of its own: the allocation's one task per node
-    (serve,) = [line for line in script.splitlines() if line.startswith("srun ") and "rm/serve/step.py" in line]
+    (serve,) = [
+        line for line in script.splitlines() if line.startswith("srun ") and "rm/serve/step.py" in line
+    ]
     assert "--ntasks" not in serve and " -n " not in serve and "torch.distributed.run" not in serve
     # so each node has one process on the preset's port
     assert j.step_config["server"]["port"] == 5555
     text = submit.dry_run(j)
-    assert "# note: rm/serve is a server: one server process per node (2 in all), not the profile's ntasks_per_node=8" in text
+    assert (
+        "# note: rm/serve is a server: one server process per node (2 in all), not the profile's ntasks_per_node=8"
+        in text
+    )
 
 
 def test_a_server_step_on_one_task_per_node_has_nothing_to_say(home: Path) -> None:
@@ -201,11 +236,28 @@ def test_lepton_names_fit_kubernetes_and_keep_the_unique_suffix() -> None:
 
 @pytest.mark.parametrize("profile", ["local_slurm", "slurm_rlhf", "lepton_rl"])
 def test_dry_run_imports_neither_nemo_run_nor_torch_nor_leptonai(home: Path, profile: str) -> None:
-    cmd = [sys.executable, "-X", "importtime", "-m", "nemotron", "steps", "run", "rl/reinforce", "-c", "default",
-           "-b", profile, "--dry-run"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=60)
+    cmd = [
+        sys.executable,
+        "-X",
+        "importtime",
+        "-m",
+        "nemotron",
+        "steps",
+        "run",
+        "rl/reinforce",
+        "-c",
+        "default",
+        "-b",
+        profile,
+        "--dry-run",
+    ]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=60
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    imported = {
+        line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")
+    }
     assert "nemotron.compile" in imported  # imports are being recorded
     assert not {m for m in imported if m.split(".")[0] in ("nemo_run", "torch", "leptonai", "torchx")}
     assert not home.exists()
@@ -216,14 +268,18 @@ def test_a_plain_python_step_runs_once_whatever_the_profile_asks(profiles: Path)
     plan = slurm_executor.slurm_plan(job("data/prep", "gpu"))
     (group,) = plan.groups
     assert (group.nodes, group.ntasks_per_node) == (1, 1)
-    assert plan.notes == ("data/prep runs as one process (python launch): 1 node, 1 task, not the profile's 2 node(s) x 8 task(s)",)
+    assert plan.notes == (
+        "data/prep runs as one process (python launch): 1 node, 1 task, not the profile's 2 node(s) x 8 task(s)",
+    )
     script = slurm.render_sbatch(plan)
     assert "#SBATCH --nodes=1" in script and "#SBATCH --ntasks-per-node=1" in script
 
 
 def test_a_one_process_torchrun_step_is_not_copied_per_task(profiles: Path, tmp_path: Path) -> None:
     """One GPU per node and 8 tasks per node on one node: one rank, so one process, not 8."""
-    (tmp_path / "env.toml").write_text(PROFILES + '\n[one_gpu]\nextends = "local_slurm"\ngpus_per_node = 1\nntasks_per_node = 8\n')
+    (tmp_path / "env.toml").write_text(
+        PROFILES + '\n[one_gpu]\nextends = "local_slurm"\ngpus_per_node = 1\nntasks_per_node = 8\n'
+    )
     (group,) = slurm_executor.slurm_plan(job("sft", "one_gpu", preset="tiny")).groups
     assert (group.nodes, group.ntasks_per_node) == (1, 1)
     assert "torch.distributed.run" not in " ".join(group.command.words())

@@ -45,7 +45,11 @@ class LeptonStub:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"LEPTON_WORKSPACE_URL": self.url, "LEPTON_WORKSPACE_ID": "stubws", "LEPTON_WORKSPACE_TOKEN": TOKEN}
+        return {
+            "LEPTON_WORKSPACE_URL": self.url,
+            "LEPTON_WORKSPACE_ID": "stubws",
+            "LEPTON_WORKSPACE_TOKEN": TOKEN,
+        }
 
     def created_jobs(self) -> list[dict[str, Any]]:
         return [r.body for r in self.requests if r.method == "POST" and r.path == "/jobs"]
@@ -56,8 +60,11 @@ class LeptonStub:
 
 def _job(job_id: str, state: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
     running = 1 if state == "Running" else 0
-    return {"metadata": {"id": job_id, "name": job_id}, "spec": spec or {},
-            "status": {"state": state, "ready": running, "active": running}}
+    return {
+        "metadata": {"id": job_id, "name": job_id},
+        "spec": spec or {},
+        "status": {"state": state, "ready": running, "active": running},
+    }
 
 
 def _handler(stub: LeptonStub) -> type[BaseHTTPRequestHandler]:
@@ -82,7 +89,9 @@ def _handler(stub: LeptonStub) -> type[BaseHTTPRequestHandler]:
             except ValueError:  # a Ray working_dir package (zip bytes)
                 body = raw
             with stub.lock:
-                stub.requests.append(Recorded(self.command, path, body, self.headers.get("Authorization", "")))
+                stub.requests.append(
+                    Recorded(self.command, path, body, self.headers.get("Authorization", ""))
+                )
             return path, body
 
         def do_GET(self) -> None:
@@ -93,7 +102,9 @@ def _handler(stub: LeptonStub) -> type[BaseHTTPRequestHandler]:
             if path == "/dedicated-node-groups":
                 return self._reply([{"metadata": NODE_GROUP, "spec": {}, "status": {}}])
             if parts[0] == "dedicated-node-groups" and parts[-1] == "nodes":
-                return self._reply([{"metadata": {"id": n}, "spec": {"unschedulable": False}, "status": None} for n in NODES])
+                return self._reply(
+                    [{"metadata": {"id": n}, "spec": {"unschedulable": False}, "status": None} for n in NODES]
+                )
             if parts[0] == "jobs" and len(parts) == 2:
                 state = stub.states.get(parts[1])
                 if state is None:
@@ -150,8 +161,14 @@ def _handler(stub: LeptonStub) -> type[BaseHTTPRequestHandler]:
         def _ray_post(self, api: list[str], body: Any) -> None:
             if api == ["jobs"]:
                 sid = body["submission_id"]
-                stub.ray_jobs[sid] = {"type": "SUBMISSION", "job_id": None, "submission_id": sid, "status": "RUNNING",
-                                      "entrypoint": body["entrypoint"], "runtime_env": body.get("runtime_env")}
+                stub.ray_jobs[sid] = {
+                    "type": "SUBMISSION",
+                    "job_id": None,
+                    "submission_id": sid,
+                    "status": "RUNNING",
+                    "entrypoint": body["entrypoint"],
+                    "runtime_env": body.get("runtime_env"),
+                }
                 return self._reply({"job_id": sid, "submission_id": sid})
             if api[:1] == ["jobs"] and api[-1] == "stop":
                 stub.ray_jobs[api[1]]["status"] = "STOPPED"

@@ -27,7 +27,9 @@ STUB_TOKEN = "stub-token-0123456789"
 
 
 def nemotron(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=180
+    )
 
 
 @pytest.fixture
@@ -46,25 +48,43 @@ def _mover_archive(body: dict[str, Any]) -> dict[str, str]:
     command = body["spec"]["container"]["command"][-1]
     data = base64.b64decode(re.search(r"echo (\S+) \| base64 -d", command).group(1))  # type: ignore[union-attr]
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        return {m.name.removeprefix("./"): tar.extractfile(m).read().decode(errors="replace") for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+        return {
+            m.name.removeprefix("./"): tar.extractfile(m).read().decode(errors="replace")
+            for m in tar.getmembers()
+            if m.isfile()
+        }  # type: ignore[union-attr]
 
 
-def test_submission_sends_the_rendered_job_spec_and_ships_the_job_files(env: dict[str, str], home: Path, lepton_api: Any) -> None:
+def test_submission_sends_the_rendered_job_spec_and_ships_the_job_files(
+    env: dict[str, str], home: Path, lepton_api: Any
+) -> None:
     job_id = submit_count(env, "trainer.max_steps=2")
 
     mover, main = lepton_api.created_jobs()
-    assert mover["metadata"]["id"].startswith("data-mover-")  # the copy onto the mount comes first, then is deleted
+    assert mover["metadata"]["id"].startswith(
+        "data-mover-"
+    )  # the copy onto the mount comes first, then is deleted
     assert lepton_api.calls("DELETE", f"/jobs/{mover['metadata']['id']}")
     assert all(r.authorization == f"Bearer {STUB_TOKEN}" for r in lepton_api.requests)
 
-    job = replace(compile_job(Catalog(), "test/count", "tiny", ["trainer.max_steps=2"], profile_name="lepton_rl", mode="batch"), job_id=job_id)
+    job = replace(
+        compile_job(
+            Catalog(), "test/count", "tiny", ["trainer.max_steps=2"], profile_name="lepton_rl", mode="batch"
+        ),
+        job_id=job_id,
+    )
     plan = LeptonExecutor().plan(job)
     expected = lepton.job_spec(plan, "ng-0123", ["node-a", "node-b"])
     sent_nodes = main["spec"]["affinity"].pop("allowed_nodes_in_node_group")
     assert sorted(sent_nodes) == expected["spec"]["affinity"].pop("allowed_nodes_in_node_group")
     assert main == expected
-    assert main["spec"]["resource_shape"] == "gpu.8xh100-80gb" and main["spec"]["mounts"][0]["from"] == "node-nfs:lepton-shared-fs"
-    assert {"name": "WANDB_API_KEY", "value_from": {"secret_name_ref": "wandb-api-key"}} in main["spec"]["envs"]
+    assert (
+        main["spec"]["resource_shape"] == "gpu.8xh100-80gb"
+        and main["spec"]["mounts"][0]["from"] == "node-nfs:lepton-shared-fs"
+    )
+    assert {"name": "WANDB_API_KEY", "value_from": {"secret_name_ref": "wandb-api-key"}} in main["spec"][
+        "envs"
+    ]
 
     files = _mover_archive(mover)
     assert files["launch_script.sh"] == lepton.launch_script(plan)
@@ -92,14 +112,18 @@ def test_status_logs_and_cancel_map_to_the_api(env: dict[str, str], lepton_api: 
     assert json.loads(nemotron(env, "jobs", "status", live_id, "--json").stdout)["state"] == "cancelled"
 
 
-def test_a_step_s_exit_code_reaches_jobs_status_as_on_every_executor(env: dict[str, str], home: Path, lepton_api: Any) -> None:
+def test_a_step_s_exit_code_reaches_jobs_status_as_on_every_executor(
+    env: dict[str, str], home: Path, lepton_api: Any
+) -> None:
     """Lepton's job state says only Failed: the launch script echoes the step's code (run_step's 2 for bad input) as
     its last log line, and `jobs status` reads it back, so 2/3/130 mean the same on Lepton as locally and on Slurm."""
     job_id = submit_count(env, "trainer.bad_input_at=1")
     mover, _ = lepton_api.created_jobs()[-2:]
     name = lepton.lepton_name(job_id)
     script = _mover_archive(mover)["launch_script.sh"]  # what the pod runs
-    assert "-m nemotron.run_step" in script and script.endswith('; code=$?; echo "nemotron: job exited with code $code"; exit $code\n')
+    assert "-m nemotron.run_step" in script and script.endswith(
+        '; code=$?; echo "nemotron: job exited with code $code"; exit $code\n'
+    )
 
     # what the pod prints when run_step refuses the input (its own line, then the script's last words)
     step = subprocess.run([sys.executable, "-m", "nemotron", "steps", "run", "test/count", "-c", "tiny", "trainer.bad_input_at=1"],
@@ -111,10 +135,19 @@ def test_a_step_s_exit_code_reaches_jobs_status_as_on_every_executor(env: dict[s
     assert shown["state"] == "failed" and shown["exit_code"] == 2
 
 
-def test_a_literal_secret_in_a_lepton_profile_is_refused(home: Path, fixture_steps: Path, tmp_path: Path, run_cli: Any) -> None:
-    (tmp_path / "env.toml").write_text('[leaky]\nextends = "lepton_rl"\nenv_vars = { HF_TOKEN = "hf_abcdefgh123456" }\n')
+def test_a_literal_secret_in_a_lepton_profile_is_refused(
+    home: Path, fixture_steps: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    (tmp_path / "env.toml").write_text(
+        '[leaky]\nextends = "lepton_rl"\nenv_vars = { HF_TOKEN = "hf_abcdefgh123456" }\n'
+    )
     r = run_cli("steps", "run", "test/count", "-c", "tiny", "-b", "leaky", "--dry-run", cwd=tmp_path)
-    assert r.code == 2 and "HF_TOKEN" in r.err and "secret_vars" in r.err and "hf_abcdefgh123456" not in r.out + r.err
+    assert (
+        r.code == 2
+        and "HF_TOKEN" in r.err
+        and "secret_vars" in r.err
+        and "hf_abcdefgh123456" not in r.out + r.err
+    )
 
 
 def test_a_server_step_on_several_lepton_nodes_is_refused(home: Path, tmp_path: Path, run_cli: Any) -> None:
@@ -122,4 +155,7 @@ def test_a_server_step_on_several_lepton_nodes_is_refused(home: Path, tmp_path: 
     (tmp_path / "env.toml").write_text('[two]\nextends = "lepton_rl"\nnodes = 2\n')
     r = run_cli("steps", "run", "rm/serve", "-c", "tiny", "-b", "two", "--dry-run", cwd=tmp_path)
     assert r.code == 2 and "rm/serve is a server: on Lepton it runs on one node" in r.err, r.err[-2000:]
-    assert run_cli("steps", "run", "rm/serve", "-c", "tiny", "-b", "lepton_rl", "--dry-run", cwd=tmp_path).code == 0
+    assert (
+        run_cli("steps", "run", "rm/serve", "-c", "tiny", "-b", "lepton_rl", "--dry-run", cwd=tmp_path).code
+        == 0
+    )

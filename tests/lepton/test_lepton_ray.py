@@ -21,7 +21,9 @@ PROFILES = '[lep4]\nextends = "lepton_rl"\nnodes = 4\n'
 
 
 def nemotron(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=180
+    )
 
 
 @pytest.fixture
@@ -30,7 +32,9 @@ def env(home: Path, tmp_path: Path, lepton_api: Any) -> dict[str, str]:
     return {**os.environ, "COLUMNS": "200", "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml"), **lepton_api.env}
 
 
-def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(env: dict[str, str], home: Path, lepton_api: Any) -> None:
+def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(
+    env: dict[str, str], home: Path, lepton_api: Any
+) -> None:
     done = nemotron(env, "steps", "run", "rl/rlhf", "-c", "default", "-b", "lep4")
     assert done.returncode == 0, done.stderr[-4000:]
     job_id = done.stdout.strip().splitlines()[-1]
@@ -48,14 +52,20 @@ def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(env: dict[
         group["affinity"] = {"allowed_dedicated_node_groups": ["ng-0123"]}
         for e in group["envs"]:
             if e["name"] == "NEMOTRON_JOB_DIR":
-                e["value"] = next(x["value"] for x in spec["head_group_spec"]["envs"] if x["name"] == "NEMOTRON_JOB_DIR")
+                e["value"] = next(
+                    x["value"] for x in spec["head_group_spec"]["envs"] if x["name"] == "NEMOTRON_JOB_DIR"
+                )
             if "value_from" in e:
                 e["value_from"] = {"secret_name_ref": "wandb-api-key"}  # masked in the dry-run
     rendered["spec"]["ray_version"] = spec["ray_version"]
-    assert {k: v for k, v in spec.items() if v not in (None, [], {})} == {k: v for k, v in rendered["spec"].items() if v not in (None, [], {})}
+    assert {k: v for k, v in spec.items() if v not in (None, [], {})} == {
+        k: v for k, v in rendered["spec"].items() if v not in (None, [], {})
+    }
 
     (ray_job,) = lepton_api.ray_jobs.values()
-    assert ray_job["entrypoint"].endswith("/ray_driver.sh") and "NEMOTRON_RAY_NODES=4" in ray_job["entrypoint"]
+    assert (
+        ray_job["entrypoint"].endswith("/ray_driver.sh") and "NEMOTRON_RAY_NODES=4" in ray_job["entrypoint"]
+    )
     (package,) = lepton_api.packages.values()
     files = zipfile.ZipFile(io.BytesIO(package)).namelist()
     assert {"nemo_rl_config.yaml", "ray_driver.sh"} <= set(files)
@@ -72,5 +82,10 @@ def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(env: dict[
 
 
 def test_the_ray_job_states_map_to_ours() -> None:
-    assert ray_lepton.STATES == {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "succeeded",
-                                 "FAILED": "failed", "STOPPED": "cancelled"}
+    assert ray_lepton.STATES == {
+        "PENDING": "pending",
+        "RUNNING": "running",
+        "SUCCEEDED": "succeeded",
+        "FAILED": "failed",
+        "STOPPED": "cancelled",
+    }

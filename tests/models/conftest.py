@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 import torch
-from transformers import GPT2ForSequenceClassification, GPT2LMHeadModel, PreTrainedTokenizerFast
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from nemotron.models.reward import build_reward_model
-from nemotron.models.tiny import build_policy
+from nemotron.models.tiny import tiny_model
 from nemotron.models.tokenizer import train_tokenizer
 from nemotron.tasks.sentiment import SentimentTask
 
@@ -19,25 +20,19 @@ def tokenizer() -> PreTrainedTokenizerFast:
     return train_tokenizer(SentimentTask().corpus(), model_max_length=32)
 
 
-@pytest.fixture
-def policy(tokenizer: PreTrainedTokenizerFast) -> GPT2LMHeadModel:
+def tiny(
+    tokenizer: PreTrainedTokenizerFast, kind: Literal["policy", "reward_model"], seed: int
+) -> PreTrainedModel:
     torch.set_num_threads(1)
-    return build_policy(
-        len(tokenizer),
-        **TINY,
-        seed=0,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    return tiny_model(len(tokenizer), kind, seed=seed, **TINY, **ids)
 
 
 @pytest.fixture
-def reward_model(tokenizer: PreTrainedTokenizerFast) -> GPT2ForSequenceClassification:
-    torch.set_num_threads(1)
-    return build_reward_model(
-        len(tokenizer),
-        **TINY,
-        seed=1,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+def policy(tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
+    return tiny(tokenizer, "policy", seed=0)
+
+
+@pytest.fixture
+def reward_model(tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
+    return tiny(tokenizer, "reward_model", seed=1)

@@ -128,11 +128,13 @@ def test_loading_the_wrong_kind_of_model_is_refused(
 ) -> None:
     save_checkpoint(policy, tmp_path / "policy")
     save_checkpoint(reward_model, tmp_path / "rm")
-    assert "expected a GPT2ForSequenceClassification checkpoint, a reward model (one-label sequence classification); found GPT2LMHeadModel" in _message(
-        load_reward_model, tmp_path / "policy"
+    assert (
+        "expected a GPT2ForSequenceClassification checkpoint, a reward model (one-label sequence classification); found GPT2LMHeadModel"
+        in _message(load_reward_model, tmp_path / "policy")
     )
-    assert "expected a GPT2LMHeadModel checkpoint, a policy (causal LM); found GPT2ForSequenceClassification" in _message(
-        load_policy, tmp_path / "rm"
+    assert (
+        "expected a GPT2LMHeadModel checkpoint, a policy (causal LM); found GPT2ForSequenceClassification"
+        in _message(load_policy, tmp_path / "rm")
     )
     assert "expected a GPT2ForTokenClassification" in _message(load_critic, tmp_path / "rm")
 
@@ -149,9 +151,13 @@ def test_corrupt_files_are_reported_not_crashed_on(policy: GPT2LMHeadModel, tmp_
     # A Llama config over GPT-2 weights: loaded as the Llama it claims to be, and refused for its weights.
     assert "cannot load the LlamaForCausalLM weights" in _message(load_policy, path)
     (path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
-    assert "expected a BertLMHeadModel checkpoint, a policy (causal LM); found BertModel" in _message(load_policy, path)
+    assert "expected a BertLMHeadModel checkpoint, a policy (causal LM); found BertModel" in _message(
+        load_policy, path
+    )
     (path / "config.json").write_text(json.dumps({"model_type": "resnet", "architectures": ["ResNetModel"]}))
-    assert "expected a policy (causal LM) class transformers knows for model_type='resnet'" in _message(load_policy, path)
+    assert "expected a policy (causal LM) class transformers knows for model_type='resnet'" in _message(
+        load_policy, path
+    )
 
 
 def test_weights_that_do_not_fit_the_model_are_refused(policy: GPT2LMHeadModel, tmp_path: Path) -> None:

@@ -15,8 +15,10 @@ from safetensors.torch import load_file
 from nemotron.resume import latest
 
 # in_process rewards: bitwise equality needs every reward computed the same way in both runs
-ARGS = ["steps", "run", "rl/reinforce", "-c", "tiny", "trainer.max_steps=8", "checkpoint.save_interval=3",
-        "reward.source=in_process", "trainer.num_prompts_per_step=8", "eval.num_prompts=0"]
+ARGS = (
+    "steps run rl/reinforce -c tiny trainer.max_steps=8 checkpoint.save_interval=3 "
+    "reward.source=in_process trainer.num_prompts_per_step=8 eval.num_prompts=0"
+).split()
 
 
 def _newest(home: Path) -> Path:
@@ -34,14 +36,17 @@ def reference_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
 
     home = tmp_path_factory.mktemp("ref") / "home"
     env = {**os.environ, "NEMOTRON_HOME": str(home)}
-    subprocess.run([sys.executable, "-m", "nemotron", *ARGS], env=env, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "nemotron", *ARGS], env=env, check=True, capture_output=True, timeout=600
+    )
     return _weights(_newest(home))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("fault", "resumes_at"), [("rollout@5", 3), ("optimizer@5", 3), ("checkpoint@6", 3)])
-def test_kill_9_then_resume_is_bitwise_identical(fault: str, resumes_at: int, reference_weights: dict[str, Any],
-                                                  home: Path, run_cli: Any) -> None:
+def test_kill_9_then_resume_is_bitwise_identical(
+    fault: str, resumes_at: int, reference_weights: dict[str, Any], home: Path, run_cli: Any
+) -> None:
     r = run_cli(*ARGS, env={**os.environ, "NEMOTRON_FAULT": fault}, timeout=600)
     assert r.code != 0, "the fault did not fire"
     killed = _newest(home)
@@ -51,7 +56,9 @@ def test_kill_9_then_resume_is_bitwise_identical(fault: str, resumes_at: int, re
     good = latest(killed / "checkpoints")
     assert good is not None and good.name == f"step_{resumes_at:06d}"
     if fault.startswith("checkpoint"):
-        assert list((killed / "checkpoints").glob(".step_000006.tmp")), "the fault should leave a partial dir behind"
+        assert list((killed / "checkpoints").glob(".step_000006.tmp")), (
+            "the fault should leave a partial dir behind"
+        )
     assert json.loads(run_cli("jobs", "show", killed.name, "--json").out)["produced"] == []
 
     r = run_cli(*ARGS, f"checkpoint.resume_from={killed.name}", timeout=600)

@@ -31,8 +31,13 @@ def _wait(predicate: object, timeout: float, what: str) -> None:
 
 
 def _submit(env: dict[str, str], *args: str) -> Path:
-    done = subprocess.run([sys.executable, "-m", "nemotron", "steps", "run", *args, "-b", "local"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "nemotron", "steps", "run", *args, "-b", "local"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return Path(env["NEMOTRON_HOME"]) / "jobs" / done.stdout.strip()
 
@@ -67,11 +72,21 @@ def test_kill_9_of_the_launcher_group_is_recorded_as_failed(tmp_path: Path, fixt
 
     _wait(lambda: not is_alive(step), 15, f"the step (pid {step}) to follow its launcher")
     assert _status(job_dir)["state"] == "running"  # nobody recorded the end ...
-    shown = subprocess.run([sys.executable, "-m", "nemotron", "jobs", "ls", "--json"], env=env, capture_output=True,
-                           text=True, timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "nemotron", "jobs", "ls", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert [row["state"] for row in json.loads(shown.stdout)] == ["failed"]  # ... until a listing looks
     status = _status(job_dir)
     assert status["state"] == "failed" and "gone without recording an end" in str(status["error"])
-    again = subprocess.run([sys.executable, "-m", "nemotron", "jobs", "status", job_dir.name], env=env,
-                           capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [sys.executable, "-m", "nemotron", "jobs", "status", job_dir.name],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "failed" in again.stdout

@@ -22,9 +22,26 @@ from nemotron.paths import shipped_root
 @contextmanager
 def reward_server(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     ready = tmp / f"ready-{time.monotonic_ns()}.json"
-    proc = subprocess.Popen([sys.executable, "-m", "nemotron.reward.server", "--model", str(shipped_root() / "tiny" / "reward_model"),
-                             "--port", "0", "--threads", "1", "--max-length", "32", "--ready-file", str(ready)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nemotron.reward.server",
+            "--model",
+            str(shipped_root() / "tiny" / "reward_model"),
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            "--max-length",
+            "32",
+            "--ready-file",
+            str(ready),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not ready.exists():
@@ -39,12 +56,19 @@ def reward_server(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
 
 @pytest.mark.slow
 def test_server_dies_step_stops_cleanly_and_resume_finishes(home: Path, tmp_path: Path, run_cli: Any) -> None:
-    base = ["steps", "run", "rl/reinforce", "-c", "tiny", "trainer.max_steps=12", "checkpoint.save_interval=2",
-            "eval.num_prompts=0", "trainer.num_prompts_per_step=4", "reward.server.retries=2", "reward.server.timeout_s=2"]
+    base = (
+        "steps run rl/reinforce -c tiny trainer.max_steps=12 checkpoint.save_interval=2 "
+        "eval.num_prompts=0 trainer.num_prompts_per_step=4 reward.server.retries=2 reward.server.timeout_s=2"
+    ).split()
     with reward_server(tmp_path) as (url, server):
         env = {**os.environ, "COLUMNS": "200"}
-        proc = subprocess.Popen([sys.executable, "-m", "nemotron", *base, f"reward.server.url={url}"], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nemotron", *base, f"reward.server.url={url}"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             metrics = list((home / "jobs").glob("*/metrics.jsonl")) if (home / "jobs").exists() else []
@@ -61,9 +85,13 @@ def test_server_dies_step_stops_cleanly_and_resume_finishes(home: Path, tmp_path
     assert (killed / "checkpoints" / "latest").is_file()
 
     with reward_server(tmp_path) as (new_url, _):
-        r = run_cli(*base, f"reward.server.url={new_url}", f"checkpoint.resume_from={killed.name}", timeout=600)
+        r = run_cli(
+            *base, f"reward.server.url={new_url}", f"checkpoint.resume_from={killed.name}", timeout=600
+        )
     assert r.code == 0, r.err[-2000:]
     resumed = max((home / "jobs").iterdir(), key=lambda p: p.stat().st_mtime_ns)
     steps = [json.loads(x)["step"] for x in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert steps[-1] == 12 and steps[0] > 1
-    assert json.loads(run_cli("jobs", "show", resumed.name, "--json").out)["produced"] == ["tiny_reinforce_policy:v1"]
+    assert json.loads(run_cli("jobs", "show", resumed.name, "--json").out)["produced"] == [
+        "tiny_reinforce_policy:v1"
+    ]

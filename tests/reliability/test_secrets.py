@@ -35,7 +35,9 @@ def _leaks(text: str) -> list[str]:
 def test_secrets_never_leak(home: Path, tmp_path: Path, fixture_steps: Path, run_cli: Any) -> None:
     _env_file(tmp_path)
     env = {**os.environ, "WANDB_API_KEY": PLANTED["env"], "NEMOTRON_STEPS_PATH": str(fixture_steps)}
-    dry = run_cli("steps", "run", "test/count", "-c", "tiny", "-r", "mine", "--dry-run", env=env, cwd=tmp_path)
+    dry = run_cli(
+        "steps", "run", "test/count", "-c", "tiny", "-r", "mine", "--dry-run", env=env, cwd=tmp_path
+    )
     assert dry.code == 0, dry.err
     assert _leaks(dry.out + dry.err) == [] and "PLAIN=visible" in dry.out and "HF_TOKEN='***'" in dry.out
 
@@ -43,8 +45,21 @@ def test_secrets_never_leak(home: Path, tmp_path: Path, fixture_steps: Path, run
     assert _leaks(shown.out) == [] and '"PLAIN": "visible"' in shown.out
 
     # a real run; the step even prints a secret it was handed (passthrough), and the log must mask it
-    r = run_cli("steps", "run", "test/count", "-c", "tiny", "-r", "mine", f"server.token={PLANTED['cli']}",
-                "--", "--show", PLANTED["profile_env"], env=env, cwd=tmp_path)
+    r = run_cli(
+        "steps",
+        "run",
+        "test/count",
+        "-c",
+        "tiny",
+        "-r",
+        "mine",
+        f"server.token={PLANTED['cli']}",
+        "--",
+        "--show",
+        PLANTED["profile_env"],
+        env=env,
+        cwd=tmp_path,
+    )
     assert r.code == 0, r.err
     assert _leaks(r.out + r.err) == []
     (job,) = (home / "jobs").iterdir()
@@ -56,16 +71,41 @@ def test_secrets_never_leak(home: Path, tmp_path: Path, fixture_steps: Path, run
     assert oct(secrets.stat().st_mode & 0o777) == "0o600" and PLANTED["cli"] in secrets.read_text()
 
 
-@pytest.mark.parametrize("name", ["judge.token", "WANDB_API_KEY", "HF_TOKEN", "authToken", "server.token", "db_passwd",
-                                  "api_key", "AWS_SECRET_ACCESS_KEY", "NEMOTRON_REWARD_TOKEN", "Authorization"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "judge.token",
+        "WANDB_API_KEY",
+        "HF_TOKEN",
+        "authToken",
+        "server.token",
+        "db_passwd",
+        "api_key",
+        "AWS_SECRET_ACCESS_KEY",
+        "NEMOTRON_REWARD_TOKEN",
+        "Authorization",
+    ],
+)
 def test_secret_names_are_masked(name: str) -> None:
     from nemotron.redact import is_secret_name
 
     assert is_secret_name(name)
 
 
-@pytest.mark.parametrize("name", ["generation.max_new_tokens", "loss_fn.token_level_loss", "keyword", "monkey",
-                                  "tokenizer", "num_tokens", "max_total_sequence_length", "PWD", "OLDPWD"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "generation.max_new_tokens",
+        "loss_fn.token_level_loss",
+        "keyword",
+        "monkey",
+        "tokenizer",
+        "num_tokens",
+        "max_total_sequence_length",
+        "PWD",
+        "OLDPWD",
+    ],
+)
 def test_names_that_only_mention_tokens_are_shown(name: str) -> None:
     """`max_new_tokens` was masked as `***` in dry-run, config.yaml and job.yaml (a name *part* must be secret)."""
     from nemotron.redact import is_secret_name, redact_tree

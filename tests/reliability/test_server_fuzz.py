@@ -24,9 +24,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
 
+from nemotron.models.tiny import tiny_model
+from nemotron.models.tokenizer import word_tokenizer
 from nemotron.reward.chat_server import ChatRequest, Completion, serve_chat
 from nemotron.reward.client import RewardClient
 from nemotron.reward.scorer import Scorer, scorer_from_reward_model
@@ -56,18 +56,8 @@ def cheap_scorer() -> Scorer:
 
 
 def gpt2_scorer() -> Scorer:
-    vocab = {"[PAD]": 0, "[UNK]": 1, "[EOS]": 2} | {w: i + 3 for i, w in enumerate(WORDS)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]"
-    )
-    torch.manual_seed(0)
-    sizes: dict[str, Any] = {"vocab_size": VOCAB, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2}
-    ids: dict[str, Any] = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 2, "num_labels": 1}
-    config = GPT2Config(**sizes, **ids)
-    model = GPT2ForSequenceClassification(config).eval()  # type: ignore[no-untyped-call]
-    return scorer_from_reward_model(model, tokenizer, max_length=32)
+    model = tiny_model(VOCAB, "reward_model", eos_token_id=2)
+    return scorer_from_reward_model(model, word_tokenizer(WORDS), max_length=32)
 
 
 @dataclass

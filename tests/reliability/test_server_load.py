@@ -32,7 +32,6 @@ DEADLINE_S = 3.0
 DRIP_INTERVAL_S = 1.0
 
 
-
 @pytest.mark.slow
 def test_64_clients_for_30_s_with_zero_errors_and_flat_memory(
     tmp_path: Path, report: Callable[[str], None]

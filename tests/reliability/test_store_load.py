@@ -98,7 +98,6 @@ def run_workers(tmp_path: Path) -> tuple[list[dict[str, Any]], float]:
     return logs, max(entry["ended"] for entry in logs) - started
 
 
-
 def test_eight_processes_at_once_lose_and_duplicate_nothing(
     tmp_path: Path, report: Callable[[str], None]
 ) -> None:

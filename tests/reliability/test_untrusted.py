@@ -30,7 +30,9 @@ def test_a_planted_malicious_pickle_in_a_checkpoint_is_refused(tmp_path: Path) -
     policy = build_policy(40, 1, 16, 2, 16, seed=0, pad_token_id=0, eos_token_id=1)
     opt = torch.optim.AdamW(policy.parameters())
     gen = torch.Generator().manual_seed(0)
-    ckpt = trainstate.save(tmp_path / "ck", 1, {"policy": policy}, {"policy": opt}, {"g": gen}, 0, {"config": "c"})
+    ckpt = trainstate.save(
+        tmp_path / "ck", 1, {"policy": policy}, {"policy": opt}, {"g": gen}, 0, {"config": "c"}
+    )
     marker = tmp_path / "pwned"
     (ckpt / "optimizers.pt").write_bytes(pickle.dumps({"policy": _Payload(marker)}))
     with pytest.raises(UserError, match="refusing to unpickle"):

@@ -8,9 +8,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 import tritonclient.http as triton_http
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+from nemotron.models.tiny import tiny_model
+from nemotron.models.tokenizer import word_tokenizer
 from nemotron.reward.scorer import Scorer, scorer_from_reward_model
 from nemotron.reward.server import serve
 from nemotron.reward.transport import ServerHandle
@@ -19,28 +20,11 @@ WORDS = "the a movie film was is great good bad awful fine plot acting boring fu
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {"[PAD]": 0, "[UNK]": 1, "[EOS]": 2} | {w: i + 3 for i, w in enumerate(WORDS)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]"
-    )
+    return word_tokenizer(WORDS)
 
 
-def build_reward_model(vocab_size: int, seed: int = 0) -> GPT2ForSequenceClassification:
-    torch.manual_seed(seed)
-    config = GPT2Config(
-        vocab_size=vocab_size,
-        n_positions=64,
-        n_embd=32,
-        n_layer=2,
-        n_head=2,
-        num_labels=1,
-        pad_token_id=0,
-        bos_token_id=2,
-        eos_token_id=2,
-    )
-    return GPT2ForSequenceClassification(config).eval()
+def build_reward_model(vocab_size: int, seed: int = 0) -> PreTrainedModel:
+    return tiny_model(vocab_size, "reward_model", seed=seed, eos_token_id=2)
 
 
 @pytest.fixture(scope="session")
@@ -49,13 +33,13 @@ def tokenizer() -> PreTrainedTokenizerFast:
 
 
 @pytest.fixture(scope="session")
-def reward_model(tokenizer: PreTrainedTokenizerFast) -> GPT2ForSequenceClassification:
+def reward_model(tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     torch.set_num_threads(1)
     return build_reward_model(len(tokenizer))
 
 
 @pytest.fixture(scope="session")
-def model_scorer(reward_model: GPT2ForSequenceClassification, tokenizer: PreTrainedTokenizerFast) -> Scorer:
+def model_scorer(reward_model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> Scorer:
     return scorer_from_reward_model(reward_model, tokenizer, max_length=32)
 
 

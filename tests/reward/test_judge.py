@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+from nemotron.models.tiny import tiny_model
 from nemotron.reward.chat_server import ChatRequest, Completion, HFChatModel, render_messages, serve_chat
 from nemotron.reward.client import RewardServerError
 from nemotron.reward.judge import (
@@ -235,7 +236,7 @@ def test_chat_server_rejects_bad_requests(
 
 
 @pytest.fixture(scope="module")
-def judge_lm() -> tuple[GPT2LMHeadModel, PreTrainedTokenizerFast]:
+def judge_lm() -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     corpus = [DEFAULT_PROMPT_TEMPLATE, "user: assistant: great fun boring film", *score_choices(0, 10)] * 5
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -247,28 +248,17 @@ def judge_lm() -> tuple[GPT2LMHeadModel, PreTrainedTokenizerFast]:
     )
     core.train_from_iterator(corpus, trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
-    torch.manual_seed(0)
-    config = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=256,
-        n_embd=32,
-        n_layer=2,
-        n_head=2,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=1,
-    )
-    return GPT2LMHeadModel(config).eval(), tokenizer
+    return tiny_model(len(tokenizer), n_positions=256, eos_token_id=1), tokenizer
 
 
 @pytest.fixture
-def lm_server(judge_lm: tuple[GPT2LMHeadModel, PreTrainedTokenizerFast]) -> Iterator[ServerHandle]:
+def lm_server(judge_lm: tuple[PreTrainedModel, PreTrainedTokenizerFast]) -> Iterator[ServerHandle]:
     model, tokenizer = judge_lm
     with serve_chat(HFChatModel(model, tokenizer, max_context=256)) as handle:
         yield handle
 
 
-def _choice_logprob(model: GPT2LMHeadModel, prompt: list[int], choice: list[int]) -> float:
+def _choice_logprob(model: PreTrainedModel, prompt: list[int], choice: list[int]) -> float:
     """log p(choice | prompt), one unpadded sequence at a time (independent of the server's batching)."""
     ids = torch.tensor([prompt + choice])
     with torch.no_grad():
@@ -277,7 +267,7 @@ def _choice_logprob(model: GPT2LMHeadModel, prompt: list[int], choice: list[int]
 
 
 def test_judge_with_guided_choice_on_a_real_lm(
-    lm_server: ServerHandle, judge_lm: tuple[GPT2LMHeadModel, PreTrainedTokenizerFast]
+    lm_server: ServerHandle, judge_lm: tuple[PreTrainedModel, PreTrainedTokenizerFast]
 ) -> None:
     model, tokenizer = judge_lm
     judge = JudgeClient(lm_server.url, guided_choice=True, temperature=0.0)
@@ -340,7 +330,7 @@ def test_prompts_longer_than_the_context_are_cut_not_crashed(lm_server: ServerHa
 
 
 def test_chat_server_command_line_through_the_sibling_launcher(
-    tmp_path: Path, judge_lm: tuple[GPT2LMHeadModel, PreTrainedTokenizerFast]
+    tmp_path: Path, judge_lm: tuple[PreTrainedModel, PreTrainedTokenizerFast]
 ) -> None:
     """`python -m nemotron.reward.chat_server` takes the reward server's flags, token variable and ready file."""
     from nemotron.reward.sibling import sibling_server

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+from nemotron.models.tiny import tiny_model
 from nemotron.reward.scorer import Scorer, batch_encoder, scorer_from_reward_model
 
 
 def test_batched_scores_equal_unbatched_model_calls(
-    reward_model: GPT2ForSequenceClassification, tokenizer: PreTrainedTokenizerFast, model_scorer: Scorer
+    reward_model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, model_scorer: Scorer
 ) -> None:
     sentences = ["bad", "the movie was great", "fun plot and good acting but very boring"]
     with torch.no_grad():
@@ -32,7 +33,7 @@ def test_token_rows_and_sentences_agree(tokenizer: PreTrainedTokenizerFast, mode
 
 
 def test_truncation_keeps_the_last_tokens(
-    reward_model: GPT2ForSequenceClassification, tokenizer: PreTrainedTokenizerFast
+    reward_model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast
 ) -> None:
     scorer = scorer_from_reward_model(reward_model, tokenizer, max_length=3)
     long, tail = "the movie was very good fun", "good fun"
@@ -48,15 +49,14 @@ def test_empty_rows_are_refused(model_scorer: Scorer) -> None:
 
 
 def test_model_without_pad_token_is_refused(tokenizer: PreTrainedTokenizerFast) -> None:
-    model = GPT2ForSequenceClassification(
-        GPT2Config(vocab_size=30, n_embd=8, n_layer=1, n_head=1, num_labels=1)
-    )
+    model = tiny_model(30, "reward_model", n_embd=8, n_layer=1, n_head=1)
+    model.config.pad_token_id = None
     with pytest.raises(ValueError, match="pad_token_id"):
         scorer_from_reward_model(model, tokenizer, max_length=8)
 
 
 def test_max_length_beyond_positions_is_refused(
-    reward_model: GPT2ForSequenceClassification, tokenizer: PreTrainedTokenizerFast
+    reward_model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast
 ) -> None:
     with pytest.raises(ValueError, match="64 positions"):
         scorer_from_reward_model(reward_model, tokenizer, max_length=65)

@@ -15,7 +15,10 @@ def test_the_token_is_never_on_the_command_line_and_the_template_only_when_neede
     assert cmd[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "8123"
     assert cmd[cmd.index("--served-model-name") + 1] == "judge"
-    assert cmd[cmd.index("--max-model-len") + 1] == "64" and cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.3"
+    assert (
+        cmd[cmd.index("--max-model-len") + 1] == "64"
+        and cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.3"
+    )
     assert "--chat-template" not in cmd and not any("key" in part.lower() for part in cmd)
     templated = vllm_serve_command("py", "/m", 1, max_length=8, memory=0.5, chat_template="/t.jinja", name="j",
                                    structured="outlines")  # fmt: skip
@@ -32,7 +35,10 @@ def test_metaspace_tokenizers_get_the_outlines_backend() -> None:
     tiny = json.loads((shipped_root() / "tiny" / "sft_policy" / "tokenizer.json").read_text())
     assert structured_outputs_backend(tiny) == "outlines"  # our tiny BPE decodes with Metaspace
     assert structured_outputs_backend({"decoder": {"type": "ByteLevel"}}) == "auto"  # Llama 3, Qwen2, GPT-2
-    assert structured_outputs_backend({"decoder": {"type": "Sequence", "decoders": [{"type": "Metaspace"}]}}) == "outlines"
+    assert (
+        structured_outputs_backend({"decoder": {"type": "Sequence", "decoders": [{"type": "Metaspace"}]}})
+        == "outlines"
+    )
 
 
 def test_the_plain_template_renders_like_our_chat_server() -> None:
@@ -53,7 +59,9 @@ def test_a_hub_id_lets_vllm_take_its_own_length() -> None:
     assert "--max-model-len" not in cmd and cmd[cmd.index("--host") + 1] == "0.0.0.0"
 
 
-def test_the_group_command_refuses_a_wide_bind_without_a_token_before_starting_anything(tmp_path: Path) -> None:
+def test_the_group_command_refuses_a_wide_bind_without_a_token_before_starting_anything(
+    tmp_path: Path,
+) -> None:
     """`python -m nemotron.reward.vllm_serve --host 0.0.0.0` (Slurm group 0) needs $NEMOTRON_REWARD_TOKEN: exit 2, one
     line, no vllm started (this venv has none: a start would fail differently)."""
     env = {k: v for k, v in os.environ.items() if k != "NEMOTRON_REWARD_TOKEN"}

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
+from nemotron.models.tiny import tiny_model
 from nemotron.rl import gpt2_fast
 from nemotron.rl.logprobs import token_logprobs
 
@@ -15,12 +16,8 @@ VOCAB = 97
 
 
 def gpt2(seed: int = 0, **overrides: Any) -> GPT2LMHeadModel:
-    torch.manual_seed(seed)
-    config: dict[str, Any] = {
-        "n_layer": 3, "n_embd": 32, "n_head": 4, "vocab_size": VOCAB, "n_positions": 32, "pad_token_id": 0,
-        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "attn_implementation": "sdpa",
-    } | overrides  # fmt: skip
-    return GPT2LMHeadModel(GPT2Config(**config)).eval()
+    options: dict[str, Any] = {"n_layer": 3, "n_head": 4, "n_positions": 32, "attn_implementation": "sdpa"}
+    return tiny_model(VOCAB, seed=seed, **(options | overrides))
 
 
 def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -133,31 +133,20 @@ def test_all_masked_rows_add_nothing() -> None:
 LossFn = Callable[[torch.Tensor, dict[str, torch.Tensor], LossLevel, torch.Tensor | None], torch.Tensor]
 
 
-def _ppo(
-    p: torch.Tensor, b: dict[str, torch.Tensor], level: LossLevel, n: torch.Tensor | None
-) -> torch.Tensor:
-    return ppo_clip_loss(p, b["old"], b["adv"], b["mask"], dual_clip=3.0, level=level, normaliser=n).loss
+# Each loss as (per-token policy logprobs, batch, level, normaliser) -> scalar loss.
+LOSSES: dict[str, LossFn] = {
+    "ppo": lambda p, b, level, n: (
+        ppo_clip_loss(p, b["old"], b["adv"], b["mask"], dual_clip=3.0, level=level, normaliser=n).loss
+    ),
+    "reinforce": lambda p, b, level, n: reinforce_loss(p, b["adv"], b["mask"], level, n),
+    "value": lambda p, b, level, n: (
+        value_loss(p, b["old"], b["ret"], b["mask"], clip=0.1, level=level, normaliser=n).loss
+    ),
+    "kl": lambda p, b, level, n: kl_loss(p, b["old"], b["mask"], kl_coef=0.1, level=level, normaliser=n),
+}
 
 
-def _reinforce(
-    p: torch.Tensor, b: dict[str, torch.Tensor], level: LossLevel, n: torch.Tensor | None
-) -> torch.Tensor:
-    return reinforce_loss(p, b["adv"], b["mask"], level, n)
-
-
-def _value(
-    p: torch.Tensor, b: dict[str, torch.Tensor], level: LossLevel, n: torch.Tensor | None
-) -> torch.Tensor:
-    return value_loss(p, b["old"], b["ret"], b["mask"], clip=0.1, level=level, normaliser=n).loss
-
-
-def _kl(
-    p: torch.Tensor, b: dict[str, torch.Tensor], level: LossLevel, n: torch.Tensor | None
-) -> torch.Tensor:
-    return kl_loss(p, b["old"], b["mask"], kl_coef=0.1, level=level, normaliser=n)
-
-
-@pytest.mark.parametrize("loss_fn", [_ppo, _reinforce, _value, _kl], ids=["ppo", "reinforce", "value", "kl"])
+@pytest.mark.parametrize("loss_fn", LOSSES.values(), ids=LOSSES.keys())
 @pytest.mark.parametrize("level", LOSS_LEVELS)
 def test_micro_batches_with_the_global_normaliser_equal_the_whole_batch(
     loss_fn: LossFn, level: LossLevel

@@ -28,7 +28,9 @@ def test_fit_prompts_uses_the_room_left_by_max_new_tokens() -> None:
 
 
 def test_no_room_at_all_is_bad_input() -> None:
-    with pytest.raises(UserError, match=r"max_new_tokens=32 .* leaves no room for a prompt in the model's 32 positions"):
+    with pytest.raises(
+        UserError, match=r"max_new_tokens=32 .* leaves no room for a prompt in the model's 32 positions"
+    ):
         fit_prompts([[1]], 32, 32)
 
 
@@ -41,13 +43,28 @@ def test_model_positions_reads_both_names() -> None:
 @pytest.mark.slow
 def test_a_long_prompt_run_warns_and_trains_instead_of_failing_mid_rollout(tmp_path: Path) -> None:
     env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home")}
-    args = [sys.executable, "-m", "nemotron", "steps", "run", "rl/reinforce", "-c", "tiny", "trainer.max_steps=1",
-            "eval.num_prompts=0", "generation.max_new_tokens=28"]
+    args = [
+        sys.executable,
+        "-m",
+        "nemotron",
+        "steps",
+        "run",
+        "rl/reinforce",
+        "-c",
+        "tiny",
+        "trainer.max_steps=1",
+        "eval.num_prompts=0",
+        "generation.max_new_tokens=28",
+    ]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "prompts are longer than 4 tokens (the model's 32 positions minus max_new_tokens 28)" in done.stderr
+    assert (
+        "prompts are longer than 4 tokens (the model's 32 positions minus max_new_tokens 28)" in done.stderr
+    )
     (job,) = (tmp_path / "home" / "jobs").iterdir()
     assert json.loads((job / "status.json").read_text())["state"] == "succeeded"
-    too_many = subprocess.run([*args[:-1], "generation.max_new_tokens=40"], env=env, capture_output=True, text=True, timeout=300)
+    too_many = subprocess.run(
+        [*args[:-1], "generation.max_new_tokens=40"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert too_many.returncode == 2 and "leaves no room for a prompt" in too_many.stderr
     assert "Traceback" not in too_many.stderr

@@ -9,7 +9,6 @@ import pytest
 import torch
 from transformers import (
     GenerationConfig,
-    GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
@@ -20,6 +19,7 @@ from transformers import (
 from transformers.cache_utils import Cache
 
 from nemotron.errors import NotFound, UserError
+from nemotron.models.tiny import tiny_model
 from nemotron.rl import gpt2_fast, hf_cache
 from nemotron.rl import rollout as rollout_module
 from nemotron.rl.generation_backends import GenerationBackend, TorchBackend, get_backend
@@ -40,23 +40,11 @@ PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14], [20, 21, 22, 23], [30, 31], 
 
 
 def tiny_gpt2(attn_implementation: str = "sdpa", seed: int = 0) -> GPT2LMHeadModel:
-    torch.manual_seed(seed)
-    config: dict[str, Any] = {
-        "n_layer": 2,
-        "n_embd": 64,
-        "n_head": 4,
-        "vocab_size": VOCAB,
-        "n_positions": 64,
-        # No EOS in the model config: transformers would stop on it by default, and the samplers compared
-        # here must stop only on the EOS each test asks for.
-        "bos_token_id": None,
-        "eos_token_id": None,
-        "pad_token_id": PAD,
-        "attn_implementation": attn_implementation,
-    }
-    model = GPT2LMHeadModel(GPT2Config(**config))
-    model.train(False)
-    return model
+    # No EOS in the model config: transformers would stop on it by default, and the samplers compared here must
+    # stop only on the EOS each test asks for.
+    return tiny_model(
+        VOCAB, seed=seed, n_embd=64, n_head=4, pad_token_id=PAD, attn_implementation=attn_implementation
+    )
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers import PreTrainedModel
 
+from nemotron.models.tiny import tiny_model
 from nemotron.rl import gpt2_fast
 from nemotron.rl.experience import sampling_params
 from nemotron.rl.rollout import SamplingParams, generate
@@ -71,38 +71,24 @@ def test_the_extra_token_keeps_a_leading_space_a_sentencepiece_decoder_drops() -
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14], [20, 21, 22, 23], [30, 31], [40, 41, 42, 43, 44]]
 
 
-def tiny_model(kind: str) -> PreTrainedModel:
-    torch.manual_seed(1)
+def stop_string_model(kind: str) -> PreTrainedModel:
     # No EOS in the configs: the rows here stop only on the stop string.
-    common: dict[str, Any] = {
-        "vocab_size": 211,
-        "bos_token_id": None,
-        "eos_token_id": None,
-        "pad_token_id": 0,
-    }
     if kind == "gpt2":
-        model: PreTrainedModel = GPT2LMHeadModel(
-            GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=64, **common)
-        )
-    else:
-        model = LlamaForCausalLM(
-            LlamaConfig(
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                max_position_embeddings=64,
-                **common,
-            )
-        )
-    model.train(False)
-    return model
+        return tiny_model(211, seed=1, n_embd=64, n_head=4)
+    return tiny_model(
+        211,
+        seed=1,
+        family="llama",
+        n_head=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        tie_word_embeddings=False,
+    )
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_generate_stops_at_the_first_match_decoding_only_a_tail(kind: str) -> None:
-    model = tiny_model(kind)
+    model = stop_string_model(kind)
     assert gpt2_fast.supports(model) == (kind == "gpt2")  # both sampling paths are covered
     width = 16
     free = generate(model, PROMPTS, SamplingParams(max_new_tokens=width), torch.Generator().manual_seed(11))

@@ -27,7 +27,9 @@ def test_sampling_settings_map_one_to_one() -> None:
 
 
 def test_outputs_become_left_padded_prompts_and_right_padded_responses() -> None:
-    rollout = to_rollout([[5, 6], [7]], [[8, 1], [9, 9, 9]], [[-0.5, -1.0], [-0.1, -0.2, -0.3]], [True, False], 0)
+    rollout = to_rollout(
+        [[5, 6], [7]], [[8, 1], [9, 9, 9]], [[-0.5, -1.0], [-0.1, -0.2, -0.3]], [True, False], 0
+    )
     assert rollout.prompt_width == 2
     assert rollout.sequences.tolist() == [[5, 6, 8, 1, 0], [0, 7, 9, 9, 9]]
     assert rollout.attention_mask.tolist() == [[1, 1, 1, 1, 0], [0, 1, 1, 1, 1]]

@@ -27,11 +27,17 @@ pytestmark = pytest.mark.slurm
 
 @pytest.fixture
 def env(home: Path) -> dict[str, str]:
-    return {**os.environ, "COLUMNS": "200", "NEMOTRON_STEPS_PATH": os.pathsep.join([str(FIXTURE_STEPS), str(SERVED_STEPS)])}
+    return {
+        **os.environ,
+        "COLUMNS": "200",
+        "NEMOTRON_STEPS_PATH": os.pathsep.join([str(FIXTURE_STEPS), str(SERVED_STEPS)]),
+    }
 
 
 def nemotron(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def status_of(home: Path, job_id: str) -> dict[str, Any]:
@@ -44,7 +50,9 @@ def sacct_state(slurm_id: str, timeout_s: float = 180) -> str:
     """The job's final state, polling sacct (which lags squeue); a hetjob reports its leader's line first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True
+        ).stdout
         states = [line.split()[0] for line in out.splitlines() if line.strip()]
         if states and all(s in FINAL for s in states):
             return states[0]
@@ -65,7 +73,9 @@ def submitted_script(home: Path, job_id: str) -> str:
     return path.read_text()
 
 
-def test_batch_run_completes_and_registers_its_output_with_lineage(env: dict[str, str], home: Path, tmp_path: Path) -> None:
+def test_batch_run_completes_and_registers_its_output_with_lineage(
+    env: dict[str, str], home: Path, tmp_path: Path
+) -> None:
     numbers = tmp_path / "numbers.jsonl"
     numbers.write_text('{"prompt": "1"}\n')
     t0 = time.monotonic()
@@ -82,7 +92,7 @@ def test_batch_run_completes_and_registers_its_output_with_lineage(env: dict[str
     assert "step 3/3 value=3" in logs
     # the script NeMo-Run submitted is the one job.yaml (and --dry-run) show
     launch = yaml.safe_load((home / "jobs" / job_id / "job.yaml").read_text())["launch"]
-    assert launch[launch.index("#!/bin/bash"):] == submitted_script(home, job_id)
+    assert launch[launch.index("#!/bin/bash") :] == submitted_script(home, job_id)
 
 
 def test_attached_run_streams_the_log_and_exits_with_the_step_code(env: dict[str, str], home: Path) -> None:
@@ -95,7 +105,9 @@ def test_attached_run_streams_the_log_and_exits_with_the_step_code(env: dict[str
 
 def test_bad_input_found_by_the_step_is_exit_2_on_slurm_as_locally(env: dict[str, str], home: Path) -> None:
     """The step runs through nemotron.run_step on Slurm too: a UserError is one line and exit 2, no traceback."""
-    done = nemotron(env, "steps", "run", "test/count", "-c", "tiny", "trainer.bad_input_at=1", "-r", "local_slurm")
+    done = nemotron(
+        env, "steps", "run", "test/count", "-c", "tiny", "trainer.bad_input_at=1", "-r", "local_slurm"
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     assert "error: bad input on purpose at step 1" in done.stderr and "Traceback" not in done.stderr
     local = nemotron(env, "steps", "run", "test/count", "-c", "tiny", "trainer.bad_input_at=1")
@@ -108,8 +120,14 @@ def test_a_hostile_home_is_refused_before_anything_runs(env: dict[str, str], tmp
     home = tmp_path / "x $(touch PWNED);y" / "home"
     env = {**env, "NEMOTRON_HOME": str(home)}
     for flags in (["-r", "local_slurm"], ["-b", "local_slurm"], ["-b", "local_slurm", "--dry-run"]):
-        done = subprocess.run([sys.executable, "-m", "nemotron", "steps", "run", "test/count", "-c", "tiny", *flags],
-                              capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path)
+        done = subprocess.run(
+            [sys.executable, "-m", "nemotron", "steps", "run", "test/count", "-c", "tiny", *flags],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+            cwd=tmp_path,
+        )
         assert done.returncode == 2, done.stderr[-3000:]
         assert "NeMo-Run's Slurm submission cannot carry" in done.stderr and "Traceback" not in done.stderr
     assert not home.exists() and not list(tmp_path.rglob("PWNED"))
@@ -123,9 +141,25 @@ def _lines(stream: Any, seen: list[str], event: threading.Event, marker: str) ->
 
 
 def test_ctrl_c_on_an_attached_run_cancels_the_slurm_job(env: dict[str, str], home: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "nemotron", "steps", "run", "test/count", "-c", "tiny",
-                             "trainer.sleep_s=30", "-r", "local_slurm"], env=env, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nemotron",
+            "steps",
+            "run",
+            "test/count",
+            "-c",
+            "tiny",
+            "trainer.sleep_s=30",
+            "-r",
+            "local_slurm",
+        ],
+        env=env,
+        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     seen: list[str] = []
     started = threading.Event()
     reader = threading.Thread(target=_lines, args=(proc.stderr, seen, started, "step 1/3"), daemon=True)
@@ -152,7 +186,9 @@ def test_jobs_cancel_stops_a_batch_job(env: dict[str, str], home: Path) -> None:
     assert not (home / "jobs" / job_id / "outputs").exists()  # it never reached the end
 
 
-def test_jobs_ls_shows_a_failed_batch_job_as_failed_without_jobs_status(env: dict[str, str], home: Path) -> None:
+def test_jobs_ls_shows_a_failed_batch_job_as_failed_without_jobs_status(
+    env: dict[str, str], home: Path
+) -> None:
     """`jobs ls` used to show `pending` for a Slurm job that had FAILED until `jobs status` asked for it."""
     job_id, slurm_id = submit(env, home, "test/count", "-c", "tiny", "trainer.fail_at=1")
     assert sacct_state(slurm_id) == "FAILED"
@@ -166,38 +202,42 @@ def test_jobs_ls_shows_a_failed_batch_job_as_failed_without_jobs_status(env: dic
 def tiny_reward_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A random GPT-2 reward model and a word-level tokenizer, saved like a real reward_model_hf."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
+
+    from nemotron.models.tiny import tiny_model
+    from nemotron.models.tokenizer import word_tokenizer
 
     torch.set_num_threads(1)
-    words = "the a movie plot was great awful fine".split()
-    vocab = {"[PAD]": 0, "[UNK]": 1, "[EOS]": 2} | {w: i + 3 for i, w in enumerate(words)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]")
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(vocab), n_positions=32, n_embd=16, n_layer=1, n_head=2, num_labels=1,
-                        pad_token_id=0, bos_token_id=2, eos_token_id=2)
+    tokenizer = word_tokenizer("the a movie plot was great awful fine".split())
+    model = tiny_model(len(tokenizer), "reward_model", n_positions=32, n_embd=16, n_layer=1, eos_token_id=2)
     path = tmp_path_factory.mktemp("rm") / "reward_model"
-    GPT2ForSequenceClassification(config).save_pretrained(path, safe_serialization=True)
+    model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     yield path
 
 
-def test_hetjob_serves_the_reward_model_beside_the_step(env: dict[str, str], home: Path, tiny_reward_model: Path) -> None:
+def test_hetjob_serves_the_reward_model_beside_the_step(
+    env: dict[str, str], home: Path, tiny_reward_model: Path
+) -> None:
     sentences = ["the movie was great", "the plot was awful", "fine"]
-    job_id, slurm_id = submit(env, home, "test/served", "-c", "tiny", f"inputs.reward_model={tiny_reward_model}")
+    job_id, slurm_id = submit(
+        env, home, "test/served", "-c", "tiny", f"inputs.reward_model={tiny_reward_model}"
+    )
     assert sacct_state(slurm_id) == "COMPLETED"
     assert json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] == "succeeded"
 
-    rows = [json.loads(line) for line in (home / "jobs" / job_id / "outputs" / "scores.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (home / "jobs" / job_id / "outputs" / "scores.jsonl").read_text().splitlines()
+    ]
     # the scores are the model's own: the same model scored here, in-process, through the server's scorer
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from nemotron.reward.scorer import scorer_from_reward_model
 
     model = AutoModelForSequenceClassification.from_pretrained(tiny_reward_model)
-    expected = scorer_from_reward_model(model, AutoTokenizer.from_pretrained(tiny_reward_model), 32).score_sentences(sentences)
+    expected = scorer_from_reward_model(
+        model, AutoTokenizer.from_pretrained(tiny_reward_model), 32
+    ).score_sentences(sentences)
     assert [r["prompt"] for r in rows] == sentences
     assert [r["score"] for r in rows] == pytest.approx(list(expected), abs=1e-5)
     # group 0 (the server) and group 1 (the step) ran on different nodes
@@ -210,20 +250,28 @@ def test_hetjob_serves_the_reward_model_beside_the_step(env: dict[str, str], hom
     assert oct(secrets_file.stat().st_mode & 0o777) == "0o600"
     token = secrets_file.read_text().split("NEMOTRON_REWARD_TOKEN=")[1].strip()
     assert len(token) >= 20
-    written = [p for p in (home / "nemorun").rglob("*") if p.is_file()] + [home / "jobs" / job_id / "job.yaml"]
+    written = [p for p in (home / "nemorun").rglob("*") if p.is_file()] + [
+        home / "jobs" / job_id / "job.yaml"
+    ]
     assert not [p for p in written if token in p.read_text(errors="replace")]
     launch = yaml.safe_load((home / "jobs" / job_id / "job.yaml").read_text())["launch"]
-    assert launch[launch.index("#!/bin/bash"):] == submitted_script(home, job_id)
+    assert launch[launch.index("#!/bin/bash") :] == submitted_script(home, job_id)
 
 
 TINY = REPO / "src" / "nemotron" / "shipped" / "tiny"
 
 
 @pytest.mark.slow
-def test_tiny_reinforce_runs_on_slurm_and_registers_the_policy_with_lineage(env: dict[str, str], home: Path) -> None:
+def test_tiny_reinforce_runs_on_slurm_and_registers_the_policy_with_lineage(
+    env: dict[str, str], home: Path
+) -> None:
     job_id, slurm_id = submit(env, home, "rl/reinforce", "-c", "tiny")
-    assert sacct_state(slurm_id, timeout_s=900) == "COMPLETED", nemotron(env, "jobs", "logs", job_id).stdout[-3000:]
+    assert sacct_state(slurm_id, timeout_s=900) == "COMPLETED", nemotron(env, "jobs", "logs", job_id).stdout[
+        -3000:
+    ]
     assert json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] == "succeeded"
-    lineage = json.loads(nemotron(env, "artifacts", "lineage", "tiny_reinforce_policy:latest", "--json").stdout)
+    lineage = json.loads(
+        nemotron(env, "artifacts", "lineage", "tiny_reinforce_policy:latest", "--json").stdout
+    )
     assert lineage["job_id"] == job_id and lineage["step"] == "rl/reinforce"
     assert set(lineage["inputs"]) == {"prompts", "policy", "reward_model"}

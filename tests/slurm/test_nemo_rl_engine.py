@@ -50,7 +50,9 @@ env_vars = {{ PATH = "{path}", FAKE_NEMO_RL_EXIT = "1" }}
 
 
 def nemotron(env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def status(home: Path, job_id: str) -> dict[str, Any]:
@@ -58,7 +60,9 @@ def status(home: Path, job_id: str) -> dict[str, Any]:
 
 
 def sacct(slurm_id: str) -> str:
-    out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True
+    ).stdout
     return out.split("\n")[0].split(" ")[0]
 
 
@@ -77,10 +81,22 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout:.0f} s: {what}")
 
 
-def test_reinforce_runs_once_on_a_two_node_ray_cluster_and_registers_its_policy(env: dict[str, str], home: Path) -> None:
+def test_reinforce_runs_once_on_a_two_node_ray_cluster_and_registers_its_policy(
+    env: dict[str, str], home: Path
+) -> None:
     started = time.monotonic()
-    done = nemotron(env, "steps", "run", "rl/reinforce", "-c", "tiny", *NEMO_RL_TINY,
-                    "reinforce.kl_in=reward_sequence_mean", "-r", "ray2")
+    done = nemotron(
+        env,
+        "steps",
+        "run",
+        "rl/reinforce",
+        "-c",
+        "tiny",
+        *NEMO_RL_TINY,
+        "reinforce.kl_in=reward_sequence_mean",
+        "-r",
+        "ray2",
+    )
     took = time.monotonic() - started
     assert done.returncode == 0, done.stderr[-4000:]
     assert "fake NeMo-RL grpo: 2 alive Ray nodes (cluster.num_nodes=2)" in done.stderr
@@ -89,10 +105,16 @@ def test_reinforce_runs_once_on_a_two_node_ray_cluster_and_registers_its_policy(
     assert ":node1:" in seen and ":node2:" in seen
     (job_dir,) = (home / "jobs").iterdir()
     st = status(home, job_dir.name)
-    assert st["state"] == "succeeded" and st["exit_code"] == 0 and st["registered"] == ["tiny_reinforce_policy:v1"]
+    assert (
+        st["state"] == "succeeded"
+        and st["exit_code"] == 0
+        and st["registered"] == ["tiny_reinforce_policy:v1"]
+    )
     assert sacct(str(st["remote_id"])) == "COMPLETED" and raylets_of(str(st["remote_id"])) == []
     lineage = nemotron(env, "artifacts", "lineage", "tiny_reinforce_policy:v1")
-    assert lineage.returncode == 0 and "sft_policy" in lineage.stdout and "prompts" in lineage.stdout, lineage.stdout
+    assert lineage.returncode == 0 and "sft_policy" in lineage.stdout and "prompts" in lineage.stdout, (
+        lineage.stdout
+    )
     print(f"submit to succeeded and registered: {took:.1f} s")
 
 
@@ -100,11 +122,20 @@ def test_ppo_in_batch_registers_policy_and_critic_and_its_logs_show(env: dict[st
     done = nemotron(env, "steps", "run", "rl/ppo", "-c", "tiny", *NEMO_RL_TINY, "-b", "ray2")
     assert done.returncode == 0, done.stderr[-4000:]
     job_id = done.stdout.strip().splitlines()[-1]
-    wait_for(lambda: json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] in FINAL, 180, "the end")
+    wait_for(
+        lambda: json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] in FINAL,
+        180,
+        "the end",
+    )
     assert status(home, job_id)["state"] == "succeeded", status(home, job_id)
     assert sorted(status(home, job_id)["registered"]) == ["tiny_ppo_critic:v1", "tiny_ppo_policy:v1"]
     logs = nemotron(env, "jobs", "logs", job_id)
-    assert "fake NeMo-RL ppo: 2 alive Ray nodes" in logs.stdout and ":node1:" in logs.stdout and ":node2:" in logs.stdout and "converted " in logs.stdout
+    assert (
+        "fake NeMo-RL ppo: 2 alive Ray nodes" in logs.stdout
+        and ":node1:" in logs.stdout
+        and ":node2:" in logs.stdout
+        and "converted " in logs.stdout
+    )
 
 
 def test_cancel_stops_the_ray_cluster_and_registers_nothing(env: dict[str, str], home: Path) -> None:
@@ -112,7 +143,11 @@ def test_cancel_stops_the_ray_cluster_and_registers_nothing(env: dict[str, str],
     assert done.returncode == 0, done.stderr[-4000:]
     job_id = done.stdout.strip().splitlines()[-1]
     log = lambda: "".join(p.read_text() for p in Path(status(home, job_id)["remote_dir"]).glob("log-*.out"))  # noqa: E731
-    wait_for(lambda: Path(status(home, job_id)["remote_dir"]).is_dir() and "alive Ray nodes" in log(), 120, "the driver")
+    wait_for(
+        lambda: Path(status(home, job_id)["remote_dir"]).is_dir() and "alive Ray nodes" in log(),
+        120,
+        "the driver",
+    )
 
     cancelled = nemotron(env, "jobs", "cancel", job_id)
 
@@ -124,7 +159,9 @@ def test_cancel_stops_the_ray_cluster_and_registers_nothing(env: dict[str, str],
     wait_for(lambda: raylets_of(slurm_id) == [], 60, "the raylets to stop")
 
 
-def test_a_crashed_driver_fails_the_job_with_its_exit_code_and_registers_nothing(env: dict[str, str], home: Path) -> None:
+def test_a_crashed_driver_fails_the_job_with_its_exit_code_and_registers_nothing(
+    env: dict[str, str], home: Path
+) -> None:
     done = nemotron(env, "steps", "run", "rl/rlhf", "-c", "tiny", *NEMO_RL_TINY, "-r", "ray2_crash")
     assert done.returncode == 1, done.stderr[-4000:]
     assert "fake NeMo-RL: failing on purpose" in done.stderr

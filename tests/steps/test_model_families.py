@@ -30,12 +30,28 @@ SHORT = {
     "rm/train": ["trainer.max_steps=2", "trainer.log_interval=1"],
     # RLOO leaves responses without an end out of every baseline, and a random model almost never samples EOS
     # (1 token in 476): a stop string that random text soon contains ends responses instead.
-    "rl/reinforce": ["trainer.max_steps=2", "trainer.num_prompts_per_step=4", "eval.num_prompts=0",
-                     "checkpoint.save_interval=0", "reward.source=in_process", "generation.stop_strings=[e]"],
-    "rl/ppo": ["trainer.max_steps=2", "trainer.num_prompts_per_step=4", "eval.num_prompts=0", "ppo.critic_warmup_steps=0",
-               "checkpoint.save_interval=0", "reward.source=in_process"],
-    "rl/rlhf": ["grpo.max_num_steps=2", "grpo.num_prompts_per_step=4", "eval.num_prompts=0",
-                "checkpoint.save_interval=0"],
+    "rl/reinforce": [
+        "trainer.max_steps=2",
+        "trainer.num_prompts_per_step=4",
+        "eval.num_prompts=0",
+        "checkpoint.save_interval=0",
+        "reward.source=in_process",
+        "generation.stop_strings=[e]",
+    ],
+    "rl/ppo": [
+        "trainer.max_steps=2",
+        "trainer.num_prompts_per_step=4",
+        "eval.num_prompts=0",
+        "ppo.critic_warmup_steps=0",
+        "checkpoint.save_interval=0",
+        "reward.source=in_process",
+    ],
+    "rl/rlhf": [
+        "grpo.max_num_steps=2",
+        "grpo.num_prompts_per_step=4",
+        "eval.num_prompts=0",
+        "checkpoint.save_interval=0",
+    ],
 }
 
 
@@ -71,7 +87,10 @@ def _inputs(step_id: str, policy: Path, rm: Path) -> list[str]:
         "rm/train": [f"inputs.init_from={policy}"],
         "rl/reinforce": [f"inputs.policy={policy}", f"inputs.reward_model={rm}"],
         "rl/ppo": [f"inputs.policy={policy}", f"inputs.reward_model={rm}"],
-        "rl/rlhf": [f"policy.model_name={policy}", f"env.nemo_gym.genrm_model.responses_api_models.vllm_model.model={rm}"],
+        "rl/rlhf": [
+            f"policy.model_name={policy}",
+            f"env.nemo_gym.genrm_model.responses_api_models.vllm_model.model={rm}",
+        ],
     }[step_id]
 
 
@@ -132,7 +151,11 @@ def _weights(path: Path) -> dict[str, Any]:
     ],
 )
 def test_bf16_and_bf16_mixed_train_on_the_cpu(
-    family: str, runtime: list[str], saved_dtype: str, family_models: dict[str, tuple[Path, Path]], home: Path,
+    family: str,
+    runtime: list[str],
+    saved_dtype: str,
+    family_models: dict[str, tuple[Path, Path]],
+    home: Path,
     run_cli: Any,
 ) -> None:
     """bf16 keeps weights (and so the saved policy) in bfloat16; bf16-mixed keeps fp32 masters and saves fp32."""
@@ -143,13 +166,17 @@ def test_bf16_and_bf16_mixed_train_on_the_cpu(
     out_dir = job_dir / "outputs" / "policy"
     assert set(safetensors_dtypes(weight_files(out_dir)[0]).values()) == {saved_dtype}
     rows = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
-    assert all(math.isfinite(m["actor_loss"]) and math.isfinite(m["critic_loss"]) for m in rows if "actor_loss" in m)
+    assert all(
+        math.isfinite(m["actor_loss"]) and math.isfinite(m["critic_loss"]) for m in rows if "actor_loss" in m
+    )
     start, after = _weights(policy), _weights(out_dir)
     assert any(not bool((after[k].float() == start[k].float()).all()) for k in after if k in start)
 
 
 @pytest.mark.slow
-def test_a_llama_ppo_run_resumes_exactly(family_models: dict[str, tuple[Path, Path]], home: Path, run_cli: Any) -> None:
+def test_a_llama_ppo_run_resumes_exactly(
+    family_models: dict[str, tuple[Path, Path]], home: Path, run_cli: Any
+) -> None:
     """Policy, critic (a LlamaForTokenClassification), both optimizers and the sampler restored: steps 3-4 of a run
     resumed from step 2 log the same metrics as an uninterrupted 4-step run."""
     policy, rm = family_models["llama"]
@@ -162,7 +189,9 @@ def test_a_llama_ppo_run_resumes_exactly(family_models: dict[str, tuple[Path, Pa
 
     full = steps(_run(run_cli, home, "rl/ppo", *args, "trainer.max_steps=4"))
     first = _run(run_cli, home, "rl/ppo", *args, "trainer.max_steps=2")
-    resumed = steps(_run(run_cli, home, "rl/ppo", *args, "trainer.max_steps=4", f"checkpoint.resume_from={first.name}"))
+    resumed = steps(
+        _run(run_cli, home, "rl/ppo", *args, "trainer.max_steps=4", f"checkpoint.resume_from={first.name}")
+    )
     assert sorted(resumed) == [3, 4]
     for step in (3, 4):
         for key, value in full[step].items():

@@ -30,7 +30,11 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any) -> None:
     rm_rows = [json.loads(x) for x in (jobs["rm-train"] / "metrics.jsonl").read_text().splitlines()]
     assert rm_rows[-1]["val_accuracy"] >= 0.85
     for step in ("rl-reinforce", "rl-ppo", "rl-rlhf"):
-        ev = {k: v for line in (jobs[step] / "metrics.jsonl").read_text().splitlines() for k, v in json.loads(line).items()}
+        ev = {
+            k: v
+            for line in (jobs[step] / "metrics.jsonl").read_text().splitlines()
+            for k, v in json.loads(line).items()
+        }
         assert ev["eval_rm_after"] > ev["eval_rm_before"] + 0.5, step
         assert ev["eval_gt_after"] > ev["eval_gt_before"] + 0.1, step
 
@@ -38,10 +42,19 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any) -> None:
     # states (torch is not bitwise equal across CPU kernels); the README table is that file's.
     reference = json.loads((REPO / "docs" / "figures" / "tiny_pipeline.json").read_text())
     for step, expected in reference["steps"].items():
-        ev = {k: v for line in (jobs[step] / "metrics.jsonl").read_text().splitlines() for k, v in json.loads(line).items()}
+        ev = {
+            k: v
+            for line in (jobs[step] / "metrics.jsonl").read_text().splitlines()
+            for k, v in json.loads(line).items()
+        }
         for key, value in expected.items():
             metric = key.rsplit("_", 1)[0]
-            assert abs(ev[f"eval_{key}"] - value) <= reference["tolerance"][metric], (step, key, ev[f"eval_{key}"], value)
+            assert abs(ev[f"eval_{key}"] - value) <= reference["tolerance"][metric], (
+                step,
+                key,
+                ev[f"eval_{key}"],
+                value,
+            )
 
     # The shipped tiny data (pure Python from a seed) is byte for byte what this pipeline produced.
     provenance = json.loads((shipped_root() / "tiny" / "PROVENANCE.json").read_text())
@@ -49,7 +62,9 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any) -> None:
     for shipped, info in provenance.items():
         if info["type"].endswith("_jsonl"):
             made = listed[info["artifact"]]
-            assert made["sha256"] == info["sha256"], f"{shipped} is not reproducible: rerun scripts/make_tiny_artifacts.py"
+            assert made["sha256"] == info["sha256"], (
+                f"{shipped} is not reproducible: rerun scripts/make_tiny_artifacts.py"
+            )
 
     # Lineage: the GRPO policy's ancestry reaches the generated data through sft and rm/train.
     tree = json.loads(run_cli("artifacts", "lineage", "tiny_rlhf_policy:latest", "--json").out)
@@ -66,4 +81,3 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any) -> None:
     assert again_sft.code == 0, again_sft.err[-2000:]
     listed = {a["ref"]: a for a in json.loads(run_cli("artifacts", "ls", "--json").out)}
     assert listed["tiny_sft_policy:v2"]["sha256"] == listed["tiny_sft_policy:v1"]["sha256"]
-

@@ -16,8 +16,10 @@ import pytest
 
 # in_process rewards: the comparison below is exact to 1e-6, and a server's dynamic batches could group rows
 # differently from run to run. The server path is covered by the tiny preset tests.
-ARGS = ["steps", "run", "rl/reinforce", "-c", "tiny", "trainer.max_steps=6", "checkpoint.save_interval=3",
-        "reward.source=in_process", "trainer.num_prompts_per_step=8", "eval.num_prompts=0"]
+ARGS = (
+    "steps run rl/reinforce -c tiny trainer.max_steps=6 checkpoint.save_interval=3 "
+    "reward.source=in_process trainer.num_prompts_per_step=8 eval.num_prompts=0"
+).split()
 TIMERS = {"time", "generate", "reward", "logprobs", "train", "step_time", "peak_memory_mb"}
 
 
@@ -42,14 +44,21 @@ def test_killed_then_resumed_run_matches_an_uninterrupted_one(home: Path, run_cl
     from transformers import AutoModelForCausalLM
 
     assert (first / "checkpoints" / "latest").read_text() == "step_000006"
-    AutoModelForCausalLM.from_pretrained(first / "checkpoints" / "step_000006" / "policy", use_safetensors=True)
+    AutoModelForCausalLM.from_pretrained(
+        first / "checkpoints" / "step_000006" / "policy", use_safetensors=True
+    )
     assert not list((first / "checkpoints").glob(".*tmp*")), "a temporary checkpoint dir was left behind"
 
     # Start the same run and kill -9 it once step 4 is logged (the checkpoint of step 3 is on disk).
     seen = {p.name for p in (home / "jobs").iterdir()}
     env = {**os.environ, "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "nemotron", *ARGS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nemotron", *ARGS],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     killed = None
     while time.monotonic() < deadline and proc.poll() is None:
@@ -62,7 +71,10 @@ def test_killed_then_resumed_run_matches_an_uninterrupted_one(home: Path, run_cl
     proc.wait()
     assert killed is not None, "the run finished before it could be killed"
     assert (killed / "checkpoints" / "latest").read_text() == "step_000003"
-    assert not (killed / "outputs" / "policy").exists() or json.loads(run_cli("jobs", "show", killed.name, "--json").out)["produced"] == []
+    assert (
+        not (killed / "outputs" / "policy").exists()
+        or json.loads(run_cli("jobs", "show", killed.name, "--json").out)["produced"] == []
+    )
 
     seen = {p.name for p in (home / "jobs").iterdir()}
     r = run_cli(*ARGS, f"checkpoint.resume_from={killed.name}", timeout=600)
@@ -77,12 +89,21 @@ def test_killed_then_resumed_run_matches_an_uninterrupted_one(home: Path, run_cl
 
 @pytest.mark.slow
 def test_resume_refuses_a_checkpoint_of_another_config(home: Path, run_cli: Any) -> None:
-    r = run_cli(*ARGS[:-4], "trainer.max_steps=3", "checkpoint.save_interval=3", "reward.source=in_process",
-                "trainer.num_prompts_per_step=4", "eval.num_prompts=0", timeout=600)
+    r = run_cli(
+        *ARGS[:-4],
+        "trainer.max_steps=3",
+        "checkpoint.save_interval=3",
+        "reward.source=in_process",
+        "trainer.num_prompts_per_step=4",
+        "eval.num_prompts=0",
+        timeout=600,
+    )
     assert r.code == 0, r.err[-2000:]
     (first,) = (home / "jobs").iterdir()
-    base = ["steps", "run", "rl/reinforce", "-c", "tiny", "reward.source=in_process", "trainer.num_prompts_per_step=4",
-            "eval.num_prompts=0", "trainer.max_steps=4", f"checkpoint.resume_from={first.name}"]
+    base = [
+        *"steps run rl/reinforce -c tiny reward.source=in_process trainer.num_prompts_per_step=4".split(),
+        *["eval.num_prompts=0", "trainer.max_steps=4", f"checkpoint.resume_from={first.name}"],
+    ]
     r = run_cli(*base, "optim.lr=0.1", timeout=600)
     assert r.code == 2, r.err[-2000:]
     assert "refusing to resume" in r.err and "Traceback" not in r.err

@@ -26,7 +26,10 @@ def _processes_of(job_dir: Path) -> list[int]:
         if not proc.name.isdigit():
             continue
         try:
-            if tag in (proc / "environ").read_bytes().split(b"\0") and b"State:\tZ" not in (proc / "status").read_bytes():
+            if (
+                tag in (proc / "environ").read_bytes().split(b"\0")
+                and b"State:\tZ" not in (proc / "status").read_bytes()
+            ):
                 pids.append(int(proc.name))
         except OSError:
             continue
@@ -34,8 +37,18 @@ def _processes_of(job_dir: Path) -> list[int]:
 
 
 def _start(args: list[str], home: Path, **extra_env: str) -> subprocess.Popen[str]:
-    env = {**{k: v for k, v in os.environ.items() if k != "NEMOTRON_REWARD_TOKEN"}, "COLUMNS": "200", **extra_env}
-    return subprocess.Popen([sys.executable, "-m", "nemotron", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "NEMOTRON_REWARD_TOKEN"},
+        "COLUMNS": "200",
+        **extra_env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "nemotron", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for(path_glob: str, home: Path, proc: subprocess.Popen[str], timeout: float = 120) -> Path:
@@ -54,7 +67,11 @@ def test_rm_serve_answers_tritonclient_and_stops_on_ctrl_c(home: Path) -> None:
     import tritonclient.http as httpclient
 
     # The token comes from the environment (or a 0600 file), never the command line: ps shows a command line.
-    proc = _start(["steps", "run", "rm/serve", "-c", "tiny", "server.port=0"], home, NEMOTRON_REWARD_TOKEN="tok-123456789")
+    proc = _start(
+        ["steps", "run", "rm/serve", "-c", "tiny", "server.port=0"],
+        home,
+        NEMOTRON_REWARD_TOKEN="tok-123456789",
+    )
     info_file = _wait_for("*/server.json", home, proc)
     info = json.loads(info_file.read_text())
     url = info["url"].removeprefix("http://")
@@ -63,9 +80,16 @@ def test_rm_serve_answers_tritonclient_and_stops_on_ctrl_c(home: Path) -> None:
     texts = ["the movie was => great and wonderful .", "the movie was => awful and boring ."]
     inp = httpclient.InferInput("sentences", [2], "BYTES")
     inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object), binary_data=True)
-    result = client.infer("reward_model", [inp], outputs=[httpclient.InferRequestedOutput("rewards", binary_data=True)], headers=headers)
+    result = client.infer(
+        "reward_model",
+        [inp],
+        outputs=[httpclient.InferRequestedOutput("rewards", binary_data=True)],
+        headers=headers,
+    )
     rewards = result.as_numpy("rewards").reshape(-1)
-    assert rewards.shape == (2,) and rewards[0] > rewards[1]  # the tiny reward model prefers the positive review
+    assert (
+        rewards.shape == (2,) and rewards[0] > rewards[1]
+    )  # the tiny reward model prefers the positive review
 
     # the same scores as the model in-process: the server adds transport, not arithmetic
     from nemotron.models.checkpoint import load_reward_model, load_tokenizer
@@ -86,12 +110,16 @@ def test_rm_serve_answers_tritonclient_and_stops_on_ctrl_c(home: Path) -> None:
     assert "server stopped" in (job_dir / "logs" / "step.log").read_text()
 
 
-def test_rm_serve_refuses_a_public_address_without_a_token_and_a_token_on_the_command_line(home: Path) -> None:
+def test_rm_serve_refuses_a_public_address_without_a_token_and_a_token_on_the_command_line(
+    home: Path,
+) -> None:
     proc = _start(["steps", "run", "rm/serve", "-c", "tiny", "server.host=0.0.0.0", "server.port=0"], home)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, err
     assert "refusing to serve on 0.0.0.0 without a bearer token" in err and "Traceback" not in err
-    proc = _start(["steps", "run", "rm/serve", "-c", "tiny", "server.port=0", "server.token=tok-123456789"], home)
+    proc = _start(
+        ["steps", "run", "rm/serve", "-c", "tiny", "server.port=0", "server.token=tok-123456789"], home
+    )
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "server.token" in err and "Traceback" not in err, err
     assert "tok-123456789" not in err  # the refusal does not echo the secret
@@ -100,8 +128,19 @@ def test_rm_serve_refuses_a_public_address_without_a_token_and_a_token_on_the_co
 @pytest.mark.slow
 def test_rlhf_generative_judge_against_a_real_chat_server(home: Path, run_cli: Any) -> None:
     judge = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=pkg://tiny/sft_policy"
-    base = ["steps", "run", "rl/rlhf", "-c", "tiny", "judge.kind=generative", judge, "grpo.max_num_steps=2",
-            "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2", "eval.num_prompts=0"]
+    base = [
+        "steps",
+        "run",
+        "rl/rlhf",
+        "-c",
+        "tiny",
+        "judge.kind=generative",
+        judge,
+        "grpo.max_num_steps=2",
+        "grpo.num_prompts_per_step=2",
+        "grpo.num_generations_per_prompt=2",
+        "eval.num_prompts=0",
+    ]
     # guided_choice: the judge LM must answer one of the valid JSON scores, so every answer parses
     r = run_cli(*base, "judge.guided_choice=true", timeout=600)
     assert r.code == 0, r.err[-3000:]
@@ -130,14 +169,34 @@ def test_rlhf_generative_judge_against_a_real_chat_server(home: Path, run_cli: A
 def test_two_torchrun_ranks_share_one_judge_server(home: Path, run_cli: Any) -> None:
     """rl/rlhf on 2 ranks (local_ddp): local rank 0 starts the generative judge, the other rank uses it."""
     judge = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=pkg://tiny/sft_policy"
-    r = run_cli("steps", "run", "rl/rlhf", "-c", "tiny", "-r", "local_ddp", "judge.kind=generative", judge,
-                "judge.guided_choice=true", "grpo.max_num_steps=1", "grpo.num_prompts_per_step=2",
-                "grpo.num_generations_per_prompt=2", "eval.num_prompts=0", timeout=600)
+    r = run_cli(
+        "steps",
+        "run",
+        "rl/rlhf",
+        "-c",
+        "tiny",
+        "-r",
+        "local_ddp",
+        "judge.kind=generative",
+        judge,
+        "judge.guided_choice=true",
+        "grpo.max_num_steps=1",
+        "grpo.num_prompts_per_step=2",
+        "grpo.num_generations_per_prompt=2",
+        "eval.num_prompts=0",
+        timeout=600,
+    )
     assert r.code == 0, r.err[-3000:]
     (job,) = (home / "jobs").iterdir()
-    assert (job / "logs" / "judge.log").read_text().count("serving on") == 1  # one judge process, not one per rank
+    assert (job / "logs" / "judge.log").read_text().count(
+        "serving on"
+    ) == 1  # one judge process, not one per rank
     marker = "rewards from generative judge "
-    used = [line.split(marker)[1] for line in (job / "logs" / "step.log").read_text().splitlines() if marker in line]
+    used = [
+        line.split(marker)[1]
+        for line in (job / "logs" / "step.log").read_text().splitlines()
+        if marker in line
+    ]
     assert len(used) == 2 and used[0] == used[1]  # both ranks score through the same server
 
 
@@ -161,13 +220,32 @@ def test_no_reward_server_outlives_a_cancelled_rl_step(home: Path) -> None:
 def test_rm_serve_chat_mode_answers_chat_completions(home: Path) -> None:
     import urllib.request
 
-    proc = _start(["steps", "run", "rm/serve", "-c", "tiny", "server.mode=chat", "server.port=0",
-                   "inputs.reward_model=pkg://tiny/sft_policy"], home)
+    proc = _start(
+        [
+            "steps",
+            "run",
+            "rm/serve",
+            "-c",
+            "tiny",
+            "server.mode=chat",
+            "server.port=0",
+            "inputs.reward_model=pkg://tiny/sft_policy",
+        ],
+        home,
+    )
     info = json.loads(_wait_for("*/server.json", home, proc).read_text())
     assert info["mode"] == "chat"
-    body = json.dumps({"model": "reward_model", "messages": [{"role": "user", "content": "the movie was"}],
-                       "max_tokens": 4, "guided_choice": ["great .", "awful ."]}).encode()
-    req = urllib.request.Request(info["url"] + "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "model": "reward_model",
+            "messages": [{"role": "user", "content": "the movie was"}],
+            "max_tokens": 4,
+            "guided_choice": ["great .", "awful ."],
+        }
+    ).encode()
+    req = urllib.request.Request(
+        info["url"] + "/v1/chat/completions", body, {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         answer = json.loads(resp.read())
     assert answer["choices"][0]["message"]["content"] in ("great .", "awful .")

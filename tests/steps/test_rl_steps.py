@@ -16,8 +16,19 @@ from safetensors.torch import load_file
 from nemotron.paths import shipped_root
 
 SFT = shipped_root() / "tiny" / "sft_policy"
-COMMON = ["rewards", "init_policy_kl", "actor_loss", "advantages_mean", "response_lengths",
-          "fraction_of_samples_properly_ended", "grad_norm", "lr", "generate", "logprobs", "train"]
+COMMON = [
+    "rewards",
+    "init_policy_kl",
+    "actor_loss",
+    "advantages_mean",
+    "response_lengths",
+    "fraction_of_samples_properly_ended",
+    "grad_norm",
+    "lr",
+    "generate",
+    "logprobs",
+    "train",
+]
 EXTRA = {
     "rl/reinforce": ["rewards_with_kl", "baseline"],
     "rl/ppo": ["rewards_with_kl", "critic_loss", "values_mean", "returns_mean", "clipfrac", "explained_var"],
@@ -31,7 +42,9 @@ def _metrics(job_dir: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("step_id", ["rl/reinforce", "rl/ppo", "rl/rlhf"])
-def test_tiny_preset_trains_and_raises_reward_and_ground_truth(step_id: str, home: Path, run_cli: Any) -> None:
+def test_tiny_preset_trains_and_raises_reward_and_ground_truth(
+    step_id: str, home: Path, run_cli: Any
+) -> None:
     r = run_cli("steps", "run", step_id, "-c", "tiny", timeout=600)
     assert r.code == 0, r.err[-3000:]
     (job_dir,) = (home / "jobs").iterdir()
@@ -42,7 +55,9 @@ def test_tiny_preset_trains_and_raises_reward_and_ground_truth(step_id: str, hom
     q = max(1, len(steps) // 4)
     first = sum(m["rewards"] for m in steps[:q]) / q
     last = sum(m["rewards"] for m in steps[-q:]) / q
-    assert last > first + 0.5, f"{step_id}: reward did not rise: first quarter {first:.3f}, last quarter {last:.3f}"
+    assert last > first + 0.5, (
+        f"{step_id}: reward did not rise: first quarter {first:.3f}, last quarter {last:.3f}"
+    )
     evals = {k: v for m in rows for k, v in m.items() if k.startswith("eval_") or k == "reference_drift"}
     assert evals["eval_rm_after"] > evals["eval_rm_before"] + 0.5
     assert evals["eval_gt_after"] > evals["eval_gt_before"] + 0.05, f"ground truth did not rise: {evals}"
@@ -66,11 +81,21 @@ def test_kl_penalty_keeps_the_output_well_formed(home: Path, run_cli: Any) -> No
     """Without the KL penalty the policy hacks the reward model with word salad; with it, it keeps the grammar."""
     results = {}
     for beta in ("0.05", "0.0"):
-        r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", f"reinforce.initial_policy_kl_penalty={beta}", timeout=600)
+        r = run_cli(
+            "steps",
+            "run",
+            "rl/reinforce",
+            "-c",
+            "tiny",
+            f"reinforce.initial_policy_kl_penalty={beta}",
+            timeout=600,
+        )
         assert r.code == 0, r.err[-2000:]
         job = max((home / "jobs").iterdir(), key=lambda p: p.stat().st_mtime)
         rows = _metrics(job)
         results[beta] = {k: v for m in rows for k, v in m.items() if k.startswith("eval_")}
     with_kl, without = results["0.05"], results["0.0"]
     assert without["eval_rm_after"] > without["eval_rm_before"]  # both optimise the reward model...
-    assert with_kl["eval_well_formed_after"] > without["eval_well_formed_after"] + 0.2  # ...only one keeps the grammar
+    assert (
+        with_kl["eval_well_formed_after"] > without["eval_well_formed_after"] + 0.2
+    )  # ...only one keeps the grammar

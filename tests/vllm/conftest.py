@@ -6,25 +6,37 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 if importlib.util.find_spec("vllm") is None:
     if os.environ.get("NEMOTRON_REQUIRE_VLLM") == "1":
-        raise RuntimeError("NEMOTRON_REQUIRE_VLLM=1 but vllm is not importable: run `bash scripts/bootstrap-vllm.sh`")
+        raise RuntimeError(
+            "NEMOTRON_REQUIRE_VLLM=1 but vllm is not importable: run `bash scripts/bootstrap-vllm.sh`"
+        )
     collect_ignore_glob = ["test_*.py"]
 
 
 @pytest.fixture(scope="session")
-def judge_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random tiny Llama judge (head_dim 32: vLLM's CPU attention refuses 16) with the shipped tokenizer, which
-    has no chat template."""
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int, int], Path]:
+    """Saves a random tiny Llama (head_dim 32: vLLM's CPU attention refuses 16) with the shipped tokenizer, which
+    has no chat template: `tiny_llama(name, positions, seed)` -> its directory."""
     from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
     from nemotron.models.tiny import build_policy
     from nemotron.paths import shipped_root
 
-    tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
-    model = build_policy(len(tokenizer), 2, 64, 2, 256, seed=5, family="llama",
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
-    return save_checkpoint(model, tmp_path_factory.mktemp("judge") / "llama", tokenizer)
+    def save(name: str, positions: int, seed: int) -> Path:
+        tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
+        model = build_policy(len(tokenizer), 2, 64, 2, positions, seed=seed, family="llama",
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+        return save_checkpoint(model, tmp_path_factory.mktemp(name) / "llama", tokenizer)
+
+    return save
+
+
+@pytest.fixture(scope="session")
+def judge_dir(tiny_llama: Callable[[str, int, int], Path]) -> Path:
+    """The tiny judge of the judge tests (tests/vllm/test_vllm_judge*.py)."""
+    return tiny_llama("judge", 256, 5)

@@ -3,14 +3,14 @@ weights that change inside the engine after an optimizer step (synced in memory)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
-from nemotron.models.tiny import build_policy
+from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.paths import shipped_root
 from nemotron.rl.experience import token_mult_prob_error
 from nemotron.rl.generation_backends import get_backend
@@ -22,12 +22,8 @@ PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
 
 
 @pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random tiny Llama with head_dim 32 (vLLM's CPU attention refuses 16) and the shipped tokenizer."""
-    tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
-    model = build_policy(len(tokenizer), 2, 64, 2, 64, seed=0, family="llama",
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
-    return save_checkpoint(model, tmp_path_factory.mktemp("vllm") / "llama", tokenizer)
+def llama_dir(tiny_llama: Callable[[str, int, int], Path]) -> Path:
+    return tiny_llama("vllm", 64, 0)
 
 
 @pytest.fixture(scope="module")
@@ -48,17 +44,23 @@ def test_rollout_layout_and_logprobs_match_the_trainer(llama_dir: Path, backend:
     assert rollout.prompt_width == 4 and rollout.sequences.shape[0] == 3
     assert rollout.sequences[1, :2].tolist() == [0, 0] and rollout.sequences[1, 2:4].tolist() == [8, 9]
     mask = rollout.response_mask
-    assert torch.equal(mask, torch.arange(mask.shape[1])[None] < rollout.response_lengths[:, None])  # a prefix
+    assert torch.equal(
+        mask, torch.arange(mask.shape[1])[None] < rollout.response_lengths[:, None]
+    )  # a prefix
     assert torch.equal(rollout.attention_mask[:, rollout.prompt_width :].bool(), mask)
     trainer = sequence_logprobs(policy, rollout.sequences, rollout.attention_mask, 1.0, rollout.prompt_width)
     assert token_mult_prob_error(rollout.logprobs, trainer, mask) < 1.0001
     # the same generator seed gives the same rollout; another seed another one
     again = backend.generate(policy, PROMPTS, _params(), torch.Generator().manual_seed(0))  # type: ignore[attr-defined]
     other = backend.generate(policy, PROMPTS, _params(), torch.Generator().manual_seed(1))  # type: ignore[attr-defined]
-    assert torch.equal(again.sequences, rollout.sequences) and not torch.equal(other.sequences, rollout.sequences)
+    assert torch.equal(again.sequences, rollout.sequences) and not torch.equal(
+        other.sequences, rollout.sequences
+    )
 
 
-def test_greedy_matches_our_sampler_and_eos_and_stop_strings_end_responses(llama_dir: Path, backend: object) -> None:
+def test_greedy_matches_our_sampler_and_eos_and_stop_strings_end_responses(
+    llama_dir: Path, backend: object
+) -> None:
     policy = load_policy(llama_dir)
     ours = generate(policy, PROMPTS, _params(greedy=True), None)
     theirs = backend.generate(policy, PROMPTS, _params(greedy=True), None)  # type: ignore[attr-defined]
@@ -69,7 +71,10 @@ def test_greedy_matches_our_sampler_and_eos_and_stop_strings_end_responses(llama
     for row in range(3):
         text = tokenizer.decode(rollout.responses[row][rollout.response_mask[row]].tolist())
         if rollout.is_end[row]:  # ended on the token completing "e" (kept), or on EOS
-            assert "e" in text or rollout.responses[row][rollout.response_lengths[row] - 1] == tokenizer.eos_token_id
+            assert (
+                "e" in text
+                or rollout.responses[row][rollout.response_lengths[row] - 1] == tokenizer.eos_token_id
+            )
 
 
 def test_weights_change_inside_the_engine_after_an_optimizer_step(llama_dir: Path, backend: object) -> None:
@@ -87,7 +92,9 @@ def test_weights_change_inside_the_engine_after_an_optimizer_step(llama_dir: Pat
     after = backend.generate(policy, PROMPTS[:1], greedy, None)  # type: ignore[attr-defined]
     assert int(after.responses[0, 0]) == target != int(before.responses[0, 0])
     trainer = sequence_logprobs(policy, after.sequences, after.attention_mask, 1.0, after.prompt_width)
-    assert token_mult_prob_error(after.logprobs, trainer, after.response_mask) < 1.0001  # the engine has them all
+    assert (
+        token_mult_prob_error(after.logprobs, trainer, after.response_mask) < 1.0001
+    )  # the engine has them all
 
 
 @pytest.mark.parametrize(
@@ -95,10 +102,15 @@ def test_weights_change_inside_the_engine_after_an_optimizer_step(llama_dir: Pat
     [
         ("generation.vllm_max_model_len=3", "needs"),  # prompt + max_new_tokens longer than the model length
         ("generation.vllm_max_model_len=20", "max_new_tokens needs"),  # vLLM would cut the responses silently
-        ("generation.vllm_gpu_memory_utilization=1.0", "the vLLM engine could not start"),  # all of the memory
+        (
+            "generation.vllm_gpu_memory_utilization=1.0",
+            "the vLLM engine could not start",
+        ),  # all of the memory
     ],
 )
-def test_settings_vllm_refuses_are_exit_2(setting: str, message: str, llama_dir: Path, home: Path, run_cli: Any) -> None:
+def test_settings_vllm_refuses_are_exit_2(
+    setting: str, message: str, llama_dir: Path, home: Path, run_cli: Any
+) -> None:
     """One engine per process (a second one in the same process would count the first's memory as taken)."""
     r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", f"inputs.policy={llama_dir}", "generation.backend=vllm",
                 "trainer.max_steps=1", "eval.num_prompts=0", "reward.source=in_process", setting, timeout=600)  # fmt: skip

@@ -17,7 +17,9 @@ PROMPTS = ["the movie was", "the food was", "the plot was"]
 RESPONSES = ["great fun", "awful", "fine I guess"]
 
 
-def test_the_judge_client_scores_through_vllm_serve_and_survives_a_restart(judge_dir: Path, tmp_path: Path) -> None:
+def test_the_judge_client_scores_through_vllm_serve_and_survives_a_restart(
+    judge_dir: Path, tmp_path: Path
+) -> None:
     port, token = free_port(), "a-test-token"
     log = tmp_path / "judge.log"
     with own_vllm_server(judge_dir, port=port, token=token, memory=0.15, log_path=log) as (url, _):
@@ -29,7 +31,9 @@ def test_the_judge_client_scores_through_vllm_serve_and_survives_a_restart(judge
         with pytest.raises(Exception, match="401"):
             JudgeClient(url, token="wrong", http_retries=0).score_many(PROMPTS[:1], RESPONSES[:1])
     with own_vllm_server(judge_dir, port=port, token=token, memory=0.15, log_path=log):
-        again = client.score_many(PROMPTS, RESPONSES)  # the same client, a new server process on the same port
+        again = client.score_many(
+            PROMPTS, RESPONSES
+        )  # the same client, a new server process on the same port
     assert again == first  # greedy verdicts from the same weights
     assert client.metrics()["judge/requests"] >= 6
 

@@ -31,8 +31,12 @@ cpus_per_task = 2
 
 def nemotron(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """The CLI of the main venv, which holds nemo-run."""
-    assert MAIN_PYTHON.is_file(), f"{MAIN_PYTHON} missing: run scripts/bootstrap.sh (or set NEMOTRON_MAIN_PYTHON)"
-    return subprocess.run([str(MAIN_PYTHON), "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    assert MAIN_PYTHON.is_file(), (
+        f"{MAIN_PYTHON} missing: run scripts/bootstrap.sh (or set NEMOTRON_MAIN_PYTHON)"
+    )
+    return subprocess.run(
+        [str(MAIN_PYTHON), "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def finished(slurm_id: str, timeout_s: float) -> dict[str, tuple[str, str]]:
@@ -41,7 +45,10 @@ def finished(slurm_id: str, timeout_s: float) -> dict[str, tuple[str, str]]:
     while time.monotonic() < deadline:
         out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "JobID,State,NodeList"],
                              capture_output=True, text=True).stdout  # fmt: skip
-        rows = {r[0]: (r[1].split()[0], r[2]) for r in (line.split("|") for line in out.splitlines() if line.strip())}
+        rows = {
+            r[0]: (r[1].split()[0], r[2])
+            for r in (line.split("|") for line in out.splitlines() if line.strip())
+        }
         if len(rows) == 2 and all(state in FINAL for state, _ in rows.values()):
             return rows
         time.sleep(1)
@@ -51,7 +58,9 @@ def finished(slurm_id: str, timeout_s: float) -> dict[str, tuple[str, str]]:
 def test_the_vllm_judge_is_its_own_hetjob_group_and_the_step_scores_through_it(
     judge_dir: Path, home: Path, tmp_path: Path, slurm_cluster: object
 ) -> None:
-    (tmp_path / "env.toml").write_text(PROFILE.format(python=sys.executable))  # this venv's python runs both groups
+    (tmp_path / "env.toml").write_text(
+        PROFILE.format(python=sys.executable)
+    )  # this venv's python runs both groups
     env = {**os.environ, "COLUMNS": "200", "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml")}
     key = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
     done = nemotron(env, "steps", "run", "rl/rlhf", "-c", "tiny", "-b", "vllm_slurm", "judge.kind=generative",

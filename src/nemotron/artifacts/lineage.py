@@ -23,8 +23,12 @@ def job_store(record: JobRecord) -> ArtifactStore:
     return ArtifactStore(Path(root).expanduser() if root else artifacts_dir())
 
 
-def register_job_outputs(record: JobRecord, paths: dict[str, Path], metadata: dict[str, Any] | None = None,
-                         store: ArtifactStore | None = None) -> list[Artifact]:
+def register_job_outputs(
+    record: JobRecord,
+    paths: dict[str, Path],
+    metadata: dict[str, Any] | None = None,
+    store: ArtifactStore | None = None,
+) -> list[Artifact]:
     """Register every declared output of the job record (job.yaml) in one transaction, each with edges to the
     job's inputs (a plain-path input is registered as an external artifact first)."""
     declared = record.outputs

@@ -23,6 +23,8 @@ def check_artifact_name(name: str) -> str | None:
     if not _NAME.match(name):
         return f"'{name}' is not an artifact name (letters, digits, _ . -, starting with a letter or digit)"
     return None
+
+
 _HUB_ID = re.compile(r"^(?:hf://)?[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 

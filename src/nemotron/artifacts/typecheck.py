@@ -49,7 +49,11 @@ def validate_records(path: Path, spec: ArtifactType) -> None:
 
 def detect_type(path: Path, catalog: Catalog) -> str | None:
     """The most specific type whose rules the path satisfies (most is_a ancestors, then most fields)."""
-    fits = [name for name, spec in catalog.types.items() if (spec.fields or spec.files or spec.suffix) and conforms(path, spec) is None]
+    fits = [
+        name
+        for name, spec in catalog.types.items()
+        if (spec.fields or spec.files or spec.suffix) and conforms(path, spec) is None
+    ]
     if not fits:
         return None
     return max(fits, key=lambda t: (len(catalog.ancestors(t)), len(catalog.types[t].fields)))

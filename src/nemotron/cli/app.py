@@ -43,8 +43,12 @@ def with_groups(only: str | None = None) -> typer.Typer:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", help="nemotron's version and the engine versions it targets",
-                                          is_eager=True)] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="nemotron's version and the engine versions it targets", is_eager=True
+        ),
+    ] = False,
 ) -> None:
     """A declarative steps runner for LLM alignment. Exit codes: 0 done, 2 bad input, 3 a needed service failed,
     130 cancelled. Example: nemotron steps run rl/reinforce -c tiny"""
@@ -53,7 +57,9 @@ def _root(
         from nemotron.targets import NEMO_ALIGNER_VERSION, NEMO_RL_IMAGE, NEMO_RL_VERSION, VLLM_VERSION
 
         print(f"nemotron {__version__}")
-        print(f"targets: NeMo-RL {NEMO_RL_VERSION} ({NEMO_RL_IMAGE}), NeMo-Aligner {NEMO_ALIGNER_VERSION}, vLLM {VLLM_VERSION}")
+        print(
+            f"targets: NeMo-RL {NEMO_RL_VERSION} ({NEMO_RL_IMAGE}), NeMo-Aligner {NEMO_ALIGNER_VERSION}, vLLM {VLLM_VERSION}"
+        )
         raise typer.Exit(0)
 
 

@@ -33,8 +33,17 @@ def _resolve(store: ArtifactStore, ref: str) -> Artifact:
 
 
 def _as_dict(a: Artifact) -> dict[str, Any]:
-    return {"ref": a.ref, "id": a.id, "type": a.type, "path": a.path, "sha256": a.sha256, "job_id": a.job_id,
-            "created_at": a.created_at, "metadata": a.metadata, "files": a.files}
+    return {
+        "ref": a.ref,
+        "id": a.id,
+        "type": a.type,
+        "path": a.path,
+        "sha256": a.sha256,
+        "job_id": a.job_id,
+        "created_at": a.created_at,
+        "metadata": a.metadata,
+        "files": a.files,
+    }
 
 
 @app.command("ls", epilog=epilog("nemotron artifacts ls --json"))
@@ -73,8 +82,15 @@ def show(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> 
 
 def _lineage(store: ArtifactStore, a: Artifact, path: frozenset[int] = frozenset()) -> dict[str, Any]:
     """The ancestry as a tree; an artifact reached twice (a DAG) appears under each of its children."""
-    node: dict[str, Any] = {"ref": a.ref, "type": a.type, "job_id": a.job_id, "step": a.metadata.get("step"),
-                            "preset": a.metadata.get("preset"), "config_hash": a.metadata.get("config_hash"), "inputs": {}}
+    node: dict[str, Any] = {
+        "ref": a.ref,
+        "type": a.type,
+        "job_id": a.job_id,
+        "step": a.metadata.get("step"),
+        "preset": a.metadata.get("preset"),
+        "config_hash": a.metadata.get("config_hash"),
+        "inputs": {},
+    }
     if a.id in path:  # a cycle cannot be registered, but a corrupt index must not hang the CLI
         return node
     for name, parent in store.parents(a.id):
@@ -92,7 +108,11 @@ def lineage(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) 
         return
 
     def label(node: dict[str, Any], via: str = "") -> str:
-        made = f"[dim]← {node['step']} -c {node['preset']} job {node['job_id']} config {node['config_hash']}[/]" if node["job_id"] else "[dim](external)[/]"
+        made = (
+            f"[dim]← {node['step']} -c {node['preset']} job {node['job_id']} config {node['config_hash']}[/]"
+            if node["job_id"]
+            else "[dim](external)[/]"
+        )
         return f"{via}[bold]{node['ref']}[/] ({node['type']}) {made}"
 
     def add(tree: Tree, node: dict[str, Any]) -> None:
@@ -125,7 +145,9 @@ def verify(ref: str) -> None:
 
 @app.command("gc", epilog=epilog("nemotron artifacts gc --keep 2 (add --yes to delete)"))
 def gc(
-    keep: Annotated[int, typer.Option(min=1, help="versions of each artifact to keep (their ancestors are always kept)")] = 1,
+    keep: Annotated[
+        int, typer.Option(min=1, help="versions of each artifact to keep (their ancestors are always kept)")
+    ] = 1,
     yes: Annotated[bool, typer.Option("--yes", help="really delete; without it gc only reports")] = False,
 ) -> None:
     """Remove old, unreferenced artifact versions. A dry run unless --yes; never removes an ancestor of a kept one."""
@@ -139,9 +161,16 @@ def gc(
     home = nemotron_home().resolve()
     for a in removable:
         owned = Path(a.path).resolve().is_relative_to(home)
-        what = "delete files + index entry" if owned else "drop index entry (files outside $NEMOTRON_HOME are left alone)"
+        what = (
+            "delete files + index entry"
+            if owned
+            else "drop index entry (files outside $NEMOTRON_HOME are left alone)"
+        )
         out.print(f"{'removing' if yes else 'would remove'} {a.ref} ({a.type}): {what}")
-    out.print(f"{len(kept)} kept, {len(removable)} {'removed' if yes else 'removable'}" + ("" if yes or not removable else " — run with --yes to remove"))
+    out.print(
+        f"{len(kept)} kept, {len(removable)} {'removed' if yes else 'removable'}"
+        + ("" if yes or not removable else " — run with --yes to remove")
+    )
     if not yes:
         return
     store.delete([a.id for a in removable])

@@ -38,7 +38,10 @@ def checked_recently(status: dict[str, object], at: datetime, ttl_s: float = LS_
 
 
 @app.command("ls", epilog=epilog("nemotron jobs ls --limit 10"))
-def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotated[int, typer.Option(help="newest N")] = 50) -> None:
+def ls(
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    limit: Annotated[int, typer.Option(help="newest N")] = 50,
+) -> None:
     """Jobs, newest first. Unfinished jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all;
     a state checked in the last 30 s is shown as is."""
     from nemotron.launch.executor import executor_named
@@ -64,8 +67,17 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotate
                 st = _refresh_or_keep(executor.refresh, d, st)
             else:
                 stale += 1
-        rows.append({"job_id": job_id, "step": rec.step, "preset": rec.preset, "executor": rec.executor,
-                     "state": st.get("state"), "created_at": rec.created_at, "remote_id": st.get("remote_id")})
+        rows.append(
+            {
+                "job_id": job_id,
+                "step": rec.step,
+                "preset": rec.preset,
+                "executor": rec.executor,
+                "state": st.get("state"),
+                "created_at": rec.created_at,
+                "remote_id": st.get("remote_id"),
+            }
+        )
     if stale:
         err_console.print(f"note: {stale} unfinished job(s) not refreshed within {LS_REFRESH_BUDGET_S:.0f} s; "
                           "`nemotron jobs status JOB_ID` asks their executor")  # fmt: skip
@@ -80,7 +92,14 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotate
     colors = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
     for r in rows:
         state = str(r["state"])
-        table.add_row(str(r["job_id"]), str(r["step"]), str(r["preset"]), str(r["executor"]), f"[{colors.get(state, 'white')}]{state}[/]", str(r["created_at"]))
+        table.add_row(
+            str(r["job_id"]),
+            str(r["step"]),
+            str(r["preset"]),
+            str(r["executor"]),
+            f"[{colors.get(state, 'white')}]{state}[/]",
+            str(r["created_at"]),
+        )
     out.print(table)
 
 
@@ -113,7 +132,10 @@ def status(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
     if as_json:
         print(json.dumps({"job_id": d.name, **st}, indent=2))
     else:
-        out.print(f"{d.name}: [bold]{st.get('state')}[/]" + (f" (exit {st['exit_code']})" if st.get("exit_code") is not None else ""))
+        out.print(
+            f"{d.name}: [bold]{st.get('state')}[/]"
+            + (f" (exit {st['exit_code']})" if st.get("exit_code") is not None else "")
+        )
 
 
 @app.command("show", epilog=epilog("nemotron jobs show JOB_ID"))
@@ -127,9 +149,16 @@ def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) 
     metrics = records.read_metrics(d)
     produced = [a.ref for a in ArtifactStore(artifacts_dir()).by_job(d.name)]
     info = {
-        "job_id": d.name, "step": rec.step, "preset": rec.preset, "state": st.get("state"),
-        "exit_code": st.get("exit_code"), "dir": str(d), "consumed": [f"{i.name}: {i.artifact or i.path or i.ref}" for i in rec.inputs],
-        "produced": produced, "last_metrics": metrics[-1] if metrics else None, "git": rec.git.model_dump(),
+        "job_id": d.name,
+        "step": rec.step,
+        "preset": rec.preset,
+        "state": st.get("state"),
+        "exit_code": st.get("exit_code"),
+        "dir": str(d),
+        "consumed": [f"{i.name}: {i.artifact or i.path or i.ref}" for i in rec.inputs],
+        "produced": produced,
+        "last_metrics": metrics[-1] if metrics else None,
+        "git": rec.git.model_dump(),
     }
     if as_json:
         print(json.dumps(info, indent=2))
@@ -161,7 +190,12 @@ def cancel(job_id: str) -> None:
 
 
 @app.command("plot", epilog=epilog("nemotron jobs plot JOB_ID -o curves.png"))
-def plot(job_id: str, output: Annotated[Path | None, typer.Option("-o", "--output", help="PNG path (default: JOB_DIR/metrics.png)")] = None) -> None:
+def plot(
+    job_id: str,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="PNG path (default: JOB_DIR/metrics.png)")
+    ] = None,
+) -> None:
     """Write a PNG of reward, KL and loss curves."""
     from nemotron.plotting import plot_metrics
 

@@ -20,7 +20,9 @@ out = stdout_console()
 
 @app.command("run", epilog=epilog("nemotron pipeline run tiny --until sft"))
 def run(
-    name: Annotated[str, typer.Argument(help="pipeline name (manifests/pipelines/NAME.toml) or a .toml path")],
+    name: Annotated[
+        str, typer.Argument(help="pipeline name (manifests/pipelines/NAME.toml) or a .toml path")
+    ],
     force: Annotated[bool, typer.Option("--force", help="rerun steps whose outputs already exist")] = False,
     until: Annotated[str | None, typer.Option(help="stop after this pipeline step id")] = None,
 ) -> None:
@@ -38,7 +40,9 @@ def run(
 
     def on_event(kind: str, step: PipelineStep, payload: Any) -> None:
         if kind == "skip":
-            err.print(f"[dim]skip[/] {step.id} ({step.step}): outputs exist: {', '.join(a.ref for a in payload.values())}")
+            err.print(
+                f"[dim]skip[/] {step.id} ({step.step}): outputs exist: {', '.join(a.ref for a in payload.values())}"
+            )
         elif kind == "start":
             err.rule(f"{step.id}: {step.step} -c {step.preset}")
 

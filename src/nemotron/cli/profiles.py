@@ -33,7 +33,9 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 
 
 @app.command("show", epilog=epilog("nemotron profiles show slurm_rlhf --json"))
-def show(name: str, as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False) -> None:
+def show(
+    name: str, as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False
+) -> None:
     """A profile with `extends` resolved and secrets redacted. Example: nemotron profiles show slurm_rlhf"""
     profile = load_profile(name)
     data = redact_tree(profile.model_dump(mode="json", by_alias=True))

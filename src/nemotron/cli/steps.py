@@ -47,7 +47,13 @@ def list_steps(
             raise UserError(f"unknown artifact type '{t}'{did_you_mean(t, catalog.types)}")
     steps = sorted(catalog.steps.values(), key=lambda s: s.id)
     if consumes:
-        steps = [s for s in steps if any(catalog.is_a(consumes, c.type) or catalog.is_a(c.type, consumes) for c in s.manifest.consumes)]
+        steps = [
+            s
+            for s in steps
+            if any(
+                catalog.is_a(consumes, c.type) or catalog.is_a(c.type, consumes) for c in s.manifest.consumes
+            )
+        ]
     if produces:
         steps = [s for s in steps if any(catalog.is_a(p.type, produces) for p in s.manifest.produces)]
     if as_json:
@@ -86,7 +92,9 @@ def show(
     for col in ("direction", "name", "type", "config key", "description"):
         io.add_column(col)
     for c in m.consumes:
-        io.add_row("consumes" + ("" if c.required else " (optional)"), c.name, c.type, c.config_key, c.description)
+        io.add_row(
+            "consumes" + ("" if c.required else " (optional)"), c.name, c.type, c.config_key, c.description
+        )
     for p in m.produces:
         io.add_row("produces", p.name, p.type, p.config_key, p.description)
     out.print(io)
@@ -103,26 +111,56 @@ def show(
     for e in m.errors:
         out.print(f"[bold]known error[/] {e.name}: {e.recovery}")
     if m.resources:
-        out.print("resources: " + "; ".join(f"{k}: {v.nodes} node(s) × {v.gpus_per_node} GPU, {v.cpus} CPU, {v.time}" for k, v in m.resources.items()))
+        out.print(
+            "resources: "
+            + "; ".join(
+                f"{k}: {v.nodes} node(s) × {v.gpus_per_node} GPU, {v.cpus} CPU, {v.time}"
+                for k, v in m.resources.items()
+            )
+        )
 
 
-@app.command("run", context_settings={"allow_interspersed_args": True}, epilog=epilog("nemotron steps run rl/reinforce -c tiny trainer.max_steps=20 --dry-run"))
+@app.command(
+    "run",
+    context_settings={"allow_interspersed_args": True},
+    epilog=epilog("nemotron steps run rl/reinforce -c tiny trainer.max_steps=20 --dry-run"),
+)
 def run(
     step_id: Annotated[str, typer.Argument(metavar="ID")],
-    overrides: Annotated[list[str] | None, typer.Argument(metavar="[KEY=VALUE]...", help="config overrides (dotlist)")] = None,
-    config: Annotated[list[str] | None, typer.Option("-c", "--config", help="preset name or YAML path (once; a YAML "
-                                                      "file may extend presets with `defaults: [tiny]`)")] = None,
-    run_profile: Annotated[str | None, typer.Option("-r", "--run", help="profile to run attached (logs stream)")] = None,
-    batch_profile: Annotated[str | None, typer.Option("-b", "--batch", help="profile to submit detached")] = None,
-    dry_run: Annotated[bool, typer.Option("-d", "--dry-run", help="print what would be submitted; write nothing")] = False,
-    force_squash: Annotated[bool, typer.Option("--force-squash", help="re-import the container image into .sqsh")] = False,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(metavar="[KEY=VALUE]...", help="config overrides (dotlist)")
+    ] = None,
+    config: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-c",
+            "--config",
+            help="preset name or YAML path (once; a YAML file may extend presets with `defaults: [tiny]`)",
+        ),
+    ] = None,
+    run_profile: Annotated[
+        str | None, typer.Option("-r", "--run", help="profile to run attached (logs stream)")
+    ] = None,
+    batch_profile: Annotated[
+        str | None, typer.Option("-b", "--batch", help="profile to submit detached")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("-d", "--dry-run", help="print what would be submitted; write nothing")
+    ] = False,
+    force_squash: Annotated[
+        bool, typer.Option("--force-squash", help="re-import the container image into .sqsh")
+    ] = False,
 ) -> None:
     """Compile STEP + preset + profile + overrides into a job and run it (args after `--` go to the step)."""
     if run_profile and batch_profile:
-        raise UserError("-r/--run and -b/--batch are mutually exclusive: -r runs attached, -b submits detached")
+        raise UserError(
+            "-r/--run and -b/--batch are mutually exclusive: -r runs attached, -b submits detached"
+        )
     if config and len(config) > 1:
-        raise UserError(f"-c given {len(config)} times ({', '.join(config)}): give one preset; to combine them, write a "
-                        "YAML file with `defaults: [first, second]` and pass that")
+        raise UserError(
+            f"-c given {len(config)} times ({', '.join(config)}): give one preset; to combine them, write a "
+            "YAML file with `defaults: [first, second]` and pass that"
+        )
     preset = config[0] if config else "default"
     from nemotron.compile import compile_job
     from nemotron.launch import submit
@@ -145,5 +183,3 @@ def run(
     code = submit.submit(job)
     if code:
         raise typer.Exit(code)
-
-

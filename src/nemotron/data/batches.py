@@ -50,7 +50,9 @@ def sft_batch(tokenizer: PreTrainedTokenizerFast, records: Sequence[SFTRecord], 
     for record in records:
         prompt = encode_prompt(tokenizer, record.prompt)
         if len(prompt) >= max_length:
-            raise ValueError(f"prompt {prompt_text(record.prompt)!r} has {len(prompt)} tokens, max_length is {max_length}")
+            raise ValueError(
+                f"prompt {prompt_text(record.prompt)!r} has {len(prompt)} tokens, max_length is {max_length}"
+            )
         ids = (prompt + encode_response(tokenizer, record.response))[:max_length]
         rows.append((ids, len(prompt)))
     input_ids, attention_mask = _pad_right([ids for ids, _ in rows], _pad_id(tokenizer))

@@ -65,7 +65,9 @@ def _check_conversation(prompt: Prompt) -> Prompt:
         if not prompt:
             raise ValueError("a conversation needs at least one message")
         if prompt[-1].role != "user":
-            raise ValueError(f"a conversation prompt ends with the user's turn, this one with {prompt[-1].role!r}")
+            raise ValueError(
+                f"a conversation prompt ends with the user's turn, this one with {prompt[-1].role!r}"
+            )
     return prompt
 
 

@@ -15,5 +15,7 @@ class BuiltinEngine:
 
         refused = builtin_refusals(job.config)
         if refused:
-            raise UserError(f"these keys act only on backend=nemo_rl; {job.step_id} runs on backend=builtin:", refused)
+            raise UserError(
+                f"these keys act only on backend=nemo_rl; {job.step_id} runs on backend=builtin:", refused
+            )
         return StepProcess()

@@ -25,20 +25,38 @@ class NemoRLEngine:
     name = "nemo_rl"
 
     def launch(self, job: Job, where: Placement) -> Launch:
-        run = compile_run(job.step_id, job.step_config, job_dir=where.job_dir, nodes=where.nodes,
-                          gpus_per_node=where.gpus_per_node, nemo_rl_dir=nemo_rl_dir(job))
+        run = compile_run(
+            job.step_id,
+            job.step_config,
+            job_dir=where.job_dir,
+            nodes=where.nodes,
+            gpus_per_node=where.gpus_per_node,
+            nemo_rl_dir=nemo_rl_dir(job),
+        )
         files = tuple(sorted(run.files.items()))
-        where_it_runs = f"in {image(job)}" if image(job) else f"on the nodes' own environment ({nemo_rl_dir(job)})"
-        shown = [f"# backend=nemo_rl: NeMo-RL {NEMO_RL_VERSION} ({run.entry}) {where_it_runs}, Ray across "
-                 f"{where.nodes} node(s) x {where.gpus_per_node} GPU(s)"]
+        where_it_runs = (
+            f"in {image(job)}" if image(job) else f"on the nodes' own environment ({nemo_rl_dir(job)})"
+        )
+        shown = [
+            f"# backend=nemo_rl: NeMo-RL {NEMO_RL_VERSION} ({run.entry}) {where_it_runs}, Ray across "
+            f"{where.nodes} node(s) x {where.gpus_per_node} GPU(s)"
+        ]
         if where.gpus_per_node < 1:
-            shown.append("# note: the profile gives no GPUs per node; NeMo-RL's workers need GPUs (gpus_per_node)")
+            shown.append(
+                "# note: the profile gives no GPUs per node; NeMo-RL's workers need GPUs (gpus_per_node)"
+            )
         shown += [f"# ---- {where.job_dir}/{name}\n{text.rstrip()}" for name, text in files]
         shown += [f"# ---- driver (once, on the Ray head)\n{run.driver}"]
         if run.finalize:
             shown.append(f"# ---- then, if it succeeded\n{run.finalize}")
-        shown += [f"# ---- registered after success: {name} <- {path}" for name, path in sorted(run.outputs.items())]
+        shown += [
+            f"# ---- registered after success: {name} <- {path}" for name, path in sorted(run.outputs.items())
+        ]
         return RayDriver(
-            image=image(job), driver=run.driver, finalize=run.finalize, files=files,
-            outputs=tuple(sorted(run.outputs.items())), shown="\n".join(shown) + "\n# ---- executor\n",
+            image=image(job),
+            driver=run.driver,
+            finalize=run.finalize,
+            files=files,
+            outputs=tuple(sorted(run.outputs.items())),
+            shown="\n".join(shown) + "\n# ---- executor\n",
         )

@@ -178,7 +178,9 @@ def policy(
     }
 
 
-def _data(train: str, validation: str | None, max_input: int | None, dataset: dict[str, Any]) -> dict[str, Any]:
+def _data(
+    train: str, validation: str | None, max_input: int | None, dataset: dict[str, Any]
+) -> dict[str, Any]:
     """data.*, owned whole (`_override_`): one dataset for training and validation, read in order of the file."""
     return {
         "_override_": True,
@@ -202,7 +204,11 @@ def prompt_data(train: str, validation: str | None, prompt_tokens: int, env_name
 
 def gym_data(train: str, validation: str | None) -> dict[str, Any]:
     """data.* for NeMo-Gym: rows are NeMo-Gym's own JSONL (responses_create_params ...), read verbatim."""
-    dataset = {"dataset_name": "NemoGymDataset", "processor": "nemo_gym_data_processor", "env_name": "nemo_gym"}
+    dataset = {
+        "dataset_name": "NemoGymDataset",
+        "processor": "nemo_gym_data_processor",
+        "env_name": "nemo_gym",
+    }
     return _data(train, validation, None, dataset)
 
 

@@ -27,12 +27,21 @@ def _common_refusals(
     if c["runtime"]["device"] == "cpu":
         refuse("runtime.device", "NeMo-RL trains on GPUs only")
     if "judge" in c:
-        refuse.unless_default("judge.server", "NeMo-Gym serves the judge with its own vLLM (env.nemo_gym.genrm_model)")
+        refuse.unless_default(
+            "judge.server", "NeMo-Gym serves the judge with its own vLLM (env.nemo_gym.genrm_model)"
+        )
     prefix = "generation" if "generation" in c else "policy.generation"
-    refuse.unless_default(f"{prefix}.vllm_gpu_memory_utilization", "NeMo-RL's vLLM takes nemo_rl.gpu_memory_utilization")
-    refuse.unless_default(f"{prefix}.vllm_max_model_len", "NeMo-RL sizes vLLM to nemo_rl.max_prompt_tokens + max_new_tokens")
+    refuse.unless_default(
+        f"{prefix}.vllm_gpu_memory_utilization", "NeMo-RL's vLLM takes nemo_rl.gpu_memory_utilization"
+    )
+    refuse.unless_default(
+        f"{prefix}.vllm_max_model_len", "NeMo-RL sizes vLLM to nemo_rl.max_prompt_tokens + max_new_tokens"
+    )
     if c["runtime"]["precision"] not in sec.PRECISION:
-        refuse("runtime.precision", "NeMo-RL keeps fp32 master weights: use bf16-mixed (its policy.precision bfloat16)")
+        refuse(
+            "runtime.precision",
+            "NeMo-RL keeps fp32 master weights: use bf16-mixed (its policy.precision bfloat16)",
+        )
     refuse.unless_default(
         "checkpoint.resume_from", "NeMo-RL resumes only from its own checkpoint_dir in this job"
     )
@@ -352,7 +361,13 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
         "train_micro_batch_size": micro,
         "max_total_sequence_length": budget,
         "reward_model_cfg": {"enabled": not megatron, "reward_model_type": "regression"},
-        **sec.trainer(nemo, c["critic"]["optim"], steps, packing=megatron and nemo["sequence_packing"], runtime=c["runtime"]),
+        **sec.trainer(
+            nemo,
+            c["critic"]["optim"],
+            steps,
+            packing=megatron and nemo["sequence_packing"],
+            runtime=c["runtime"],
+        ),
     }
     # ppo.setup subtracts the reward model's GPUs only when a top-level data.env_name says so, which v0.7.0's
     # DataConfig does not carry: size the policy cluster to its share here instead.

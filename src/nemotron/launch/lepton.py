@@ -32,10 +32,22 @@ EXPERIMENT_TITLE = "nemotron"
 INIT_SCRIPT_URL = "https://raw.githubusercontent.com/leptonai/scripts/main/lepton_env_to_pytorch.sh"
 RECORD_FILES = ("job.yaml", "config.yaml")
 # Lepton job state -> ours (the API's names, leptonai.api.v1.types.job.LeptonJobState).
-STATES = {"Starting": "pending", "Queueing": "pending", "Awaiting": "pending", "Restarting": "pending",
-          "PendingRetry": "pending", "Running": "running", "Completed": "succeeded", "Archived": "succeeded",
-          "Failed": "failed", "Stopped": "cancelled", "Stopping": "cancelled", "Deleting": "cancelled",
-          "Deleted": "cancelled", "UNK": "unknown"}
+STATES = {
+    "Starting": "pending",
+    "Queueing": "pending",
+    "Awaiting": "pending",
+    "Restarting": "pending",
+    "PendingRetry": "pending",
+    "Running": "running",
+    "Completed": "succeeded",
+    "Archived": "succeeded",
+    "Failed": "failed",
+    "Stopped": "cancelled",
+    "Stopping": "cancelled",
+    "Deleting": "cancelled",
+    "Deleted": "cancelled",
+    "UNK": "unknown",
+}
 
 
 @dataclass(frozen=True)
@@ -86,13 +98,17 @@ def nemo_run_dir(profile: LeptonProfile) -> str:
     if profile.nemo_run_dir:
         root = profile.nemo_run_dir.rstrip("/")
     elif not profile.mounts:
-        raise UserError(f"profile '{profile.name}': Lepton needs shared storage: add a mount (from, path, mount_path) or nemo_run_dir")
+        raise UserError(
+            f"profile '{profile.name}': Lepton needs shared storage: add a mount (from, path, mount_path) or nemo_run_dir"
+        )
     else:
         root = f"{profile.mounts[0].mount_path.rstrip('/')}/nemorun"
     if not _SHELL_SAFE.match(root):
         # NeMo-Run's LeptonExecutor pastes the job dir into the pod's shell command unquoted.
-        raise UserError(f"profile '{profile.name}': the job root {root!r} holds characters the pod's shell command cannot "
-                        "carry; use letters, digits and / . _ + @ : , = -")
+        raise UserError(
+            f"profile '{profile.name}': the job root {root!r} holds characters the pod's shell command cannot "
+            "carry; use letters, digits and / . _ + @ : , = -"
+        )
     return root
 
 
@@ -101,31 +117,63 @@ def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
     p = _profile(job)
     if job.launch == "server" and p.nodes > 1:
         # its replicas would all announce themselves as node 0 (the per-node address scheme reads Slurm's variables)
-        raise UserError(f"{job.step_id} is a server: on Lepton it runs on one node; set nodes=1 in profile '{p.name}'")
+        raise UserError(
+            f"{job.step_id} is a server: on Lepton it runs on one node; set nodes=1 in profile '{p.name}'"
+        )
     literal = sorted(k for k, v in p.env_vars.items() if v and is_secret_name(k))
     if literal:
-        raise UserError(f"profile '{p.name}': {', '.join(literal)} would be sent in the job spec; store each in a Lepton "
-                        "workspace secret and name it in secret_vars instead")
+        raise UserError(
+            f"profile '{p.name}': {', '.join(literal)} would be sent in the job spec; store each in a Lepton "
+            "workspace secret and name it in secret_vars instead"
+        )
     root = nemo_run_dir(p)
     name = lepton_name(job.job_id)
     plan = LeptonPlan(name, f"{EXPERIMENT_TITLE}_{job.job_id.replace('_', '-')}", root, (), (), (), p)
     home = str(Path(root).parent)
-    env = [("NEMOTRON_HOME", home), ("NEMOTRON_ARTIFACTS_ROOT", p.artifacts_root or f"{home}/artifacts"),
-           ("NEMOTRON_JOB_DIR", plan.job_dir), *sorted((k, v) for k, v in p.env_vars.items() if v)]
+    env = [
+        ("NEMOTRON_HOME", home),
+        ("NEMOTRON_ARTIFACTS_ROOT", p.artifacts_root or f"{home}/artifacts"),
+        ("NEMOTRON_JOB_DIR", plan.job_dir),
+        *sorted((k, v) for k, v in p.env_vars.items() if v),
+    ]
     q = shlex.quote(plan.job_dir)
-    setup = (f"mkdir -p {q}/logs {q}/checkpoints && cp {' '.join(f'{q}/code/{f}' for f in plan.shipped)} {q}/", *p.setup)
+    setup = (
+        f"mkdir -p {q}/logs {q}/checkpoints && cp {' '.join(f'{q}/code/{f}' for f in plan.shipped)} {q}/",
+        *p.setup,
+    )
     entry = job.entry
     local_root = str(bundled_root())
     if p.code_root and entry.startswith(local_root + "/"):
         entry = p.code_root.rstrip("/") + entry[len(local_root) :]
     nproc = p.gpus_per_node or 1
     # through nemotron.run_step, as on every executor: exit codes 2/3/130 mean the same everywhere
-    args = ("-m", "nemotron.run_step", shlex.quote(entry), "--job-dir", q, *(shlex.quote(a) for a in job.passthrough))
+    args = (
+        "-m",
+        "nemotron.run_step",
+        shlex.quote(entry),
+        "--job-dir",
+        q,
+        *(shlex.quote(a) for a in job.passthrough),
+    )
     command: tuple[str, ...]
     if job.launch == "torchrun" and p.nodes * nproc > 1:
         # lepton_env_to_pytorch.sh (sourced first) exports the rendezvous variables of the job's pods.
-        command = (shlex.quote(p.python), "-m", "torch.distributed.run", "--nnodes", str(p.nodes), "--nproc-per-node", str(nproc),
-                   "--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR", "--master-port", "$MASTER_PORT", *args)
+        command = (
+            shlex.quote(p.python),
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(p.nodes),
+            "--nproc-per-node",
+            str(nproc),
+            "--node-rank",
+            "$NODE_RANK",
+            "--master-addr",
+            "$MASTER_ADDR",
+            "--master-port",
+            "$MASTER_PORT",
+            *args,
+        )
     else:
         command = (shlex.quote(p.python), *args)
     command += (EXIT_LINE,)
@@ -142,8 +190,10 @@ EXIT_LINE = '; code=$?; echo "nemotron: job exited with code $code"; exit $code'
 def launch_script(plan: LeptonPlan) -> str:
     """The script NeMo-Run writes into the task dir and the job runs (LeptonExecutor.launch)."""
     pre = "\n".join(plan.setup) + "\n" if plan.setup else ""
-    return (f"\n{pre}wget -O init.sh {INIT_SCRIPT_URL}\nchmod +x init.sh\nsource init.sh\n"
-            f"ln -s {plan.job_dir}/ /nemo_run\ncd /nemo_run/code\n{' '.join(plan.command)}\n")
+    return (
+        f"\n{pre}wget -O init.sh {INIT_SCRIPT_URL}\nchmod +x init.sh\nsource init.sh\n"
+        f"ln -s {plan.job_dir}/ /nemo_run\ncd /nemo_run/code\n{' '.join(plan.command)}\n"
+    )
 
 
 def job_spec(plan: LeptonPlan, node_group_id: str, node_ids: list[str]) -> dict[str, Any]:
@@ -153,8 +203,14 @@ def job_spec(plan: LeptonPlan, node_group_id: str, node_ids: list[str]) -> dict[
     envs += [{"name": k, "value_from": {"secret_name_ref": v}} for k, v in sorted(p.secret_vars.items())]
     spec: dict[str, Any] = {
         "resource_shape": p.resource_shape,
-        "affinity": {"allowed_dedicated_node_groups": [node_group_id], "allowed_nodes_in_node_group": node_ids},
-        "container": {"image": p.container_image, "command": ["/bin/bash", "-c", f"bash {plan.job_dir}/launch_script.sh"]},
+        "affinity": {
+            "allowed_dedicated_node_groups": [node_group_id],
+            "allowed_nodes_in_node_group": node_ids,
+        },
+        "container": {
+            "image": p.container_image,
+            "command": ["/bin/bash", "-c", f"bash {plan.job_dir}/launch_script.sh"],
+        },
         "shared_memory_size": p.shared_memory_size,
         "completions": p.nodes,
         "parallelism": p.nodes,
@@ -172,19 +228,24 @@ def render_text(plan: LeptonPlan) -> str:
     """What --dry-run shows: the job spec (node ids are looked up at submit) and the script it runs."""
     group = plan.profile.node_group
     spec = job_spec(plan, f"<id of node group {group}>", [f"<nodes of {group}>"])
-    return (f"# POST $LEPTON_WORKSPACE_URL/jobs\n{json.dumps(spec, indent=2)}\n"
-            f"# {plan.job_dir}/launch_script.sh (copied there by NeMo-Run's data-mover job first)\n{launch_script(plan)}")
+    return (
+        f"# POST $LEPTON_WORKSPACE_URL/jobs\n{json.dumps(spec, indent=2)}\n"
+        f"# {plan.job_dir}/launch_script.sh (copied there by NeMo-Run's data-mover job first)\n{launch_script(plan)}"
+    )
 
 
 # ----------------------------------------------------------------------------- submission and control
+
 
 def submit_job(job: Job, job_dir: Path, plan: LeptonPlan) -> dict[str, Any]:
     """Submit through NeMo-Run's LeptonExecutor; return what status.json records."""
     from nemotron.launch.remote import nemo_run
 
     if json.loads((job_dir / ".secrets.json").read_text() or "{}"):
-        raise UserError("this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
-                        "(profile secret_vars), never in the job's files")
+        raise UserError(
+            "this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
+            "(profile secret_vars), never in the job's files"
+        )
     with nemo_run() as run:
         handle = _submit(run, plan, job_dir)
     return {"handle": handle, "remote_id": plan.name, "roles": [plan.name]}
@@ -192,16 +253,33 @@ def submit_job(job: Job, job_dir: Path, plan: LeptonPlan) -> dict[str, Any]:
 
 def _submit(run: ModuleType, plan: LeptonPlan, job_dir: Path) -> str:
     p = plan.profile
-    packager = run.PatternPackager(include_pattern=[str(job_dir / f) for f in plan.shipped], relative_path=[str(job_dir)] * len(plan.shipped))
+    packager = run.PatternPackager(
+        include_pattern=[str(job_dir / f) for f in plan.shipped],
+        relative_path=[str(job_dir)] * len(plan.shipped),
+    )
     executor = run.LeptonExecutor(
-        container_image=p.container_image, nemo_run_dir=plan.nemo_run_dir, nodes=p.nodes, gpus_per_node=p.gpus_per_node,
-        shared_memory_size=p.shared_memory_size, resource_shape=p.resource_shape, node_group=p.node_group,
-        node_reservation=p.node_reservation or "", secret_vars=dict(p.secret_vars),
-        mounts=[m.model_dump(by_alias=True) for m in p.mounts], env_vars=dict(plan.env),
-        image_pull_secrets=list(p.image_pull_secrets), pre_launch_commands=list(plan.setup), packager=packager,
+        container_image=p.container_image,
+        nemo_run_dir=plan.nemo_run_dir,
+        nodes=p.nodes,
+        gpus_per_node=p.gpus_per_node,
+        shared_memory_size=p.shared_memory_size,
+        resource_shape=p.resource_shape,
+        node_group=p.node_group,
+        node_reservation=p.node_reservation or "",
+        secret_vars=dict(p.secret_vars),
+        mounts=[m.model_dump(by_alias=True) for m in p.mounts],
+        env_vars=dict(plan.env),
+        image_pull_secrets=list(p.image_pull_secrets),
+        pre_launch_commands=list(plan.setup),
+        packager=packager,
     )
     entry, *args = plan.command
-    quiet = {"clean_mode": True, "enable_goodbye_message": False, "skip_status_at_exit": True, "log_level": "WARNING"}
+    quiet = {
+        "clean_mode": True,
+        "enable_goodbye_message": False,
+        "skip_status_at_exit": True,
+        "log_level": "WARNING",
+    }
     with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment_id, **quiet) as exp:
         exp.add(run.Script(path=args[0], args=args[1:], entrypoint=entry), executor=executor, name=plan.name)
         exp.run(detach=True)
@@ -240,6 +318,7 @@ def cancel_job(job_id: str) -> None:
 
 
 # ----------------------------------------------------------------------------- the executor
+
 
 class _ApiLog:
     """Lepton's log comes from its API, whole, once the job is over (not a file to tail): the job's first

@@ -67,11 +67,23 @@ def run_step_process(
         cancelled.set()
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
+    previous = (
+        signal.signal(signal.SIGTERM, on_term)
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
     # The step dies with its launcher (a kill -9 of it included), so a job is never left running unrecorded.
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=die_with_parent())
-    update_status(job_dir, state="running", pid=proc.pid, pgid=proc.pid, launcher_pid=os.getpid(), started_at=now())
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=die_with_parent(),
+    )
+    update_status(
+        job_dir, state="running", pid=proc.pid, pgid=proc.pid, launcher_pid=os.getpid(), started_at=now()
+    )
     stdout = proc.stdout
     assert stdout is not None
     with log_path.open("ab") as log:
@@ -120,7 +132,9 @@ def start_detached(job_dir: Path, cmd: list[str], env: dict[str, str]) -> int:
     """Background a launcher (python -m nemotron.launch.local) that runs the step; return the launcher's pid."""
     launcher = [sys.executable, "-m", "nemotron.launch.local", str(job_dir), "--", *cmd]
     with (job_dir / "logs" / "launcher.log").open("ab") as log:
-        proc = subprocess.Popen(launcher, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            launcher, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     update_status(job_dir, state="pending", launcher_pid=proc.pid)
     return proc.pid
 

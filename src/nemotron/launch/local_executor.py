@@ -54,7 +54,9 @@ class LocalExecutor:
         if job.mode == "batch":
             local.start_detached(job_dir, cmd, env)
             print(job.job_id)
-            err.print(f"submitted {job.job_id} (local, detached). Follow it with: nemotron jobs logs {job.job_id} -f")
+            err.print(
+                f"submitted {job.job_id} (local, detached). Follow it with: nemotron jobs logs {job.job_id} -f"
+            )
             return 0
         err.print(f"[bold]job[/] {job.job_id}  [dim]{job_dir}[/]")
         started = time.monotonic()
@@ -81,8 +83,13 @@ class LocalExecutor:
         status = read_status(job_dir)  # the launcher may have recorded the end just now
         if status.get("state") in FINAL:
             return status
-        return update_status(job_dir, state="failed", ended_at=now(), exit_code=None,
-                             error=f"the job's processes ({', '.join(map(str, pids))}) are gone without recording an end")
+        return update_status(
+            job_dir,
+            state="failed",
+            ended_at=now(),
+            exit_code=None,
+            error=f"the job's processes ({', '.join(map(str, pids))}) are gone without recording an end",
+        )
 
     def print_logs(self, job_dir: Path, follow: bool) -> None:
         path = job_dir / "logs" / "step.log"
@@ -104,7 +111,9 @@ class LocalExecutor:
 
     def cancel(self, job_dir: Path) -> dict[str, Any]:
         if not local.cancel(job_dir, read_status(job_dir)):
-            raise UserError(f"job {job_dir.name} did not stop in time; its status: {read_status(job_dir).get('state')}")
+            raise UserError(
+                f"job {job_dir.name} did not stop in time; its status: {read_status(job_dir).get('state')}"
+            )
         return read_status(job_dir)
 
 
@@ -119,9 +128,11 @@ def cuda_refusal(config: dict[str, Any]) -> str | None:
     except importlib.metadata.PackageNotFoundError:
         build = "absent"
     if build.endswith("+cpu") or not Path("/dev/nvidiactl").exists():
-        return (f"runtime.device=cuda, but this machine has no CUDA device (torch {build}"
-                f"{'' if Path('/dev/nvidiactl').exists() else ', no NVIDIA driver'}): use runtime.device=auto or cpu, "
-                "or submit to a GPU profile (-b PROFILE)")
+        return (
+            f"runtime.device=cuda, but this machine has no CUDA device (torch {build}"
+            f"{'' if Path('/dev/nvidiactl').exists() else ', no NVIDIA driver'}): use runtime.device=auto or cpu, "
+            "or submit to a GPU profile (-b PROFILE)"
+        )
     return None
 
 
@@ -130,8 +141,13 @@ def _attached(job: Job, job_dir: Path, cmd: list[str], env: dict[str, str]) -> i
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[stats]}"), console=err, transient=True,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[stats]}"),
+        console=err,
+        transient=True,
     )
     task = progress.add_task(job.step_id, total=None, stats="")
 
@@ -179,5 +195,8 @@ def known_errors(rules: list[tuple[str, str | None, str]], log: str) -> list[tup
     `error: ...` or an uncaught exception's `SomeError: ...`. Ordinary progress lines never match, so a log
     that mentions the reward server starting does not blame it for an unrelated failure."""
     failures = [line.lower() for line in log.splitlines() if _FAILURE_LINE.match(line)]
-    return [(name, recovery) for name, match, recovery in rules
-            if match and any(match.lower() in line for line in failures)]
+    return [
+        (name, recovery)
+        for name, match, recovery in rules
+        if match and any(match.lower() in line for line in failures)
+    ]

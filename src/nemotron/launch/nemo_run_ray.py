@@ -32,7 +32,11 @@ class ScriptedSlurmRayCluster(SlurmRayCluster):  # type: ignore[misc]  # nemo_ru
                 f.write(text)
                 f.flush()
                 tunnel.put(f.name, os.path.join(cluster_dir, name))
-        job_id = str(tunnel.run(f"sbatch --parsable {shlex.quote(os.path.join(cluster_dir, 'ray.sub'))}").stdout.strip())
+        job_id = str(
+            tunnel.run(
+                f"sbatch --parsable {shlex.quote(os.path.join(cluster_dir, 'ray.sub'))}"
+            ).stdout.strip()
+        )
         job_id = job_id.split(";")[0]  # `--parsable` may add ";cluster"
         with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
             json.dump([job_id], f)

@@ -27,7 +27,13 @@ from nemotron.profiles import LeptonProfile
 # The state Lepton reports for a RayCluster whose head and workers all run (nemo_run's RAY_READY_STATE).
 READY_STATE = "Ready"
 # Ray job states (ray.job_submission.JobStatus) -> ours
-STATES = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "cancelled"}
+STATES = {
+    "PENDING": "pending",
+    "RUNNING": "running",
+    "SUCCEEDED": "succeeded",
+    "FAILED": "failed",
+    "STOPPED": "cancelled",
+}
 
 
 @dataclass(frozen=True)
@@ -56,15 +62,28 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> LeptonRayPlan:
         raise UserError("on Lepton the engine runs in a container: profile nemo_rl_image cannot be empty")
     root = nemo_run_dir(profile)
     home = str(Path(root).parent)
-    env = (("NEMOTRON_HOME", home), ("NEMOTRON_ARTIFACTS_ROOT", profile.artifacts_root or f"{home}/artifacts"),
-           ("NEMOTRON_JOB_DIR", where.job_dir), *sorted((k, v) for k, v in profile.env_vars.items() if v))
+    env = (
+        ("NEMOTRON_HOME", home),
+        ("NEMOTRON_ARTIFACTS_ROOT", profile.artifacts_root or f"{home}/artifacts"),
+        ("NEMOTRON_JOB_DIR", where.job_dir),
+        *sorted((k, v) for k, v in profile.env_vars.items() if v),
+    )
     register = register_lines(profile.python, where.job_dir, launch.outputs)
     files = (*launch.files, (DRIVER_FILE, driver_script(launch.command, register)))
-    return LeptonRayPlan(lepton_name(job.job_id), where.nodes, where.gpus_per_node, launch.image, profile,
-                         where.job_dir, env, files)
+    return LeptonRayPlan(
+        lepton_name(job.job_id),
+        where.nodes,
+        where.gpus_per_node,
+        launch.image,
+        profile,
+        where.job_dir,
+        env,
+        files,
+    )
 
 
 # ----------------------------------------------------------------------------- rendering (pure)
+
 
 def cluster_spec(plan: LeptonRayPlan, node_group_id: str, ray_version: str) -> dict[str, Any]:
     """The body of POST /rayclusters, as leptonai serialises NeMo-Run's LeptonRayCluster (aliases, no nulls)."""
@@ -94,23 +113,36 @@ def render_text(plan: LeptonRayPlan) -> str:
     """What --dry-run shows after the engine's files: the driver script, the RayCluster spec, the Ray job."""
     group = plan.profile.node_group
     spec = cluster_spec(plan, f"<id of node group {group}>", "<the workspace's default Ray version>")
-    job = {"entrypoint": plan.entrypoint, "runtime_env": {"working_dir": f"<{', '.join(n for n, _ in plan.files)}>"},
-           "submission_id": f"{plan.name}-<time>"}
+    job = {
+        "entrypoint": plan.entrypoint,
+        "runtime_env": {"working_dir": f"<{', '.join(n for n, _ in plan.files)}>"},
+        "submission_id": f"{plan.name}-<time>",
+    }
     driver = dict(plan.files)[DRIVER_FILE]
-    return (f"# ---- {plan.job_dir}/{DRIVER_FILE}\n{driver.rstrip()}\n"
-            f"# ---- POST $LEPTON_WORKSPACE_URL/rayclusters (then wait until it is {READY_STATE})\n{json.dumps(spec, indent=2)}\n"
-            f"# ---- the Ray job, through the cluster's dashboard (POST .../rayclusters/{plan.name}/dashboard/api/jobs/)\n"
-            f"{json.dumps(job, indent=2)}\n")
+    return (
+        f"# ---- {plan.job_dir}/{DRIVER_FILE}\n{driver.rstrip()}\n"
+        f"# ---- POST $LEPTON_WORKSPACE_URL/rayclusters (then wait until it is {READY_STATE})\n{json.dumps(spec, indent=2)}\n"
+        f"# ---- the Ray job, through the cluster's dashboard (POST .../rayclusters/{plan.name}/dashboard/api/jobs/)\n"
+        f"{json.dumps(job, indent=2)}\n"
+    )
 
 
 # ----------------------------------------------------------------------------- submission and control (NeMo-Run)
 
+
 def _executor(run: Any, plan_or_profile: LeptonProfile, nodes: int, image: str, env: dict[str, str]) -> Any:
     p = plan_or_profile
     return run.LeptonExecutor(
-        container_image=image, nemo_run_dir=nemo_run_dir(p), nodes=nodes - 1, gpus_per_node=p.gpus_per_node,
-        resource_shape=p.resource_shape, node_group=p.node_group, secret_vars=dict(p.secret_vars),
-        mounts=[m.model_dump(by_alias=True) for m in p.mounts], env_vars=env, image_pull_secrets=list(p.image_pull_secrets),
+        container_image=image,
+        nemo_run_dir=nemo_run_dir(p),
+        nodes=nodes - 1,
+        gpus_per_node=p.gpus_per_node,
+        resource_shape=p.resource_shape,
+        node_group=p.node_group,
+        secret_vars=dict(p.secret_vars),
+        mounts=[m.model_dump(by_alias=True) for m in p.mounts],
+        env_vars=env,
+        image_pull_secrets=list(p.image_pull_secrets),
     )
 
 
@@ -120,8 +152,10 @@ def submit(job: Job, job_dir: Path, plan: LeptonRayPlan, launch: RayDriver) -> d
     from nemotron.launch.remote import nemo_run
 
     if json.loads((job_dir / ".secrets.json").read_text() or "{}"):
-        raise UserError("this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
-                        "(profile secret_vars), never in the job's files")
+        raise UserError(
+            "this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
+            "(profile secret_vars), never in the job's files"
+        )
     workdir = Path(tempfile.mkdtemp(prefix="nemotron-ray-"))
     for name, text in plan.files:
         write_atomic(workdir / name, text)
@@ -129,11 +163,23 @@ def submit(job: Job, job_dir: Path, plan: LeptonRayPlan, launch: RayDriver) -> d
     with nemo_run() as run:
         from nemo_run.run.ray.lepton import LeptonRayJob
 
-        ray_job = LeptonRayJob(name=plan.name, executor=_executor(run, plan.profile, plan.nodes, plan.image, dict(plan.env)))
+        ray_job = LeptonRayJob(
+            name=plan.name, executor=_executor(run, plan.profile, plan.nodes, plan.image, dict(plan.env))
+        )
         submission_id = ray_job.start(command=plan.entrypoint, workdir=str(workdir))
-    return {"handle": f"lepton-ray://{plan.name}", "remote_id": plan.name, "submission_id": submission_id,
-            "roles": [plan.name], "launch": "ray", "register": dict(launch.outputs),
-            "profile": plan.profile.model_dump(mode="json", by_alias=True, include={"executor", "node_group", "resource_shape", "nemo_run_dir", "mounts"})}
+    return {
+        "handle": f"lepton-ray://{plan.name}",
+        "remote_id": plan.name,
+        "submission_id": submission_id,
+        "roles": [plan.name],
+        "launch": "ray",
+        "register": dict(launch.outputs),
+        "profile": plan.profile.model_dump(
+            mode="json",
+            by_alias=True,
+            include={"executor", "node_group", "resource_shape", "nemo_run_dir", "mounts"},
+        ),
+    }
 
 
 def _ray_job(run: Any, status: dict[str, Any]) -> Any:

@@ -26,8 +26,12 @@ READY_TIMEOUT_S = 600  # pulling a container and starting raylets on many nodes 
 # below Linux's ephemeral range (32768+), so no outgoing connection takes one first.
 PORT_BASE, PORT_JOBS, PORT_JOB_STRIDE, PORT_NODES, PORT_NODE_STRIDE = 10000, 12, 1600, 8, 200
 _PORT_OFFSETS = {  # within a node's block of 200; workers take [20, 199]
-    "node-manager-port": 0, "object-manager-port": 1, "dashboard-agent-listen-port": 2,
-    "dashboard-agent-grpc-port": 3, "metrics-export-port": 4, "runtime-env-agent-port": 5,
+    "node-manager-port": 0,
+    "object-manager-port": 1,
+    "dashboard-agent-listen-port": 2,
+    "dashboard-agent-grpc-port": 3,
+    "metrics-export-port": 4,
+    "runtime-env-agent-port": 5,
 }
 GCS_OFFSET, CLIENT_OFFSET, MIN_WORKER_OFFSET, MAX_WORKER_OFFSET = 6, 7, 20, 199
 HEAD, WORKER, WORKER_INDEX = '"$head"', '"${nodes[$i]}"', '"$i"'  # shell words of the script's own variables
@@ -85,17 +89,31 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> RayPlan:
     setup = [slurm.secrets_source_line(f"{paths.job_dir}/{slurm.SECRETS_FILE}")] if secret_names else []
     image, import_lines, mounts = containers.container(job, paths, launch.image or None)
     return RayPlan(
-        job_id=job.job_id, cluster_dir=f"{paths.nemorun_jobs}/{job.job_id}", job_dir=where.job_dir, nodes=where.nodes,
-        gpus_per_node=where.gpus_per_node, time=profile.time, account=profile.account, partition=slurm.partition_for(job),
+        job_id=job.job_id,
+        cluster_dir=f"{paths.nemorun_jobs}/{job.job_id}",
+        job_dir=where.job_dir,
+        nodes=where.nodes,
+        gpus_per_node=where.gpus_per_node,
+        time=profile.time,
+        account=profile.account,
+        partition=slurm.partition_for(job),
         # one task per node holds the node's whole CPU share (the profile's tasks x CPUs per task)
-        cpus_per_task=profile.cpus_per_task * profile.ntasks_per_node if profile.cpus_per_task else None, mem=profile.mem, container_image=image, mounts=mounts, env=env,
-        setup=(*setup, *import_lines, *profile.setup), secret_names=tuple(secret_names),
-        driver_script=driver_script(launch.command, register_lines(profile.python or "python", where.job_dir, launch.outputs)),
+        cpus_per_task=profile.cpus_per_task * profile.ntasks_per_node if profile.cpus_per_task else None,
+        mem=profile.mem,
+        container_image=image,
+        mounts=mounts,
+        env=env,
+        setup=(*setup, *import_lines, *profile.setup),
+        secret_names=tuple(secret_names),
+        driver_script=driver_script(
+            launch.command, register_lines(profile.python or "python", where.job_dir, launch.outputs)
+        ),
         files=launch.files,
     )
 
 
 # ----------------------------------------------------------------------------- rendering (pure)
+
 
 def register_lines(python: str, job_dir: str, outputs: tuple[tuple[str, str], ...]) -> str:
     """Shell: register the outputs where they are (the store is on the cluster's storage) when nemotron is
@@ -104,11 +122,13 @@ def register_lines(python: str, job_dir: str, outputs: tuple[tuple[str, str], ..
         return ""
     py = shlex.quote(python)
     pairs = " ".join(shlex.quote(f"{name}={path}") for name, path in outputs)
-    return (f"if {py} -c 'import nemotron.artifacts.lineage' 2>/dev/null; then\n"
-            f"    {py} -m nemotron.artifacts.lineage --job-dir {shlex.quote(job_dir)} {pairs}\n"
-            "else\n"
-            f'    echo "nemotron: nemotron is not importable by {python} here; the outputs are registered by the machine that watches this job"\n'
-            "fi\n")
+    return (
+        f"if {py} -c 'import nemotron.artifacts.lineage' 2>/dev/null; then\n"
+        f"    {py} -m nemotron.artifacts.lineage --job-dir {shlex.quote(job_dir)} {pairs}\n"
+        "else\n"
+        f'    echo "nemotron: nemotron is not importable by {python} here; the outputs are registered by the machine that watches this job"\n'
+        "fi\n"
+    )
 
 
 def driver_script(command: str, register: str = "", timeout_s: int = READY_TIMEOUT_S) -> str:
@@ -137,16 +157,32 @@ set -e
 
 def _flags(plan: RayPlan) -> list[str]:
     values: dict[str, Any] = {
-        "job-name": plan.job_name, "nodes": plan.nodes, "ntasks-per-node": 1, "time": plan.time,
-        "output": f"{plan.logs}/sbatch_{plan.job_name}_%j.out", "account": plan.account, "partition": plan.partition,
-        "cpus-per-task": plan.cpus_per_task, "mem": plan.mem, "gpus-per-node": plan.gpus_per_node or None,
+        "job-name": plan.job_name,
+        "nodes": plan.nodes,
+        "ntasks-per-node": 1,
+        "time": plan.time,
+        "output": f"{plan.logs}/sbatch_{plan.job_name}_%j.out",
+        "account": plan.account,
+        "partition": plan.partition,
+        "cpus-per-task": plan.cpus_per_task,
+        "mem": plan.mem,
+        "gpus-per-node": plan.gpus_per_node or None,
     }
     return [f"#SBATCH --{k}={shlex.quote(str(v))}" for k, v in values.items() if v is not None]
 
 
 def _srun(plan: RayPlan, where: str, log: str, *, overlap: bool = False) -> str:
     """`srun` on one node (`where` is a shell word), its output in `log`, in the container when there is one."""
-    words = ["srun", *(["--overlap"] if overlap else []), "--nodes=1", "--ntasks=1", "-w", where, "--output", log]
+    words = [
+        "srun",
+        *(["--overlap"] if overlap else []),
+        "--nodes=1",
+        "--ntasks=1",
+        "-w",
+        where,
+        "--output",
+        log,
+    ]
     if plan.container_image:
         words += ["--container-image", shlex.quote(plan.container_image), "--no-container-mount-home"]
         if plan.mounts:
@@ -158,7 +194,9 @@ def _ports(node: str) -> str:
     block = f"$(( {PORT_BASE} + (SLURM_JOB_ID % {PORT_JOBS}) * {PORT_JOB_STRIDE} + ({node} % {PORT_NODES}) * {PORT_NODE_STRIDE} ))"
     lines = [f"b={block}"]
     flags = " ".join(f"--{k}=$((b + {v}))" for k, v in _PORT_OFFSETS.items())
-    lines.append(f'ports="{flags} --min-worker-port=$((b + {MIN_WORKER_OFFSET})) --max-worker-port=$((b + {MAX_WORKER_OFFSET}))"')
+    lines.append(
+        f'ports="{flags} --min-worker-port=$((b + {MIN_WORKER_OFFSET})) --max-worker-port=$((b + {MAX_WORKER_OFFSET}))"'
+    )
     return "\n".join(lines)
 
 
@@ -181,27 +219,27 @@ def render_sbatch(plan: RayPlan) -> str:
         *plan.setup,
         f"mkdir -p {logs}",
         'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
-        'head=${nodes[0]}',
-        'head_ip=$(srun --nodes=1 --ntasks=1 -w "$head" hostname --ip-address | awk \'{print $1}\')',
+        "head=${nodes[0]}",
+        "head_ip=$(srun --nodes=1 --ntasks=1 -w \"$head\" hostname --ip-address | awk '{print $1}')",
         "i=0",
         _ports("0"),
-        f"export RAY_ADDRESS=\"$head_ip:$((b + {GCS_OFFSET}))\"",
+        f'export RAY_ADDRESS="$head_ip:$((b + {GCS_OFFSET}))"',
         "",
         "# the head",
         f'{_srun(plan, HEAD, q(f"{plan.logs}/ray-head_%j.out"))} ray start --head --node-ip-address="$head_ip" '
-        f'--port=$((b + {GCS_OFFSET})) --ray-client-server-port=$((b + {CLIENT_OFFSET})) --include-dashboard=false {common} &',
+        f"--port=$((b + {GCS_OFFSET})) --ray-client-server-port=$((b + {CLIENT_OFFSET})) --include-dashboard=false {common} &",
         "raylets=($!)",
         "",
         "# one worker per other node",
-        'for ((i = 1; i < ${#nodes[@]}; i++)); do',
+        "for ((i = 1; i < ${#nodes[@]}; i++)); do",
         *("    " + line for line in _ports("i").splitlines()),
-        f'    {_srun(plan, WORKER, q(f"{plan.logs}/ray-worker-") + WORKER_INDEX + "_%j.out")} '
+        f"    {_srun(plan, WORKER, q(f'{plan.logs}/ray-worker-') + WORKER_INDEX + '_%j.out')} "
         f'ray start --address="$RAY_ADDRESS" {common} &',
         "    raylets+=($!)",
         "done",
         "",
         "# the driver, once, on the head: it waits for every node, then runs the engine's command",
-        f'{_srun(plan, HEAD, q(f"{plan.logs}/log-{slurm.JOB_NAME_PREFIX}{plan.role}_%j.out"), overlap=True)} '
+        f"{_srun(plan, HEAD, q(f'{plan.logs}/log-{slurm.JOB_NAME_PREFIX}{plan.role}_%j.out'), overlap=True)} "
         f"bash {q(f'{plan.job_dir}/{DRIVER_FILE}')}",
         "code=$?",
         "",
@@ -217,13 +255,20 @@ def render_sbatch(plan: RayPlan) -> str:
 
 def render_text(plan: RayPlan) -> str:
     """What --dry-run shows after the engine's files: the driver script, the submit command, the script."""
-    head = [f"# ---- {plan.job_dir}/{DRIVER_FILE}", plan.driver_script.rstrip(), f"# ---- submitted with: sbatch --parsable {plan.sbatch_path}"]
+    head = [
+        f"# ---- {plan.job_dir}/{DRIVER_FILE}",
+        plan.driver_script.rstrip(),
+        f"# ---- submitted with: sbatch --parsable {plan.sbatch_path}",
+    ]
     if plan.secret_names:
-        head.append(f"# {plan.job_dir}/{slurm.SECRETS_FILE} (mode 0600) exports: {', '.join(plan.secret_names)}")
+        head.append(
+            f"# {plan.job_dir}/{slurm.SECRETS_FILE} (mode 0600) exports: {', '.join(plan.secret_names)}"
+        )
     return "\n".join(head) + "\n" + render_sbatch(plan)
 
 
 # ----------------------------------------------------------------------------- submission and control (NeMo-Run)
+
 
 def submit(job: Job, job_dir: Path, plan: RayPlan, launch: RayDriver) -> dict[str, Any]:
     """Write the driver script and the engine's files into the job dir, submit through NeMo-Run's Slurm Ray API,
@@ -242,12 +287,23 @@ def submit(job: Job, job_dir: Path, plan: RayPlan, launch: RayDriver) -> dict[st
         from nemotron.launch.nemo_run_ray import ScriptedSlurmRayCluster
 
         executor = slurm_executor(run, profile, str(Path(plan.cluster_dir).parent))
-        slurm_id = ScriptedSlurmRayCluster(name=plan.name, executor=executor).create_from_script(render_sbatch(plan))
-    return {"handle": f"ray://{plan.name}", "remote_id": slurm_id, "remote_dir": plan.logs, "roles": [plan.role],
-            "launch": "ray", "ray_name": plan.name, "ray_root": str(Path(plan.cluster_dir).parent),
-            "register": dict(launch.outputs),
-            # what status and cancel need to reach the cluster again (no secrets: job.yaml's profile is masked)
-            "profile": profile.model_dump(mode="json", include={"executor", "tunnel", "host", "user", "identity", "account"})}
+        slurm_id = ScriptedSlurmRayCluster(name=plan.name, executor=executor).create_from_script(
+            render_sbatch(plan)
+        )
+    return {
+        "handle": f"ray://{plan.name}",
+        "remote_id": slurm_id,
+        "remote_dir": plan.logs,
+        "roles": [plan.role],
+        "launch": "ray",
+        "ray_name": plan.name,
+        "ray_root": str(Path(plan.cluster_dir).parent),
+        "register": dict(launch.outputs),
+        # what status and cancel need to reach the cluster again (no secrets: job.yaml's profile is masked)
+        "profile": profile.model_dump(
+            mode="json", include={"executor", "tunnel", "host", "user", "identity", "account"}
+        ),
+    }
 
 
 def slurm_executor(run: Any, profile: SlurmProfile, root: str) -> Any:
@@ -255,20 +311,36 @@ def slurm_executor(run: Any, profile: SlurmProfile, root: str) -> Any:
     if profile.tunnel == "local":
         tunnel = run.LocalTunnel(job_dir=root)
     else:
-        tunnel = run.SSHTunnel(host=profile.host or "", user=profile.user or "", job_dir=root, identity=profile.identity)
+        tunnel = run.SSHTunnel(
+            host=profile.host or "", user=profile.user or "", job_dir=root, identity=profile.identity
+        )
     return run.SlurmExecutor(account=profile.account, tunnel=tunnel, job_name_prefix=slurm.JOB_NAME_PREFIX)
 
 
-_STATES = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "RUNNING": "running",
-           "COMPLETING": "running", "COMPLETED": "succeeded", "CANCELLED": "cancelled", "FAILED": "failed",
-           "TIMEOUT": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed", "PREEMPTED": "failed",
-           "BOOT_FAIL": "failed", "DEADLINE": "failed"}
+_STATES = {
+    "PENDING": "pending",
+    "CONFIGURING": "pending",
+    "REQUEUED": "pending",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "COMPLETED": "succeeded",
+    "CANCELLED": "cancelled",
+    "FAILED": "failed",
+    "TIMEOUT": "failed",
+    "NODE_FAIL": "failed",
+    "OUT_OF_MEMORY": "failed",
+    "PREEMPTED": "failed",
+    "BOOT_FAIL": "failed",
+    "DEADLINE": "failed",
+}
 
 
 def _job(run: Any, profile: SlurmProfile, status: dict[str, Any]) -> Any:
     from nemotron.launch.nemo_run_ray import SlurmRayJob
 
-    job = SlurmRayJob(name=str(status["ray_name"]), executor=slurm_executor(run, profile, str(status["ray_root"])))
+    job = SlurmRayJob(
+        name=str(status["ray_name"]), executor=slurm_executor(run, profile, str(status["ray_root"]))
+    )
     job.job_id = str(status["remote_id"])
     return job
 

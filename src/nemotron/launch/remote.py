@@ -29,8 +29,16 @@ FINAL = ("succeeded", "failed", "cancelled")
 # sacct lags squeue by up to a second or two and knows nothing of a job in that time: pending, not lost.
 UNKNOWN_GRACE_S = 120.0
 _EXIT_LINE = re.compile(r"job exited with code (\d+)")
-APP_STATES = {"UNSUBMITTED": "pending", "SUBMITTED": "pending", "PENDING": "pending", "RUNNING": "running",
-               "SUCCEEDED": "succeeded", "FAILED": "failed", "CANCELLED": "cancelled", "UNKNOWN": "unknown"}
+APP_STATES = {
+    "UNSUBMITTED": "pending",
+    "SUBMITTED": "pending",
+    "PENDING": "pending",
+    "RUNNING": "running",
+    "SUCCEEDED": "succeeded",
+    "FAILED": "failed",
+    "CANCELLED": "cancelled",
+    "UNKNOWN": "unknown",
+}
 
 
 def nemorun_home() -> Path:
@@ -45,8 +53,10 @@ def nemo_run() -> Iterator[ModuleType]:
     home = str(nemorun_home())
     loaded: Any = sys.modules.get("nemo_run.config")
     if loaded is not None and loaded.get_nemorun_home() != home:
-        raise UserError(f"nemo_run was imported with NEMORUN_HOME={loaded.get_nemorun_home()}, not {home}: "
-                        "run one nemotron home per process")
+        raise UserError(
+            f"nemo_run was imported with NEMORUN_HOME={loaded.get_nemorun_home()}, not {home}: "
+            "run one nemotron home per process"
+        )
     os.environ["NEMORUN_HOME"] = home
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
@@ -68,6 +78,7 @@ def runner(run: ModuleType) -> Any:
 
 
 # ----------------------------------------------------------------------------- what each scheduler answers
+
 
 class LogReader(Protocol):
     live: bool  # True: read() may be polled while the job runs; False: the log is whole only once it ended
@@ -128,7 +139,10 @@ def last_exit_code(log: str) -> int | None:
 
 # ----------------------------------------------------------------------------- submit and status
 
-def submit_remote(job: Any, job_dir: Path, submit_job: Callable[[], dict[str, Any]], scheduler: Scheduler) -> int:
+
+def submit_remote(
+    job: Any, job_dir: Path, submit_job: Callable[[], dict[str, Any]], scheduler: Scheduler
+) -> int:
     """Hand the job to its scheduler; `-b` prints the job id, `-r` streams the step's log and Ctrl-C cancels."""
     from rich.console import Console
 
@@ -149,9 +163,13 @@ def submit_remote(job: Any, job_dir: Path, submit_job: Callable[[], dict[str, An
         return 0
     err.print(f"[bold]job[/] {job.job_id}  [dim]{where}; Ctrl-C cancels it[/]")
     started = time.monotonic()
-    code = attach(job_dir, scheduler, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
+    code = attach(
+        job_dir, scheduler, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True)
+    )
     if code == 0:
-        err.print(f"[green]✓[/] {job.step_id} finished in {time.monotonic() - started:.1f}s — nemotron jobs show {job.job_id}")
+        err.print(
+            f"[green]✓[/] {job.step_id} finished in {time.monotonic() - started:.1f}s — nemotron jobs show {job.job_id}"
+        )
     elif code == 130:
         err.print(f"[yellow]cancelled[/] {job.job_id}")
     else:
@@ -189,16 +207,23 @@ def _register_outputs(job_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
     if done:
         return {"registered": [a.ref for a in done]}
     if not any(Path(path).parent.parent.is_dir() for path in paths.values()):
-        return {"registration": "the outputs stay in the job dir on the cluster's storage, which this machine does not "
-                                "see, and the run could not register them there (nemotron not importable by it)"}
+        return {
+            "registration": "the outputs stay in the job dir on the cluster's storage, which this machine does not "
+            "see, and the run could not register them there (nemotron not importable by it)"
+        }
     missing = [f"{name}: {path}" for name, path in sorted(paths.items()) if not Path(path).exists()]
     if missing:
-        return {"state": "failed", "exit_code": 1, "error": "the run ended without its outputs: " + "; ".join(missing)}
+        return {
+            "state": "failed",
+            "exit_code": 1,
+            "error": "the run ended without its outputs: " + "; ".join(missing),
+        }
     arts = register_job_outputs(record, {k: Path(v) for k, v in paths.items()}, store=store)
     return {"registered": [a.ref for a in arts]}
 
 
 # ----------------------------------------------------------------------------- logs
+
 
 def step_log_files(status: dict[str, Any], role: str | None = None) -> list[Path]:
     """The srun output files of one group (default: the step's, the last group)."""
@@ -247,6 +272,7 @@ def print_logs(job_dir: Path, follow: bool, scheduler: Scheduler) -> None:
 
 
 # ----------------------------------------------------------------------------- cancel and attached runs
+
 
 def cancel(job_dir: Path, scheduler: Scheduler, wait_s: float = 30.0) -> dict[str, Any]:
     """Cancel the remote job and wait (a little) until the scheduler says so."""

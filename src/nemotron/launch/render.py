@@ -17,7 +17,9 @@ def _scalar(value: Any) -> str:
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
-def config_yaml(config: Mapping[str, Any], sources: Mapping[str, str], prefix: str = "", indent: int = 0) -> str:
+def config_yaml(
+    config: Mapping[str, Any], sources: Mapping[str, str], prefix: str = "", indent: int = 0
+) -> str:
     """The config as YAML, each key set by a preset, profile or the CLI marked with a `# source` comment."""
     lines: list[str] = []
     pad = "  " * indent
@@ -50,7 +52,15 @@ def local_command(job: Job, job_dir: str, python: str = "python") -> list[str]:
     """The argv of the step process for a local run (torchrun for multi-process steps)."""
     nproc = getattr(job.profile, "nproc_per_node", 1)
     if job.launch == "torchrun" and nproc > 1:
-        head = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "nemotron.run_step"]
+        head = [
+            python,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            "-m",
+            "nemotron.run_step",
+        ]
     else:
         head = [python, "-m", "nemotron.run_step"]
     return [*head, job.entry, "--job-dir", job_dir, *job.passthrough]
@@ -80,7 +90,10 @@ def dry_run_text(job: Job, launch_text: str, job_dir: str, secrets: Iterable[str
             *[f"warning: {w}" for w in job.warnings],
             "",
             "## outputs",
-            "\n".join(f"{name:<14} {type_:<18} -> {art}:v<next>" for name, (art, type_) in job.outputs.items()) or "(none)",
+            "\n".join(
+                f"{name:<14} {type_:<18} -> {art}:v<next>" for name, (art, type_) in job.outputs.items()
+            )
+            or "(none)",
             "",
             "## launch",
             launch_text,

@@ -59,7 +59,9 @@ def reward_model(job: Job) -> ServedModel | None:
         if b.path is None:
             continue
         local = Path(b.path)
-        kinds = [b.expected_type, b.actual_type or ""] + ([detect_type(local, catalog) or ""] if local.is_dir() else [])
+        kinds = [b.expected_type, b.actual_type or ""] + (
+            [detect_type(local, catalog) or ""] if local.is_dir() else []
+        )
         if any(k and catalog.is_a(k, REWARD_MODEL_TYPE) for k in kinds):
             return ServedModel(b.name, b.path, positions(local))
     return None

@@ -38,7 +38,9 @@ REWARD_URL_ENV = "NEMOTRON_REWARD_URL"
 REWARD_TOKEN_ENV = "NEMOTRON_REWARD_TOKEN"
 RDZV_HOST_ENV = "NEMOTRON_RDZV_HOST"
 SBATCH_COMMAND = ("sbatch", "--requeue", "--parsable")
-_RUNDIR = "/nemo_run"  # NeMo-Run's name for the job dir inside a container; replaced by the real dir without one
+_RUNDIR = (
+    "/nemo_run"  # NeMo-Run's name for the job dir inside a container; replaced by the real dir without one
+)
 # NeMo-Run's ExecutorMacros: `$name` in args and env values becomes the shell variable's name.
 _MACROS = {
     "head_node_ip_var": "head_node_ip",
@@ -127,10 +129,13 @@ class SlurmPlan:
     def log_path(self, role: str) -> str:
         """The srun output of one group (`%j` is the Slurm job id), as one shell word whatever the path holds
         (nemo_run_slurm.QuotedJobDetails gives NeMo-Run the same text)."""
-        return shlex.quote(f"{self.task_dir}/log-{JOB_NAME_PREFIX}{role}_%j_") + "${SLURM_RESTART_COUNT:-0}.out"
+        return (
+            shlex.quote(f"{self.task_dir}/log-{JOB_NAME_PREFIX}{role}_%j_") + "${SLURM_RESTART_COUNT:-0}.out"
+        )
 
 
 # ----------------------------------------------------------------------------- planning (pure)
+
 
 def cluster_paths(job: Job, local_home: Path, python: str) -> ClusterPaths:
     """LocalTunnel: the compute nodes share this filesystem. SSH: `job_dir` is the jobs root on the cluster."""
@@ -140,16 +145,26 @@ def cluster_paths(job: Job, local_home: Path, python: str) -> ClusterPaths:
         jobs_root = f"{home}/jobs"
     else:
         if not profile.job_dir:
-            raise UserError(f"profile '{profile.name}': an SSH tunnel needs job_dir (where job dirs live on the cluster)")
+            raise UserError(
+                f"profile '{profile.name}': an SSH tunnel needs job_dir (where job dirs live on the cluster)"
+            )
         jobs_root = profile.job_dir.rstrip("/")
         home = str(PurePosixPath(jobs_root).parent)
     artifacts = profile.artifacts_root or f"{home}/artifacts"
     code = (str(bundled_root()), profile.code_root.rstrip("/")) if profile.code_root else None
-    for what, path in (("NEMOTRON_HOME", home), ("artifacts_root", artifacts), ("code_root", code[1] if code else "")):
+    for what, path in (
+        ("NEMOTRON_HOME", home),
+        ("artifacts_root", artifacts),
+        ("code_root", code[1] if code else ""),
+    ):
         if any(ord(c) < 32 or ord(c) == 127 for c in path):
             # an #SBATCH line ends at a newline whatever the quoting: the rest would run as a command
-            raise UserError(f"{what} {path!r} holds a control character (newline, tab, ...), which no sbatch script can carry")
-    return ClusterPaths(home, f"{jobs_root}/{job.job_id}", artifacts, f"{home}/nemorun/experiments", shlex.quote(python), code)
+            raise UserError(
+                f"{what} {path!r} holds a control character (newline, tab, ...), which no sbatch script can carry"
+            )
+    return ClusterPaths(
+        home, f"{jobs_root}/{job.job_id}", artifacts, f"{home}/nemorun/experiments", shlex.quote(python), code
+    )
 
 
 _NEMO_RUN_SAFE = re.compile(r"^[A-Za-z0-9/._+@:,=~-]+$")
@@ -159,12 +174,19 @@ def refuse_unsafe_paths(paths: ClusterPaths) -> None:
     """Our scripts quote every path, but NeMo-Run's own submission runs `mkdir -p <dir>` and friends with the
     path unquoted: a space splits it and a `$(...)` runs on the submitting machine. Such paths are refused
     (exit 2) before anything is written or run."""
-    shown = {"NEMOTRON_HOME": paths.home, "artifacts_root": paths.artifacts_root,
-             "code_root": paths.code[1] if paths.code else paths.home}
+    shown = {
+        "NEMOTRON_HOME": paths.home,
+        "artifacts_root": paths.artifacts_root,
+        "code_root": paths.code[1] if paths.code else paths.home,
+    }
     bad = [f"{what} {path!r}" for what, path in shown.items() if not _NEMO_RUN_SAFE.match(path)]
     if bad:
-        raise UserError("these paths hold characters NeMo-Run's Slurm submission cannot carry (it runs shell commands "
-                        "with them unquoted):", bad, hint="Use paths of letters, digits and / . _ + @ : , = ~ -")
+        raise UserError(
+            "these paths hold characters NeMo-Run's Slurm submission cannot carry (it runs shell commands "
+            "with them unquoted):",
+            bad,
+            hint="Use paths of letters, digits and / . _ + @ : , = ~ -",
+        )
 
 
 def partition_for(job: Job) -> str | None:
@@ -181,11 +203,28 @@ def secrets_source_line(path: str) -> str:
 def step_command(job: Job, paths: ClusterPaths, nodes: int, nproc: int, rdzv_host: str) -> Command:
     """The step process, through `nemotron.run_step` as on every executor (so exit codes 2/3/130 mean the same):
     plain python, or torchrun (one per node) when the step is distributed."""
-    args = (shlex.quote(paths.entry(job.entry)), "--job-dir", shlex.quote(paths.job_dir), *(shlex.quote(a) for a in job.passthrough))
+    args = (
+        shlex.quote(paths.entry(job.entry)),
+        "--job-dir",
+        shlex.quote(paths.job_dir),
+        *(shlex.quote(a) for a in job.passthrough),
+    )
     if job.launch == "torchrun" and nodes * nproc > 1:
-        head = ("--nnodes", str(nodes), "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", f"{rdzv_host}:29500", "--rdzv-id", "$SLURM_JOB_ID")
-        return Command(paths.python, "torch.distributed.run", (*head, "-m", "nemotron.run_step", *args), module=True)
+        head = (
+            "--nnodes",
+            str(nodes),
+            "--nproc-per-node",
+            str(nproc),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"{rdzv_host}:29500",
+            "--rdzv-id",
+            "$SLURM_JOB_ID",
+        )
+        return Command(
+            paths.python, "torch.distributed.run", (*head, "-m", "nemotron.run_step", *args), module=True
+        )
     return Command(paths.python, "nemotron.run_step", args, module=True)
 
 
@@ -207,27 +246,39 @@ def after_server_is_ready(command: Command, paths: ClusterPaths, what: str = "th
     """Start the policy only once the server wrote its ready file (the job dir is on shared storage); give up
     after `timeout_s`, so a server that never comes up fails the job instead of holding it to its time limit."""
     ready = shlex.quote(f"{paths.job_dir}/{READY_FILE}")
-    inner = (f"for i in $(seq {timeout_s}); do [ -s {ready} ] && break; sleep 1; done; "
-             f'[ -s {ready} ] || {{ echo "nemotron: {what} was not ready after {timeout_s} s" >&2; exit 1; }}; '
-             f"exec {' '.join(command.words())}")
+    inner = (
+        f"for i in $(seq {timeout_s}); do [ -s {ready} ] && break; sleep 1; done; "
+        f'[ -s {ready} ] || {{ echo "nemotron: {what} was not ready after {timeout_s} s" >&2; exit 1; }}; '
+        f"exec {' '.join(command.words())}"
+    )
     return Command("bash", "-c", (shlex.quote(inner),))
 
 
 def job_env(job: Job, paths: ClusterPaths) -> tuple[tuple[tuple[str, str], ...], list[str]]:
     """(the variables every group exports, as shell words; the names the 0600 secrets file exports instead)."""
     p = _slurm_profile(job)
-    env = [("NEMOTRON_HOME", paths.home), ("NEMOTRON_ARTIFACTS_ROOT", paths.artifacts_root), ("NEMOTRON_JOB_DIR", paths.job_dir)]
+    env = [
+        ("NEMOTRON_HOME", paths.home),
+        ("NEMOTRON_ARTIFACTS_ROOT", paths.artifacts_root),
+        ("NEMOTRON_JOB_DIR", paths.job_dir),
+    ]
     secret_names = sorted(k for k, v in p.env_vars.items() if v and is_secret_name(k))
     env += [(k, v) for k, v in sorted(p.env_vars.items()) if v and k not in secret_names]
     return tuple((k.upper(), shlex.quote(v)) for k, v in env), secret_names
 
 
-def write_secrets(job: Job, job_dir: Path, names: Sequence[str], generated: dict[str, str] | None = None) -> None:
+def write_secrets(
+    job: Job, job_dir: Path, names: Sequence[str], generated: dict[str, str] | None = None
+) -> None:
     """<job dir>/.secrets.env (mode 0600): the profile's secret variables and any generated ones, never in a script."""
     from nemotron.jobs import write_atomic
 
     values = {k: v for k, v in _slurm_profile(job).env_vars.items() if k in names} | (generated or {})
-    write_atomic(job_dir / SECRETS_FILE, "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(values.items())), mode=0o600)
+    write_atomic(
+        job_dir / SECRETS_FILE,
+        "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(values.items())),
+        mode=0o600,
+    )
 
 
 def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None) -> SlurmPlan:
@@ -263,13 +314,31 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
             policy_env.append((RDZV_HOST_ENV, '"${het_group_host_1}"'))
         groups = (
             SrunGroup(f"{task}-0", server_command(served, paths, threads), 1, 1, gpus),
-            SrunGroup(f"{task}-1", after_server_is_ready(policy, paths, served.what), nodes, tasks, gpus, tuple(policy_env)),
+            SrunGroup(
+                f"{task}-1",
+                after_server_is_ready(policy, paths, served.what),
+                nodes,
+                tasks,
+                gpus,
+                tuple(policy_env),
+            ),
         )
     return SlurmPlan(
-        job_id=job.job_id, task=task, groups=groups, paths=paths, time=p.time, account=p.account,
-        partition=partition_for(job), cpus_per_task=p.cpus_per_task or job.resources.cpus, mem=p.mem,
-        container_image=image, mounts=mounts, env=quoted_env, setup=tuple(setup + list(p.setup)),
-        secret_names=tuple(secret_names), notes=tuple(notes),
+        job_id=job.job_id,
+        task=task,
+        groups=groups,
+        paths=paths,
+        time=p.time,
+        account=p.account,
+        partition=partition_for(job),
+        cpus_per_task=p.cpus_per_task or job.resources.cpus,
+        mem=p.mem,
+        container_image=image,
+        mounts=mounts,
+        env=quoted_env,
+        setup=tuple(setup + list(p.setup)),
+        secret_names=tuple(secret_names),
+        notes=tuple(notes),
     )
 
 
@@ -283,8 +352,14 @@ def step_shape(job: Job, p: SlurmProfile, distributed: bool) -> tuple[int, int, 
         return p.nodes, 1, server_notes(job, p)
     if p.nodes * p.ntasks_per_node == 1:
         return 1, 1, []
-    return 1, 1, [f"{job.step_id} runs as one process ({job.launch} launch): 1 node, 1 task, not the profile's "
-                  f"{p.nodes} node(s) x {p.ntasks_per_node} task(s)"]
+    return (
+        1,
+        1,
+        [
+            f"{job.step_id} runs as one process ({job.launch} launch): 1 node, 1 task, not the profile's "
+            f"{p.nodes} node(s) x {p.ntasks_per_node} task(s)"
+        ],
+    )
 
 
 def server_notes(job: Job, p: SlurmProfile) -> list[str]:
@@ -292,8 +367,10 @@ def server_notes(job: Job, p: SlurmProfile) -> list[str]:
     servers on one port. Say so when the profile asked for more tasks than that."""
     if p.ntasks_per_node == 1:
         return []
-    return [f"{job.step_id} is a server: one server process per node ({p.nodes} in all), not the profile's "
-            f"ntasks_per_node={p.ntasks_per_node}; clients find them in <job dir>/servers/ (docs/executors.md)"]
+    return [
+        f"{job.step_id} is a server: one server process per node ({p.nodes} in all), not the profile's "
+        f"ntasks_per_node={p.ntasks_per_node}; clients find them in <job dir>/servers/ (docs/executors.md)"
+    ]
 
 
 def _slurm_profile(job: Job) -> SlurmProfile:
@@ -302,6 +379,7 @@ def _slurm_profile(job: Job) -> SlurmProfile:
 
 
 # ----------------------------------------------------------------------------- rendering (pure)
+
 
 def _macro(text: str) -> str:
     return string.Template(text).safe_substitute(_MACROS)
@@ -317,17 +395,31 @@ def _sbatch_flags(plan: SlurmPlan) -> list[str]:
     job_name = f"{JOB_NAME_PREFIX}{first.role}"
     output = f"{plan.task_dir}/sbatch_{job_name}_%j.out"
     params: dict[str, Any] = {
-        "account": plan.account, "cpus_per_task": plan.cpus_per_task, "gpus_per_node": first.gpus_per_node,
-        "job_name": job_name, "mem": plan.mem, "nodes": first.nodes, "ntasks_per_node": first.ntasks_per_node,
-        "open_mode": "append", "output": output, "partition": plan.partition, "time": plan.time,
+        "account": plan.account,
+        "cpus_per_task": plan.cpus_per_task,
+        "gpus_per_node": first.gpus_per_node,
+        "job_name": job_name,
+        "mem": plan.mem,
+        "nodes": first.nodes,
+        "ntasks_per_node": first.ntasks_per_node,
+        "open_mode": "append",
+        "output": output,
+        "partition": plan.partition,
+        "time": plan.time,
     }
     params = {k: v for k, v in params.items() if v is not None}
     if not plan.heterogeneous:
         return [_sbatch_flag(k, params[k]) for k in sorted(params)]
     flags = []
     for i, group in enumerate(plan.groups):
-        het = {**params, "output": output.replace(first.role, group.role), "job_name": f"{job_name.removesuffix('-0')}-{i}",
-               "nodes": group.nodes, "ntasks_per_node": group.ntasks_per_node, "gpus_per_node": group.gpus_per_node}
+        het = {
+            **params,
+            "output": output.replace(first.role, group.role),
+            "job_name": f"{job_name.removesuffix('-0')}-{i}",
+            "nodes": group.nodes,
+            "ntasks_per_node": group.ntasks_per_node,
+            "gpus_per_node": group.gpus_per_node,
+        }
         flags += [_sbatch_flag(k, het[k]) for k in sorted(params)]
         if i != len(plan.groups) - 1:
             flags.append("#SBATCH hetjob")
@@ -338,7 +430,14 @@ def _srun(plan: SlurmPlan, i: int, group: SrunGroup) -> str:
     where = ["--chdir", f"{plan.task_dir}/code"]
     if plan.container_image:
         mounts = ",".join([*plan.mounts, f"{plan.task_dir}:{_RUNDIR}"])
-        where = ["--container-image", plan.container_image, "--container-mounts", mounts, "--container-workdir", f"{_RUNDIR}/code"]
+        where = [
+            "--container-image",
+            plan.container_image,
+            "--container-mounts",
+            mounts,
+            "--container-workdir",
+            f"{_RUNDIR}/code",
+        ]
     het = [f"--het-group={i}"] if plan.heterogeneous else []
     words = " ".join(shlex.quote(w) for w in ["srun", *het, "--output"])
     rest = " ".join(shlex.quote(w) for w in [*where, "--wait=60", "--kill-on-bad-exit=1"])
@@ -374,8 +473,11 @@ def render_sbatch(plan: SlurmPlan) -> str:
         "setup_lines": "\n".join(plan.setup) or None,
         "memory_measure": None,
         "srun_commands": [_srun(plan, i, g) for i, g in enumerate(plan.groups)],
-        "group_env_vars": [[f"export {k}={_macro(v)}" for k, v in _group_env(plan, i)] for i in range(len(plan.groups))]
-        if plan.heterogeneous else [],
+        "group_env_vars": [
+            [f"export {k}={_macro(v)}" for k, v in _group_env(plan, i)] for i in range(len(plan.groups))
+        ]
+        if plan.heterogeneous
+        else [],
         "heterogeneous": plan.heterogeneous,
         "run_as_group": plan.heterogeneous,
         "monitor_group_job": plan.heterogeneous,
@@ -384,7 +486,11 @@ def render_sbatch(plan: SlurmPlan) -> str:
         "ft_enabled": False,
     }
     source = (templates / "slurm.sh.j2").read_text(encoding="utf-8")
-    script = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates))).from_string(source).render(**variables)
+    script = (
+        jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates)))
+        .from_string(source)
+        .render(**variables)
+    )
     if not plan.container_image:
         script = script.replace(_RUNDIR, plan.task_dir)
     return script
@@ -396,14 +502,19 @@ def _group_env(plan: SlurmPlan, i: int) -> list[tuple[str, str]]:
 
 def render_text(plan: SlurmPlan) -> str:
     """What --dry-run shows: the submit command, the secrets file (names only), then the script."""
-    head = [f"# submitted with: {' '.join(SBATCH_COMMAND)} {plan.paths.nemorun_jobs}/{EXPERIMENT_TITLE}/{plan.experiment_id}/{plan.task}_sbatch.sh"]
+    head = [
+        f"# submitted with: {' '.join(SBATCH_COMMAND)} {plan.paths.nemorun_jobs}/{EXPERIMENT_TITLE}/{plan.experiment_id}/{plan.task}_sbatch.sh"
+    ]
     if plan.secret_names:
-        head.append(f"# {plan.paths.job_dir}/{SECRETS_FILE} (mode 0600) exports: {', '.join(plan.secret_names)}")
+        head.append(
+            f"# {plan.paths.job_dir}/{SECRETS_FILE} (mode 0600) exports: {', '.join(plan.secret_names)}"
+        )
     head += [f"# note: {note}" for note in plan.notes]
     return "\n".join(head) + "\n" + render_sbatch(plan)
 
 
 # ----------------------------------------------------------------------------- submission (NeMo-Run)
+
 
 def executors(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> list[Any]:
     """One SlurmExecutor per group, as NeMo-Run merges them into a heterogeneous job."""
@@ -412,19 +523,36 @@ def executors(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> list[A
     if profile.tunnel == "local":
         tunnel = run.LocalTunnel(job_dir=plan.paths.nemorun_jobs)
     else:
-        tunnel = run.SSHTunnel(host=profile.host or "", user=profile.user or "", job_dir=plan.paths.nemorun_jobs,
-                               identity=profile.identity)
+        tunnel = run.SSHTunnel(
+            host=profile.host or "",
+            user=profile.user or "",
+            job_dir=plan.paths.nemorun_jobs,
+            identity=profile.identity,
+        )
     base = run.SlurmExecutor(
-        account=plan.account, partition=plan.partition, time=plan.time, cpus_per_task=plan.cpus_per_task, mem=plan.mem,
-        container_image=plan.container_image, container_mounts=list(plan.mounts), setup_lines="\n".join(plan.setup) or None,
-        tunnel=tunnel, packager=run.Packager(), poll_estimated_start_time=False, job_name_prefix=JOB_NAME_PREFIX,
+        account=plan.account,
+        partition=plan.partition,
+        time=plan.time,
+        cpus_per_task=plan.cpus_per_task,
+        mem=plan.mem,
+        container_image=plan.container_image,
+        container_mounts=list(plan.mounts),
+        setup_lines="\n".join(plan.setup) or None,
+        tunnel=tunnel,
+        packager=run.Packager(),
+        poll_estimated_start_time=False,
+        job_name_prefix=JOB_NAME_PREFIX,
         job_details=QuotedJobDetails(),
     )
     out = []
     for i, group in enumerate(plan.groups):
         env = dict(plan.env) | dict(group.env) if i == 0 else dict(group.env)
-        fields: dict[str, Any] = {"nodes": group.nodes, "ntasks_per_node": group.ntasks_per_node,
-                                  "gpus_per_node": group.gpus_per_node, "env_vars": env}
+        fields: dict[str, Any] = {
+            "nodes": group.nodes,
+            "ntasks_per_node": group.ntasks_per_node,
+            "gpus_per_node": group.gpus_per_node,
+            "env_vars": env,
+        }
         if plan.heterogeneous:
             fields |= {"heterogeneous": True, "wait_time_for_group_job": 0, "monitor_group_job_wait_time": 1}
         out.append(replace(base, **fields))
@@ -432,13 +560,25 @@ def executors(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> list[A
 
 
 def scripts(run: ModuleType, plan: SlurmPlan) -> list[Any]:
-    return [run.Script(path=g.command.path, args=list(g.command.args), entrypoint=g.command.entrypoint, m=g.command.module)
-            for g in plan.groups]
+    return [
+        run.Script(
+            path=g.command.path,
+            args=list(g.command.args),
+            entrypoint=g.command.entrypoint,
+            m=g.command.module,
+        )
+        for g in plan.groups
+    ]
 
 
 def submit_plan(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> str:
     """Submit detached through NeMo-Run; return its handle (slurm_tunnel://nemo_run/<slurm id>)."""
-    quiet = {"clean_mode": True, "enable_goodbye_message": False, "skip_status_at_exit": True, "log_level": "WARNING"}
+    quiet = {
+        "clean_mode": True,
+        "enable_goodbye_message": False,
+        "skip_status_at_exit": True,
+        "log_level": "WARNING",
+    }
     ex, tasks = executors(run, plan, profile), scripts(run, plan)
     base_dir = str(PurePosixPath(plan.paths.nemorun_jobs).parent) if profile.tunnel == "local" else None
     with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment_id, base_dir=base_dir, **quiet) as exp:
@@ -462,15 +602,26 @@ def submit_job(job: Job, job_dir: Path, plan: SlurmPlan) -> dict[str, Any]:
         if profile.tunnel == "ssh":
             _upload(run, profile, job_dir, plan)
         handle = submit_plan(run, plan, profile)
-    return {"handle": handle, "remote_id": handle.rsplit("/", 1)[-1], "remote_dir": plan.task_dir,
-            "roles": [g.role for g in plan.groups]}
+    return {
+        "handle": handle,
+        "remote_id": handle.rsplit("/", 1)[-1],
+        "remote_dir": plan.task_dir,
+        "roles": [g.role for g in plan.groups],
+    }
 
 
 def _upload(run: ModuleType, profile: SlurmProfile, job_dir: Path, plan: SlurmPlan) -> None:
     """SSH: the step reads its record from the cluster-side job dir."""
-    tunnel = run.SSHTunnel(host=profile.host or "", user=profile.user or "", job_dir=plan.paths.nemorun_jobs, identity=profile.identity)
+    tunnel = run.SSHTunnel(
+        host=profile.host or "",
+        user=profile.user or "",
+        job_dir=plan.paths.nemorun_jobs,
+        identity=profile.identity,
+    )
     tunnel.connect()
-    tunnel.run(f"mkdir -p {shlex.quote(plan.paths.job_dir)}/logs {shlex.quote(plan.paths.job_dir)}/checkpoints")
+    tunnel.run(
+        f"mkdir -p {shlex.quote(plan.paths.job_dir)}/logs {shlex.quote(plan.paths.job_dir)}/checkpoints"
+    )
     for path in sorted(p for p in job_dir.iterdir() if p.is_file()):
         tunnel.put(str(path), f"{plan.paths.job_dir}/{path.name}")
     tunnel.run(f"chmod 600 {shlex.quote(plan.paths.job_dir)}/.secrets.*")

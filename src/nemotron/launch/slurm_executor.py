@@ -25,7 +25,9 @@ def slurm_plan(job: Job) -> slurm.SlurmPlan:
 def _python(job: Job) -> str:
     profile = job.profile
     assert isinstance(profile, SlurmProfile)
-    return profile.python or ("python" if profile.container_image else sys.executable if profile.tunnel == "local" else "python3")
+    return profile.python or (
+        "python" if profile.container_image else sys.executable if profile.tunnel == "local" else "python3"
+    )
 
 
 class SlurmExecutor(remote.SchedulerJobs):
@@ -46,14 +48,18 @@ class SlurmExecutor(remote.SchedulerJobs):
 
     def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
         if isinstance(launch, StepProcess):
-            return remote.submit_remote(job, job_dir, lambda: slurm.submit_job(job, job_dir, slurm_plan(job)), self)
+            return remote.submit_remote(
+                job, job_dir, lambda: slurm.submit_job(job, job_dir, slurm_plan(job)), self
+            )
         plan = ray_slurm.plan_for(job, where, launch)
         return remote.submit_remote(job, job_dir, lambda: ray_slurm.submit(job, job_dir, plan, launch), self)
 
     # ------------------------------------------------------------------ the scheduler's answers (remote.Scheduler)
 
     def state(self, status: dict[str, Any]) -> str:
-        if status.get("launch") == "ray":  # submitted as a NeMo-Run Ray cluster, not through the torchx runner
+        if (
+            status.get("launch") == "ray"
+        ):  # submitted as a NeMo-Run Ray cluster, not through the torchx runner
             return ray_slurm.state(_profile_of(status), status)
         with remote.nemo_run() as run:
             app = remote.runner(run).status(str(status["handle"]))
@@ -73,7 +79,6 @@ class SlurmExecutor(remote.SchedulerJobs):
             return
         with remote.nemo_run() as run:
             remote.runner(run).cancel(str(status["handle"]))
-
 
 
 def _profile_of(status: dict[str, Any]) -> SlurmProfile:

@@ -53,12 +53,25 @@ DEFAULT_SHARD_SIZE = "5GB"  # transformers' default: the 2B-8B policies of the d
 # What each kind of checkpoint is, by the transformers auto class that loads it and the class names it accepts.
 _KINDS: dict[str, tuple[Any, dict[str, Any]]] = {
     "policy (causal LM)": (AutoModelForCausalLM, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
-    "reward model (one-label sequence classification)": (AutoModelForSequenceClassification, MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES),
-    "critic (one-label token classification)": (AutoModelForTokenClassification, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES),
+    "reward model (one-label sequence classification)": (
+        AutoModelForSequenceClassification,
+        MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+    ),
+    "critic (one-label token classification)": (
+        AutoModelForTokenClassification,
+        MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
+    ),
 }
 
 
-__all__ = ["CheckpointError", "load_critic", "load_policy", "load_reward_model", "load_tokenizer", "save_checkpoint"]
+__all__ = [
+    "CheckpointError",
+    "load_critic",
+    "load_policy",
+    "load_reward_model",
+    "load_tokenizer",
+    "save_checkpoint",
+]
 
 
 def save_checkpoint(
@@ -84,7 +97,9 @@ def save_checkpoint(
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         if not (tmp / WEIGHTS_FILE).is_file() and not (tmp / INDEX_FILE).is_file():
-            raise CheckpointError(f"{path}: saving wrote no {WEIGHTS_FILE}; is the model a transformers model?")
+            raise CheckpointError(
+                f"{path}: saving wrote no {WEIGHTS_FILE}; is the model a transformers model?"
+            )
         _fsync_tree(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex}")
@@ -102,26 +117,39 @@ def save_checkpoint(
 
 
 def load_policy(
-    path: str | os.PathLike[str], *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    path: str | os.PathLike[str],
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
 ) -> PreTrainedModel:
     """Load a causal LM policy of any transformers family (config.json + safetensors, sharded or not)."""
     return _load(path, "policy (causal LM)", device, dtype)
 
 
 def load_reward_model(
-    path: str | os.PathLike[str], *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    path: str | os.PathLike[str],
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
 ) -> PreTrainedModel:
     """Load a reward model: a `*ForSequenceClassification` with one label and a pad token id to pool with."""
     model = _load(path, "reward model (one-label sequence classification)", device, dtype)
     if model.config.num_labels != 1:
-        raise CheckpointError(f"{path}: a reward model has one score, this one has {model.config.num_labels} labels")
+        raise CheckpointError(
+            f"{path}: a reward model has one score, this one has {model.config.num_labels} labels"
+        )
     if model.config.pad_token_id is None:
-        raise CheckpointError(f"{path}: the reward model's config has no pad_token_id, so it cannot pool batches")
+        raise CheckpointError(
+            f"{path}: the reward model's config has no pad_token_id, so it cannot pool batches"
+        )
     return model
 
 
 def load_critic(
-    path: str | os.PathLike[str], *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    path: str | os.PathLike[str],
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
 ) -> Critic:
     """Load a PPO critic saved with `save_checkpoint(critic.model, path)` (a `*ForTokenClassification`)."""
     return Critic(_load(path, "critic (one-label token classification)", device, dtype))
@@ -173,7 +201,9 @@ def _load(
     # transformers fills missing or misshapen weights with random values and only warns.
     bad = sorted(info["missing_keys"]) + sorted(str(k[0]) for k in info["mismatched_keys"])
     if bad:
-        raise CheckpointError(f"{path}: the weights do not fit a {expected}: missing or misshapen {', '.join(bad[:5])}")
+        raise CheckpointError(
+            f"{path}: the weights do not fit a {expected}: missing or misshapen {', '.join(bad[:5])}"
+        )
     if device is not None:
         torch.nn.Module.to(model, device)
     return model  # from_pretrained returns it in eval mode

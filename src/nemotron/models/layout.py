@@ -61,11 +61,20 @@ def weight_files(path: Path) -> list[Path]:
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
             shards = sorted({str(name) for name in weight_map.values()})
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+        except (
+            OSError,
+            UnicodeDecodeError,
+            json.JSONDecodeError,
+            KeyError,
+            TypeError,
+            AttributeError,
+        ) as err:
             raise CheckpointError(f"{path}: unreadable {INDEX_FILE}: {err!r}") from err
         missing = [name for name in shards if not (path / name).is_file()]
         if missing:
-            raise CheckpointError(f"{path}: {INDEX_FILE} names shards that are not there: {', '.join(missing[:3])}")
+            raise CheckpointError(
+                f"{path}: {INDEX_FILE} names shards that are not there: {', '.join(missing[:3])}"
+            )
         return [path / name for name in shards]
     pickled = [name for name in PICKLED if (path / name).exists()]
     if pickled:
@@ -104,7 +113,7 @@ def parameter_count(path: Path) -> int:
 
 
 def describe(path: Path) -> str | None:
-    """"llama (LlamaForCausalLM), 1.24B parameters in 2 safetensors shards" for a local checkpoint directory;
+    """ "llama (LlamaForCausalLM), 1.24B parameters in 2 safetensors shards" for a local checkpoint directory;
     None when `path` is not a local directory. A directory that is not a loadable checkpoint says why."""
     if not path.is_dir():
         return None

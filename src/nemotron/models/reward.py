@@ -8,38 +8,19 @@ first value estimates are the reward model's own scores.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, PreTrainedModel
 
-from nemotron.models.tiny import causal_lm_config, from_config
+from nemotron.models.tiny import build_model, from_config
 
-
-def build_reward_model(
-    vocab_size: int,
-    n_layer: int,
-    n_embd: int,
-    n_head: int,
-    n_positions: int,
-    seed: int,
-    *,
-    pad_token_id: int,
-    eos_token_id: int | None = None,
-    family: str = "gpt2",
-) -> PreTrainedModel:
-    """A randomly initialised reward model with a scalar score head.
-
-    `pad_token_id` is required: the model pools the last token that is not padding, and without it
-    transformers refuses batches larger than one.
-    """
-    config = causal_lm_config(
-        family, vocab_size, n_layer, n_embd, n_head, n_positions, pad_token_id=pad_token_id, eos_token_id=eos_token_id
-    )
-    config.num_labels = 1
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return from_config(AutoModelForSequenceClassification, config)
+build_reward_model = partial(build_model, "reward_model")
+"""A randomly initialised reward model with a scalar score head: `build_model("reward_model", ...)`. It needs
+`pad_token_id`: the model pools the last token that is not padding, and without it transformers refuses batches
+larger than one."""
 
 
 def reward_model_from_policy(policy: PreTrainedModel, seed: int) -> PreTrainedModel:
@@ -125,7 +106,9 @@ def value_head(model: PreTrainedModel) -> nn.Linear:
     """The linear head of a token-classification model (`classifier` on GPT-2, `score` on Llama, Qwen2, ...)."""
     head = getattr(model, "classifier", None) or getattr(model, "score", None)
     if not isinstance(head, nn.Linear):
-        raise ValueError(f"{type(model).__name__} has no linear token-classification head (classifier or score)")
+        raise ValueError(
+            f"{type(model).__name__} has no linear token-classification head (classifier or score)"
+        )
     return head
 
 

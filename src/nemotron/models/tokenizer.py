@@ -63,6 +63,16 @@ def train_tokenizer(corpus: Iterable[str], *, model_max_length: int = 64) -> Pre
     )
 
 
+def word_tokenizer(words: Sequence[str]) -> PreTrainedTokenizerFast:
+    """A whitespace word-level tokenizer for tests and benchmarks: [PAD] = 0, [UNK] = 1, [EOS] = 2, then `words`."""
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[EOS]": 2} | {w: i + 3 for i, w in enumerate(words)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]"
+    )
+
+
 def encode_prompt(tokenizer: PreTrainedTokenizerFast, prompt: str | Sequence[Message]) -> list[int]:
     """Token ids of a prompt; the response's ids follow them directly.
 

@@ -70,7 +70,9 @@ def scorer_from_reward_model(
         # One tensor from padded lists: a torch.tensor call per row costs more than the model at batch 64.
         padded = [row + [pad_id] * (width - len(row)) for row in rows]
         input_ids = torch.tensor(padded, dtype=torch.long, device=device)  # [B, T]
-        attention_mask = (torch.arange(width, device=device) < torch.tensor(lengths, device=device)[:, None]).long()
+        attention_mask = (
+            torch.arange(width, device=device) < torch.tensor(lengths, device=device)[:, None]
+        ).long()
         with torch.inference_mode():
             logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, 1]
         return [float(x) for x in logits[:, 0].float().tolist()]

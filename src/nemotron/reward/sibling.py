@@ -133,7 +133,9 @@ def sibling_server(
         finally:
             share.mark_done()
         return
-    start = own or (lambda: _own_server(model, module, threads, max_length, startup_timeout, log_path, device, precision))
+    start = own or (
+        lambda: _own_server(model, module, threads, max_length, startup_timeout, log_path, device, precision)
+    )
     with start() as (url, token):
         if share is None:
             yield url, token

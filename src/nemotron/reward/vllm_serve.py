@@ -78,7 +78,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def own_vllm_server(model: str | Path, *, token: str | None = None, **options: Any) -> Iterator[tuple[str, str]]:
+def own_vllm_server(
+    model: str | Path, *, token: str | None = None, **options: Any
+) -> Iterator[tuple[str, str]]:
     """`vllm_process` on 127.0.0.1 (a free port unless `port=` is given) with a token (a fresh one unless given):
     yields (url, token); vllm serve is stopped (SIGTERM, then SIGKILL) on exit, on error and on Ctrl-C."""
     token = token or secrets.token_urlsafe(24)
@@ -124,7 +126,11 @@ def vllm_process(
             template = str(Path(tmp) / "chat_template.jinja")
             Path(template).write_text(PLAIN_CHAT_TEMPLATE)
         tokenizer_json = Path(model) / "tokenizer.json"
-        structured = structured_outputs_backend(json.loads(tokenizer_json.read_text())) if tokenizer_json.is_file() else "auto"
+        structured = (
+            structured_outputs_backend(json.loads(tokenizer_json.read_text()))
+            if tokenizer_json.is_file()
+            else "auto"
+        )
         cmd = vllm_serve_command(sys.executable, str(model), port, max_length=max_length, memory=memory,
                                  chat_template=template, name=name, structured=structured, host=host)  # fmt: skip
         env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")}
@@ -143,13 +149,17 @@ def vllm_process(
                     break
                 except RewardServerError:
                     if time.monotonic() > deadline:
-                        raise RewardServerError(f"vllm serve was not ready within {startup_timeout:.0f} s") from None
+                        raise RewardServerError(
+                            f"vllm serve was not ready within {startup_timeout:.0f} s"
+                        ) from None
             log.info("vllm serve (pid %d) ready at %s", proc.pid, url)
             yield proc, url
 
 
 @contextmanager
-def vllm_judge_server(model: str | Path, log_path: Path | None = None, memory: float = 0.3) -> Iterator[tuple[str, str]]:
+def vllm_judge_server(
+    model: str | Path, log_path: Path | None = None, memory: float = 0.3
+) -> Iterator[tuple[str, str]]:
     """`vllm serve` beside the trainer, one per node (local rank 0 starts it, the node's other ranks use it)."""
     with sibling_server(model, module="vllm.serve", log_path=log_path, ready_path="/health",
                         own=lambda: own_vllm_server(model, memory=memory, log_path=log_path)) as pair:  # fmt: skip
@@ -157,6 +167,7 @@ def vllm_judge_server(model: str | Path, log_path: Path | None = None, memory: f
 
 
 # ----------------------------------------------------------------------------- group 0 of a Slurm heterogeneous job
+
 
 class _Stopped(Exception):
     """SIGTERM: the job is over (Slurm stops group 0 when the step's group ends)."""
@@ -180,12 +191,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="0: a free port")
     parser.add_argument("--token-env", default=TOKEN_ENV, help="environment variable with the bearer token")
     parser.add_argument("--token-file", type=Path, help="file (mode 0600) holding the bearer token")
-    parser.add_argument("--memory", type=float, default=0.9, help="vLLM's --gpu-memory-utilization (own node)")
+    parser.add_argument(
+        "--memory", type=float, default=0.9, help="vLLM's --gpu-memory-utilization (own node)"
+    )
     parser.add_argument("--ready-file", type=Path, help='write {"url", "pid"} here once vllm serve answers')
     parser.add_argument("--startup-timeout", type=float, default=3600.0, help="seconds to wait for /health")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("nemotron.reward.client").setLevel(logging.WARNING)  # one line per /health poll otherwise
+    logging.getLogger("nemotron.reward.client").setLevel(
+        logging.WARNING
+    )  # one line per /health poll otherwise
     if not 0 < args.memory <= 1:
         print(f"error: --memory must be in (0, 1], got {args.memory}", file=sys.stderr)
         return 2

@@ -41,7 +41,9 @@ def init_world(device: torch.device | None = None) -> World:
         return World()
     if not dist.is_initialized():
         device = device or torch.device("cpu")
-        dist.init_process_group(backend=process_group_backend(device), device_id=device if device.type == "cuda" else None)
+        dist.init_process_group(
+            backend=process_group_backend(device), device_id=device if device.type == "cuda" else None
+        )
     return World(rank=dist.get_rank(), size=dist.get_world_size())
 
 
@@ -58,6 +60,25 @@ def all_reduce_sum(t: torch.Tensor, world: World) -> torch.Tensor:
     if world.size > 1:
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
     return out
+
+
+def global_whiten(values: torch.Tensor, mask: torch.Tensor, world: World, eps: float = 1e-8) -> torch.Tensor:
+    """``masks.whiten`` over the GLOBAL batch: the masked moments are summed across ranks first.
+
+    Args:
+        values: shape ``(B, T)``; mask: bool, the same shape.
+        world: the data-parallel ranks; on one rank this equals ``masks.whiten(values, mask)``.
+        eps: added to the (unbiased) variance before the square root.
+
+    Returns:
+        Same shape as ``values``, masked-out entries 0.
+    """
+    m = mask.float()
+    s = all_reduce_sum(torch.stack([(values * m).sum(), (values.square() * m).sum(), m.sum()]), world)
+    count = s[2]
+    mean = s[0] / count.clamp(min=1)
+    var = (s[1] / count.clamp(min=1) - mean.square()).clamp(min=0) * count / (count - 1).clamp(min=1)
+    return torch.where(mask, (values - mean) * torch.rsqrt(var + eps), torch.zeros_like(values))
 
 
 def sync_gradients(parameters: Iterable[torch.nn.Parameter], world: World) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from nemotron.rl.generation_backends import GenerationBackend
 from nemotron.rl.rollout import SamplingParams, sequence_logprobs
@@ -43,8 +44,8 @@ class Experience:
 
 def collect(
     backend: GenerationBackend,
-    policy: torch.nn.Module,
-    reference: torch.nn.Module,
+    policy: PreTrainedModel,
+    reference: PreTrainedModel,
     tokenizer: Any,
     prompts: Sequence[str],
     prompt_ids: Sequence[list[int]],
@@ -59,26 +60,40 @@ def collect(
     t0 = time.perf_counter()
     rows = [ids for ids in prompt_ids for _ in range(n)]
     texts = [p for p in prompts for _ in range(n)]
-    rollout = backend.generate(policy, rows, params, generator)  # type: ignore[arg-type]
+    rollout = backend.generate(policy, rows, params, generator)
     timers["generate"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     # Two tolist() calls and one batched decode: per-row tensor indexing and decode calls cost more than this.
     kept = rollout.response_mask.tolist()
-    responses_ids = [[t for t, k in zip(r, m, strict=True) if k] for r, m in zip(rollout.responses.tolist(), kept, strict=True)]
+    responses_ids = [
+        [t for t, k in zip(r, m, strict=True) if k]
+        for r, m in zip(rollout.responses.tolist(), kept, strict=True)
+    ]
     responses = [text.strip() for text in tokenizer.batch_decode(responses_ids, skip_special_tokens=True)]
     device = rollout.sequences.device
-    scores = torch.tensor(list(score([p + r for p, r in zip(rows, responses_ids, strict=True)], texts, responses)), dtype=torch.float32, device=device)
+    scores = torch.tensor(
+        list(score([p + r for p, r in zip(rows, responses_ids, strict=True)], texts, responses)),
+        dtype=torch.float32,
+        device=device,
+    )
     timers["reward"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     stats: dict[str, float] = {}
     logprobs = rollout.logprobs
     with torch.no_grad():
-        ref_logprobs = sequence_logprobs(reference, rollout.sequences, rollout.attention_mask, params.temperature, rollout.prompt_width)  # type: ignore[arg-type]
-        if backend.recomputes_logprobs:  # another engine sampled: the loss uses the trainer's own logprobs (NeMo-RL)
-            logprobs = sequence_logprobs(policy, rollout.sequences, rollout.attention_mask, params.temperature, rollout.prompt_width)  # type: ignore[arg-type]
-            stats["token_mult_prob_error"] = token_mult_prob_error(rollout.logprobs, logprobs, rollout.response_mask)
+        ref_logprobs = sequence_logprobs(
+            reference, rollout.sequences, rollout.attention_mask, params.temperature, rollout.prompt_width
+        )
+        # another engine sampled: the loss uses the trainer's own logprobs (NeMo-RL)
+        if backend.recomputes_logprobs:
+            logprobs = sequence_logprobs(
+                policy, rollout.sequences, rollout.attention_mask, params.temperature, rollout.prompt_width
+            )
+            stats["token_mult_prob_error"] = token_mult_prob_error(
+                rollout.logprobs, logprobs, rollout.response_mask
+            )
     timers["logprobs"] = time.perf_counter() - t0
     group = torch.arange(len(prompts), device=device).repeat_interleave(n) + group_offset
     return Experience(
@@ -126,7 +141,9 @@ def prompt_schedule(num_prompts: int, seed: int, position: int, count: int) -> l
     for p in range(position, position + count):
         epoch, i = divmod(p, num_prompts)
         if epoch != current:
-            perm = torch.randperm(num_prompts, generator=torch.Generator().manual_seed(seed + 7919 * epoch)).tolist()
+            perm = torch.randperm(
+                num_prompts, generator=torch.Generator().manual_seed(seed + 7919 * epoch)
+            ).tolist()
             current = epoch
         picked.append(perm[i])
     return picked
@@ -136,6 +153,13 @@ def sampling_params(generation: Any, tokenizer: Any) -> SamplingParams:
     """The SamplingParams of a `generation` config group, with the tokenizer's EOS and pad ids."""
     g = generation
     stops = tuple(g.stop_strings)
-    return SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_k=g.top_k, top_p=g.top_p,
-                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, stop_strings=stops,
-                          decode=(lambda ids: str(tokenizer.decode(ids))) if stops else None)
+    return SamplingParams(
+        max_new_tokens=g.max_new_tokens,
+        temperature=g.temperature,
+        top_k=g.top_k,
+        top_p=g.top_p,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        stop_strings=stops,
+        decode=(lambda ids: str(tokenizer.decode(ids))) if stops else None,
+    )

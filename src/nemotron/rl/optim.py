@@ -39,7 +39,12 @@ def lr_at(step: int, cfg: Optim, total_steps: int = 0) -> float:
 
 
 def optimizer_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: Optim, world: World, total_steps: int = 0
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    cfg: Optim,
+    world: World,
+    total_steps: int = 0,
 ) -> tuple[float, float]:
     """Sync gradients over ranks, clip the global norm, step. Returns (grad_norm before clipping, lr)."""
     params = [p for p in model.parameters() if p.requires_grad]

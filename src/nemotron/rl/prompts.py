@@ -32,10 +32,20 @@ def fit_prompts(prompt_ids: list[list[int]], positions: int | None, max_new_toke
         return prompt_ids
     room = positions - max_new_tokens
     if room < 1:
-        raise UserError(f"max_new_tokens={max_new_tokens} (the generation settings) leaves no room for a prompt in the "
-                        f"model's {positions} positions: lower it below {positions}")
+        raise UserError(
+            f"max_new_tokens={max_new_tokens} (the generation settings) leaves no room for a prompt in the "
+            f"model's {positions} positions: lower it below {positions}"
+        )
     fitted, cut = left_truncate(prompt_ids, room)
     if cut:
-        log.warning("%d of %d prompts are longer than %d tokens (the model's %d positions minus max_new_tokens %d): "
-                    "each keeps its last %d tokens", cut, len(prompt_ids), room, positions, max_new_tokens, room)
+        log.warning(
+            "%d of %d prompts are longer than %d tokens (the model's %d positions minus max_new_tokens %d): "
+            "each keeps its last %d tokens",
+            cut,
+            len(prompt_ids),
+            room,
+            positions,
+            max_new_tokens,
+            room,
+        )
     return fitted

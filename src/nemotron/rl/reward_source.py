@@ -42,7 +42,9 @@ def reward_source(
         assert scorer.score_tokens is not None
         score_tokens = scorer.score_tokens
 
-        def score_in_process(rows: list[list[int]], prompts: list[str], responses: list[str]) -> Sequence[float]:
+        def score_in_process(
+            rows: list[list[int]], prompts: list[str], responses: list[str]
+        ) -> Sequence[float]:
             return score_tokens(rows)
 
         yield score_in_process, f"in-process reward model {model_path}"
@@ -74,5 +76,8 @@ def _server(
         raise ValueError("no reward server URL and no reward model to serve")
     # The sibling inherits LOCAL_RANK, so "cuda" puts it on the trainer's own GPU.
     server_device = "cuda" if device.startswith("cuda") else "cpu"
-    with sibling_server(model_path, threads=threads, log_path=log_path, device=server_device) as (sibling_url, sibling_token):
+    with sibling_server(model_path, threads=threads, log_path=log_path, device=server_device) as (
+        sibling_url,
+        sibling_token,
+    ):
         yield sibling_url, sibling_token

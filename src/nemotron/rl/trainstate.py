@@ -31,7 +31,18 @@ from nemotron.rl.distributed import World
 
 log = logging.getLogger("nemotron")
 
-__all__ = ["Resumed", "config_fingerprint", "fingerprints", "latest", "load", "maybe_resume", "model_fingerprint", "resume_checkpoint", "save"]
+__all__ = [
+    "Resumed",
+    "config_fingerprint",
+    "fingerprints",
+    "latest",
+    "load",
+    "maybe_resume",
+    "model_fingerprint",
+    "resume_checkpoint",
+    "save",
+]
+
 
 @dataclass(frozen=True)
 class Resumed:
@@ -124,7 +135,9 @@ def load(
     try:
         opt_states = torch.load(path / "optimizers.pt", weights_only=True)
     except pickle.UnpicklingError as e:
-        raise UserError(f"{path / 'optimizers.pt'} holds more than tensors and numbers; refusing to unpickle it ({str(e).splitlines()[0]})") from None
+        raise UserError(
+            f"{path / 'optimizers.pt'} holds more than tensors and numbers; refusing to unpickle it ({str(e).splitlines()[0]})"
+        ) from None
     for name, opt in optimizers.items():
         opt.load_state_dict(opt_states[name])
     if world.rank < saved_ranks:

@@ -123,18 +123,29 @@ class VLLMBackend:
         self._start(model)
         longest = max(len(p) for p in prompts) + params.max_new_tokens
         if longest > self.model_len:  # vLLM would cut the responses short without a word; our sampler refuses
-            raise UserError(f"a prompt plus max_new_tokens needs {longest} positions, and the vLLM engine has "
-                            f"{self.model_len} (generation.vllm_max_model_len, else the model's context length)")
+            raise UserError(
+                f"a prompt plus max_new_tokens needs {longest} positions, and the vLLM engine has "
+                f"{self.model_len} (generation.vllm_max_model_len, else the model's context length)"
+            )
         self.sync(model)
-        base = 0 if generator is None else int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
+        base = (
+            0
+            if generator is None
+            else int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
+        )
         requests = [self.vllm.inputs.TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         try:
-            sampling = [self.vllm.SamplingParams(**vllm_sampling(params, base + i)) for i in range(len(requests))]
+            sampling = [
+                self.vllm.SamplingParams(**vllm_sampling(params, base + i)) for i in range(len(requests))
+            ]
         except (ValueError, TypeError, self.vllm.exceptions.VLLMError) as err:
             raise UserError(f"vLLM refuses the generation settings: {err}") from None
         try:
             outputs = self.llm.generate(requests, sampling, use_tqdm=False)
-        except (ValueError, self.vllm.exceptions.VLLMError) as err:  # e.g. a prompt over generation.vllm_max_model_len
+        except (
+            ValueError,
+            self.vllm.exceptions.VLLMError,
+        ) as err:  # e.g. a prompt over generation.vllm_max_model_len
             raise UserError(f"vLLM refuses the request: {str(err).splitlines()[0]}") from None
         completions = [o.outputs[0] for o in outputs]
         rollout = to_rollout(
@@ -145,7 +156,9 @@ class VLLMBackend:
             params.pad_token_id,
         )
         device = next(model.parameters()).device
-        moved: dict[str, Any] = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(rollout).items()}
+        moved: dict[str, Any] = {
+            k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(rollout).items()
+        }
         return Rollout(**moved)
 
     def _start(self, model: PreTrainedModel) -> None:
@@ -156,7 +169,9 @@ class VLLMBackend:
             self._tmp = tempfile.TemporaryDirectory(prefix="nemotron-vllm-")
             model.save_pretrained(self._tmp.name)
             source = Path(self._tmp.name)
-        positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 0)
+        positions = getattr(model.config, "max_position_embeddings", None) or getattr(
+            model.config, "n_positions", 0
+        )
         dtype = {torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(model.dtype, "float32")
         try:
             self.llm = self.vllm.LLM(
@@ -176,7 +191,13 @@ class VLLMBackend:
                             hint="generation.vllm_gpu_memory_utilization sets its memory share (of the CPU's memory "
                                  "on vLLM's CPU build)") from None  # fmt: skip
         self.model_len = int(self.llm.llm_engine.vllm_config.model_config.max_model_len)
-        log.info("vLLM %s engine started from %s (%s, %d positions)", self.vllm.__version__, source, dtype, self.model_len)
+        log.info(
+            "vLLM %s engine started from %s (%s, %d positions)",
+            self.vllm.__version__,
+            source,
+            dtype,
+            self.model_len,
+        )
 
     def sync(self, model: PreTrainedModel) -> None:
         """Load the policy's current weights into the engine, in memory (every rollout follows an optimizer step,

@@ -1,4 +1,5 @@
-"""Config schema of data/prep: generate a tiny task's prompt, SFT and preference JSONL from shipped material."""
+"""Config schema of data/prep: generate a tiny task's prompt, SFT and preference JSONL from shipped
+material."""
 
 from typing import Literal
 

@@ -1,31 +1,30 @@
-"""Config schema of rl/ppo: NeMo-Aligner's PPO (actor + critic initialised from the reward model, GAE, clipping)."""
+"""Config schema of rl/ppo: NeMo-Aligner's PPO (actor + critic initialised from the reward model, GAE,
+clipping)."""
 
 from typing import Literal
 
 from pydantic import Field
 
 from nemotron.stepconfig import (
+    Backend,
     Checkpointing,
     Evaluation,
     Generation,
+    KLEstimator,
     NemoRL,
     Optim,
-    RewardServer,
+    RewardSource,
+    RLInputs,
     Strict,
     TrainRuntime,
+    backend_field,
+    kl_estimator_field,
 )
 
 
-class Inputs(Strict):
+class Inputs(RLInputs):
     """The artifacts rl/ppo reads: an artifact reference (name:latest, name:vN, art://...) or a path."""
 
-    prompts: str | None = Field(
-        None, description="prompt JSONL, one {prompt} per line (prompt_jsonl): artifact ref or path"
-    )
-    policy: str | None = Field(
-        None,
-        description="the SFT policy (checkpoint_hf) to align; it also starts the frozen initial (reference) policy",
-    )
     reward_model: str | None = Field(
         None,
         description="the reward model (reward_model_hf): served for rewards, and the critic's initialisation "
@@ -88,7 +87,8 @@ class PPO(Strict):
     dual_clip: float | None = Field(
         None,
         gt=1,
-        description="dual-clip constant c: for negative advantages the per-token loss is capped at c*|A| (off when "
+        description="dual-clip constant c: for negative advantages the per-token loss is capped at c*|A| "
+        "(off when "
         "null; NeMo-RL: loss_fn.ratio_clip_c)",
     )
     entropy_bonus: float = Field(
@@ -103,11 +103,7 @@ class PPO(Strict):
         description="beta of the per-token KL penalty to the initial policy, subtracted from each token's "
         "reward (NeMo-Aligner: initial_policy_kl_penalty; TRL: kl_coef)",
     )
-    kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
-        "k1",
-        description="per-token KL estimate from d = logp - ref_logp: k1 = d, k2 = d^2/2, k3 = exp(-d)+d-1, abs = "
-        "|d| (NeMo-Aligner's use_absolute_kl: true is abs)",
-    )
+    kl_estimator: KLEstimator = kl_estimator_field("k1", "NeMo-Aligner's use_absolute_kl: true is abs")
     ppo_epochs: int = Field(
         1, ge=1, description="optimisation passes over each rollout batch, one optimizer step each"
     )
@@ -138,25 +134,10 @@ class Critic(Strict):
     optim: Optim = Field(Optim(lr=5e-5), description="the critic's optimizer")
 
 
-class Reward(Strict):
-    """Where the rewards come from."""
-
-    source: Literal["server", "in_process"] = Field(
-        "server",
-        description="server: ask an rm/serve over HTTP (KServe v2, as NeMo-Aligner's remote_rm); in_process: "
-        "load inputs.reward_model into the trainer (no server; local runs only)",
-    )
-    server: RewardServer = RewardServer()
-
-
 class Config(Strict):
     """rl/ppo: NeMo-Aligner's PPO (actor, critic from the reward model, GAE, clipped losses)."""
 
-    backend: Literal["builtin", "nemo_rl"] = Field(
-        "builtin",
-        description="builtin: our torch engine (one process, or torchrun data parallel); nemo_rl: NeMo-RL v0.7.0 PPO in "
-        "its container on GPUs (see docs/nemo-rl.md)",
-    )
+    backend: Backend = backend_field("PPO")
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
     trainer: Trainer = Trainer()
@@ -164,7 +145,7 @@ class Config(Strict):
     critic: Critic = Critic()
     optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")
     generation: Generation = Generation()
-    reward: Reward = Reward()
+    reward: RewardSource = RewardSource()
     checkpoint: Checkpointing = Checkpointing()
     eval: Evaluation = Evaluation()
     runtime: TrainRuntime = TrainRuntime()

@@ -1,34 +1,34 @@
-"""Config schema of rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no critic)."""
+"""Config schema of rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no
+critic)."""
 
 from typing import Literal
 
 from pydantic import Field
 
 from nemotron.stepconfig import (
+    Backend,
     Checkpointing,
     Evaluation,
     Generation,
+    KLEstimator,
     NemoRL,
     Optim,
-    RewardServer,
+    RewardSource,
+    RLInputs,
     Strict,
     TrainRuntime,
+    backend_field,
+    kl_estimator_field,
 )
 
 
-class Inputs(Strict):
+class Inputs(RLInputs):
     """The artifacts rl/reinforce reads: an artifact reference (name:latest, name:vN, art://...) or a path."""
 
-    prompts: str | None = Field(
-        None, description="prompt JSONL, one {prompt} per line (prompt_jsonl): artifact ref or path"
-    )
-    policy: str | None = Field(
-        None,
-        description="the SFT policy (checkpoint_hf) to align; it also starts the frozen initial (reference) policy",
-    )
     reward_model: str | None = Field(
         None,
-        description="the reward model (reward_model_hf): served by rm/serve, or loaded with reward.source=in_process",
+        description="the reward model (reward_model_hf): served by rm/serve, or loaded with "
+        "reward.source=in_process",
     )
 
 
@@ -71,11 +71,7 @@ class Reinforce(Strict):
         description="beta: reward -= beta * KL(policy || initial policy) (NeMo-Aligner: "
         "initial_policy_kl_penalty; TRL RLOO: kl_coef)",
     )
-    kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
-        "k1",
-        description="per-token KL estimate from d = logp - ref_logp: k1 = d, k2 = d^2/2, k3 = exp(-d)+d-1, abs = "
-        "|d| (NeMo-Aligner's use_absolute_kl: true is abs)",
-    )
+    kl_estimator: KLEstimator = kl_estimator_field("k1", "NeMo-Aligner's use_absolute_kl: true is abs")
     kl_in: Literal["reward_sequence_mean", "reward_per_token"] = Field(
         "reward_sequence_mean",
         description="reward_sequence_mean: subtract beta times the mean token KL of the "
@@ -84,7 +80,8 @@ class Reinforce(Strict):
     num_rollouts_per_prompt: int = Field(
         4,
         ge=2,
-        description="responses per prompt (RLOO needs >= 2; NeMo-Aligner: num_rollouts_per_prompt; TRL: rloo_k)",
+        description="responses per prompt (RLOO needs >= 2; NeMo-Aligner: num_rollouts_per_prompt; TRL: "
+        "rloo_k)",
     )
     discount_factor: float = Field(
         1.0,
@@ -107,32 +104,17 @@ class Reinforce(Strict):
     )
 
 
-class Reward(Strict):
-    """Where the rewards come from."""
-
-    source: Literal["server", "in_process"] = Field(
-        "server",
-        description="server: ask an rm/serve over HTTP (KServe v2, as NeMo-Aligner's remote_rm); in_process: "
-        "load inputs.reward_model into the trainer (no server; local runs only)",
-    )
-    server: RewardServer = RewardServer()
-
-
 class Config(Strict):
     """rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no critic)."""
 
-    backend: Literal["builtin", "nemo_rl"] = Field(
-        "builtin",
-        description="builtin: our torch engine (one process, or torchrun data parallel); nemo_rl: NeMo-RL v0.7.0 GRPO run "
-        "as RLOO in its container on GPUs (see docs/nemo-rl.md)",
-    )
+    backend: Backend = backend_field("GRPO run as RLOO")
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
     trainer: Trainer = Trainer()
     reinforce: Reinforce = Reinforce()
     optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")
     generation: Generation = Generation()
-    reward: Reward = Reward()
+    reward: RewardSource = RewardSource()
     checkpoint: Checkpointing = Checkpointing()
     eval: Evaluation = Evaluation()
     runtime: TrainRuntime = TrainRuntime()

@@ -1,150 +1,202 @@
 """rl/reinforce: NeMo-Aligner's REINFORCE with an RLOO baseline and a KL penalty to the initial policy.
 
-Reads top to bottom: config -> inputs -> models -> reward source -> (resume) -> loop of rollout + update ->
-save -> register. No critic: the baseline of each response is the mean reward of the other responses to
-the same prompt.
+`main()` reads top to bottom: setup -> inputs -> models -> (resume) -> loop of rollout, score, update, report
+-> evaluate -> save and register. No critic: the baseline of each response is the mean reward of the other
+responses to the same prompt.
 """
+
+from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+from transformers import PreTrainedModel
 
-from nemotron.data.jsonl import read_jsonl
-from nemotron.data.records import PromptRecord, prompt_text
-from nemotron.devices import peak_memory_mb
-from nemotron.errors import UserError
+from nemotron.devices import DevicePlan
 from nemotron.faults import inject
-from nemotron.metrics import summary_line
-from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
-from nemotron.models.tokenizer import encode_prompt
-from nemotron.rl import distributed, trainstate
+from nemotron.rl import distributed, stages
 from nemotron.rl.advantages import rloo_baseline
-from nemotron.rl.evaluation import evaluate, parameter_checksum
-from nemotron.rl.experience import collect, micro_batches, prompt_schedule, sampling_params
-from nemotron.rl.generation_backends import get_backend
-from nemotron.rl.kl import kl_penalty, rewards_with_kl, sequence_kl
+from nemotron.rl.distributed import World
+from nemotron.rl.experience import Experience, micro_batches
+from nemotron.rl.kl import kl_penalty, rewards_with_kl
 from nemotron.rl.losses import reinforce_loss
 from nemotron.rl.masks import mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
-from nemotron.rl.prompts import fit_prompts, model_positions
-from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import sequence_logprobs
-from nemotron.runtime import StepRun
+from nemotron.rl.stats import RolloutStats, Timings, as_metrics, global_means
+from nemotron.runtime import StepRun, required
 from nemotron.tasks import get_task
 
+if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
+    from rl.reinforce.schema import Config, Reinforce
+
 log = logging.getLogger("nemotron")
-run = StepRun.start(__file__)
-cfg = run.config
-if cfg.backend == "nemo_rl":
-    raise UserError("backend=nemo_rl runs NeMo-RL in its container on GPUs; submit it with a Slurm or Lepton profile "
-                    "(-b PROFILE). `--dry-run` shows the NeMo-RL config and command it would run.")
-plan, world = distributed.start(cfg.runtime)  # device, process group, threads, seeds
-
-# ---- inputs
-records = read_jsonl(cfg.inputs.prompts, PromptRecord)
-prompts = [prompt_text(r.prompt) for r in records]  # text for judges and task scorers; the ids below are the model's
-tokenizer = load_tokenizer(cfg.inputs.policy)
-prompt_ids = [encode_prompt(tokenizer, r.prompt) for r in records]
-n = cfg.reinforce.num_rollouts_per_prompt
-per_step = cfg.trainer.num_prompts_per_step
-task = get_task(cfg.eval.task) if cfg.eval.task else None
-
-# ---- models: the actor, and the frozen initial policy it is kept close to
-policy = plan.prepare(load_policy(cfg.inputs.policy, device=plan.device, dtype=plan.dtype))
-prompt_ids = fit_prompts(prompt_ids, model_positions(policy.config), cfg.generation.max_new_tokens)
-reference = load_policy(cfg.inputs.policy, device=plan.device, dtype=plan.dtype).eval().requires_grad_(False)
-reference_checksum = parameter_checksum(reference)
-optimizer = build_optimizer(policy.parameters(), cfg.optim)
-backend = get_backend(cfg.generation)  # our torch sampler, or vLLM in this process
-sampling = sampling_params(cfg.generation, tokenizer)
-# Each rank samples its own stream; prompts come in one global order (prompt_schedule), the same on every rank.
-sampler = plan.generator(cfg.runtime.seed * 1000 + world.rank)
-
-# ---- resume
-expect = trainstate.fingerprints(run.record["config"], cfg.inputs.policy)
-start_step, position = trainstate.maybe_resume(run.job_dir, run.record["step"], cfg.checkpoint, {"policy": policy}, {"policy": optimizer},
-                                               {"sampler": sampler}, expect, world)
 
 
-with reward_source(cfg.reward.source, cfg.inputs.reward_model, cfg.reward.server.url, cfg.reward.server.token,
-                   cfg.reward.server.timeout_s, cfg.reward.server.retries, log_path=run.job_dir / "logs" / "reward_server.log", device=str(plan.device)) as (score, described):
-    log.info("rewards from %s", described)
-    eval_idx = list(range(min(cfg.eval.num_prompts, len(prompts))))
-    if world.is_main and eval_idx and start_step == 0:
-        with plan.autocast():
-            before = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)
-        run.log_metrics(0, {f"eval_{k}_before": v for k, v in before.items()})
-        log.info("before RL: %s", " ".join(f"{k}={v:.3f}" for k, v in before.items()))
+@dataclass
+class Scored:
+    """The score stage's output for B responses."""
 
-    for step in range(start_step + 1, cfg.trainer.max_steps + 1):
-        t_step = time.perf_counter()
-        # ---- rollout phase (this rank's share of the step's prompts)
-        batch = distributed.shard(prompt_schedule(len(prompts), cfg.runtime.seed, position, per_step), world)
-        position += per_step
-        with plan.autocast():
-            exp = collect(backend, policy, reference, tokenizer, [prompts[i] for i in batch], [prompt_ids[i] for i in batch],
-                          0, n, sampling, sampler, score)
-        exp.group = plan.tensor(batch).repeat_interleave(n)
-        inject("rollout", step)
-        scores = exp.scores
-        if cfg.reinforce.truncated_responses == "zero_reward":
-            scores = torch.where(exp.is_end, scores, torch.zeros_like(scores))
-        # KL of the sampling policy to the initial policy, folded into the reward (sequence mean or per token)
-        kl = kl_penalty(exp.logprobs, exp.ref_logprobs, cfg.reinforce.kl_estimator)
-        beta = cfg.reinforce.initial_policy_kl_penalty
-        if cfg.reinforce.kl_in == "reward_sequence_mean":
-            rewards = rewards_with_kl(scores, kl, exp.mask, beta)
-        else:  # per token: the sequence reward minus the discounted sum of per-token penalties
-            rewards = scores - beta * (kl * exp.mask).sum(dim=1)
-        baseline = rloo_baseline(exp.group, rewards, exp.is_end)
-        advantages = rewards - baseline
+    scores: torch.Tensor  # (B,) the reward source's scores (0 for truncated responses under zero_reward)
+    kl: torch.Tensor  # (B, N) per-token KL of the sampling policy to the initial policy
+    rewards: torch.Tensor  # (B,) scores minus the KL penalty
+    baseline: torch.Tensor  # (B,) RLOO: the mean reward of the other responses to the same prompt
+    advantages: torch.Tensor  # (B,) rewards - baseline
 
-        # ---- optimisation phase
-        t0 = time.perf_counter()
-        policy.train()
-        level = cfg.reinforce.loss_level
-        normaliser = distributed.all_reduce_sum(mean_denominator(exp.mask, level), world)
-        actor_loss = torch.zeros((), device=plan.device)
-        for _ in range(cfg.reinforce.reinforce_epochs):
-            for mb in micro_batches(len(advantages), cfg.trainer.micro_batch_size):
-                with plan.autocast():
-                    logp = sequence_logprobs(policy, exp.sequences[mb], exp.attention_mask[mb], sampling.temperature, exp.prompt_width)
-                    loss = reinforce_loss(logp, advantages[mb], exp.mask[mb], level, normaliser)
-                loss.backward()
-                actor_loss += loss.detach()
-            grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.optim, world, cfg.trainer.max_steps)
-        train_time = time.perf_counter() - t0
 
-        # ---- metrics, averaged over ranks (NeMo-Aligner names)
-        local = torch.stack([scores.sum(), rewards.sum(), sequence_kl(kl, exp.mask).sum(), baseline.sum(), advantages.sum(),
-                             exp.response_lengths.float().sum(), exp.is_end.float().sum(), plan.tensor(float(len(scores)))])
-        tot = distributed.all_reduce_sum(local, world)
-        count = float(tot[-1])
-        metrics = {"rewards": tot[0] / count, "rewards_with_kl": tot[1] / count, "init_policy_kl": tot[2] / count,
-                   "baseline": tot[3] / count, "advantages_mean": tot[4] / count, "response_lengths": tot[5] / count,
-                   "fraction_of_samples_properly_ended": tot[6] / count,
-                   "actor_loss": float(distributed.all_reduce_sum(actor_loss, world)) / cfg.reinforce.reinforce_epochs,
-                   "grad_norm": grad_norm, "lr": lr, "generate": exp.timers["generate"], "reward": exp.timers["reward"],
-                   "logprobs": exp.timers["logprobs"], "train": train_time, "step_time": time.perf_counter() - t_step,
-                   "peak_memory_mb": peak_memory_mb(plan.device), **exp.engine_stats}
-        metrics = {k: float(v) for k, v in metrics.items()}
-        run.log_metrics(step, metrics)
-        if world.is_main and (step % cfg.trainer.log_interval == 0 or step == cfg.trainer.max_steps):
-            print(summary_line(step, cfg.trainer.max_steps, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths")), flush=True)
-        if cfg.checkpoint.save_interval and step % cfg.checkpoint.save_interval == 0:  # every rank: it gathers their streams
-            trainstate.save(run.checkpoint_dir, step, {"policy": policy}, {"policy": optimizer},
-                            {"sampler": sampler}, position, expect, world=world)
+@dataclass
+class ReinforceStats:
+    """One step's training statistics; the field names are NeMo-Aligner's metric names."""
 
-    if world.is_main and eval_idx:
-        with plan.autocast():
-            after = evaluate(backend, policy, tokenizer, [prompts[i] for i in eval_idx], [prompt_ids[i] for i in eval_idx], sampling, cfg.eval.seed, score, task)
-        drift = abs(parameter_checksum(reference) - reference_checksum)
-        run.log_metrics(cfg.trainer.max_steps, {**{f"eval_{k}_after": v for k, v in after.items()}, "reference_drift": drift})
-        log.info("after RL: %s", " ".join(f"{k}={v:.3f}" for k, v in after.items()))
+    rewards_with_kl: float
+    baseline: float
+    advantages_mean: float
+    actor_loss: float
+    grad_norm: float
+    lr: float
 
-# ---- save and register (main rank)
-if world.is_main:
-    out = save_checkpoint(policy, run.output_dir("policy"), tokenizer)
-    run.register_outputs({"policy": out}, {"steps": cfg.trainer.max_steps})
-distributed.close(world)
+
+def score(exp: Experience, r: Reinforce) -> Scored:
+    """Fold the KL to the initial policy into the reward (sequence mean or per token) and subtract RLOO."""
+    scores = exp.scores
+    if r.truncated_responses == "zero_reward":
+        scores = torch.where(exp.is_end, scores, torch.zeros_like(scores))
+    kl = kl_penalty(exp.logprobs, exp.ref_logprobs, r.kl_estimator)
+    if r.kl_in == "reward_sequence_mean":
+        rewards = rewards_with_kl(scores, kl, exp.mask, r.initial_policy_kl_penalty)
+    else:  # per token: the sequence reward minus the sum of per-token penalties
+        rewards = scores - r.initial_policy_kl_penalty * (kl * exp.mask).sum(dim=1)
+    baseline = rloo_baseline(exp.group, rewards, exp.is_end)
+    return Scored(scores, kl, rewards, baseline, rewards - baseline)
+
+
+def update(
+    policy: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    exp: Experience,
+    s: Scored,
+    step: int,
+    cfg: Config,
+    temperature: float,
+    plan: DevicePlan,
+    world: World,
+) -> tuple[torch.Tensor, float, float]:
+    """reinforce_epochs passes over micro-batches of the rollouts, one optimizer step per pass; the loss is
+    normalised by the global batch's tokens (or responses). Returns (actor loss summed over passes, grad
+    norm, lr)."""
+    policy.train()
+    level = cfg.reinforce.loss_level
+    normaliser = distributed.all_reduce_sum(mean_denominator(exp.mask, level), world)
+    actor_loss = torch.zeros((), device=plan.device)
+    grad_norm, lr = 0.0, 0.0
+    for _ in range(cfg.reinforce.reinforce_epochs):
+        for mb in micro_batches(len(s.advantages), cfg.trainer.micro_batch_size):
+            with plan.autocast():
+                logp = sequence_logprobs(
+                    policy, exp.sequences[mb], exp.attention_mask[mb], temperature, exp.prompt_width
+                )
+                loss = reinforce_loss(logp, s.advantages[mb], exp.mask[mb], level, normaliser)
+            loss.backward()
+            actor_loss += loss.detach()
+        grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.optim, world, cfg.trainer.max_steps)
+    return actor_loss, grad_norm, lr
+
+
+def stats(
+    s: Scored, actor_loss: torch.Tensor, grad_norm: float, lr: float, epochs: int, world: World
+) -> ReinforceStats:
+    means = global_means(
+        world,
+        len(s.scores),
+        rewards_with_kl=s.rewards.sum(),
+        baseline=s.baseline.sum(),
+        advantages_mean=s.advantages.sum(),
+    )
+    loss = float(distributed.all_reduce_sum(actor_loss, world)) / epochs
+    return ReinforceStats(**means, actor_loss=loss, grad_norm=grad_norm, lr=lr)
+
+
+def main() -> None:
+    # ---- setup: validated config, device, process group, threads, seeds
+    run: StepRun[Config] = StepRun.start(__file__)
+    cfg = run.config
+    stages.refuse_nemo_rl_backend(cfg.backend)
+    plan, world = distributed.start(cfg.runtime)
+    total = cfg.trainer.max_steps
+    policy_path = required(cfg.inputs.policy, "inputs.policy")
+
+    # ---- inputs and models: the prompts, the actor and the frozen initial policy it is kept close to
+    rollouts = stages.Rollouts.build(
+        policy_path,
+        required(cfg.inputs.prompts, "inputs.prompts"),
+        cfg.generation,
+        cfg.reinforce.num_rollouts_per_prompt,
+        cfg.trainer.num_prompts_per_step,
+        plan,
+        world,
+        cfg.runtime.seed,
+    )
+    policy, sampling = rollouts.models.policy, rollouts.sampling
+    optimizer = build_optimizer(policy.parameters(), cfg.optim)
+    evaluation = stages.BeforeAfter(
+        run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None
+    )
+
+    # ---- resume
+    checkpoints = stages.Checkpoints(
+        run,
+        cfg.checkpoint,
+        {"policy": policy},
+        {"policy": optimizer},
+        {"sampler": rollouts.sampler},
+        policy_path,
+        world,
+    )
+    start_step, rollouts.position = checkpoints.resume()
+
+    with stages.reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan) as (score_fn, described):
+        log.info("rewards from %s", described)
+        evaluation.before(score_fn, start_step)
+        for step in range(start_step + 1, total + 1):
+            t_step = time.perf_counter()
+            # ---- rollout: this rank's share of the step's prompts
+            exp = rollouts.collect(score_fn)
+            inject("rollout", step)
+            # ---- score
+            s = score(exp, cfg.reinforce)
+
+            # ---- update
+            t0 = time.perf_counter()
+            actor_loss, grad_norm, lr = update(
+                policy, optimizer, exp, s, step, cfg, sampling.temperature, plan, world
+            )
+            train_time = time.perf_counter() - t0
+
+            # ---- report: metrics averaged over ranks (NeMo-Aligner names), then the checkpoint
+            metrics = as_metrics(
+                RolloutStats.of(exp, s.scores, s.kl, world),
+                stats(s, actor_loss, grad_norm, lr, cfg.reinforce.reinforce_epochs, world),
+                Timings.of(exp, train_time, t_step, plan.device),
+                exp.engine_stats,
+            )
+            run.report(
+                step,
+                total,
+                metrics,
+                ("rewards", "init_policy_kl", "actor_loss", "response_lengths"),
+                cfg.trainer.log_interval,
+            )
+            checkpoints.maybe_save(step, rollouts.position)
+
+        # ---- evaluate
+        evaluation.after(score_fn, total)
+
+    # ---- save and register (main rank)
+    stages.save_and_register(run, world, {"policy": policy}, rollouts.tokenizer, {"steps": total})
+
+
+if __name__ == "__main__":
+    main()

@@ -4,7 +4,19 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nemotron.stepconfig import Checkpointing, Evaluation, Generation, NemoRL, Optim, Strict, TrainRuntime
+from nemotron.stepconfig import (
+    Backend,
+    Checkpointing,
+    Evaluation,
+    Generation,
+    KLEstimator,
+    NemoRL,
+    Optim,
+    Strict,
+    TrainRuntime,
+    backend_field,
+    kl_estimator_field,
+)
 
 
 class GRPO(Strict):
@@ -45,23 +57,23 @@ class GRPO(Strict):
 
 
 class LossFn(Strict):
-    """The clipped policy-gradient loss with the KL to the reference policy in the loss (NeMo-RL: loss_fn.*)."""
+    """The clipped policy-gradient loss with the KL to the reference policy in the loss (NeMo-RL:
+    loss_fn.*)."""
 
     reference_policy_kl_penalty: float = Field(
         0.01,
         ge=0,
         description="beta: the loss adds beta times the KL(policy || reference) estimate (TRL GRPO: beta)",
     )
-    kl_estimator: Literal["k1", "k2", "k3", "abs"] = Field(
-        "k3",
-        description="per-token KL estimate from d = logp - ref_logp: k1 = d, k2 = d^2/2, k3 = exp(-d)+d-1, abs = "
-        "|d| (NeMo-RL: loss_fn.reference_policy_kl_type, k1/k2/k3 only)",
+    kl_estimator: KLEstimator = kl_estimator_field(
+        "k3", "NeMo-RL: loss_fn.reference_policy_kl_type, k1/k2/k3 only"
     )
     ratio_clip_min: float = Field(0.2, gt=0, description="clip the probability ratio from below at 1 - this")
     ratio_clip_max: float = Field(
         0.2,
         gt=0,
-        description="clip the probability ratio from above at 1 + this (a larger value is DAPO's clip-higher)",
+        description="clip the probability ratio from above at 1 + this (a larger value is DAPO's "
+        "clip-higher)",
     )
     ratio_clip_c: float | None = Field(
         None,
@@ -71,7 +83,8 @@ class LossFn(Strict):
     )
     token_level_loss: bool = Field(
         True,
-        description="average the loss over all response tokens of the update (true), or per response first (false)",
+        description="average the loss over all response tokens of the update (true), or per response first "
+        "(false)",
     )
 
 
@@ -80,8 +93,8 @@ class Policy(Strict):
 
     model_name: str | None = Field(
         None,
-        description="the SFT policy (checkpoint_hf) to align: artifact ref or path; it also starts the frozen "
-        "reference policy",
+        description="the SFT policy (checkpoint_hf) to align: artifact ref or path; it also starts the "
+        "frozen reference policy",
     )
     train_micro_batch_size: int = Field(
         16, ge=1, description="responses per forward/backward pass; also the reward model's batch on NeMo-RL"
@@ -118,8 +131,8 @@ class VllmModel(Strict):
 
     model: str | None = Field(
         None,
-        description="judge model: the reward model (reward_model_hf) for judge.kind=reward_model, a causal LM "
-        "for generative; artifact ref, path or HF id",
+        description="judge model: the reward model (reward_model_hf) for judge.kind=reward_model, a causal "
+        "LM for generative; artifact ref, path or HF id",
     )
 
 
@@ -153,7 +166,8 @@ class Env(Strict):
 
 
 class Judge(Strict):
-    """How responses are scored: a served Bradley-Terry reward model, or a generative judge (chat completions)."""
+    """How responses are scored: a served Bradley-Terry reward model, or a generative judge (chat
+    completions)."""
 
     kind: Literal["reward_model", "generative"] = Field(
         "reward_model",
@@ -186,9 +200,10 @@ class Judge(Strict):
     )
     pairwise_template: str = Field(
         (
-            "Compare two reviews that continue the same opening. Score how positive each is from 1 to 5 and rank them "
-            "from 1 (review 1 much better) to 6 (review 2 much better).\nOpening: {prompt}\nReview 1: {response_1}\n"
-            'Review 2: {response_2}\nAnswer with JSON only: {"score_1": <1-5>, "score_2": <1-5>, "ranking": <1-6>}'
+            "Compare two reviews that continue the same opening. Score how positive each is from 1 to 5 and "
+            "rank them from 1 (review 1 much better) to 6 (review 2 much better).\nOpening: {prompt}\n"
+            "Review 1: {response_1}\nReview 2: {response_2}\nAnswer with JSON only: "
+            '{"score_1": <1-5>, "score_2": <1-5>, "ranking": <1-6>}'
         ),
         description="generative, pairwise: the judge's user message; must contain {prompt}, {response_1} and "
         "{response_2}",
@@ -201,18 +216,20 @@ class Judge(Strict):
     max_retries: int = Field(
         2,
         ge=0,
-        description="generative: re-asks when the judge's answer does not parse (NeMo-Gym: genrm_parse_retries)",
+        description="generative: re-asks when the judge's answer does not parse (NeMo-Gym: "
+        "genrm_parse_retries)",
     )
     timeout_s: float = Field(30.0, gt=0, description="seconds to wait for one request to the judge")
     guided_choice: bool = Field(
         False,
-        description="constrain the judge to valid answers (vLLM structured_outputs.choice; our chat server too)",
+        description="constrain the judge to valid answers (vLLM structured_outputs.choice; our chat server "
+        "too)",
     )
     server: Literal["builtin", "vllm"] = Field(
         "builtin",
         description="generative, with no url: what serves the judge beside the trainer: our chat server "
-        "(rm/serve server.mode=chat, any device) or `vllm serve` (.venv-vllm; docs/vllm.md). Locally one per node; "
-        "on Slurm `vllm serve` is its own group of a heterogeneous job",
+        "(rm/serve server.mode=chat, any device) or `vllm serve` (.venv-vllm; docs/vllm.md). Locally one per "
+        "node; on Slurm `vllm serve` is its own group of a heterogeneous job",
     )
 
     @model_validator(mode="after")
@@ -220,7 +237,9 @@ class Judge(Strict):
         if self.server == "vllm" and self.kind != "generative":
             raise ValueError("judge.server=vllm serves a generative judge: set judge.kind=generative")
         if self.server == "vllm" and self.url:
-            raise ValueError("judge.server=vllm starts a judge, judge.url names a running one: set one of them")
+            raise ValueError(
+                "judge.server=vllm starts a judge, judge.url names a running one: set one of them"
+            )
         return self
 
     @field_validator("prompt_template")
@@ -250,11 +269,7 @@ class Outputs(Strict):
 class Config(Strict):
     """rl/rlhf: GRPO scored by a judge, in NeMo-RL's key layout."""
 
-    backend: Literal["builtin", "nemo_rl"] = Field(
-        "builtin",
-        description="builtin: our torch engine (one process, or torchrun data parallel); nemo_rl: NeMo-RL v0.7.0 GRPO in its "
-        "container on GPUs (see docs/nemo-rl.md)",
-    )
+    backend: Backend = backend_field("GRPO")
     grpo: GRPO = GRPO()
     loss_fn: LossFn = LossFn()
     policy: Policy = Policy()

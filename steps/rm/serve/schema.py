@@ -16,21 +16,22 @@ class Inputs(Strict):
 
 
 class Server(Strict):
-    """The HTTP server: KServe v2 (Triton's protocol) for mode=reward, OpenAI chat completions for mode=chat."""
+    """The HTTP server: KServe v2 (Triton's protocol) for mode=reward, OpenAI chat completions for
+    mode=chat."""
 
     host: str = Field(
         "127.0.0.1",
-        description="bind address; loopback unless told otherwise. Any other address (0.0.0.0) needs a bearer "
-        "token, else the step refuses to start (exit 2)",
+        description="bind address; loopback unless told otherwise. Any other address (0.0.0.0) needs a "
+        "bearer token, else the step refuses to start (exit 2)",
     )
     port: int = Field(
         8000, ge=0, le=65535, description="TCP port; 0 = a free port (written to the job's server.json)"
     )
     token_file: str | None = Field(
         None,
-        description="file (mode 0600) holding the bearer token that every request but the health probes must "
-        "carry; unset: the token is $NEMOTRON_REWARD_TOKEN (on Slurm: a profile env_var, kept in the job's 0600 "
-        "secrets file); neither: no auth. Never the token itself: a command line is visible in ps",
+        description="file (mode 0600) holding the bearer token that every request but the health probes "
+        "must carry; unset: the token is $NEMOTRON_REWARD_TOKEN (on Slurm: a profile env_var, kept in the "
+        "job's 0600 secrets file); neither: no auth. Never the token itself: a command line is visible in ps",
     )
     mode: Literal["reward", "chat"] = Field(
         "reward",
@@ -50,8 +51,8 @@ class Server(Strict):
     preferred_batch_size: int = Field(
         64,
         ge=1,
-        description="reward: the batcher runs as soon as this many sequences wait, and scores at most this many "
-        "per forward pass; at most max_batch_size (Triton: preferred_batch_size)",
+        description="reward: the batcher runs as soon as this many sequences wait, and scores at most this "
+        "many per forward pass; at most max_batch_size (Triton: preferred_batch_size)",
     )
     max_queue_delay_ms: float = Field(
         5.0,
@@ -71,7 +72,9 @@ class Server(Strict):
         description="chat: requests queued or generating; one more gets 503 with Retry-After",
     )
     read_timeout_s: float = Field(
-        30.0, gt=0, description="a connection that sends nothing for this long is closed (idle keep-alive too)"
+        30.0,
+        gt=0,
+        description="a connection that sends nothing for this long is closed (idle keep-alive too)",
     )
     request_deadline_s: float = Field(
         60.0,
@@ -82,8 +85,8 @@ class Server(Strict):
     max_connections: int | None = Field(
         None,
         ge=1,
-        description="open client connections; past it an idle one is closed, or the newcomer gets 503. Unset: "
-        "half the open-file limit (raised to the hard limit at start), at most 4096",
+        description="open client connections; past it an idle one is closed, or the newcomer gets 503. "
+        "Unset: half the open-file limit (raised to the hard limit at start), at most 4096",
     )
     max_body_bytes: int = Field(
         8 << 20,

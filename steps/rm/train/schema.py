@@ -13,7 +13,8 @@ class Inputs(Strict):
     )
     init_from: str | None = Field(
         None,
-        description="the SFT policy (checkpoint_hf): its backbone and tokenizer start the reward model, with a "
+        description="the SFT policy (checkpoint_hf): its backbone and tokenizer start the reward model, with "
+        "a "
         "fresh scalar head; unset: a random init from model.*",
     )
 

@@ -1,21 +1,27 @@
-"""rm/train: a Bradley-Terry reward model, -log sigmoid(r(chosen) - r(rejected)), with held-out pairwise accuracy.
+"""rm/train: a Bradley-Terry reward model, -log sigmoid(r(chosen) - r(rejected)), with held-out pairwise
+accuracy.
 
-It starts from the SFT policy's backbone and tokenizer (`inputs.init_from`), as NeMo-Aligner does, so the reward
-model reads exactly the tokens the policy writes; without it, it is built from `model.*` with a fresh tokenizer.
+It starts from the SFT policy's backbone and tokenizer (`inputs.init_from`), as NeMo-Aligner does, so the
+reward model reads exactly the tokens the policy writes; without it, it is built from `model.*` with a fresh
+tokenizer.
 """
+
+from __future__ import annotations
 
 import logging
 import random
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers import PreTrainedModel
 
 from nemotron.data.batches import preference_batch
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PreferenceRecord, prompt_text
-from nemotron.devices import peak_memory_mb
-from nemotron.metrics import summary_line
-from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
+from nemotron.devices import DevicePlan, peak_memory_mb
+from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.models.reward import (
     bradley_terry_loss,
     build_reward_model,
@@ -26,69 +32,127 @@ from nemotron.models.reward import (
 from nemotron.models.tokenizer import train_tokenizer
 from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
-from nemotron.runtime import StepRun
+from nemotron.rl.stages import save_and_register
+from nemotron.rl.stats import as_metrics
+from nemotron.runtime import StepRun, required
+
+if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
+    from rm.train.schema import Config
 
 log = logging.getLogger("nemotron")
-run = StepRun.start(__file__)
-cfg = run.config
-plan, world = distributed.start(cfg.runtime)  # device, process group, threads, seeds
 
-# ---- data: a deterministic held-out split
-pairs = read_jsonl(cfg.inputs.data, PreferenceRecord)
-shuffled = random.Random(cfg.runtime.seed).sample(pairs, len(pairs))
-n_val = max(1, int(len(pairs) * cfg.trainer.validation_fraction))
-val, train = shuffled[:n_val], shuffled[n_val:]
 
-# ---- model
-if cfg.inputs.init_from:
-    tokenizer = load_tokenizer(cfg.inputs.init_from)
-    model = reward_model_from_policy(load_policy(cfg.inputs.init_from, dtype=plan.dtype), cfg.runtime.seed)
-else:
-    tokenizer = train_tokenizer([t for p in pairs for t in (prompt_text(p.prompt), p.chosen, p.rejected)], model_max_length=cfg.model.n_positions)
-    m = cfg.model
-    model = build_reward_model(len(tokenizer), m.n_layer, m.n_embd, m.n_head, m.n_positions, cfg.runtime.seed,
-                               pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, family=m.family)
-model = plan.prepare(model)
-optimizer = build_optimizer(model.parameters(), cfg.optim)
-rng = random.Random(cfg.runtime.seed + world.rank)
-per_rank = max(1, cfg.trainer.global_batch_size // world.size)
+@dataclass
+class RewardModelStats:
+    """One step's statistics; the field names are the metric names."""
+
+    loss: float
+    accuracy: float
+    reward_margin: float
+    grad_norm: float
+    lr: float
+    train: float
+    peak_memory_mb: float
+    val_accuracy: float | None = None  # every trainer.log_interval steps and at the last
+
+
+def chosen_and_rejected(
+    model: PreTrainedModel, batch: Any, plan: DevicePlan
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) rewards of the chosen and of the rejected responses of a preference batch."""
+    rewards = sequence_rewards(model, batch.input_ids.to(plan.device), batch.attention_mask.to(plan.device))
+    chosen, rejected = rewards.chunk(2)
+    return chosen, rejected
 
 
 @torch.no_grad()
-def held_out_accuracy() -> float:
-    model.eval()
+def held_out_accuracy(
+    model: PreTrainedModel, tokenizer: Any, val: list[PreferenceRecord], max_length: int, plan: DevicePlan
+) -> float:
+    """The share of held-out pairs whose chosen response gets the higher reward."""
+    model.eval()  # type: ignore[no-untyped-call]
     correct = 0.0
     for i in range(0, len(val), 256):
         chunk = val[i : i + 256]
-        batch = preference_batch(tokenizer, chunk, cfg.trainer.max_length)
         with plan.autocast():
-            chosen, rejected = sequence_rewards(model, batch.input_ids.to(plan.device), batch.attention_mask.to(plan.device)).chunk(2)
+            chosen, rejected = chosen_and_rejected(
+                model, preference_batch(tokenizer, chunk, max_length), plan
+            )
         correct += float(pairwise_accuracy(chosen, rejected)) * len(chunk)
     model.train()
     return correct / len(val)
 
 
-# ---- loop
-model.train()
-total = cfg.trainer.max_steps
-for step in range(1, total + 1):
-    t0 = time.perf_counter()
-    batch = preference_batch(tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length)
-    with plan.autocast():
-        chosen, rejected = sequence_rewards(model, batch.input_ids.to(plan.device), batch.attention_mask.to(plan.device)).chunk(2)
-        loss = bradley_terry_loss(chosen, rejected)
-    (loss / world.size).backward()
-    grad_norm, lr = optimizer_step(model, optimizer, step, cfg.optim, world, total)
-    metrics = {"loss": loss.item(), "accuracy": pairwise_accuracy(chosen, rejected).item(), "reward_margin": (chosen - rejected).mean().item(),
-               "grad_norm": grad_norm, "lr": lr, "train": time.perf_counter() - t0, "peak_memory_mb": peak_memory_mb(plan.device)}
-    if step % cfg.trainer.log_interval == 0 or step == total:
-        metrics["val_accuracy"] = held_out_accuracy()
-        if world.is_main:
-            print(summary_line(step, total, metrics, ("loss", "accuracy", "val_accuracy")), flush=True)
-    run.log_metrics(step, metrics)
+def main() -> None:
+    # ---- setup: validated config, device, process group, threads, seeds
+    run: StepRun[Config] = StepRun.start(__file__)
+    cfg = run.config
+    plan, world = distributed.start(cfg.runtime)
 
-# ---- save and register
-if world.is_main:
-    out = save_checkpoint(model, run.output_dir("reward_model"), tokenizer)
-    run.register_outputs({"reward_model": out}, {"val_accuracy": metrics["val_accuracy"], "validation_pairs": len(val)})
-distributed.close(world)
+    # ---- data: a deterministic held-out split
+    pairs = read_jsonl(required(cfg.inputs.data, "inputs.data"), PreferenceRecord)
+    shuffled = random.Random(cfg.runtime.seed).sample(pairs, len(pairs))
+    n_val = max(1, int(len(pairs) * cfg.trainer.validation_fraction))
+    val, train = shuffled[:n_val], shuffled[n_val:]
+
+    # ---- model
+    if cfg.inputs.init_from:
+        tokenizer = load_tokenizer(cfg.inputs.init_from)
+        model = reward_model_from_policy(
+            load_policy(cfg.inputs.init_from, dtype=plan.dtype), cfg.runtime.seed
+        )
+    else:
+        texts = [t for p in pairs for t in (prompt_text(p.prompt), p.chosen, p.rejected)]
+        tokenizer = train_tokenizer(texts, model_max_length=cfg.model.n_positions)
+        m = cfg.model
+        model = build_reward_model(
+            len(tokenizer),
+            m.n_layer,
+            m.n_embd,
+            m.n_head,
+            m.n_positions,
+            cfg.runtime.seed,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            family=m.family,
+        )
+    model = plan.prepare(model)
+    optimizer = build_optimizer(model.parameters(), cfg.optim)
+    rng = random.Random(cfg.runtime.seed + world.rank)
+    per_rank = max(1, cfg.trainer.global_batch_size // world.size)
+
+    # ---- loop: update, then report (with the held-out accuracy every log_interval steps)
+    model.train()
+    total = cfg.trainer.max_steps
+    for step in range(1, total + 1):
+        t0 = time.perf_counter()
+        batch = preference_batch(
+            tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length
+        )
+        with plan.autocast():
+            chosen, rejected = chosen_and_rejected(model, batch, plan)
+            loss = bradley_terry_loss(chosen, rejected)
+        (loss / world.size).backward()
+        grad_norm, lr = optimizer_step(model, optimizer, step, cfg.optim, world, total)
+        stats = RewardModelStats(
+            loss.item(),
+            pairwise_accuracy(chosen, rejected).item(),
+            (chosen - rejected).mean().item(),
+            grad_norm,
+            lr,
+            time.perf_counter() - t0,
+            peak_memory_mb(plan.device),
+        )
+        if step % cfg.trainer.log_interval == 0 or step == total:
+            stats.val_accuracy = held_out_accuracy(model, tokenizer, val, cfg.trainer.max_length, plan)
+        run.report(
+            step, total, as_metrics(stats), ("loss", "accuracy", "val_accuracy"), cfg.trainer.log_interval
+        )
+
+    # ---- save and register (main rank)
+    metadata = {"val_accuracy": stats.val_accuracy, "validation_pairs": len(val)}
+    save_and_register(run, world, {"reward_model": model}, tokenizer, metadata)
+
+
+if __name__ == "__main__":
+    main()

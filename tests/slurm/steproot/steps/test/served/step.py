@@ -14,6 +14,9 @@ scores = client.score(run.config.sentences)
 node = os.environ.get("SLURMD_NODENAME", "")
 print(f"scored {len(scores)} sentences at {url} from {node}", flush=True)
 out = run.output_dir("scores").with_suffix(".jsonl")
-rows = [{"prompt": s, "score": v, "server": url, "client_node": node} for s, v in zip(run.config.sentences, scores, strict=True)]
+rows = [
+    {"prompt": s, "score": v, "server": url, "client_node": node}
+    for s, v in zip(run.config.sentences, scores, strict=True)
+]
 out.write_text("".join(json.dumps(r) + "\n" for r in rows))
 run.register_outputs({"scores": out})

@@ -1,0 +1,287 @@
+"""The stages the RL steps share: refusing the NeMo-RL backend locally, the prompts, the actor with its
+frozen reference, the rollout of one step's prompts, before/after evaluation, checkpoints, and saving."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from nemotron.data.jsonl import read_jsonl
+from nemotron.data.records import PromptRecord, prompt_text
+from nemotron.devices import DevicePlan
+from nemotron.errors import UserError
+from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
+from nemotron.models.tokenizer import encode_prompt
+from nemotron.rl import distributed, trainstate
+from nemotron.rl.distributed import World
+from nemotron.rl.evaluation import evaluate, parameter_checksum
+from nemotron.rl.experience import Experience, ScoreFn, collect, prompt_schedule, sampling_params
+from nemotron.rl.generation_backends import GenerationBackend, get_backend
+from nemotron.rl.prompts import fit_prompts, model_positions
+from nemotron.rl.reward_source import reward_source
+from nemotron.rl.rollout import SamplingParams
+from nemotron.runtime import StepRun
+
+log = logging.getLogger("nemotron")
+
+
+def refuse_nemo_rl_backend(backend: str, engine: str = "NeMo-RL") -> None:
+    """backend=nemo_rl runs in NeMo-RL's container on GPUs, never in this process: exit 2 saying how to run
+    it."""
+    if backend == "nemo_rl":
+        raise UserError(
+            f"backend=nemo_rl runs {engine} in its container on GPUs; submit it with a Slurm or Lepton "
+            "profile (-b PROFILE). `--dry-run` shows the NeMo-RL config and command it would run."
+        )
+
+
+@dataclass
+class PromptSet:
+    """The training prompts: text for judges and task scorers, token ids for the model."""
+
+    texts: list[str]
+    ids: list[list[int]]
+
+    @classmethod
+    def load(cls, path: str, tokenizer: Any) -> PromptSet:
+        records = read_jsonl(path, PromptRecord)
+        return cls(
+            [prompt_text(r.prompt) for r in records], [encode_prompt(tokenizer, r.prompt) for r in records]
+        )
+
+    def fit(self, model: PreTrainedModel, max_new_tokens: int) -> None:
+        """Shorten the prompts so that prompt + response fits the model's positions."""
+        self.ids = fit_prompts(self.ids, model_positions(model.config), max_new_tokens)
+
+    def pick(self, indices: list[int]) -> tuple[list[str], list[list[int]]]:
+        return [self.texts[i] for i in indices], [self.ids[i] for i in indices]
+
+
+@dataclass
+class ActorAndReference:
+    """The policy RL trains, and the frozen initial policy its KL is measured against."""
+
+    policy: PreTrainedModel
+    reference: PreTrainedModel
+    reference_checksum: float
+
+    @classmethod
+    def load(cls, path: str, plan: DevicePlan) -> ActorAndReference:
+        policy = plan.prepare(load_policy(path, device=plan.device, dtype=plan.dtype))
+        reference = load_policy(path, device=plan.device, dtype=plan.dtype)
+        reference.eval()  # type: ignore[no-untyped-call]
+        reference.requires_grad_(False)
+        return cls(policy, reference, parameter_checksum(reference))
+
+    def reference_drift(self) -> float:
+        """How far the reference moved since it was loaded: 0.0 unless something trained it by mistake."""
+        return abs(parameter_checksum(self.reference) - self.reference_checksum)
+
+
+def reward_model_scores(run: StepRun[Any], reward: Any, model_path: str | None, plan: DevicePlan) -> Any:
+    """The `reward` config group's score function: a reward server (given or started beside) or in process."""
+    server = reward.server
+    return reward_source(
+        reward.source,
+        model_path,
+        server.url,
+        server.token,
+        server.timeout_s,
+        server.retries,
+        log_path=run.job_dir / "logs" / "reward_server.log",
+        device=str(plan.device),
+    )
+
+
+@dataclass
+class Rollouts:
+    """The rollout stage: each step samples `n` responses to this rank's share of the step's prompts, scores
+    them and takes the logprobs. Prompts come in one global order (`prompt_schedule`), the same on every rank,
+    and `position` is how far the run has read it; each rank samples from its own random stream."""
+
+    backend: GenerationBackend
+    models: ActorAndReference
+    tokenizer: Any
+    prompts: PromptSet
+    n: int
+    per_step: int
+    sampling: SamplingParams
+    sampler: torch.Generator
+    plan: DevicePlan
+    world: World
+    seed: int
+    position: int = 0
+
+    @classmethod
+    def build(
+        cls,
+        policy_path: str,
+        prompts_path: str,
+        generation: Any,
+        n: int,
+        per_step: int,
+        plan: DevicePlan,
+        world: World,
+        seed: int,
+    ) -> Rollouts:
+        """The tokenizer and prompts, the actor and its reference, the generation backend (our torch sampler,
+        or vLLM in this process) and sampling parameters of the `generation` config group, the sampler's
+        stream."""
+        tokenizer = load_tokenizer(policy_path)
+        prompts = PromptSet.load(prompts_path, tokenizer)
+        models = ActorAndReference.load(policy_path, plan)
+        prompts.fit(models.policy, generation.max_new_tokens)
+        sampling = sampling_params(generation, tokenizer)
+        sampler = plan.generator(seed * 1000 + world.rank)
+        return cls(
+            get_backend(generation),
+            models,
+            tokenizer,
+            prompts,
+            n,
+            per_step,
+            sampling,
+            sampler,
+            plan,
+            world,
+            seed,
+        )
+
+    def collect(self, score: ScoreFn) -> Experience:
+        """The rollouts of the next `per_step` prompts of the prompt stream."""
+        schedule = prompt_schedule(len(self.prompts.texts), self.seed, self.position, self.per_step)
+        batch = distributed.shard(schedule, self.world)
+        self.position += self.per_step
+        texts, ids = self.prompts.pick(batch)
+        with self.plan.autocast():
+            exp = collect(
+                self.backend,
+                self.models.policy,
+                self.models.reference,
+                self.tokenizer,
+                texts,
+                ids,
+                0,
+                self.n,
+                self.sampling,
+                self.sampler,
+                score,
+            )
+        exp.group = self.plan.tensor(batch).repeat_interleave(self.n)
+        return exp
+
+
+@dataclass
+class BeforeAfter:
+    """Evaluation of the policy on the first `num_prompts` prompts before the first step and after the last,
+    on the main rank, logged as `eval_<name>_before` / `eval_<name>_after` (and `reference_drift` after)."""
+
+    run: StepRun[Any]
+    rollouts: Rollouts
+    eval_cfg: Any
+    task: Any | None
+
+    def _evaluate(self, score: ScoreFn) -> dict[str, float]:
+        r = self.rollouts
+        texts, ids = r.prompts.pick(list(range(min(self.eval_cfg.num_prompts, len(r.prompts.texts)))))
+        with r.plan.autocast():
+            return evaluate(
+                r.backend,
+                r.models.policy,
+                r.tokenizer,
+                texts,
+                ids,
+                r.sampling,
+                self.eval_cfg.seed,
+                score,
+                self.task,
+            )
+
+    @property
+    def active(self) -> bool:
+        return (
+            self.rollouts.world.is_main
+            and min(self.eval_cfg.num_prompts, len(self.rollouts.prompts.texts)) > 0
+        )
+
+    def before(self, score: ScoreFn, start_step: int) -> None:
+        if self.active and start_step == 0:
+            before = self._evaluate(score)
+            self.run.log_metrics(0, {f"eval_{k}_before": v for k, v in before.items()})
+            log.info("before RL: %s", " ".join(f"{k}={v:.3f}" for k, v in before.items()))
+
+    def after(self, score: ScoreFn, last_step: int) -> None:
+        if self.active:
+            after = self._evaluate(score)
+            drift = self.rollouts.models.reference_drift()
+            self.run.log_metrics(
+                last_step, {**{f"eval_{k}_after": v for k, v in after.items()}, "reference_drift": drift}
+            )
+            log.info("after RL: %s", " ".join(f"{k}={v:.3f}" for k, v in after.items()))
+
+
+@dataclass
+class Checkpoints:
+    """What a checkpoint holds: resumed before the first step, saved every `checkpoint.save_interval` steps
+    (on every rank: saving gathers each rank's random streams)."""
+
+    run: StepRun[Any]
+    checkpoint_cfg: Any
+    modules: dict[str, torch.nn.Module]
+    optimizers: dict[str, torch.optim.Optimizer]
+    generators: dict[str, torch.Generator]
+    policy_path: str
+    world: World
+
+    def __post_init__(self) -> None:
+        self.expect = trainstate.fingerprints(self.run.record["config"], self.policy_path)
+
+    def resume(self) -> tuple[int, int]:
+        """(start step, data position): (0, 0) for a fresh run."""
+        return trainstate.maybe_resume(
+            self.run.job_dir,
+            self.run.record["step"],
+            self.checkpoint_cfg,
+            self.modules,
+            self.optimizers,
+            self.generators,
+            self.expect,
+            self.world,
+        )
+
+    def maybe_save(self, step: int, position: int) -> Path | None:
+        interval = self.checkpoint_cfg.save_interval
+        if not (interval and step % interval == 0):
+            return None
+        return trainstate.save(
+            self.run.checkpoint_dir,
+            step,
+            self.modules,
+            self.optimizers,
+            self.generators,
+            position,
+            self.expect,
+            world=self.world,
+        )
+
+
+def save_and_register(
+    run: StepRun[Any],
+    world: World,
+    modules: dict[str, PreTrainedModel],
+    tokenizer: Any,
+    metadata: dict[str, Any],
+) -> None:
+    """On the main rank, save each module in HF layout as output `name` and register them all; then leave the
+    process group."""
+    if world.is_main:
+        paths = {
+            name: save_checkpoint(module, run.output_dir(name), tokenizer) for name, module in modules.items()
+        }
+        run.register_outputs(paths, metadata)
+    distributed.close(world)
