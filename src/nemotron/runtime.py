@@ -21,6 +21,7 @@ from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.catalog import _load_schema
 from nemotron.configtree import set_dotted
 from nemotron.errors import UserError
+from nemotron.jobrecord import JobRecord, load_record
 from nemotron.metrics import MetricsLogger, summary_line
 from nemotron.paths import artifacts_dir
 
@@ -46,7 +47,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 class StepRun(Generic[C]):
     job_dir: Path
     config: C
-    record: dict[str, Any]
+    record: JobRecord
     passthrough: list[str] = field(default_factory=list)
     rank: int = 0
     world_size: int = 1
@@ -74,7 +75,7 @@ class StepRun(Generic[C]):
                 set_dotted(raw, key, value)
         model = schema or _load_schema(Path(step_file).resolve().parent / "schema.py")
         config = model.model_validate(raw)
-        record = yaml.safe_load((job_dir / "job.yaml").read_text()) or {}
+        record = load_record(job_dir)
         rank = int(os.environ.get("RANK", "0"))
         world = int(os.environ.get("WORLD_SIZE", "1"))
         return cls(job_dir, config, record, rest, rank, world)  # type: ignore[arg-type]
@@ -121,10 +122,7 @@ class StepRun(Generic[C]):
             return []
         if self._metrics is not None:
             self._metrics.close()
-        from nemotron.jobrecord import parse_record
-
-        record = parse_record(self.record, self.job_dir / "job.yaml")
-        return register_job_outputs(record, paths, metadata, self.store())
+        return register_job_outputs(self.record, paths, metadata, self.store())
 
 
 def _quiet_libraries() -> None:

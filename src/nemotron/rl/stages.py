@@ -239,13 +239,13 @@ class Checkpoints:
     world: World
 
     def __post_init__(self) -> None:
-        self.expect = trainstate.fingerprints(self.run.record["config"], self.policy_path)
+        self.expect = trainstate.fingerprints(self.run.record.config, self.policy_path)
 
     def resume(self) -> tuple[int, int]:
         """(start step, data position): (0, 0) for a fresh run."""
         return trainstate.maybe_resume(
             self.run.job_dir,
-            self.run.record["step"],
+            self.run.record.step,
             self.checkpoint_cfg,
             self.modules,
             self.optimizers,
