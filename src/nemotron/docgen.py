@@ -125,19 +125,7 @@ NEMO_RL_DOC = "nemo-rl.md"
 # Keys the built-in engine accepts but does not read yet, per step ("*": every step that has the key). Each has a
 # probe: a pattern that would appear in the step's step.py once the key is read, so a test catches a stale entry.
 # They are defects to fix in the engine, listed here so the reference does not claim they act.
-BUILTIN_UNREAD: dict[str, dict[str, tuple[str, str]]] = {
-    "rl/reinforce": {
-        "reinforce.discount_factor": ("not read yet: the reward is not discounted", r"discount_factor"),
-    },
-    "rl/rlhf": {
-        "grpo.val_period": (
-            "no effect: NeMo-RL only (the built-in engine evaluates before and after)",
-            r"val_period",
-        ),
-        "data.validation.data_path": ("no effect: NeMo-RL only", r"data\.validation"),
-        "env.should_use_nemo_gym": ("no effect: NeMo-RL only", r"should_use_nemo_gym"),
-    },
-}
+BUILTIN_UNREAD: dict[str, dict[str, tuple[str, str]]] = {}
 
 
 @dataclass(frozen=True)

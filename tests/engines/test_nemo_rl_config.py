@@ -349,7 +349,6 @@ def test_all_refusals_come_in_one_error() -> None:
             "rl/reinforce",
             overrides={
                 "reinforce.kl_estimator": "abs",
-                "reinforce.discount_factor": 0.9,
                 "reinforce.reinforce_epochs": 2,
                 "runtime.device": "cpu",
             },
@@ -357,7 +356,6 @@ def test_all_refusals_come_in_one_error() -> None:
     keys = [p.split("=")[0] for p in err.value.problems]
     assert keys == [
         "runtime.device",
-        "reinforce.discount_factor",
         "reinforce.reinforce_epochs",
         "reinforce.kl_estimator",
     ]

@@ -26,7 +26,7 @@ NAMED_METRIC = re.compile(r"`([^`\s]+)` metric")
 BRIEF = {
     "rl/reinforce": ["trainer.max_steps=1", "eval.num_prompts=2"],
     "rl/ppo": ["trainer.max_steps=1", "eval.num_prompts=2"],
-    "rl/rlhf": ["grpo.max_num_steps=1", "eval.num_prompts=2"],
+    "rl/rlhf": ["grpo.max_num_steps=1", "eval.num_prompts=2", "grpo.val_period=1"],
 }
 
 

@@ -122,7 +122,7 @@ def test_rlhf_serves_its_judge_only_when_the_judge_is_a_reward_model(home: Path,
 
 
 def test_a_generative_judge_on_vllm_is_group_0_running_vllm_serve(home: Path) -> None:
-    j = job("rl/rlhf", "local_slurm", "backend=builtin", "judge.server=vllm")
+    j = job("rl/rlhf", "local_slurm", "backend=builtin", "env.should_use_nemo_gym=false", "judge.server=vllm")
     plan = slurm_executor.slurm_plan(j)
     server, policy = plan.groups
     words = server.command.words()
@@ -149,7 +149,7 @@ def test_a_generative_judge_on_vllm_is_group_0_running_vllm_serve(home: Path) ->
 def test_without_judge_server_vllm_the_generative_judge_is_not_a_group(
     home: Path, overrides: tuple[str, ...]
 ) -> None:
-    j = job("rl/rlhf", "local_slurm", "backend=builtin", *overrides)
+    j = job("rl/rlhf", "local_slurm", "backend=builtin", "env.should_use_nemo_gym=false", *overrides)
     assert vllm_judge(j) is None
     assert len(slurm_executor.slurm_plan(j).groups) == 1
 

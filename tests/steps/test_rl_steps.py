@@ -99,3 +99,28 @@ def test_kl_penalty_keeps_the_output_well_formed(home: Path, run_cli: Any) -> No
     assert (
         with_kl["eval_well_formed_after"] > without["eval_well_formed_after"] + 0.2
     )  # ...only one keeps the grammar
+
+
+@pytest.mark.slow
+def test_rlhf_validates_every_val_period_steps_on_the_validation_prompts(
+    home: Path, run_cli: Any, tmp_path: Path
+) -> None:
+    """grpo.val_period and data.validation act on the built-in engine (they were accepted and ignored)."""
+    brief = ["steps", "run", "rl/rlhf", "-c", "tiny", "grpo.max_num_steps=2", "grpo.num_prompts_per_step=2",
+             "eval.num_prompts=2", "grpo.val_period=1"]  # fmt: skip
+    done = run_cli(*brief, "data.validation.data_path=pkg://tiny/validation_prompts.jsonl", timeout=600)
+    assert done.code == 0, done.err[-3000:]
+    (job,) = (home / "jobs").iterdir()
+    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    validated = [r["step"] for r in rows if "val_rm" in r]
+    assert validated == [1, 2] and all(0 <= r["val_well_formed"] <= 1 for r in rows if "val_rm" in r)
+    # the validation prompts are read: a broken one is exit 2 naming its file and line, before any training
+    bad = tmp_path / "val.jsonl"
+    bad.write_text('{"prompt": "the movie was"}\n{"prompt": \n')
+    broken = run_cli(*brief, f"data.validation.data_path={bad}", timeout=600)
+    assert broken.code == 2 and f"{bad}:2" in broken.err and "Traceback" not in broken.err
+
+
+def test_nemo_gym_is_refused_on_the_built_in_engine(home: Path, run_cli: Any) -> None:
+    done = run_cli("steps", "run", "rl/rlhf", "-c", "tiny", "env.should_use_nemo_gym=true", "--dry-run")
+    assert done.code == 2 and "env.should_use_nemo_gym acts only with backend=nemo_rl" in done.err

@@ -258,7 +258,6 @@ def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: 
     )
     if r["kl_in"] != "reward_sequence_mean":
         refuse("reinforce.kl_in", "NeMo-RL's RLOO (the GRPO estimator) puts the KL in the loss only")
-    refuse.unless_default("reinforce.discount_factor", "NeMo-RL's GRPO estimator does not discount")
     refuse.unless_default(
         "reinforce.reinforce_epochs", "NeMo-RL's GRPO makes one pass over each rollout batch"
     )

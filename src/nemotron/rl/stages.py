@@ -176,19 +176,36 @@ class Rollouts:
         return exp
 
 
+def validation_prompts(path: str | None, rollouts: Rollouts) -> PromptSet | None:
+    """The validation prompts, shortened like the training prompts to fit the policy; None without a path."""
+    if not path:
+        return None
+    prompts = PromptSet.load(path, rollouts.tokenizer)
+    prompts.fit(rollouts.models.policy, rollouts.sampling.max_new_tokens)
+    return prompts
+
+
 @dataclass
 class BeforeAfter:
     """Evaluation of the policy on the first `num_prompts` prompts before the first step and after the last,
-    on the main rank, logged as `eval_<name>_before` / `eval_<name>_after` (and `reference_drift` after)."""
+    on the main rank, logged as `eval_<name>_before` / `eval_<name>_after` (and `reference_drift` after); with a
+    `val_period`, also every that many steps as `val_<name>` (NeMo-RL's grpo.val_period). The prompts are the
+    validation prompts when given (NeMo-RL's data.validation), else the training prompts."""
 
     run: StepRun[Any]
     rollouts: Rollouts
     eval_cfg: Any
     task: Any | None
+    validation: PromptSet | None = None
+    val_period: int = 0
+
+    @property
+    def prompts(self) -> PromptSet:
+        return self.validation or self.rollouts.prompts
 
     def _evaluate(self, score: ScoreFn) -> dict[str, float]:
         r = self.rollouts
-        texts, ids = r.prompts.pick(list(range(min(self.eval_cfg.num_prompts, len(r.prompts.texts)))))
+        texts, ids = self.prompts.pick(list(range(min(self.eval_cfg.num_prompts, len(self.prompts.texts)))))
         with r.plan.autocast():
             return evaluate(
                 r.backend,
@@ -204,10 +221,14 @@ class BeforeAfter:
 
     @property
     def active(self) -> bool:
-        return (
-            self.rollouts.world.is_main
-            and min(self.eval_cfg.num_prompts, len(self.rollouts.prompts.texts)) > 0
-        )
+        return self.rollouts.world.is_main and min(self.eval_cfg.num_prompts, len(self.prompts.texts)) > 0
+
+    def periodic(self, score: ScoreFn, step: int) -> None:
+        """`val_<name>` at every `val_period`-th step."""
+        if self.active and self.val_period and step % self.val_period == 0:
+            values = self._evaluate(score)
+            self.run.log_metrics(step, {f"val_{k}": v for k, v in values.items()})
+            log.info("validation at step %d: %s", step, " ".join(f"{k}={v:.3f}" for k, v in values.items()))
 
     def before(self, score: ScoreFn, start_step: int) -> None:
         if self.active and start_step == 0:

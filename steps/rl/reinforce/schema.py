@@ -83,13 +83,6 @@ class Reinforce(Strict):
         description="responses per prompt (RLOO needs >= 2; NeMo-Aligner: num_rollouts_per_prompt; TRL: "
         "rloo_k)",
     )
-    discount_factor: float = Field(
-        1.0,
-        ge=0,
-        le=1,
-        description="gamma of NeMo-Aligner's REINFORCE. The built-in engine does not read it yet "
-        "(the reward is not discounted); NeMo-RL refuses values other than 1",
-    )
     reinforce_epochs: int = Field(
         1, ge=1, description="optimisation passes over each rollout batch, one optimizer step each"
     )

@@ -51,8 +51,9 @@ class GRPO(Strict):
     val_period: int = Field(
         0,
         ge=0,
-        description="NeMo-RL validates every N steps (0 = off); the built-in engine evaluates before and "
-        "after only (eval.*)",
+        description="validate every N steps (0 = off): the policy answers the first eval.num_prompts "
+        "validation prompts, logged as val_<name> (NeMo-RL: validation/*); eval_*_before/after come "
+        "regardless",
     )
 
 
@@ -116,13 +117,13 @@ class DataSplit(Strict):
 
 
 class Data(Strict):
-    """Prompt files (NeMo-RL: data.*). The built-in engine trains and evaluates on data.train."""
+    """Prompt files (NeMo-RL: data.*)."""
 
     train: DataSplit = Field(DataSplit(), description="the training prompts")
     validation: DataSplit = Field(
         DataSplit(),
-        description="NeMo-RL's validation prompts (default: the training prompts); the built-in engine "
-        "does not read it",
+        description="the prompts evaluation and validation answer (eval_*, val_*); default: the training "
+        "prompts",
     )
 
 
@@ -281,3 +282,12 @@ class Config(Strict):
     eval: Evaluation = Evaluation()
     runtime: TrainRuntime = TrainRuntime()
     nemo_rl: NemoRL = NemoRL()
+
+    @model_validator(mode="after")
+    def _nemo_gym_runs_under_nemo_rl(self) -> "Config":
+        if self.env.should_use_nemo_gym and self.backend != "nemo_rl":
+            raise ValueError(
+                "env.should_use_nemo_gym acts only with backend=nemo_rl (NeMo-Gym runs under NeMo-RL); the "
+                "built-in engine judges through judge.*: set env.should_use_nemo_gym=false"
+            )
+        return self

@@ -216,8 +216,14 @@ def main() -> None:
     )
     policy, sampling = rollouts.models.policy, rollouts.sampling
     optimizer = build_optimizer(policy.parameters(), cfg.policy.optimizer)
+    validation = cfg.data.validation.data_path  # NeMo-RL's validation prompts, else the training prompts
     evaluation = stages.BeforeAfter(
-        run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None
+        run,
+        rollouts,
+        cfg.eval,
+        get_task(cfg.eval.task) if cfg.eval.task else None,
+        stages.validation_prompts(validation, rollouts),
+        cfg.grpo.val_period,
     )
     judge_model = cfg.env.nemo_gym.genrm_model.responses_api_models.vllm_model.model
 
@@ -273,6 +279,7 @@ def main() -> None:
                 judge_stats,
             )
             run.report(step, total, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths"))
+            evaluation.periodic(score_fn, step)
             checkpoints.maybe_save(step, rollouts.position)
 
         # ---- evaluate
