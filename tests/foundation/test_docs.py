@@ -84,7 +84,9 @@ def _documented_step_runs() -> list[tuple[str, str]]:
     """Every `nemotron steps run ID -c PRESET [k=v ...]` line in README.md and docs/ (not the generated reference)."""
     found = []
     for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for line in md.read_text().splitlines():
+        text = re.sub(r"\\\n\s*", " ", md.read_text())  # a command continued with a backslash is one line
+        # each command of a pipe or an && chain on its own
+        for line in (part for row in text.splitlines() for part in re.split(r" (?:\||&&|;) ", row)):
             m = re.search(r"nemotron steps run ([^`#]+)", line)
             if m and "<" not in line and "..." not in line:
                 found.append((md.name, m.group(1).strip()))
