@@ -3,15 +3,18 @@
 A fenced block is runnable when its info string carries the word `runnable`:
 
 - ```` ```console runnable ````: each line starting with `$ ` is a command (a line ending in `\\` continues on the
-  next); the other lines are the output it printed when the page was written, shown to the reader, not compared.
-  Each command runs on its own and must exit 0; show an expected failure as `cmd || echo "exit $?"`.
+  next, and so does a line starting with `> `, bash's prompt inside a quoted string); the other lines are the
+  output it printed when the page was written, shown to the reader, not compared.
+  The block's commands run in one bash session (a variable set by one is seen by the next), each must exit 0;
+  show an expected failure as `cmd || echo "exit $?"`.
 - ```` ```bash runnable ```` (or `sh`): the whole block is one `bash -e -o pipefail` script.
 - ```` ```toml runnable file=env.toml ```` (any language): the block's text is written to that file, relative to
   the page's working directory, before the blocks after it run.
 
-`timeout=SECONDS` in the info string bounds each command of the block (default 120). The blocks of a page run in
+`timeout=SECONDS` in the info string bounds the block (default 120). The blocks of a page run in
 order, in one fresh working directory with `NEMOTRON_HOME=<dir>/home`, no env.toml from outside, and the
-interpreter's `bin/` (the installed `nemotron`) first on PATH: later blocks may use what earlier ones made.
+interpreter's `bin/` (the installed `nemotron`) first on PATH: later blocks may use the files earlier ones made.
+Jobs a page leaves running (a server started with `-b local`) are killed when the page ends.
 
 `python -m nemotron.docblocks docs/artifacts.md` runs a page's blocks and prints each command with its output;
 `--write` puts that output under each command of the page's console blocks, so what a page shows is what the
@@ -22,8 +25,10 @@ job ids, times and hashes change from run to run).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -82,6 +87,9 @@ def _console_commands(text: str) -> tuple[str, ...]:
             if not line.rstrip().endswith("\\"):
                 commands.append("\n".join(current))
                 current = None
+            continue
+        if line.startswith("> ") and commands:  # a continuation line of a quoted string (bash's PS2 prompt)
+            commands[-1] += "\n" + line[2:]
             continue
         if line.startswith("$ "):
             command = line[2:]
@@ -144,8 +152,32 @@ def page_env(workdir: Path) -> dict[str, str]:
     return env
 
 
+_MARK = "@@docblocks-exit@@"
+
+
+def _session_script(commands: tuple[str, ...]) -> str:
+    """One bash session for a block's commands (variables carry from one to the next): after each, a marker line
+    with its exit code; the session stops at the first that fails."""
+    check = f"__rc=$?; printf '\\n{_MARK}%d\\n' \"$__rc\"; [ \"$__rc\" = 0 ] || exit \"$__rc\"\n"
+    return "set -o pipefail\n" + "".join(f"{command}\n{check}" for command in commands)
+
+
+def _split_session(block: Block, output: str, seconds: float, code: int) -> list[Outcome]:
+    """The session's output cut at its markers: one Outcome per command that ran. A command with no marker after
+    it ended the session itself (`exit`, a timeout): it gets the session's exit code."""
+    pieces = output.split(f"\n{_MARK}")
+    codes = [int(p.partition("\n")[0]) for p in pieces[1:]]
+    outputs = [pieces[0], *(p.partition("\n")[2] for p in pieces[1:])]
+    outcomes = [Outcome(block, c, rc, out, seconds) for c, rc, out in zip(block.commands, codes, outputs, strict=False)]
+    if len(codes) < len(block.commands) and code != 0 and not any(codes):
+        outcomes.append(Outcome(block, block.commands[len(codes)], code, outputs[len(codes)], seconds))
+    return outcomes
+
+
 def run_blocks(blocks: list[Block], workdir: Path, stop_on_failure: bool = True) -> Iterator[Outcome]:
-    """Run `blocks` in order in `workdir`; yields one Outcome per command (a timeout is exit code 124)."""
+    """Run `blocks` in order in `workdir`; yields one Outcome per command that ran (a timeout is exit code 124).
+
+    A console block's commands run in one bash session, a bash block as one `bash -e -o pipefail` script."""
     env = page_env(workdir)
     for block in blocks:
         if block.file is not None:
@@ -153,27 +185,45 @@ def run_blocks(blocks: list[Block], workdir: Path, stop_on_failure: bool = True)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(block.text)
             continue
-        for command in block.commands:
-            start = time.monotonic()
-            try:
-                done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", command], cwd=workdir, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      timeout=block.timeout_s, start_new_session=True)  # fmt: skip
-                code, output = done.returncode, done.stdout
-            except subprocess.TimeoutExpired as e:
-                out = e.output.decode() if isinstance(e.output, bytes) else (e.output or "")
-                code, output = 124, out + f"\n(timed out after {block.timeout_s:g} s)"
-            outcome = Outcome(block, command, code, output, time.monotonic() - start)
-            yield outcome
-            if code != 0 and stop_on_failure:
-                return
+        console = block.language == "console"
+        argv = ["bash", "-c", _session_script(block.commands)] if console else \
+            ["bash", "-e", "-o", "pipefail", "-c", block.commands[0]]
+        start = time.monotonic()
+        try:
+            done = subprocess.run(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, timeout=block.timeout_s, start_new_session=True)  # fmt: skip
+            code, output = done.returncode, done.stdout
+        except subprocess.TimeoutExpired as e:
+            out = e.output.decode() if isinstance(e.output, bytes) else (e.output or "")
+            code, output = 124, out + f"\n(timed out after {block.timeout_s:g} s)"
+        seconds = time.monotonic() - start
+        outcomes = _split_session(block, output, seconds, code) if console else \
+            [Outcome(block, block.commands[0], code, output, seconds)]
+        yield from outcomes
+        if any(o.code != 0 for o in outcomes) and stop_on_failure:
+            return
+
+
+def stop_leftover_jobs(home: Path) -> None:
+    """Stop what a page's blocks left running (a server started with -b local): each running job's process group."""
+    for status in home.glob("jobs/*/status.json"):
+        try:
+            record = json.loads(status.read_text())
+            if record.get("state") in ("pending", "running") and record.get("pgid"):
+                os.killpg(int(record["pgid"]), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
 
 
 def run_page(page: Path, workdir: Path | None = None) -> PageRun:
     """Run every runnable block of `page` in a fresh working directory; stops at the first failing command."""
     result = PageRun(page)
     with tempfile.TemporaryDirectory(prefix="docblocks-") as tmp:
-        result.outcomes = list(run_blocks(parse_blocks(page), workdir or Path(tmp)))
+        where = workdir or Path(tmp)
+        try:
+            result.outcomes = list(run_blocks(parse_blocks(page), where))
+        finally:
+            stop_leftover_jobs(where / "home")
     return result
 
 
@@ -189,7 +239,12 @@ def write_outputs(page: Path, outcomes: list[Outcome]) -> str:
         indent = lines[block.line - 1][: len(lines[block.line - 1]) - len(lines[block.line - 1].lstrip())]
         body: list[str] = []
         for o in by_block[block.line]:
-            body += [f"$ {o.command}".splitlines()[0], *o.command.splitlines()[1:]]
+            first, *rest = o.command.splitlines()
+            continued = first.rstrip().endswith("\\")
+            for line in rest:  # a backslash-continued line stays as it is; a quoted newline gets bash's `> `
+                body.append(line if continued else f"> {line}")
+                continued = line.rstrip().endswith("\\")
+            body.insert(len(body) - len(rest), f"$ {first}")
             body += [line.rstrip() for line in o.output.rstrip("\n").splitlines()]
         lines[block.line : block.end - 1] = [indent + line if line else line for line in body]
     return "\n".join(lines) + "\n"
