@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.docblocks import parse_blocks, run_page, runnable_pages
+from nemotron.docblocks import parse_blocks, run_page, runnable_pages, write_outputs
 from nemotron.paths import bundled_root
 
 ROOT = bundled_root()
@@ -18,7 +18,7 @@ PAGE_BUDGET_S = 45.0  # per page on a busy 2-core machine: the runnable blocks a
 
 def test_the_new_pages_have_runnable_blocks() -> None:
     names = {p.name for p in PAGES}
-    assert {"artifacts.md", "cluster.md", "reward-server.md"} <= names, names
+    assert {"artifacts.md", "cluster.md", "reward-server.md", "troubleshooting.md"} <= names, names
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
@@ -88,3 +88,14 @@ def test_a_runnable_block_without_a_way_to_run_is_refused(tmp_path: Path) -> Non
     page.write_text("```toml runnable\n[a]\n```\n")
     with pytest.raises(ValueError, match="needs file=NAME"):
         parse_blocks(page)
+
+
+def test_write_puts_each_commands_real_output_under_it(tmp_path: Path) -> None:
+    page = tmp_path / "p.md"
+    page.write_text("Intro\n\n```console runnable\n$ x=2; echo $x\nstale output\n$ echo \"a\n> b\"\n$ echo $x \\\n"
+                    "    again\n```\n\nEnd\n")
+    run = run_page(page)
+    assert not run.failures
+    page.write_text(write_outputs(page, run.outcomes))
+    assert page.read_text() == ("Intro\n\n```console runnable\n$ x=2; echo $x\n2\n$ echo \"a\n> b\"\na\nb\n"
+                                "$ echo $x \\\n    again\n2 again\n```\n\nEnd\n")
