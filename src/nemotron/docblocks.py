@@ -2,18 +2,19 @@
 
 A fenced block is runnable when its info string carries the word `runnable`:
 
-- ```` ```console runnable ````: each line starting with `$ ` is a command (a line ending in `\\` continues on the
-  next, and so does a line starting with `> `, bash's prompt inside a quoted string); the other lines are the
-  output it printed when the page was written, shown to the reader, not compared.
+- ```` ```console runnable ````: each line starting with `$ ` is a command (a line ending in `\\` continues
+  on the next, and so does a line starting with `> `, bash's prompt inside a quoted string); the other lines
+  are the output it printed when the page was written, shown to the reader, not compared.
   The block's commands run in one bash session (a variable set by one is seen by the next), each must exit 0;
   show an expected failure as `cmd || echo "exit $?"`.
 - ```` ```bash runnable ```` (or `sh`): the whole block is one `bash -e -o pipefail` script.
-- ```` ```toml runnable file=env.toml ```` (any language): the block's text is written to that file, relative to
-  the page's working directory, before the blocks after it run.
+- ```` ```toml runnable file=env.toml ```` (any language): the block's text is written to that file,
+  relative to the page's working directory, before the blocks after it run.
 
 `timeout=SECONDS` in the info string bounds the block (default 120). The blocks of a page run in
 order, in one fresh working directory with `NEMOTRON_HOME=<dir>/home`, no env.toml from outside, and the
-interpreter's `bin/` (the installed `nemotron`) first on PATH: later blocks may use the files earlier ones made.
+interpreter's `bin/` (the installed `nemotron`) first on PATH: later blocks may use the files earlier ones
+made.
 Jobs a page leaves running (a server started with `-b local`) are killed when the page ends.
 
 `python -m nemotron.docblocks docs/artifacts.md` runs a page's blocks and prints each command with its output;
@@ -116,7 +117,7 @@ def parse_blocks(page: Path, text: str | None = None) -> list[Block]:
         body: list[str] = []
         j = i + 1
         while j < len(lines) and not lines[j].strip().startswith(fence):
-            body.append(lines[j][len(m["indent"]):] if lines[j].startswith(m["indent"]) else lines[j])
+            body.append(lines[j][len(m["indent"]) :] if lines[j].startswith(m["indent"]) else lines[j])
             j += 1
         if "runnable" in info:
             options = dict(w.split("=", 1) for w in info if "=" in w)
@@ -131,8 +132,18 @@ def parse_blocks(page: Path, text: str | None = None) -> list[Block]:
                 commands = (text_,)
             else:
                 raise ValueError(f"{page.name}:{i + 1}: a runnable '{language}' block needs file=NAME")
-            blocks.append(Block(page, i + 1, j + 1, language, text_, commands, file,
-                                float(options.get("timeout", DEFAULT_TIMEOUT_S))))  # fmt: skip
+            blocks.append(
+                Block(
+                    page,
+                    i + 1,
+                    j + 1,
+                    language,
+                    text_,
+                    commands,
+                    file,
+                    float(options.get("timeout", DEFAULT_TIMEOUT_S)),
+                )
+            )
         i = j + 1
     return blocks
 
@@ -146,8 +157,13 @@ def runnable_pages(root: Path) -> list[Path]:
 def page_env(workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NEMOTRON_ENV_FILE", "NEMOTRON_STEPS_PATH")}
     bin_dir = str(Path(sys.executable).parent)
-    env.update(NEMOTRON_HOME=str(workdir / "home"), PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-               COLUMNS="110", TERM="dumb", PYTHONUNBUFFERED="1")  # fmt: skip
+    env.update(
+        NEMOTRON_HOME=str(workdir / "home"),
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        COLUMNS="110",
+        TERM="dumb",
+        PYTHONUNBUFFERED="1",
+    )
     env.pop("NO_COLOR", None)
     return env
 
@@ -156,26 +172,29 @@ _MARK = "@@docblocks-exit@@"
 
 
 def _session_script(commands: tuple[str, ...]) -> str:
-    """One bash session for a block's commands (variables carry from one to the next): after each, a marker line
-    with its exit code; the session stops at the first that fails."""
-    check = f"__rc=$?; printf '\\n{_MARK}%d\\n' \"$__rc\"; [ \"$__rc\" = 0 ] || exit \"$__rc\"\n"
+    """One bash session for a block's commands (variables carry from one to the next): after each, a marker
+    line with its exit code; the session stops at the first that fails."""
+    check = f'__rc=$?; printf \'\\n{_MARK}%d\\n\' "$__rc"; [ "$__rc" = 0 ] || exit "$__rc"\n'
     return "set -o pipefail\n" + "".join(f"{command}\n{check}" for command in commands)
 
 
 def _split_session(block: Block, output: str, seconds: float, code: int) -> list[Outcome]:
-    """The session's output cut at its markers: one Outcome per command that ran. A command with no marker after
-    it ended the session itself (`exit`, a timeout): it gets the session's exit code."""
+    """The session's output cut at its markers: one Outcome per command that ran. A command with no marker
+    after it ended the session itself (`exit`, a timeout): it gets the session's exit code."""
     pieces = output.split(f"\n{_MARK}")
     codes = [int(p.partition("\n")[0]) for p in pieces[1:]]
     outputs = [pieces[0], *(p.partition("\n")[2] for p in pieces[1:])]
-    outcomes = [Outcome(block, c, rc, out, seconds) for c, rc, out in zip(block.commands, codes, outputs, strict=False)]
+    outcomes = [
+        Outcome(block, c, rc, out, seconds)
+        for c, rc, out in zip(block.commands, codes, outputs, strict=False)
+    ]
     if len(codes) < len(block.commands) and code != 0 and not any(codes):
         outcomes.append(Outcome(block, block.commands[len(codes)], code, outputs[len(codes)], seconds))
     return outcomes
 
 
 def run_blocks(blocks: list[Block], workdir: Path, stop_on_failure: bool = True) -> Iterator[Outcome]:
-    """Run `blocks` in order in `workdir`; yields one Outcome per command that ran (a timeout is exit code 124).
+    """Run `blocks` in order in `workdir`; yields one Outcome per command that ran (a timeout: exit 124).
 
     A console block's commands run in one bash session, a bash block as one `bash -e -o pipefail` script."""
     env = page_env(workdir)
@@ -186,26 +205,41 @@ def run_blocks(blocks: list[Block], workdir: Path, stop_on_failure: bool = True)
             target.write_text(block.text)
             continue
         console = block.language == "console"
-        argv = ["bash", "-c", _session_script(block.commands)] if console else \
-            ["bash", "-e", "-o", "pipefail", "-c", block.commands[0]]
+        argv = (
+            ["bash", "-c", _session_script(block.commands)]
+            if console
+            else ["bash", "-e", "-o", "pipefail", "-c", block.commands[0]]
+        )
         start = time.monotonic()
         try:
-            done = subprocess.run(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, timeout=block.timeout_s, start_new_session=True)  # fmt: skip
+            done = subprocess.run(
+                argv,
+                cwd=workdir,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=block.timeout_s,
+                start_new_session=True,
+            )
             code, output = done.returncode, done.stdout
         except subprocess.TimeoutExpired as e:
             out = e.output.decode() if isinstance(e.output, bytes) else (e.output or "")
             code, output = 124, out + f"\n(timed out after {block.timeout_s:g} s)"
         seconds = time.monotonic() - start
-        outcomes = _split_session(block, output, seconds, code) if console else \
-            [Outcome(block, block.commands[0], code, output, seconds)]
+        outcomes = (
+            _split_session(block, output, seconds, code)
+            if console
+            else [Outcome(block, block.commands[0], code, output, seconds)]
+        )
         yield from outcomes
         if any(o.code != 0 for o in outcomes) and stop_on_failure:
             return
 
 
 def stop_leftover_jobs(home: Path) -> None:
-    """Stop what a page's blocks left running (a server started with -b local): each running job's process group."""
+    """Stop what a page's blocks left running (a server started with -b local): each running job's process
+    group."""
     for status in home.glob("jobs/*/status.json"):
         try:
             record = json.loads(status.read_text())
@@ -228,12 +262,15 @@ def run_page(page: Path, workdir: Path | None = None) -> PageRun:
 
 
 def write_outputs(page: Path, outcomes: list[Outcome]) -> str:
-    """The page with the output under each command of its `console runnable` blocks replaced by `outcomes`'."""
+    """The page with the output under each command of its `console runnable` blocks replaced by the
+    `outcomes`'."""
     lines = page.read_text().splitlines()
     by_block: dict[int, list[Outcome]] = {}
     for o in outcomes:
         by_block.setdefault(o.block.line, []).append(o)
-    for block in sorted(parse_blocks(page), key=lambda b: -b.line):  # from the bottom: line numbers stay valid
+    for block in sorted(
+        parse_blocks(page), key=lambda b: -b.line
+    ):  # from the bottom: line numbers stay valid
         if block.language != "console" or block.line not in by_block:
             continue
         indent = lines[block.line - 1][: len(lines[block.line - 1]) - len(lines[block.line - 1].lstrip())]
@@ -251,13 +288,18 @@ def write_outputs(page: Path, outcomes: list[Outcome]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nemotron.docblocks",
-                                     description="Run the runnable blocks of Markdown pages and print their output.")
+    parser = argparse.ArgumentParser(
+        prog="python -m nemotron.docblocks",
+        description="Run the runnable blocks of Markdown pages and print their output.",
+    )
     parser.add_argument("pages", nargs="+", type=Path, help="Markdown pages")
     parser.add_argument("--workdir", type=Path, help="run here instead of a fresh temporary directory (kept)")
     parser.add_argument("--list", action="store_true", help="only list the commands")
-    parser.add_argument("--write", action="store_true",
-                        help="write each command's output under it in the page's console blocks (all must succeed)")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="write each command's output under it in the page's console blocks (all must succeed)",
+    )
     args = parser.parse_args(argv)
     failed = 0
     for page in args.pages:

@@ -1,5 +1,6 @@
-"""Every block of README.md and docs/ marked runnable runs on CPU with the installed `nemotron`, page by page, in
-order, in a fresh $NEMOTRON_HOME (the marker: src/nemotron/docblocks.py). A failing block fails its page's test."""
+"""Every block of README.md and docs/ marked runnable runs on CPU with the installed `nemotron`, page by page,
+in order, in a fresh $NEMOTRON_HOME (the marker: src/nemotron/docblocks.py). A failing block fails its page's
+test."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ def test_the_new_pages_have_runnable_blocks() -> None:
 def test_runnable_blocks_of_the_page_succeed(page: Path) -> None:
     start = time.monotonic()
     run = run_page(page)
-    report = "\n".join(f"{o.block.where} exit {o.code}: $ {o.command}\n{o.output[-3000:]}" for o in run.failures)
+    report = "\n".join(
+        f"{o.block.where} exit {o.code}: $ {o.command}\n{o.output[-3000:]}" for o in run.failures
+    )
     assert not run.failures, report
     commands = sum(len(b.commands) for b in parse_blocks(page))
     assert len(run.outcomes) == commands
@@ -65,8 +68,11 @@ def test_the_marker_is_parsed(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
     page.write_text(PAGE)
     blocks = parse_blocks(page)
-    assert [(b.line, b.language, b.file) for b in blocks] == [(3, "console", None), (17, "toml", "conf/x.toml"),
-                                                              (22, "bash", None)]  # fmt: skip
+    assert [(b.line, b.language, b.file) for b in blocks] == [
+        (3, "console", None),
+        (17, "toml", "conf/x.toml"),
+        (22, "bash", None),
+    ]
     assert blocks[0].commands == ("echo one > one.txt", "cat one.txt \\\n    one.txt")
     assert blocks[2].timeout_s == 5.0
     run = run_page(page)
@@ -92,10 +98,14 @@ def test_a_runnable_block_without_a_way_to_run_is_refused(tmp_path: Path) -> Non
 
 def test_write_puts_each_commands_real_output_under_it(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
-    page.write_text("Intro\n\n```console runnable\n$ x=2; echo $x\nstale output\n$ echo \"a\n> b\"\n$ echo $x \\\n"
-                    "    again\n```\n\nEnd\n")
+    page.write_text(
+        'Intro\n\n```console runnable\n$ x=2; echo $x\nstale output\n$ echo "a\n> b"\n$ echo $x \\\n'
+        "    again\n```\n\nEnd\n"
+    )
     run = run_page(page)
     assert not run.failures
     page.write_text(write_outputs(page, run.outcomes))
-    assert page.read_text() == ("Intro\n\n```console runnable\n$ x=2; echo $x\n2\n$ echo \"a\n> b\"\na\nb\n"
-                                "$ echo $x \\\n    again\n2 again\n```\n\nEnd\n")
+    assert page.read_text() == (
+        'Intro\n\n```console runnable\n$ x=2; echo $x\n2\n$ echo "a\n> b"\na\nb\n'
+        "$ echo $x \\\n    again\n2 again\n```\n\nEnd\n"
+    )

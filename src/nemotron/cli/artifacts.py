@@ -49,7 +49,7 @@ def ls(
         print(json.dumps([{k: v for k, v in _as_dict(a).items() if k != "files"} for a in arts], indent=2))
         return
     table = Table(title=f"artifacts in {artifacts_dir()}", title_justify="left")
-    # the reference is what users copy: never cut; the job id folds onto a second line when the terminal is narrow
+    # the reference is what users copy: never cut; a narrow terminal folds the job id onto a second line
     table.add_column("ref", no_wrap=True, min_width=max((len(a.ref) for a in arts), default=3))
     table.add_column("type", no_wrap=True)
     table.add_column("job", overflow="fold")
