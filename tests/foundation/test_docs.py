@@ -10,6 +10,7 @@ import pytest
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compose_config
+from nemotron.docblocks import parse_blocks
 from nemotron.docgen import (
     BUILTIN_UNREAD,
     config_reference,
@@ -115,9 +116,16 @@ def _documented_step_runs() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(("doc", "command"), _documented_step_runs())
-def test_documented_step_commands_compile(doc: str, command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_documented_step_commands_compile(
+    doc: str, command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     for name in re.findall(r"\$\{oc\.env:(\w+)\}", command):  # a variable the page sets before the command
         monkeypatch.setenv(name, "set-by-the-page")
+    page = ROOT / "docs" / doc if doc != "README.md" else ROOT / "README.md"
+    for block in parse_blocks(page):  # the files the page writes (a preset of the user's, an env.toml)
+        if block.file is not None:
+            (tmp_path / block.file).write_text(block.text)
+    monkeypatch.chdir(tmp_path)
     args = shlex.split(command.split(" -- ")[0])
     step_id, rest = args[0], args[1:]
     catalog = Catalog([ROOT / "docs" / "examples" / "my-steps", ROOT])
