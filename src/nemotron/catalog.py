@@ -74,6 +74,7 @@ class KnownError(_Strict):
     name: str
     recovery: str
     match: str = ""  # a substring of the failure's message that identifies it
+    cause: str = ""  # why it happens (docs/troubleshooting.md shows it beside the recovery)
 
 
 class Resources(_Strict):

@@ -10,6 +10,7 @@ import pytest
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compose_config
+from nemotron.docblocks import parse_blocks
 from nemotron.docgen import (
     BUILTIN_UNREAD,
     config_reference,
@@ -18,6 +19,8 @@ from nemotron.docgen import (
     reference_path,
     schema_fields,
     step_reference,
+    troubleshooting_path,
+    with_known_errors,
 )
 from nemotron.paths import bundled_root
 
@@ -36,6 +39,21 @@ def test_config_reference_is_not_stale() -> None:
     assert config_reference_path().read_text() == expected, (
         "docs/reference/config.md is stale: run `python -m nemotron.docgen`"
     )
+
+
+def test_the_known_errors_of_troubleshooting_md_are_not_stale() -> None:
+    page = troubleshooting_path().read_text()
+    assert page == with_known_errors(page, Catalog([ROOT])), (
+        "docs/troubleshooting.md's known errors are stale: run `python -m nemotron.docgen`"
+    )
+
+
+def test_every_known_error_has_a_cause_a_fix_and_a_match_and_is_on_the_page() -> None:
+    page = troubleshooting_path().read_text()
+    for step in Catalog([ROOT]).steps.values():
+        for e in step.manifest.errors:
+            assert e.cause and e.recovery and e.match, (step.id, e.name)
+            assert f"| `{step.id}` | {e.name} |" in page, (step.id, e.name)
 
 
 @pytest.mark.parametrize("step_id", sorted(Catalog([ROOT]).steps))
@@ -84,15 +102,30 @@ def _documented_step_runs() -> list[tuple[str, str]]:
     """Every `nemotron steps run ID -c PRESET [k=v ...]` line in README.md and docs/ (not the generated reference)."""
     found = []
     for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for line in md.read_text().splitlines():
-            m = re.search(r"nemotron steps run ([^`#]+)", line)
-            if m and "<" not in line and "..." not in line:
-                found.append((md.name, m.group(1).strip()))
+        text = re.sub(r"\\\n\s*", " ", md.read_text())  # a command continued with a backslash is one line
+        for row in text.splitlines():
+            if '|| echo "exit' in row:  # shown failing on purpose (a runnable block checks that it runs)
+                continue
+            # each command of a pipe or an && / || chain on its own, without redirections or a closing $( )
+            for line in re.split(r" (?:\|\|?|&&|;) ", row):
+                line = re.sub(r"\s\d?>&?\S*", "", line).rstrip(")")
+                m = re.search(r"nemotron steps run ([^`#$]\S*[^`#]*)", line)
+                if m and "<" not in line and "..." not in line:
+                    found.append((md.name, m.group(1).strip()))
     return found
 
 
 @pytest.mark.parametrize(("doc", "command"), _documented_step_runs())
-def test_documented_step_commands_compile(doc: str, command: str) -> None:
+def test_documented_step_commands_compile(
+    doc: str, command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in re.findall(r"\$\{oc\.env:(\w+)\}", command):  # a variable the page sets before the command
+        monkeypatch.setenv(name, "set-by-the-page")
+    page = ROOT / "docs" / doc if doc != "README.md" else ROOT / "README.md"
+    for block in parse_blocks(page):  # the files the page writes (a preset of the user's, an env.toml)
+        if block.file is not None:
+            (tmp_path / block.file).write_text(block.text)
+    monkeypatch.chdir(tmp_path)
     args = shlex.split(command.split(" -- ")[0])
     step_id, rest = args[0], args[1:]
     catalog = Catalog([ROOT / "docs" / "examples" / "my-steps", ROOT])

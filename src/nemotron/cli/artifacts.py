@@ -58,10 +58,15 @@ def ls(
         print(json.dumps([{k: v for k, v in _as_dict(a).items() if k != "files"} for a in arts], indent=2))
         return
     table = Table(title=f"artifacts in {artifacts_dir()}", title_justify="left")
-    for col in ("ref", "type", "job", "sha256", "created"):
-        table.add_column(col)
+    # the reference is what users copy: never cut; a narrow terminal folds the job id onto a second line
+    table.add_column("ref", no_wrap=True, min_width=max((len(a.ref) for a in arts), default=3))
+    table.add_column("type", no_wrap=True)
+    table.add_column("job", overflow="fold")
+    table.add_column("sha256", no_wrap=True)
+    table.add_column("created (UTC)", no_wrap=True)
     for a in arts:
-        table.add_row(a.ref, a.type, a.job_id or "(external)", a.sha256[:12], a.created_at)
+        created = a.created_at.replace("T", " ").removesuffix("+00:00")
+        table.add_row(a.ref, a.type, a.job_id or "(external)", a.sha256[:12], created)
     out.print(table)
 
 
