@@ -68,7 +68,12 @@ CASES = [
             "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=/models/rm",
         ),
     ),
-    ("slurm_rlhf", "rl/rlhf", "default", ("backend=builtin", "env.should_use_nemo_gym=false", "judge.mode=pointwise")),
+    (
+        "slurm_rlhf",
+        "rl/rlhf",
+        "default",
+        ("backend=builtin", "env.should_use_nemo_gym=false", "judge.mode=pointwise"),
+    ),
     # a server step on 2 nodes x 8 tasks: one server per node
     ("slurm_rlhf", "rm/serve", "default", ()),
 ]
