@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -37,50 +38,82 @@ def checked_recently(status: dict[str, object], at: datetime, ttl_s: float = LS_
     return (at - checked).total_seconds() < ttl_s
 
 
-@app.command("ls", epilog=epilog("nemotron jobs ls --limit 10"))
-def ls(as_json: Annotated[bool, typer.Option("--json")] = False, limit: Annotated[int, typer.Option(help="newest N")] = 50) -> None:
-    """Jobs, newest first. Unfinished jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all;
-    a state checked in the last 30 s is shown as is."""
-    from nemotron.launch.executor import executor_named
+def parse_since(text: str, at: datetime) -> str:
+    """`--since` as the UTC ISO time records carry: a date (2026-11-01), a time (2026-11-01T12:00, UTC unless it
+    says otherwise) or an age (30m, 12h, 7d, 2w)."""
+    m = re.fullmatch(r"(\d+)([mhdw])", text.strip())
+    if m:
+        unit = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[m.group(2)]
+        when = at - timedelta(**{unit: int(m.group(1))})
+    else:
+        try:
+            when = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise UserError(f"--since '{text}': expected a date (2026-11-01), a time (2026-11-01T12:00) or an age "
+                            "(30m, 12h, 7d, 2w)") from None  # fmt: skip
+        when = when if when.tzinfo else when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).isoformat(timespec="seconds")
 
+
+def more_note(more: int, what: str) -> None:
+    """The line under a page that was cut: how many more match, and how to see them (stderr, so JSON stays JSON)."""
+    if more > 0:
+        err_console.print(f"{more} more {what}, use --all (or --limit N)", highlight=False)
+
+
+@app.command("ls", epilog=epilog("nemotron jobs ls --step rl/rlhf --since 7d --limit 10"))
+def ls(
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    limit: Annotated[int, typer.Option(min=1, help="newest N")] = 50,
+    all_: Annotated[bool, typer.Option("--all", help="every job, not the newest --limit")] = False,
+    step: Annotated[str | None, typer.Option(help="only jobs of this step (e.g. rl/rlhf)")] = None,
+    state: Annotated[str | None, typer.Option(help="only jobs in this state (pending, running, succeeded, ...)")] = None,
+    since: Annotated[str | None, typer.Option(help="only jobs created since: 2026-11-01, 2026-11-01T12:00, 12h, 7d")] = None,
+) -> None:
+    """Jobs, newest first by creation time, from the jobs index ($NEMOTRON_HOME/jobs.sqlite, brought up to date with
+    the job dirs first). Unfinished jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all; a
+    state checked in the last 30 s is shown as is."""
+    from nemotron.jobindex import JobsIndex
+    from nemotron.launch.executor import executor_named
+    from nemotron.paths import jobs_dir
+
+    since_iso = parse_since(since, datetime.now(UTC)) if since else None
+    page, more = JobsIndex().page(None if all_ else limit, step=step, state=state, since=since_iso)
     rows, stale = [], 0
     deadline = time.monotonic() + LS_REFRESH_BUDGET_S
-    for job_id in records.list_job_ids()[:limit]:
-        d = records.resolve_job_dir(job_id)
-        try:
-            rec, st = records.read_record(d), records.read_status(d)
-        except UserError as e:  # one unreadable record must not hide the others
-            err_console.print(f"note: {e.message}", markup=False, highlight=False, soft_wrap=True)
-            rows.append({"job_id": job_id, "step": None, "preset": None, "executor": None, "state": "unreadable",
-                         "created_at": None, "remote_id": None})  # fmt: skip
-            continue
-        if st.get("state") not in ("succeeded", "failed", "cancelled"):
-            executor = executor_named(rec.executor)
+    for job in page:
+        d = jobs_dir() / job.job_id
+        row = job.as_dict()
+        if job.state == "unreadable":  # one unreadable record must not hide the others
+            err_console.print(f"note: {job.error}", markup=False, highlight=False, soft_wrap=True)
+        elif job.state not in ("succeeded", "failed", "cancelled") and job.executor:
+            executor = executor_named(job.executor)
+            st: dict[str, object] = {"state": job.state}
             if executor.cheap_refresh:
                 st = executor.refresh(d)
-            elif checked_recently(st, datetime.now(UTC)):
+            elif checked_recently(records.read_status(d), datetime.now(UTC)):
                 pass
             elif time.monotonic() < deadline:
                 st = _refresh_or_keep(executor.refresh, d, st)
             else:
                 stale += 1
-        rows.append({"job_id": job_id, "step": rec.step, "preset": rec.preset, "executor": rec.executor,
-                     "state": st.get("state"), "created_at": rec.created_at, "remote_id": st.get("remote_id")})
+            row["state"] = st.get("state", job.state)
+            row["remote_id"] = st.get("remote_id", job.remote_id)
+        rows.append(row)
     if stale:
         err_console.print(f"note: {stale} unfinished job(s) not refreshed within {LS_REFRESH_BUDGET_S:.0f} s; "
                           "`nemotron jobs status JOB_ID` asks their executor")  # fmt: skip
+    more_note(more, "jobs")
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    from nemotron.paths import jobs_dir
-
     table = Table(title=f"jobs in {jobs_dir()}", title_justify="left")
     for col in ("job id", "step", "preset", "executor", "state", "created"):
         table.add_column(col)
     colors = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
     for r in rows:
-        state = str(r["state"])
-        table.add_row(str(r["job_id"]), str(r["step"]), str(r["preset"]), str(r["executor"]), f"[{colors.get(state, 'white')}]{state}[/]", str(r["created_at"]))
+        state_ = str(r["state"])
+        table.add_row(str(r["job_id"]), str(r["step"]), str(r["preset"]), str(r["executor"]), f"[{colors.get(state_, 'white')}]{state_}[/]", str(r["created_at"]))
     out.print(table)
 
 
