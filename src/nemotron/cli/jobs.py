@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +16,7 @@ from rich.table import Table
 from nemotron import jobs as records
 from nemotron.cli.console import stdout_console
 from nemotron.cli.help import epilog
+from nemotron.cli.listing import more_note, parse_since
 from nemotron.errors import UserError
 
 app = typer.Typer(help="Inspect and control jobs.", no_args_is_help=True)
@@ -36,29 +36,6 @@ def checked_recently(status: dict[str, object], at: datetime, ttl_s: float = LS_
     except ValueError:
         return False
     return (at - checked).total_seconds() < ttl_s
-
-
-def parse_since(text: str, at: datetime) -> str:
-    """`--since` as the UTC ISO time records carry: a date (2026-11-01), a time (2026-11-01T12:00, UTC unless it
-    says otherwise) or an age (30m, 12h, 7d, 2w)."""
-    m = re.fullmatch(r"(\d+)([mhdw])", text.strip())
-    if m:
-        unit = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[m.group(2)]
-        when = at - timedelta(**{unit: int(m.group(1))})
-    else:
-        try:
-            when = datetime.fromisoformat(text.strip())
-        except ValueError:
-            raise UserError(f"--since '{text}': expected a date (2026-11-01), a time (2026-11-01T12:00) or an age "
-                            "(30m, 12h, 7d, 2w)") from None  # fmt: skip
-        when = when if when.tzinfo else when.replace(tzinfo=UTC)
-    return when.astimezone(UTC).isoformat(timespec="seconds")
-
-
-def more_note(more: int, what: str) -> None:
-    """The line under a page that was cut: how many more match, and how to see them (stderr, so JSON stays JSON)."""
-    if more > 0:
-        err_console.print(f"{more} more {what}, use --all (or --limit N)", highlight=False)
 
 
 @app.command("ls", epilog=epilog("nemotron jobs ls --step rl/rlhf --since 7d --limit 10"))
