@@ -51,7 +51,6 @@ def ls(
     the job dirs first). Unfinished jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all; a
     state checked in the last 30 s is shown as is."""
     from nemotron.jobindex import JobsIndex
-    from nemotron.launch.executor import executor_named
     from nemotron.paths import jobs_dir
 
     since_iso = parse_since(since, datetime.now(UTC)) if since else None
@@ -64,6 +63,9 @@ def ls(
         if job.state == "unreadable":  # one unreadable record must not hide the others
             err_console.print(f"note: {job.error}", markup=False, highlight=False, soft_wrap=True)
         elif job.state not in ("succeeded", "failed", "cancelled") and job.executor:
+            # Imported only for unfinished jobs: the executors import the compiler (0.1 s).
+            from nemotron.launch.executor import executor_named
+
             executor = executor_named(job.executor)
             st: dict[str, object] = {"state": job.state}
             if executor.cheap_refresh:
