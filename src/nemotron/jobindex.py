@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from nemotron.errors import UserError
-from nemotron.jobrecord import parse_record
+from nemotron.jobrecord import parse_record, safe_load
 from nemotron.paths import jobs_dir
 
 log = logging.getLogger("nemotron")
@@ -49,7 +49,6 @@ CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, stamp);
 _COLS = ("id", "seen", "stamp", "listed", "step", "preset", "profile", "executor", "state", "created", "ended",
          "exit_code", "outputs", "remote_id", "error")  # fmt: skip
 _ID_STAMP = re.compile(r"-(\d{8}-\d{6})-[0-9a-f]+$")
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BATCH = 500  # ids per statement: well within SQLite's variable limit
 
 
@@ -112,7 +111,7 @@ def read_row(job_dir: Path, seen: str) -> tuple[Any, ...]:
     st = _status(job_dir)
     try:
         try:
-            data = yaml.load(path.read_text(), Loader=_Loader)
+            data = safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as e:
             raise UserError(f"cannot read {path}: {e}") from None
         rec = parse_record(data, path)
