@@ -28,7 +28,7 @@ from nemotron.paths import jobs_dir
 
 log = logging.getLogger("nemotron")
 
-INDEX_VERSION = 1  # PRAGMA user_version; the index is derived, so another version is rebuilt, not migrated
+INDEX_VERSION = 2  # PRAGMA user_version; the index is derived, so another version is rebuilt, not migrated
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY,
@@ -42,9 +42,9 @@ CREATE TABLE IF NOT EXISTS jobs (
   remote_id TEXT,
   error TEXT                   -- why the record is unreadable
 );
-CREATE INDEX IF NOT EXISTS jobs_newest ON jobs(listed, stamp, created);
-CREATE INDEX IF NOT EXISTS jobs_step ON jobs(step, stamp);
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, stamp);
+CREATE INDEX IF NOT EXISTS jobs_newest ON jobs(listed, stamp, created, id);
+CREATE INDEX IF NOT EXISTS jobs_step ON jobs(step, listed, stamp, created, id);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, listed, stamp, created, id);
 """
 _COLS = ("id", "seen", "stamp", "listed", "step", "preset", "profile", "executor", "state", "created", "ended",
          "exit_code", "outputs", "remote_id", "error")  # fmt: skip

@@ -97,3 +97,17 @@ def test_jobs_ls_pages_newest_first_with_filters(home: Path, run_cli: Any) -> No
 def test_jobs_ls_on_an_empty_home_creates_nothing(home: Path, run_cli: Any) -> None:
     r = run_cli("jobs", "ls", "--json")
     assert r.code == 0 and json.loads(r.out) == [] and not home.exists()
+
+
+def test_a_page_is_read_in_index_order_without_sorting(home: Path) -> None:
+    import sqlite3
+
+    make_job(home, "sft-20260101-000001-aaaa")
+    JobsIndex().page(1)
+    conn = sqlite3.connect(home / "jobs.sqlite")
+    for where, args in (("", ()), (" AND step=?", ("sft",)), (" AND state=?", ("failed",))):
+        plan = " ".join(r[3] for r in conn.execute(
+            f"EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE listed=1{where} ORDER BY stamp DESC, created DESC, id DESC"
+            " LIMIT 50", args))  # fmt: skip
+        assert "USING" in plan and "INDEX" in plan and "TEMP B-TREE" not in plan, plan
+    conn.close()
