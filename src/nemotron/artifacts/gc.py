@@ -53,18 +53,17 @@ class GcRun(AbstractContextManager["GcRun"]):
         self.conn = self._cm.__enter__()
         c = self.conn
         c.execute("CREATE TEMP TABLE gc_keep (id INTEGER PRIMARY KEY)")
-        c.execute("CREATE TEMP TABLE gc_gone (id INTEGER PRIMARY KEY)")
+        c.execute("CREATE TEMP TABLE gc_gone (id INTEGER PRIMARY KEY, name TEXT, version INTEGER, bytes INTEGER)")
         # One read transaction: the plan sees one state of the store, and artifacts registered later are newer.
         c.execute("BEGIN")
         self.max_id = int(c.execute("SELECT COALESCE(MAX(id), 0) FROM artifacts").fetchone()[0])
         c.execute(_PLAN, (self.keep,))
-        c.execute("INSERT INTO temp.gc_gone (id) SELECT id FROM artifacts WHERE id NOT IN (SELECT id FROM temp.gc_keep)"
-                  " AND id <= ?", (self.max_id,))  # fmt: skip
+        c.execute(f"INSERT INTO temp.gc_gone SELECT a.id, a.name, a.version, {_BYTES} FROM artifacts a"
+                  " WHERE a.id NOT IN (SELECT id FROM temp.gc_keep) AND a.id <= ?", (self.max_id,))  # fmt: skip
         c.execute("COMMIT")
         self.kept = int(c.execute("SELECT COUNT(*) FROM temp.gc_keep").fetchone()[0])
         self.gone, self.gone_bytes = (int(x) for x in c.execute(
-            f"SELECT COUNT(*), COALESCE(SUM({_BYTES}), 0) FROM temp.gc_gone g JOIN artifacts a ON a.id = g.id"
-        ).fetchone())  # fmt: skip
+            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM temp.gc_gone").fetchone())  # fmt: skip
         return self
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
@@ -72,12 +71,11 @@ class GcRun(AbstractContextManager["GcRun"]):
 
     def summary(self, limit: int | None = 50) -> tuple[list[NameSummary], int]:
         """Removable versions per name, most first; and how many names more than `limit` there are."""
-        sql = (f"SELECT a.name, COUNT(*), COALESCE(SUM({_BYTES}), 0), MIN(a.version), MAX(a.version) FROM temp.gc_gone g"
-               " JOIN artifacts a ON a.id = g.id GROUP BY a.name ORDER BY COUNT(*) DESC, a.name")  # fmt: skip
+        sql = ("SELECT name, COUNT(*), COALESCE(SUM(bytes), 0), MIN(version), MAX(version) FROM temp.gc_gone"
+               " GROUP BY name ORDER BY COUNT(*) DESC, name")  # fmt: skip
         rows = [NameSummary(r[0], r[1], int(r[2]), r[3], r[4])
                 for r in self.conn.execute(sql + ("" if limit is None else f" LIMIT {int(limit)}"))]  # fmt: skip
-        names = int(self.conn.execute(
-            "SELECT COUNT(DISTINCT a.name) FROM temp.gc_gone g JOIN artifacts a ON a.id = g.id").fetchone()[0])  # fmt: skip
+        names = int(self.conn.execute("SELECT COUNT(DISTINCT name) FROM temp.gc_gone").fetchone()[0])
         return rows, max(0, names - len(rows))
 
     def removable(self) -> Iterator[Artifact]:
