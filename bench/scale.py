@@ -174,16 +174,25 @@ def measure(artifact_sizes: list[int], job_sizes: list[int], step_sizes: list[in
 
 
 def table(data: dict[str, object]) -> str:
-    results: dict[str, dict[str, float]] = dict(data["median"])  # type: ignore[call-overload]
-    lines = [f"median of {data['runs']} runs, {data['cpus']} CPUs, {sys.executable}", "",
-             "| command | sizes | wall (s) | growth, last / first | peer (s) |", "|---|---|---|---|---|"]  # fmt: skip
-    peers = results.pop(PEER)
-    for name, by_size in results.items():
-        sizes = list(by_size)
-        walls = " / ".join(f"{by_size[s]:.2f}" for s in sizes)
-        peer = " / ".join(f"{peers[s]:.2f}" for s in sizes if s in peers) or "—"
-        growth = by_size[sizes[-1]] / by_size[sizes[0]]
-        lines.append(f"| `nemotron {name}` | {' / '.join(sizes)} | {walls} | {growth:.2f}x | {peer} |")
+    """One markdown table per axis (artifacts, jobs, user steps): median wall seconds at each size, the growth from
+    the smallest to the largest, and the peer measured between them."""
+    medians: dict[str, dict[str, float]] = data["median"]  # type: ignore[assignment]
+    lines = [f"median of {data['runs']} runs, {data['cpus']} CPUs, {sys.executable}"]
+    axes: dict[str, list[str]] = {}
+    for by_size in medians.values():
+        for size in by_size:
+            unit = size.split(" ", 1)[1]
+            if size not in axes.setdefault(unit, []):
+                axes[unit].append(size)
+    for unit, sizes in axes.items():
+        lines += ["", f"| {unit} | {' | '.join(f'{int(s.split()[0]):,}' for s in sizes)} | growth |",
+                  f"|---|{'---|' * len(sizes)}---|"]  # fmt: skip
+        for name, by_size in sorted(medians.items(), key=lambda kv: kv[0] == PEER):
+            if not all(s in by_size for s in sizes):
+                continue
+            walls = " | ".join(f"{by_size[s]:.2f} s" for s in sizes)
+            label = f"`{name}`" if name == PEER else f"`nemotron {name}`"
+            lines.append(f"| {label} | {walls} | {by_size[sizes[-1]] / by_size[sizes[0]]:.1f}x |")
     checks = data["checks"]
     assert isinstance(checks, dict)
     lines += ["", *(f"{k}: {'yes' if v else 'NO'}" for k, v in checks.items())]
@@ -197,7 +206,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, nargs="*", default=[10, 100, 1_000])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", type=Path, help="also write the medians here")
+    parser.add_argument("--table-from", type=Path, help="print the table of an earlier --json, measure nothing")
     args = parser.parse_args()
+    if args.table_from:
+        print(table(json.loads(args.table_from.read_text())))
+        return
     data = measure(sorted(args.artifacts), sorted(args.jobs), sorted(args.steps), args.runs)
     if args.json:
         args.json.write_text(json.dumps(data, indent=2))
