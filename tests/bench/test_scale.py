@@ -2,7 +2,7 @@
 `lineage`, `jobs ls`) takes at most twice its time at 100, and `jobs ls` lists the newest job first.
 
 Times are each command's best of 3 fresh processes: on a shared machine the best is what the code costs, where a
-median still carries other jobs' load. About 35 s on 2 idle cores, 75 s at a load of 5."""
+median still carries other jobs' load. About 20 s on 2 idle cores, 75 to 100 s at a load of 5."""
 
 from __future__ import annotations
 
