@@ -149,3 +149,13 @@ def test_gc_keeps_what_an_artifact_registered_during_the_gc_was_made_from(tmp_pa
         assert run.delete(lambda paths: None) == 0
     assert store.get(old.id).ref == "d:v1"
     _consistent(store.db_path)
+
+
+def test_a_long_listing_prints_columns_every_row_uncut(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    store = ArtifactStore(home / "artifacts")
+    store.register([("a_rather_long_artifact_name", "prompt_jsonl", _file(tmp_path, "x.jsonl"), {}) for _ in range(250)], "j")
+    r = run_cli("artifacts", "ls", "--all")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[1].split() == ["ref", "type", "step", "job", "sha256", "created"] and "…" not in r.out
+    assert [line.split()[0] for line in lines[2:]] == [f"a_rather_long_artifact_name:v{v}" for v in range(250, 0, -1)]

@@ -14,7 +14,7 @@ from rich.tree import Tree
 
 from nemotron.artifacts.refs import parse_ref
 from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash
-from nemotron.cli.console import stdout_console
+from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 from nemotron.paths import artifacts_dir
@@ -69,15 +69,19 @@ def ls(
         if as_json:
             sys.stdout.write("[]\n" if shown == 0 else "\n]\n")
     else:
-        table = Table(title=f"artifacts in {artifacts_dir()}", title_justify="left")
-        for col in ("ref", "type", "step", "job", "sha256", "created"):
-            table.add_column(col)
-        shown = 0
-        for a in page:
-            table.add_row(a.ref, a.type, str(a.metadata.get("step") or ""), a.job_id or "(external)", a.sha256[:12],
-                          a.created_at)  # fmt: skip
-            shown += 1
-        out.print(table)
+        headers = ["ref", "type", "step", "job", "sha256", "created"]
+        cells = [[a.ref, a.type, str(a.metadata.get("step") or ""), a.job_id or "(external)", a.sha256[:12], a.created_at]
+                 for a in page]  # fmt: skip
+        shown = len(cells)
+        if shown > TABLE_ROWS:
+            print_columns(out, f"artifacts in {artifacts_dir()}", headers, cells, ["bold", "", "", "", "", ""])
+        else:
+            table = Table(title=f"artifacts in {artifacts_dir()}", title_justify="left")
+            for col in headers:
+                table.add_column(col)
+            for c in cells:
+                table.add_row(*c)
+            out.print(table)
     if not all_ and shown == limit:
         more_note(store.count(**filters) - limit, "artifacts")
 

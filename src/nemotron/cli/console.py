@@ -9,6 +9,7 @@ import sys
 from rich.console import Console
 
 PIPED_WIDTH = 400
+TABLE_ROWS = 200  # above this many rows a listing prints padded columns (print_columns), not a rich Table
 
 
 def stdout_console() -> Console:

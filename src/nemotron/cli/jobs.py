@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nemotron import jobs as records
-from nemotron.cli.console import stdout_console
+from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.cli.listing import more_note, parse_since
 from nemotron.errors import UserError
@@ -86,13 +86,17 @@ def ls(
     if as_json:
         print(json.dumps(rows, indent=2))
         return
+    headers = ["job id", "step", "preset", "executor", "state", "created"]
+    cells = [[str(r[k]) for k in ("job_id", "step", "preset", "executor", "state", "created_at")] for r in rows]
+    if len(cells) > TABLE_ROWS:
+        print_columns(out, f"jobs in {jobs_dir()}", headers, cells, ["bold", "", "", "", "", ""])
+        return
     table = Table(title=f"jobs in {jobs_dir()}", title_justify="left")
-    for col in ("job id", "step", "preset", "executor", "state", "created"):
+    for col in headers:
         table.add_column(col)
     colors = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
-    for r in rows:
-        state_ = str(r["state"])
-        table.add_row(str(r["job_id"]), str(r["step"]), str(r["preset"]), str(r["executor"]), f"[{colors.get(state_, 'white')}]{state_}[/]", str(r["created_at"]))
+    for c in cells:
+        table.add_row(*c[:4], f"[{colors.get(c[4], 'white')}]{c[4]}[/]", c[5])
     out.print(table)
 
 
