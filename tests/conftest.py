@@ -30,6 +30,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("NEMOTRON_HOME", str(h))
     monkeypatch.delenv("NEMOTRON_ENV_FILE", raising=False)
     monkeypatch.delenv("NEMOTRON_STEPS_PATH", raising=False)
+    monkeypatch.setenv(
+        "NEMOTRON_CACHE_DIR", str(tmp_path / "cache")
+    )  # the manifest cache, off the user's ~/.cache
     monkeypatch.chdir(tmp_path)
     yield h
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from functools import cache
@@ -25,15 +28,15 @@ class StepInfo(_Strict):
     name: str
     description: str
     category: str
-    tags: list[str] = []
+    tags: list[str] = Field(default_factory=list)
     entry: str = "step.py"
     schema_file: str = Field("schema.py", alias="schema")
     # python: one process; torchrun: one launcher per node, ranks under it; server: one process per node
     launch: Literal["python", "torchrun", "server"] = "python"
     # Steps this one needs running beside it (e.g. the reward server). Executors read this, never the step id.
-    services: list[str] = []
+    services: list[str] = Field(default_factory=list)
     # The names the step logs to metrics.jsonl: the one list docs are checked against (tests/foundation).
-    metrics: list[str] = []
+    metrics: list[str] = Field(default_factory=list)
 
 
 class Consumes(_Strict):
@@ -62,7 +65,7 @@ class Parameter(_Strict):
     key: str
     default: Any = None
     description: str = ""
-    choices: list[Any] = []
+    choices: list[Any] = Field(default_factory=list)
 
 
 class Strategy(_Strict):
@@ -86,12 +89,12 @@ class Resources(_Strict):
 
 class Manifest(_Strict):
     step: StepInfo
-    consumes: list[Consumes] = []
-    produces: list[Produces] = []
-    parameters: list[Parameter] = []
-    strategies: list[Strategy] = []
-    errors: list[KnownError] = []
-    resources: dict[str, Resources] = {}
+    consumes: list[Consumes] = Field(default_factory=list)
+    produces: list[Produces] = Field(default_factory=list)
+    parameters: list[Parameter] = Field(default_factory=list)
+    strategies: list[Strategy] = Field(default_factory=list)
+    errors: list[KnownError] = Field(default_factory=list)
+    resources: dict[str, Resources] = Field(default_factory=dict)
 
     @field_validator("consumes", "produces")
     @classmethod
@@ -105,12 +108,12 @@ class Manifest(_Strict):
 
 class ArtifactType(_Strict):
     description: str = ""
-    is_a: list[str] = []
-    convert_to: dict[str, str] = {}  # target type -> how (a step id or a command)
+    is_a: list[str] = Field(default_factory=list)
+    convert_to: dict[str, str] = Field(default_factory=dict)  # target type -> how (a step id or a command)
     kind: Literal["file", "dir"] = "dir"
     suffix: str = ""  # for files
-    fields: list[str] = []  # JSONL: keys every record has
-    files: list[str] = []  # dirs: files that must exist (globs allowed)
+    fields: list[str] = Field(default_factory=list)  # JSONL: keys every record has
+    files: list[str] = Field(default_factory=list)  # dirs: files that must exist (globs allowed)
     architecture_suffix: str = ""  # HF checkpoints: config.json architectures[0] ends with this
     record: str = ""  # JSONL: "module:Class", the pydantic schema every line must satisfy
 
@@ -140,9 +143,13 @@ class Step:
         return self.step_dir / "config"
 
     def presets(self) -> list[str]:
-        if not self.config_dir.is_dir():
+        try:
+            names = os.listdir(
+                self.config_dir
+            )  # not Path.glob: 10x faster, and `steps list` calls this per step
+        except OSError:
             return []
-        return sorted(p.stem for p in self.config_dir.glob("*.yaml"))
+        return sorted(n[:-5] for n in names if n.endswith(".yaml"))
 
     def config_schema(self) -> type[BaseModel]:
         """Import the step's pydantic Config class from its schema.py (no torch: schemas are plain pydantic)."""
@@ -164,43 +171,127 @@ def _load_schema(path: Path) -> type[BaseModel]:
     return config
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path, cache: ManifestCache | None = None) -> dict[str, Any]:
+    if cache is not None:
+        hit = cache.get(path)
+        if hit is not None:
+            return hit
     try:
         with path.open("rb") as f:
-            return tomllib.load(f)
+            data = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML: {e}") from None
+    if cache is not None:
+        cache.put(path, data)
+    return data
+
+
+def cache_dir() -> Path:
+    """$NEMOTRON_CACHE_DIR, else $XDG_CACHE_HOME/nemotron, else ~/.cache/nemotron."""
+    explicit = os.environ.get("NEMOTRON_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "nemotron"
+
+
+class ManifestCache:
+    """Parsed manifest TOML keyed by path, mtime and size, in one JSON file: a catalog of 1,000 user steps is read
+    without parsing 1,000 TOML files. It holds the parsed TOML, not the validated models, so every load still
+    validates against this release's schema; an unreadable or unwritable cache is simply not used."""
+
+    VERSION = 1
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or cache_dir() / "manifests.json"
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.used: set[str] = set()
+        self.changed = False
+        try:
+            data = json.loads(self.path.read_text())
+            if isinstance(data, dict) and data.get("version") == self.VERSION:
+                self.entries = data["entries"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+
+    @staticmethod
+    def _key(path: Path) -> list[int]:
+        st = path.stat()
+        return [st.st_mtime_ns, st.st_size]
+
+    def get(self, path: Path) -> dict[str, Any] | None:
+        entry = self.entries.get(str(path))
+        try:
+            if entry is None or entry.get("key") != self._key(path):
+                return None
+        except OSError:
+            return None
+        self.used.add(str(path))
+        data: dict[str, Any] = entry["toml"]
+        return data
+
+    def put(self, path: Path, data: dict[str, Any]) -> None:
+        try:
+            self.entries[str(path)] = {"key": self._key(path), "toml": data}
+        except OSError:
+            return
+        self.used.add(str(path))
+        self.changed = True
+
+    def save(self) -> None:
+        """Write the cache if anything was parsed anew, keeping only the files this catalog read (a removed step
+        drops out). Atomic: concurrent writers leave one whole file."""
+        if not self.changed and len(self.used) == len(self.entries):
+            return
+        keep = {p: e for p, e in self.entries.items() if p in self.used}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifests.")
+            with os.fdopen(fd, "w") as f:
+                json.dump({"version": self.VERSION, "entries": keep}, f, default=str)
+            os.replace(tmp, self.path)
+        except (OSError, TypeError, ValueError):
+            return
 
 
 def _validation_problems(e: ValidationError) -> list[str]:
     return [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
 
 
+def _manifest_files(manifests: Path) -> list[Path]:
+    """Every step manifest under manifests/ (not types.toml, nothing under a pipelines/ dir), sorted. os.walk, not
+    Path.glob("**"): a root of 1,000 user steps is listed in milliseconds."""
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(manifests):
+        dirnames[:] = [d for d in dirnames if d != "pipelines"]
+        found += [os.path.join(dirpath, f) for f in filenames if f.endswith(".toml") and f != "types.toml"]
+    return sorted(Path(p) for p in found)
+
+
 class Catalog:
     """Every step found on the search path, plus the artifact type graph."""
 
-    def __init__(self, roots: list[Path] | None = None) -> None:
+    def __init__(self, roots: list[Path] | None = None, cache: ManifestCache | None = None) -> None:
         self.roots = roots if roots is not None else step_roots()
         self.steps: dict[str, Step] = {}
         self.types: dict[str, ArtifactType] = {}
         problems: list[str] = []
+        cache = cache if cache is not None else ManifestCache()
         for root in reversed(self.roots):  # earlier roots win: user steps shadow bundled ones
             types_file = root / "manifests" / "types.toml"
             if types_file.is_file():
-                for name, raw in _read_toml(types_file).items():
+                for name, raw in _read_toml(types_file, cache).items():
                     try:
                         self.types[name] = ArtifactType.model_validate(raw)
                     except ValidationError as e:
                         problems += [f"{types_file} [{name}] {p}" for p in _validation_problems(e)]
-            for path in sorted((root / "manifests").glob("**/*.toml")):
-                if path.name == "types.toml" or "pipelines" in path.relative_to(root / "manifests").parts:
-                    continue
+            for path in _manifest_files(root / "manifests"):
                 try:
-                    manifest = Manifest.model_validate(_read_toml(path))
+                    manifest = Manifest.model_validate(_read_toml(path, cache))
                 except ValidationError as e:
                     problems += [f"{path}: {p}" for p in _validation_problems(e)]
                     continue
                 self.steps[manifest.step.id] = Step(manifest, path, root / "steps" / manifest.step.id)
+        cache.save()
         if problems:
             raise UserError("invalid manifests:", problems)
 

@@ -133,7 +133,15 @@ def create_job_dir(job: Job, rendered: str) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _index_job(final)
     return final
+
+
+def _index_job(job_dir: Path, status: dict[str, Any] | None = None) -> None:
+    """Keep the jobs index (jobindex.py) in step with a record just written; best effort by design."""
+    from nemotron.jobindex import JobsIndex
+
+    JobsIndex(root=job_dir.parent).record(job_dir, status)
 
 
 def _secret_overrides(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -203,6 +211,7 @@ def update_status(job_dir: Path, **fields: Any) -> dict[str, Any]:
     status = read_status(job_dir)
     status.update(fields)
     write_atomic(job_dir / "status.json", json.dumps(status))
+    _index_job(job_dir, status)
     return status
 
 

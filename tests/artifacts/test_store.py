@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from nemotron.artifacts.gc import gc_plan
 from nemotron.artifacts.refs import parse_ref
-from nemotron.artifacts.store import ArtifactStore, content_hash, gc_plan
+from nemotron.artifacts.store import ArtifactStore, content_hash
 from nemotron.errors import NotFound
 
 
@@ -117,6 +118,8 @@ def test_gc_keeps_ancestors_of_kept_artifacts(home: Path, run_cli: Any, tmp_path
     r = run_cli("artifacts", "gc")
     assert r.code == 0 and "would remove model:v1" in r.out and "would remove data:v1" in r.out
     assert (owned / "m.jsonl").exists()  # a dry run by default
+    r = run_cli("artifacts", "gc", "--verbose")
+    assert "would remove model:v1 (prompt_jsonl): delete files + index entry" in r.out
     r = run_cli("artifacts", "gc", "--yes")
     assert r.code == 0
     left = {a["ref"] for a in json.loads(run_cli("artifacts", "ls", "--json").out)}

@@ -73,6 +73,15 @@ def submitted_script(home: Path, job_id: str) -> str:
     return path.read_text()
 
 
+def lineage_of(env: dict[str, str], ref: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """`artifacts lineage --json` (nodes and edges): the artifact's node, and its direct inputs' nodes by name."""
+    graph = json.loads(nemotron(env, "artifacts", "lineage", ref, "--json").stdout)
+    nodes = {n["ref"]: n for n in graph["nodes"]}
+    return nodes[graph["root"]], {
+        e["input"]: nodes[e["parent"]] for e in graph["edges"] if e["child"] == graph["root"]
+    }
+
+
 def test_batch_run_completes_and_registers_its_output_with_lineage(
     env: dict[str, str], home: Path, tmp_path: Path
 ) -> None:
@@ -85,9 +94,9 @@ def test_batch_run_completes_and_registers_its_output_with_lineage(
     assert sacct_state(slurm_id) == "COMPLETED"
     shown = json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)
     assert shown["state"] == "succeeded" and shown["exit_code"] == 0
-    lineage = json.loads(nemotron(env, "artifacts", "lineage", "count_result:latest", "--json").stdout)
-    assert lineage["job_id"] == job_id and lineage["step"] == "test/count"
-    assert lineage["inputs"]["numbers"]["type"] == "prompt_jsonl"  # the input file, registered as external
+    root, inputs = lineage_of(env, "count_result:latest")
+    assert root["job_id"] == job_id and root["step"] == "test/count"
+    assert inputs["numbers"]["type"] == "prompt_jsonl"  # the input file, registered as external
     logs = nemotron(env, "jobs", "logs", job_id).stdout
     assert "step 3/3 value=3" in logs
     # the script NeMo-Run submitted is the one job.yaml (and --dry-run) show
@@ -243,8 +252,7 @@ def test_hetjob_serves_the_reward_model_beside_the_step(
     # group 0 (the server) and group 1 (the step) ran on different nodes
     server_node = rows[0]["server"].split("//")[1].split(":")[0]
     assert {server_node, rows[0]["client_node"]} == {"node1", "node2"}
-    lineage = json.loads(nemotron(env, "artifacts", "lineage", "served_scores:latest", "--json").stdout)
-    assert lineage["inputs"]["reward_model"]["type"] == "reward_model_hf"
+    assert lineage_of(env, "served_scores:latest")[1]["reward_model"]["type"] == "reward_model_hf"
 
     secrets_file = home / "jobs" / job_id / ".secrets.env"
     assert oct(secrets_file.stat().st_mode & 0o777) == "0o600"
@@ -270,8 +278,6 @@ def test_tiny_reinforce_runs_on_slurm_and_registers_the_policy_with_lineage(
         -3000:
     ]
     assert json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] == "succeeded"
-    lineage = json.loads(
-        nemotron(env, "artifacts", "lineage", "tiny_reinforce_policy:latest", "--json").stdout
-    )
-    assert lineage["job_id"] == job_id and lineage["step"] == "rl/reinforce"
-    assert set(lineage["inputs"]) == {"prompts", "policy", "reward_model"}
+    root, inputs = lineage_of(env, "tiny_reinforce_policy:latest")
+    assert root["job_id"] == job_id and root["step"] == "rl/reinforce"
+    assert set(inputs) == {"prompts", "policy", "reward_model"}

@@ -67,10 +67,12 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any) -> None:
             )
 
     # Lineage: the GRPO policy's ancestry reaches the generated data through sft and rm/train.
-    tree = json.loads(run_cli("artifacts", "lineage", "tiny_rlhf_policy:latest", "--json").out)
-    assert tree["inputs"]["policy"]["ref"] == "tiny_sft_policy:v1"
-    assert tree["inputs"]["policy"]["inputs"]["data"]["ref"] == "tiny_sft_data:v1"
-    assert tree["inputs"]["judge"]["inputs"]["init_from"]["ref"] == "tiny_sft_policy:v1"
+    graph = json.loads(run_cli("artifacts", "lineage", "tiny_rlhf_policy:latest", "--json").out)
+    inputs = {(e["child"], e["input"]): e["parent"] for e in graph["edges"]}
+    assert inputs[(graph["root"], "policy")] == "tiny_sft_policy:v1"
+    assert inputs[("tiny_sft_policy:v1", "data")] == "tiny_sft_data:v1"
+    assert inputs[(inputs[(graph["root"], "judge")], "init_from")] == "tiny_sft_policy:v1"
+    assert len({n["ref"] for n in graph["nodes"]}) == len(graph["nodes"])  # each ancestor once
 
     again = run_cli("pipeline", "run", "tiny", timeout=300)
     assert again.code == 0 and again.err.count("skip ") == 6

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -16,7 +17,9 @@ from typing import Any
 from nemotron.errors import NotFound, did_you_mean
 from nemotron.paths import writable_dir
 
-SCHEMA_VERSION = 1  # PRAGMA user_version of a store with this schema
+SCHEMA_VERSION = 2  # PRAGMA user_version of a store with this schema
+# Each version's DDL, applied in order to bring an older store up to date in place (one transaction).
+MIGRATIONS: dict[int, str] = {}
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS artifacts (
   id INTEGER PRIMARY KEY,
@@ -38,6 +41,21 @@ CREATE TABLE IF NOT EXISTS edges (
   PRIMARY KEY (child, parent, input_name)
 );
 """
+# 2: the indexes listings, lineage and gc page on (newest first by id; filters by type, step, job, creation time).
+MIGRATIONS[2] = """
+CREATE INDEX IF NOT EXISTS artifacts_type ON artifacts(type, id);
+CREATE INDEX IF NOT EXISTS artifacts_step ON artifacts(json_extract(metadata, '$.step'), id);
+CREATE INDEX IF NOT EXISTS artifacts_job ON artifacts(job_id);
+CREATE INDEX IF NOT EXISTS artifacts_created ON artifacts(created_at);
+CREATE INDEX IF NOT EXISTS artifacts_sha ON artifacts(sha256);
+CREATE INDEX IF NOT EXISTS edges_parent ON edges(parent);
+"""
+
+
+def schema_sql(since: int = 0) -> str:
+    """The DDL that brings a store at version `since` (0: none) to SCHEMA_VERSION."""
+    parts = [SCHEMA] if since < 1 else []
+    return "".join([*parts, *(MIGRATIONS[v] for v in sorted(MIGRATIONS) if v > since)])
 
 
 @dataclass(frozen=True)
@@ -93,16 +111,33 @@ class ArtifactStore:
             conn = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
             try:
                 conn.execute("PRAGMA busy_timeout=60000")
-                if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version < SCHEMA_VERSION:
                     conn.execute("PRAGMA journal_mode=WAL")  # cannot change inside a transaction
                     # One transaction: a reader (which takes no file lock) sees all the tables or none, and a
-                    # creation that fails half-way leaves nothing behind.
+                    # creation or upgrade that fails half-way leaves nothing behind.
                     conn.executescript(
-                        f"BEGIN IMMEDIATE; {SCHEMA}; PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
+                        f"BEGIN IMMEDIATE; {schema_sql(version)}; PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
                     )
             finally:
                 conn.close()
         self._created = True
+
+    def _upgrade_for_reading(self) -> None:
+        """A store written by an older release gets its new indexes on first read too; a store this user cannot
+        write is read as it is (slower listings, same answers)."""
+        if self._created:
+            return
+        try:
+            conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=60)
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+            finally:
+                conn.close()
+            if 0 < version < SCHEMA_VERSION and os.access(self.root, os.W_OK):
+                self._create_once()
+        except (OSError, sqlite3.Error):
+            return
 
     def exists(self) -> bool:
         return self.db_path.is_file()
@@ -114,7 +149,7 @@ class ArtifactStore:
         elif not self.exists():
             # Reads on an empty home must not create anything (dry-run writes nothing).
             conn = sqlite3.connect(":memory:")
-            conn.executescript(SCHEMA)
+            conn.executescript(schema_sql())
             try:
                 yield conn
             finally:
@@ -122,6 +157,8 @@ class ArtifactStore:
             return
         if write:
             self._create_once()
+        else:
+            self._upgrade_for_reading()
         conn = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
         try:
             conn.execute("PRAGMA busy_timeout=60000")
@@ -134,7 +171,7 @@ class ArtifactStore:
                 # The first writer created the file but not yet its tables: to a reader the store is still empty.
                 conn.close()
                 conn = sqlite3.connect(":memory:")
-                conn.executescript(SCHEMA)
+                conn.executescript(schema_sql())
             yield conn
         finally:
             conn.close()
@@ -258,6 +295,63 @@ class ArtifactStore:
         with self._connect() as conn:
             return [self._row(r) for r in conn.execute(sql + " ORDER BY name, version", args)]
 
+    @staticmethod
+    def _filters(
+        name: str | None, type_: str | None, step: str | None, since: str | None
+    ) -> tuple[str, list[str]]:
+        where, args = ["1=1"], list[str]()
+        for sql, value in (("name=?", name), ("type=?", type_), ("json_extract(metadata, '$.step')=?", step),
+                           ("created_at>=?", since)):  # fmt: skip
+            if value:
+                where, args = [*where, sql], [*args, value]
+        return " AND ".join(where), args
+
+    def newest(self, limit: int | None, name: str | None = None, type_: str | None = None, step: str | None = None,
+               since: str | None = None) -> Iterator[Artifact]:  # fmt: skip
+        """Artifacts newest first (by id: registration order), filtered in SQL on indexed columns, at most `limit`
+        (None: all), streamed row by row: a page costs a page, not the history."""
+        cond, args = self._filters(name, type_, step, since)
+        sql = f"SELECT {self._COLS} FROM artifacts WHERE {cond} ORDER BY id DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._connect() as conn:
+            for row in conn.execute(sql, args):
+                yield self._row(row)
+
+    def count(self, name: str | None = None, type_: str | None = None, step: str | None = None,
+              since: str | None = None) -> int:  # fmt: skip
+        cond, args = self._filters(name, type_, step, since)
+        with self._connect() as conn:
+            return int(conn.execute(f"SELECT COUNT(*) FROM artifacts WHERE {cond}", args).fetchone()[0])
+
+    def lineage_graph(self, artifact_id: int, depth: int | None = None) -> tuple[dict[int, Artifact], list[tuple[int, int, str]], dict[int, int]]:  # fmt: skip
+        """The ancestry of one artifact in one recursive query: (artifacts by id, edges (child, parent, input
+        name), each ancestor's shortest distance from it), at most `depth` edges away (None: all). Each artifact
+        appears once however many paths lead to it."""
+        # Bounded even without --depth: a cycle cannot be registered, but a corrupt index must not hang the CLI.
+        bound = f" WHERE a.d < {int(depth if depth is not None else 100_000)}"
+        cols = ", ".join("x." + c.strip() for c in self._COLS.split(","))
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"""WITH RECURSIVE a(id, d) AS (SELECT ?, 0 UNION SELECT e.parent, a.d + 1 FROM edges e
+                    JOIN a ON e.child = a.id{bound}),
+                  near(id, d) AS (SELECT id, MIN(d) FROM a GROUP BY id)
+                SELECT near.d, {cols} FROM near JOIN artifacts x ON x.id = near.id""",
+                (artifact_id,),
+            ).fetchall()
+            nodes = {r[1]: self._row(r[1:]) for r in rows}
+            dist = {r[1]: int(r[0]) for r in rows}
+            inner = [i for i, d in dist.items() if depth is None or d < depth]
+            edges: list[tuple[int, int, str]] = []
+            for i in range(0, len(inner), 500):
+                batch = inner[i : i + 500]
+                edges += conn.execute(
+                    f"SELECT child, parent, input_name FROM edges WHERE child IN ({','.join('?' * len(batch))})"
+                    " ORDER BY child, input_name, parent",
+                    batch,
+                ).fetchall()
+        return nodes, edges, dist
+
     def parents(self, artifact_id: int) -> list[tuple[str, Artifact]]:
         with self._connect() as conn:
             rows = conn.execute(
@@ -315,15 +409,3 @@ class ArtifactStore:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-
-
-def gc_plan(store: ArtifactStore, keep: int) -> tuple[list[Artifact], list[Artifact]]:
-    """(kept, removable): the newest `keep` versions of every name are kept, and so is every ancestor of a kept
-    artifact, whatever its age; the rest can go."""
-    arts = store.list_artifacts()
-    by_name: dict[str, list[Artifact]] = {}
-    for a in arts:
-        by_name.setdefault(a.name, []).append(a)
-    roots = [a.id for versions in by_name.values() for a in sorted(versions, key=lambda x: x.version)[-keep:]]
-    kept_ids = store.ancestors(roots)
-    return [a for a in arts if a.id in kept_ids], [a for a in arts if a.id not in kept_ids]

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
 from nemotron.artifacts.refs import parse_ref
 from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash
-from nemotron.cli.console import stdout_console
+from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 from nemotron.paths import artifacts_dir
@@ -46,28 +48,57 @@ def _as_dict(a: Artifact) -> dict[str, Any]:
     }
 
 
-@app.command("ls", epilog=epilog("nemotron artifacts ls --json"))
+@app.command("ls", epilog=epilog("nemotron artifacts ls --type checkpoint_hf --since 7d --limit 20"))
 def ls(
     name: Annotated[str | None, typer.Argument(help="only versions of this artifact")] = None,
+    name_opt: Annotated[str | None, typer.Option("--name", help="only versions of this artifact")] = None,
     type_: Annotated[str | None, typer.Option("--type", help="only this type")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    step: Annotated[str | None, typer.Option(help="only artifacts made by this step (e.g. rl/rlhf)")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="only artifacts registered since: 2026-11-01, 12h, 7d")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="newest N")] = 50,
+    all_: Annotated[bool, typer.Option("--all", help="every match, not the newest --limit")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="a JSON array, written as it is read")] = False,
+    as_jsonl: Annotated[bool, typer.Option("--jsonl", help="one JSON object per line")] = False,
 ) -> None:
-    """Artifacts in the store."""
-    arts = _store().list_artifacts(type_=type_, name=name)
-    if as_json:
-        print(json.dumps([{k: v for k, v in _as_dict(a).items() if k != "files"} for a in arts], indent=2))
-        return
-    table = Table(title=f"artifacts in {artifacts_dir()}", title_justify="left")
-    # the reference is what users copy: never cut; a narrow terminal folds the job id onto a second line
-    table.add_column("ref", no_wrap=True, min_width=max((len(a.ref) for a in arts), default=3))
-    table.add_column("type", no_wrap=True)
-    table.add_column("job", overflow="fold")
-    table.add_column("sha256", no_wrap=True)
-    table.add_column("created (UTC)", no_wrap=True)
-    for a in arts:
-        created = a.created_at.replace("T", " ").removesuffix("+00:00")
-        table.add_row(a.ref, a.type, a.job_id or "(external)", a.sha256[:12], created)
-    out.print(table)
+    """Artifacts in the store, newest first; a page at a time (--limit, default 50), filtered in SQL."""
+    from datetime import UTC, datetime
+
+    from nemotron.cli.listing import more_note, parse_since
+
+    filters = {"name": name_opt or name, "type_": type_, "step": step,
+               "since": parse_since(since, datetime.now(UTC)) if since else None}  # fmt: skip
+    store = _store()
+    page = store.newest(None if all_ else limit, **filters)
+    if as_json or as_jsonl:
+        shown = 0
+        for a in page:
+            row = json.dumps({k: v for k, v in _as_dict(a).items() if k != "files"})
+            sys.stdout.write(f"{row}\n" if as_jsonl else ("[\n  " if shown == 0 else ",\n  ") + row)
+            shown += 1
+        if as_json:
+            sys.stdout.write("[]\n" if shown == 0 else "\n]\n")
+    else:
+        headers = ["ref", "type", "step", "job", "sha256", "created (UTC)"]
+        cells = [[a.ref, a.type, str(a.metadata.get("step") or ""), a.job_id or "(external)", a.sha256[:12],
+                  a.created_at.replace("T", " ").removesuffix("+00:00")] for a in page]  # fmt: skip
+        shown = len(cells)
+        if shown > TABLE_ROWS:
+            print_columns(
+                out, f"artifacts in {artifacts_dir()}", headers, cells, ["bold", "", "", "", "", ""]
+            )
+        else:
+            table = Table(title=f"artifacts in {artifacts_dir()}", title_justify="left")
+            # the reference is what users copy: never cut; a narrow terminal folds the job id onto a second line
+            table.add_column("ref", no_wrap=True, min_width=max((len(c[0]) for c in cells), default=3))
+            for col in headers[1:]:
+                table.add_column(col, overflow="fold" if col == "job" else "ellipsis", no_wrap=col != "job")
+            for c in cells:
+                table.add_row(*c)
+            out.print(table)
+    if not all_ and shown == limit:
+        more_note(store.count(**filters) - limit, "artifacts")
 
 
 @app.command("show", epilog=epilog("nemotron artifacts show tiny_sft_policy:v1"))
@@ -85,47 +116,78 @@ def show(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> 
     out.print(f"[bold]files[/]: {len(a.files)} ({sum(int(f['size']) for f in a.files)} bytes)")
 
 
-def _lineage(store: ArtifactStore, a: Artifact, path: frozenset[int] = frozenset()) -> dict[str, Any]:
-    """The ancestry as a tree; an artifact reached twice (a DAG) appears under each of its children."""
-    node: dict[str, Any] = {
+def _node(a: Artifact, depth: int) -> dict[str, Any]:
+    return {
         "ref": a.ref,
+        "id": a.id,
         "type": a.type,
         "job_id": a.job_id,
         "step": a.metadata.get("step"),
         "preset": a.metadata.get("preset"),
         "config_hash": a.metadata.get("config_hash"),
-        "inputs": {},
+        "depth": depth,
     }
-    if a.id in path:  # a cycle cannot be registered, but a corrupt index must not hang the CLI
-        return node
-    for name, parent in store.parents(a.id):
-        node["inputs"][name] = _lineage(store, parent, path | {a.id})
-    return node
 
 
-@app.command("lineage", epilog=epilog("nemotron artifacts lineage tiny_rlhf_policy:latest"))
-def lineage(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """The ancestry tree of an artifact: which job made it, from which inputs, with which config."""
+def lineage_lines(root: int, edges: list[tuple[int, int, str]], dist: dict[int, int],
+                  depth: int | None = None) -> list[tuple[int, str, int, str]]:  # fmt: skip
+    """The ancestry as printed lines (level, input name, artifact id, how): each ancestor is expanded once, where it
+    is nearest to the root ("node"); every other path to it is a back-reference ("above" or "below")."""
+    parents: dict[int, list[tuple[str, int]]] = {}
+    for child, parent, input_name in edges:
+        parents.setdefault(child, []).append((input_name, parent))
+    lines: list[tuple[int, str, int, str]] = [(0, "", root, "node")]
+    expanded = {root}
+    stack = [(root, 0, iter(parents.get(root, [])))]
+    while stack:  # depth first without recursion: a long chain must not hit Python's recursion limit
+        _, level, todo = stack[-1]
+        step = next(todo, None)
+        if step is None:
+            stack.pop()
+            continue
+        input_name, parent = step
+        if parent in expanded:
+            lines.append((level + 1, input_name, parent, "above"))
+        elif dist.get(parent) == level + 1:
+            expanded.add(parent)
+            lines.append((level + 1, input_name, parent, "node"))
+            if depth is None or level + 1 < depth:
+                stack.append((parent, level + 1, iter(parents.get(parent, []))))
+        else:
+            lines.append((level + 1, input_name, parent, "below"))
+    return lines
+
+
+@app.command("lineage", epilog=epilog("nemotron artifacts lineage tiny_rlhf_policy:latest --depth 3"))
+def lineage(
+    ref: str,
+    depth: Annotated[int | None, typer.Option(min=1, help="at most N inputs away (default: all)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the graph as nodes and edges")] = False,
+) -> None:
+    """The ancestry of an artifact: which job made it, from which inputs, with which config. Each ancestor is
+    printed once; another path to it is a back-reference line (↳ policy:v3 (above))."""
     store = _store()
-    root = _lineage(store, _resolve(store, ref))
+    top = _resolve(store, ref)
+    nodes, edges, dist = store.lineage_graph(top.id, depth)
     if as_json:
-        print(json.dumps(root, indent=2))
+        print(json.dumps({"root": top.ref, "nodes": [_node(nodes[i], dist[i]) for i in sorted(nodes, key=lambda i: (dist[i], i))],
+                          "edges": [{"child": nodes[c].ref, "parent": nodes[p].ref, "input": n} for c, p, n in edges]}, indent=2))  # fmt: skip
         return
 
-    def label(node: dict[str, Any], via: str = "") -> str:
-        made = (
-            f"[dim]← {node['step']} -c {node['preset']} job {node['job_id']} config {node['config_hash']}[/]"
-            if node["job_id"]
-            else "[dim](external)[/]"
-        )
-        return f"{via}[bold]{node['ref']}[/] ({node['type']}) {made}"
+    def label(a: Artifact, via: str) -> str:
+        step = a.metadata.get("step")
+        made = (f"[dim]← {step} -c {a.metadata.get('preset')} job {a.job_id} config {a.metadata.get('config_hash')}[/]"
+                if a.job_id else "[dim](external)[/]")  # fmt: skip
+        return f"{via}[bold]{escape(a.ref)}[/] ({escape(a.type)}) {made}"
 
-    def add(tree: Tree, node: dict[str, Any]) -> None:
-        for name, child in node["inputs"].items():
-            add(tree.add(label(child, f"[cyan]{name}[/]: ")), child)
-
-    tree = Tree(label(root))
-    add(tree, root)
+    lines = lineage_lines(top.id, edges, dist, depth)
+    tree = Tree(label(top, ""))
+    branches: list[Tree] = [tree]
+    for level, input_name, art_id, how in lines[1:]:
+        via = f"[cyan]{escape(input_name)}[/]: "
+        text = label(nodes[art_id], via) if how == "node" else f"{via}[dim]↳ {nodes[art_id].ref} ({how})[/]"
+        del branches[level:]
+        branches.append(branches[level - 1].add(text))
     out.print(tree)
 
 
@@ -154,32 +216,62 @@ def gc(
         int, typer.Option(min=1, help="versions of each artifact to keep (their ancestors are always kept)")
     ] = 1,
     yes: Annotated[bool, typer.Option("--yes", help="really delete; without it gc only reports")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="one line per removable artifact")] = False,
 ) -> None:
-    """Remove old, unreferenced artifact versions. A dry run unless --yes; never removes an ancestor of a kept one."""
-    import shutil
-
-    from nemotron.artifacts.store import gc_plan
+    """Remove old, unreferenced artifact versions. A dry run unless --yes; never removes an ancestor of a kept one.
+    Reports per name (versions, bytes); deletes in batches, each its own transaction, so Ctrl-C leaves a
+    consistent store (run gc again to finish)."""
+    from nemotron.artifacts.gc import GcRun, remove_owned
     from nemotron.paths import nemotron_home
 
-    store = _store()
-    kept, removable = gc_plan(store, keep)
     home = nemotron_home().resolve()
-    for a in removable:
-        owned = Path(a.path).resolve().is_relative_to(home)
-        what = (
-            "delete files + index entry"
-            if owned
-            else "drop index entry (files outside $NEMOTRON_HOME are left alone)"
-        )
-        out.print(f"{'removing' if yes else 'would remove'} {a.ref} ({a.type}): {what}")
+    doing = "removing" if yes else "would remove"
+    with GcRun(_store(), keep, write=yes and _store().exists()) as run:
+        if verbose:
+            for a in run.removable():
+                owned = Path(a.path).is_relative_to(home)
+                what = (
+                    "delete files + index entry"
+                    if owned
+                    else "drop index entry (files outside $NEMOTRON_HOME are left alone)"
+                )
+                out.print(f"{doing} {a.ref} ({a.type}): {what}", markup=False, highlight=False)
+        else:
+            names, more = run.summary()
+            for n in names:
+                what = (
+                    f"{n.name}:v{n.first}"
+                    if n.count == 1
+                    else f"{n.count} versions of {n.name} (v{n.first}..v{n.last})"
+                )
+                out.print(f"{doing} {what}, {_size(n.bytes)}", markup=False, highlight=False)
+            if more:
+                out.print(f"... and {more} more names (--verbose lists every artifact)", markup=False)
+        summary = f"{run.kept} kept, {run.gone} {'removed' if yes else 'removable'} ({_size(run.gone_bytes)})"
+        if not yes:
+            out.print(summary + (" — run with --yes to remove" if run.gone else ""), markup=False)
+            return
+        try:
+            done = run.delete(lambda paths: remove_owned(paths, home))
+        except KeyboardInterrupt:
+            out.print(
+                "gc interrupted: the batches already deleted are gone, the store is consistent; run gc again to finish"
+            )
+            raise typer.Exit(130) from None
     out.print(
-        f"{len(kept)} kept, {len(removable)} {'removed' if yes else 'removable'}"
-        + ("" if yes or not removable else " — run with --yes to remove")
+        summary
+        if done == run.gone
+        else f"{run.kept} kept, {done} removed ({run.gone - done} kept: an artifact registered meanwhile uses them)",
+        markup=False,
     )
-    if not yes:
-        return
-    store.delete([a.id for a in removable])
-    for a in removable:
-        p = Path(a.path).resolve()
-        if p.is_relative_to(home):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "TB":
+            break
+        size /= 1024
+    else:
+        unit = "TB"
+    return f"{n} B" if n < 1024 else f"{size:.1f} {unit}"

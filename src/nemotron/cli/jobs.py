@@ -14,8 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 from nemotron import jobs as records
-from nemotron.cli.console import stdout_console
+from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
+from nemotron.cli.listing import more_note, parse_since
 from nemotron.errors import UserError
 
 app = typer.Typer(help="Inspect and control jobs.", no_args_is_help=True)
@@ -37,69 +38,71 @@ def checked_recently(status: dict[str, object], at: datetime, ttl_s: float = LS_
     return (at - checked).total_seconds() < ttl_s
 
 
-@app.command("ls", epilog=epilog("nemotron jobs ls --limit 10"))
+@app.command("ls", epilog=epilog("nemotron jobs ls --step rl/rlhf --since 7d --limit 10"))
 def ls(
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    limit: Annotated[int, typer.Option(help="newest N")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="newest N")] = 50,
+    all_: Annotated[bool, typer.Option("--all", help="every job, not the newest --limit")] = False,
+    step: Annotated[str | None, typer.Option(help="only jobs of this step (e.g. rl/rlhf)")] = None,
+    state: Annotated[
+        str | None, typer.Option(help="only jobs in this state (pending, running, succeeded, ...)")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="only jobs created since: 2026-11-01, 2026-11-01T12:00, 12h, 7d")
+    ] = None,
 ) -> None:
-    """Jobs, newest first. Unfinished jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all;
-    a state checked in the last 30 s is shown as is."""
-    from nemotron.launch.executor import executor_named
+    """Jobs, newest first by creation time, from the jobs index ($NEMOTRON_HOME/jobs.sqlite, brought up to date with
+    the job dirs first). Unfinished jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all; a
+    state checked in the last 30 s is shown as is."""
+    from nemotron.jobindex import JobsIndex
+    from nemotron.paths import jobs_dir
 
+    since_iso = parse_since(since, datetime.now(UTC)) if since else None
+    page, more = JobsIndex().page(None if all_ else limit, step=step, state=state, since=since_iso)
     rows, stale = [], 0
     deadline = time.monotonic() + LS_REFRESH_BUDGET_S
-    for job_id in records.list_job_ids()[:limit]:
-        d = records.resolve_job_dir(job_id)
-        try:
-            rec, st = records.read_record(d), records.read_status(d)
-        except UserError as e:  # one unreadable record must not hide the others
-            err_console.print(f"note: {e.message}", markup=False, highlight=False, soft_wrap=True)
-            rows.append({"job_id": job_id, "step": None, "preset": None, "executor": None, "state": "unreadable",
-                         "created_at": None, "remote_id": None})  # fmt: skip
-            continue
-        if st.get("state") not in ("succeeded", "failed", "cancelled"):
-            executor = executor_named(rec.executor)
+    for job in page:
+        d = jobs_dir() / job.job_id
+        row = job.as_dict()
+        if job.state == "unreadable":  # one unreadable record must not hide the others
+            err_console.print(f"note: {job.error}", markup=False, highlight=False, soft_wrap=True)
+        elif job.state not in ("succeeded", "failed", "cancelled") and job.executor:
+            # Imported only for unfinished jobs: the executors import the compiler (0.1 s).
+            from nemotron.launch.executor import executor_named
+
+            executor = executor_named(job.executor)
+            st: dict[str, object] = {"state": job.state}
             if executor.cheap_refresh:
                 st = executor.refresh(d)
-            elif checked_recently(st, datetime.now(UTC)):
+            elif checked_recently(records.read_status(d), datetime.now(UTC)):
                 pass
             elif time.monotonic() < deadline:
                 st = _refresh_or_keep(executor.refresh, d, st)
             else:
                 stale += 1
-        rows.append(
-            {
-                "job_id": job_id,
-                "step": rec.step,
-                "preset": rec.preset,
-                "executor": rec.executor,
-                "state": st.get("state"),
-                "created_at": rec.created_at,
-                "remote_id": st.get("remote_id"),
-            }
-        )
+            row["state"] = st.get("state", job.state)
+            row["remote_id"] = st.get("remote_id", job.remote_id)
+        rows.append(row)
     if stale:
         err_console.print(f"note: {stale} unfinished job(s) not refreshed within {LS_REFRESH_BUDGET_S:.0f} s; "
                           "`nemotron jobs status JOB_ID` asks their executor")  # fmt: skip
+    more_note(more, "jobs")
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    from nemotron.paths import jobs_dir
-
+    headers = ["job id", "step", "preset", "executor", "state", "created"]
+    cells = [
+        [str(r[k]) for k in ("job_id", "step", "preset", "executor", "state", "created_at")] for r in rows
+    ]
+    if len(cells) > TABLE_ROWS:
+        print_columns(out, f"jobs in {jobs_dir()}", headers, cells, ["bold", "", "", "", "", ""])
+        return
     table = Table(title=f"jobs in {jobs_dir()}", title_justify="left")
-    for col in ("job id", "step", "preset", "executor", "state", "created"):
+    for col in headers:
         table.add_column(col)
     colors = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
-    for r in rows:
-        state = str(r["state"])
-        table.add_row(
-            str(r["job_id"]),
-            str(r["step"]),
-            str(r["preset"]),
-            str(r["executor"]),
-            f"[{colors.get(state, 'white')}]{state}[/]",
-            str(r["created_at"]),
-        )
+    for c in cells:
+        table.add_row(*c[:4], f"[{colors.get(c[4], 'white')}]{c[4]}[/]", c[5])
     out.print(table)
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from nemotron.catalog import Catalog, Step
-from nemotron.cli.console import stdout_console
+from nemotron.cli.console import print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 
@@ -59,17 +59,14 @@ def list_steps(
     if as_json:
         print(json.dumps([_summary(s) for s in steps], indent=2))
         return
-    table = Table(title="nemotron steps", title_justify="left")
-    table.add_column("id", style="bold cyan", no_wrap=True)
-    table.add_column("consumes → produces")
-    table.add_column("presets", style="green")
-    table.add_column("name")
+    rows = []
     for s in steps:
         m = s.manifest
         ins = ", ".join(c.type for c in m.consumes) or "—"
         outs = ", ".join(p.type for p in m.produces) or "—"
-        table.add_row(s.id, f"{ins} → {outs}", ", ".join(s.presets()), m.step.name)
-    out.print(table)
+        rows.append([s.id, f"{ins} → {outs}", ", ".join(s.presets()), m.step.name])
+    print_columns(out, "nemotron steps", ["id", "consumes → produces", "presets", "name"], rows,
+                  ["bold cyan", "", "green", ""])  # fmt: skip
 
 
 @app.command("show", epilog=epilog("nemotron steps show rl/reinforce"))

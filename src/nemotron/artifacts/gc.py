@@ -1,0 +1,141 @@
+"""Garbage collection of the artifact store: the plan is computed in SQL (a window per name for the newest versions,
+a recursive query for their ancestors), summarised per name, and deleted in batches, each batch its own
+transaction, so an interrupted gc leaves a consistent store (files are removed after their batch commits: at worst
+an interruption leaves unreferenced files, never an index row without its files or an edge to a deleted row)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from nemotron.artifacts.store import Artifact, ArtifactStore
+
+# Artifacts per deleting transaction. Each statement binds at most BATCH variables: well within SQLite's limit
+# (32,766 since 3.32, 999 before).
+BATCH = 500
+
+_PLAN = """
+INSERT INTO temp.gc_keep (id)
+WITH RECURSIVE
+  newest(id) AS (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY name ORDER BY version DESC) AS rn
+                                 FROM artifacts) WHERE rn <= ?),
+  kept(id) AS (SELECT id FROM newest UNION SELECT e.parent FROM edges e JOIN kept ON e.child = kept.id)
+SELECT id FROM kept
+"""
+_BYTES = "(SELECT COALESCE(SUM(json_extract(f.value, '$.size')), 0) FROM json_each(a.files) f)"
+
+
+@dataclass(frozen=True)
+class NameSummary:
+    """The removable versions of one artifact name."""
+
+    name: str
+    count: int
+    bytes: int
+    first: int  # lowest removable version
+    last: int  # highest removable version
+
+
+class GcRun(AbstractContextManager["GcRun"]):
+    """One gc over one connection: `with GcRun(store, keep, write) as run:` computes the plan into temporary
+    tables; `summary`, `removable` and `delete` read them. A dry run (write=False) writes nothing to the store."""
+
+    def __init__(self, store: ArtifactStore, keep: int, write: bool = False) -> None:
+        self.store, self.keep, self.write = store, keep, write
+        self._cm = store._connect(write=write)
+        self.conn: sqlite3.Connection
+
+    def __enter__(self) -> GcRun:
+        self.conn = self._cm.__enter__()
+        c = self.conn
+        c.execute("CREATE TEMP TABLE gc_keep (id INTEGER PRIMARY KEY)")
+        c.execute(
+            "CREATE TEMP TABLE gc_gone (id INTEGER PRIMARY KEY, name TEXT, version INTEGER, bytes INTEGER)"
+        )
+        # One read transaction: the plan sees one state of the store, and artifacts registered later are newer.
+        c.execute("BEGIN")
+        self.max_id = int(c.execute("SELECT COALESCE(MAX(id), 0) FROM artifacts").fetchone()[0])
+        c.execute(_PLAN, (self.keep,))
+        c.execute(f"INSERT INTO temp.gc_gone SELECT a.id, a.name, a.version, {_BYTES} FROM artifacts a"
+                  " WHERE a.id NOT IN (SELECT id FROM temp.gc_keep) AND a.id <= ?", (self.max_id,))  # fmt: skip
+        c.execute("COMMIT")
+        self.kept = int(c.execute("SELECT COUNT(*) FROM temp.gc_keep").fetchone()[0])
+        self.gone, self.gone_bytes = (int(x) for x in c.execute(
+            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM temp.gc_gone").fetchone())  # fmt: skip
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._cm.__exit__(et, e, tb)
+
+    def summary(self, limit: int | None = 50) -> tuple[list[NameSummary], int]:
+        """Removable versions per name, most first; and how many names more than `limit` there are."""
+        sql = ("SELECT name, COUNT(*), COALESCE(SUM(bytes), 0), MIN(version), MAX(version) FROM temp.gc_gone"
+               " GROUP BY name ORDER BY COUNT(*) DESC, name")  # fmt: skip
+        rows = [NameSummary(r[0], r[1], int(r[2]), r[3], r[4])
+                for r in self.conn.execute(sql + ("" if limit is None else f" LIMIT {int(limit)}"))]  # fmt: skip
+        names = int(self.conn.execute("SELECT COUNT(DISTINCT name) FROM temp.gc_gone").fetchone()[0])
+        return rows, max(0, names - len(rows))
+
+    def removable(self) -> Iterator[Artifact]:
+        """Every removable artifact, by name and version, streamed."""
+        cols = ", ".join("a." + c.strip() for c in ArtifactStore._COLS.split(","))
+        for row in self.conn.execute(f"SELECT {cols} FROM temp.gc_gone g JOIN artifacts a ON a.id = g.id"
+                                     " ORDER BY a.name, a.version"):  # fmt: skip
+            yield ArtifactStore._row(row)
+
+    def delete(self, remove_files: Callable[[list[str]], None]) -> int:
+        """Delete the plan batch by batch, each batch one transaction, then its files (`remove_files(paths)`).
+        An artifact registered since the plan keeps its ancestors. Returns how many artifacts were deleted."""
+        c, last, done = self.conn, 0, 0
+        while True:
+            batch = c.execute("SELECT g.id, a.path FROM temp.gc_gone g JOIN artifacts a ON a.id = g.id WHERE g.id > ?"
+                              " ORDER BY g.id LIMIT ?", (last, BATCH)).fetchall()  # fmt: skip
+            if not batch:
+                return done
+            last = batch[-1][0]
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                ids = [r[0] for r in batch]
+                marks = ",".join("?" * len(ids))
+                protected = {r[0] for r in c.execute(
+                    f"""WITH RECURSIVE p(id) AS (SELECT id FROM artifacts WHERE id > ? UNION
+                        SELECT e.parent FROM edges e JOIN p ON e.child = p.id) SELECT id FROM p WHERE id IN ({marks})""",
+                    [self.max_id, *ids])}  # fmt: skip
+                if protected:
+                    batch = [r for r in batch if r[0] not in protected]
+                    ids = [r[0] for r in batch]
+                    marks = ",".join("?" * len(ids))
+                c.execute(f"DELETE FROM edges WHERE child IN ({marks})", ids)
+                c.execute(f"DELETE FROM edges WHERE parent IN ({marks})", ids)
+                c.execute(f"DELETE FROM artifacts WHERE id IN ({marks})", ids)
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            done += len(batch)
+            remove_files([r[1] for r in batch])
+
+
+def gc_plan(store: ArtifactStore, keep: int) -> tuple[list[Artifact], list[Artifact]]:
+    """(kept, removable) as lists: the newest `keep` versions of every name are kept, and so is every ancestor of a
+    kept artifact, whatever its age; the rest can go. For tests and small stores; the CLI streams a GcRun."""
+    with GcRun(store, keep) as run:
+        gone = list(run.removable())
+    gone_ids = {a.id for a in gone}
+    return [a for a in store.list_artifacts() if a.id not in gone_ids], gone
+
+
+def remove_owned(paths: list[str], home: Path) -> None:
+    """Remove the files of deleted artifacts that live under $NEMOTRON_HOME; files elsewhere are the user's."""
+    import shutil
+
+    for text in paths:
+        p = Path(text).resolve()
+        if p.is_relative_to(home):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)

@@ -1,0 +1,35 @@
+"""What the listings (`jobs ls`, `artifacts ls`) share: `--since` as users write it, and the line under a cut page."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from rich.console import Console
+
+from nemotron.errors import UserError
+
+err_console = Console(stderr=True)
+
+
+def parse_since(text: str, at: datetime) -> str:
+    """`--since` as the UTC ISO time records carry: a date (2026-11-01), a time (2026-11-01T12:00, UTC unless it
+    says otherwise) or an age (30m, 12h, 7d, 2w)."""
+    m = re.fullmatch(r"(\d+)([mhdw])", text.strip())
+    if m:
+        unit = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[m.group(2)]
+        when = at - timedelta(**{unit: int(m.group(1))})
+    else:
+        try:
+            when = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise UserError(f"--since '{text}': expected a date (2026-11-01), a time (2026-11-01T12:00) or an age "
+                            "(30m, 12h, 7d, 2w)") from None  # fmt: skip
+        when = when if when.tzinfo else when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def more_note(more: int, what: str) -> None:
+    """How many more match than the page shows, and how to see them (stderr, so JSON on stdout stays JSON)."""
+    if more > 0:
+        err_console.print(f"{more} more {what}, use --all (or --limit N)", highlight=False)

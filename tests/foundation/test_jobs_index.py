@@ -1,0 +1,140 @@
+"""The jobs index ($NEMOTRON_HOME/jobs.sqlite): written when a job is recorded, brought up to date with job dirs
+added, removed or edited by hand, rebuilt when deleted; `jobs ls` pages it newest first with filters."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nemotron import jobindex, jobs
+from nemotron.jobindex import JobsIndex
+
+
+def make_job(
+    home: Path,
+    job_id: str,
+    step: str = "sft",
+    state: str = "succeeded",
+    created: str = "2026-01-01T00:00:00+00:00",
+) -> Path:
+    d = home / "jobs" / job_id
+    d.mkdir(parents=True)
+    (d / "job.yaml").write_text(
+        f"job_id: {job_id}\nstep: {step}\npreset: tiny\nmode: batch\nexecutor: local\n"
+        f"created_at: '{created}'\nprofile: {{name: local}}\nconfig: {{}}\nconfig_hash: h\n"
+        "launch: ''\noutputs: {policy: {artifact: sft_policy, type: checkpoint_hf}}\n"
+    )
+    (d / "status.json").write_text(
+        json.dumps({"state": state, "exit_code": 0 if state == "succeeded" else None})
+    )
+    return d
+
+
+def ids(rows: list[jobindex.JobRow]) -> list[str]:
+    return [r.job_id for r in rows]
+
+
+def test_the_index_follows_dirs_added_removed_and_edited_by_hand(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = make_job(home, "sft-20260101-000001-aaaa")
+    b = make_job(home, "rl-ppo-20260101-000002-bbbb", step="rl/ppo")
+    index = JobsIndex()
+    assert ids(index.page(None)[0]) == [b.name, a.name]
+    assert (home / "jobs.sqlite").is_file() and not (home / "jobs" / "jobs.sqlite").exists()
+    reads: list[Path] = []
+    real = jobindex.read_row
+    monkeypatch.setattr(jobindex, "read_row", lambda d, s: reads.append(d) or real(d, s))
+    assert ids(index.page(None)[0]) == [b.name, a.name] and reads == []  # nothing changed: no job.yaml read
+    shutil.copytree(a, home / "jobs" / "sft-20260101-000003-cccc")  # rsync'd in from elsewhere
+    shutil.rmtree(b)  # deleted by hand
+    (a / "status.json").write_text(json.dumps({"state": "failed", "exit_code": 1}))  # rewritten in place
+    rows, more = index.page(None)
+    assert ids(rows) == ["sft-20260101-000003-cccc", a.name] and more == 0
+    assert (
+        rows[1].state == "failed"
+        and rows[1].exit_code == 1
+        and sorted(p.name for p in reads) == sorted(["sft-20260101-000003-cccc", a.name])
+    )
+    (home / "jobs.sqlite").unlink()  # a deleted index is rebuilt from the dirs
+    assert ids(index.page(None)[0]) == ["sft-20260101-000003-cccc", a.name]
+
+
+def test_a_state_change_is_written_through(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = make_job(home, "sft-20260101-000001-aaaa", state="pending")
+    index = JobsIndex()
+    assert index.page(None)[0][0].state == "pending"
+    jobs.update_status(a, state="running", pid=1)
+    reads: list[Path] = []
+    monkeypatch.setattr(jobindex, "read_row", lambda d, s: reads.append(d))
+    (row,) = index.page(None)[0]
+    assert row.state == "running" and reads == []  # recorded by update_status, not found by the scan
+
+
+def test_an_older_index_version_is_rebuilt(home: Path) -> None:
+    import sqlite3
+
+    make_job(home, "sft-20260101-000001-aaaa")
+    conn = sqlite3.connect(home / "jobs.sqlite")
+    conn.executescript("CREATE TABLE jobs (id TEXT); PRAGMA user_version=0;")
+    conn.close()
+    assert ids(JobsIndex().page(None)[0]) == ["sft-20260101-000001-aaaa"]
+
+
+def test_jobs_ls_pages_newest_first_with_filters(home: Path, run_cli: Any) -> None:
+    for i in range(7):
+        step = "sft" if i % 2 else "rl/ppo"
+        make_job(
+            home,
+            f"{step.replace('/', '-')}-2026010{i + 1}-000000-{i:04x}",
+            step=step,
+            state="failed" if i == 3 else "succeeded",
+            created=f"2026-01-0{i + 1}T00:00:00+00:00",
+        )
+    r = run_cli("jobs", "ls", "--json", "--limit", "3")
+    assert r.code == 0, r.err
+    assert [j["job_id"] for j in json.loads(r.out)] == [
+        "rl-ppo-20260107-000000-0006",
+        "sft-20260106-000000-0005",
+        "rl-ppo-20260105-000000-0004",
+    ]
+    assert "4 more jobs, use --all" in r.err
+    assert len(json.loads(run_cli("jobs", "ls", "--json", "--all").out)) == 7
+    assert [j["job_id"] for j in json.loads(run_cli("jobs", "ls", "--json", "--step", "sft").out)] == [
+        "sft-20260106-000000-0005",
+        "sft-20260104-000000-0003",
+        "sft-20260102-000000-0001",
+    ]
+    assert [j["job_id"] for j in json.loads(run_cli("jobs", "ls", "--json", "--state", "failed").out)] == [
+        "sft-20260104-000000-0003"
+    ]
+    since = json.loads(run_cli("jobs", "ls", "--json", "--since", "2026-01-06").out)
+    assert [j["job_id"] for j in since] == ["rl-ppo-20260107-000000-0006", "sft-20260106-000000-0005"]
+    assert since[0]["outputs"] == {"policy": "sft_policy"} and since[0]["profile"] == "local"
+    table = run_cli("jobs", "ls", "--limit", "1")
+    assert table.code == 0 and "rl-ppo-20260107-000000-0006" in table.out and "6 more jobs" in table.err
+    bad = run_cli("jobs", "ls", "--since", "last tuesday")
+    assert bad.code == 2 and "--since 'last tuesday'" in bad.err and "Traceback" not in bad.err
+
+
+def test_jobs_ls_on_an_empty_home_creates_nothing(home: Path, run_cli: Any) -> None:
+    r = run_cli("jobs", "ls", "--json")
+    assert r.code == 0 and json.loads(r.out) == [] and not home.exists()
+
+
+def test_a_page_is_read_in_index_order_without_sorting(home: Path) -> None:
+    import sqlite3
+
+    make_job(home, "sft-20260101-000001-aaaa")
+    JobsIndex().page(1)
+    conn = sqlite3.connect(home / "jobs.sqlite")
+    for where, args in (("", ()), (" AND step=?", ("sft",)), (" AND state=?", ("failed",))):
+        plan = " ".join(r[3] for r in conn.execute(
+            f"EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE listed=1{where} ORDER BY stamp DESC, created DESC, id DESC"
+            " LIMIT 50", args))  # fmt: skip
+        assert "USING" in plan and "INDEX" in plan and "TEMP B-TREE" not in plan, plan
+    conn.close()
