@@ -240,19 +240,30 @@ def run_blocks(blocks: list[Block], workdir: Path, stop_on_failure: bool = True)
 def stop_leftover_jobs(home: Path) -> None:
     """Stop what a page's blocks left running (a server started with -b local): each running job's process
     group."""
+    killed = []
     for status in home.glob("jobs/*/status.json"):
         try:
             record = json.loads(status.read_text())
             if record.get("state") in ("pending", "running") and record.get("pgid"):
                 os.killpg(int(record["pgid"]), signal.SIGKILL)
+                killed.append(int(record["pgid"]))
         except (OSError, ValueError):
             continue
+    deadline = time.monotonic() + 10.0
+    for pgid in killed:  # gone before the page's home is removed: a dying job still writes its status
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
 
 
 def run_page(page: Path, workdir: Path | None = None) -> PageRun:
     """Run every runnable block of `page` in a fresh working directory; stops at the first failing command."""
     result = PageRun(page)
-    with tempfile.TemporaryDirectory(prefix="docblocks-") as tmp:
+    # ignore_cleanup_errors: a detached launcher may record a killed job's end while the home is removed
+    with tempfile.TemporaryDirectory(prefix="docblocks-", ignore_cleanup_errors=True) as tmp:
         where = workdir or Path(tmp)
         try:
             result.outcomes = list(run_blocks(parse_blocks(page), where))

@@ -176,3 +176,20 @@ with serve(lambda texts: [0.0] * len(texts)) as handle:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert raised == "True", result.stderr
     assert int(cap) == min(4096, (hard - 64) // 2) if hard != resource.RLIM_INFINITY else int(cap) == 4096
+
+
+def test_a_port_in_use_is_exit_2_in_one_line_for_the_command_and_the_step(tmp_path: Path) -> None:
+    """It was exit 1 and a traceback (OSError from bind)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        model = shipped_root() / "tiny" / "reward_model"
+        command = subprocess.run([sys.executable, "-m", "nemotron.reward.server", "--model", str(model), "--port",
+                                  str(port)], capture_output=True, text=True, timeout=120)  # fmt: skip
+        env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home")}
+        step = subprocess.run([sys.executable, "-m", "nemotron", "steps", "run", "rm/serve", "-c", "tiny",
+                               f"server.port={port}"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    for done in (command, step):
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert f"cannot serve on 127.0.0.1:{port}: Address already in use" in done.stderr

@@ -80,7 +80,7 @@ def ls(
         if as_json:
             sys.stdout.write("[]\n" if shown == 0 else "\n]\n")
     else:
-        headers = ["ref", "type", "step", "job", "sha256", "created (UTC)"]
+        headers = ["ref", "type", "step", "job", "sha256", "created"]
         cells = [[a.ref, a.type, str(a.metadata.get("step") or ""), a.job_id or "(external)", a.sha256[:12],
                   a.created_at.replace("T", " ").removesuffix("+00:00")] for a in page]  # fmt: skip
         shown = len(cells)

@@ -448,4 +448,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nemotron.reward.server_options import exit_code_of
+
+    sys.exit(exit_code_of(main))

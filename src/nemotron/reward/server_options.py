@@ -9,6 +9,8 @@ import argparse
 import ipaddress
 import os
 import stat
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from nemotron.errors import UserError
@@ -106,3 +108,13 @@ def server_command_line(prog: str, description: str | None, model_help: str) -> 
         "--max-connections", type=int, default=None, help="open connections; default: under the file limit"
     )
     return parser
+
+
+def exit_code_of(main: Callable[[], int]) -> int:
+    """Run a server command's main: a UserError found once the model is loaded (a port in use) is exit 2 and one
+    line, like those found before it."""
+    try:
+        return main()
+    except UserError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2

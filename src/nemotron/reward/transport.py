@@ -12,6 +12,7 @@ handler may block and runs in a thread pool.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import json
 import logging
@@ -32,6 +33,7 @@ from typing import Any, Protocol
 import h11
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from nemotron.errors import UserError
 from nemotron.reward.connection import Connection
 from nemotron.reward.messages import ErrorStyle, error_response
 from nemotron.reward.messages import HTTPError as HTTPError
@@ -336,14 +338,20 @@ class ServerCore:
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:
+    """A bound socket; a port in use, an address this machine does not have or a privileged port is UserError
+    (exit 2, one line): the user's host/port, not a crash."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.setblocking(False)
-    except OSError:
+    except OSError as e:
         sock.close()
+        if e.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise UserError(
+                f"cannot serve on {host}:{port}: {e.strerror}", hint="Pick another port (0: a free one)"
+            ) from None
         raise
     return sock
 
@@ -355,8 +363,8 @@ class ServerHandle:
         self.app = app
         self.settings = settings
         self.registry = registry or CollectorRegistry()
-        self._core = core = ServerCore(app, settings, self.registry)
         sock = _listening_socket(settings.host, settings.port)
+        self._core = core = ServerCore(app, settings, self.registry)
         address = sock.getsockname()
         self.host, self.port = str(address[0]), int(address[1])
         self._thread = threading.Thread(target=core.loop.run_forever, name="http-loop", daemon=True)
