@@ -13,6 +13,7 @@ import pytest
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
+from nemotron.errors import UserError
 from nemotron.launch import containers, slurm, slurm_executor, submit
 from nemotron.launch.lepton import lepton_name
 from nemotron.launch.served import served_model, vllm_judge
@@ -132,6 +133,9 @@ def test_a_generative_judge_on_vllm_is_group_0_running_vllm_serve(home: Path) ->
         and words[words.index("--port") + 1] == "$NEMOTRON_REWARD_PORT"
     )
     assert "--ready-file" in words and "--threads" not in words  # vLLM's own threads, not torch's
+    assert (
+        words[words.index("--memory") + 1] == "0.3"
+    )  # judge.vllm_gpu_memory_utilization (CPU build: of RAM)
     assert dict(policy.env)["NEMOTRON_REWARD_URL"] == '"http://${het_group_host_0}:${NEMOTRON_REWARD_PORT}"'
     assert "vllm serve (the judge) was not ready after 3600 s" in policy.command.args[0]
     # the token reaches vllm serve through the 0600 secrets file, never the script
@@ -283,3 +287,14 @@ def test_a_one_process_torchrun_step_is_not_copied_per_task(profiles: Path, tmp_
     (group,) = slurm_executor.slurm_plan(job("sft", "one_gpu", preset="tiny")).groups
     assert (group.nodes, group.ntasks_per_node) == (1, 1)
     assert "torch.distributed.run" not in " ".join(group.command.words())
+
+
+def test_the_judge_s_vllm_memory_share_reaches_group_0_and_is_refused_without_vllm(home: Path) -> None:
+    base = ("backend=builtin", "env.should_use_nemo_gym=false")
+    j = job("rl/rlhf", "local_slurm", *base, "judge.server=vllm", "judge.vllm_gpu_memory_utilization=0.8")
+    words = slurm_executor.slurm_plan(j).groups[0].command.words()
+    assert words[words.index("--memory") + 1] == "0.8"
+    with pytest.raises(
+        UserError, match=r"judge\.vllm_gpu_memory_utilization acts only with judge\.server=vllm"
+    ):
+        job("rl/rlhf", "local_slurm", *base, "judge.vllm_gpu_memory_utilization=0.8")

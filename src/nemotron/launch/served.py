@@ -23,6 +23,7 @@ class ServedModel:
     path: str  # a path on the cluster, or a hub id for vllm
     max_length: int | None = None  # the model's positions, when known here
     server: Literal["rm", "vllm"] = "rm"
+    memory: float | None = None  # vllm: --gpu-memory-utilization (judge.vllm_gpu_memory_utilization)
 
     @property
     def what(self) -> str:
@@ -42,7 +43,8 @@ def vllm_judge(job: Job) -> ServedModel | None:
         return None
     for b in job.bindings:
         if b.name == JUDGE_INPUT:
-            return ServedModel(b.name, b.path or b.ref, server="vllm")
+            memory = float(judge.get("vllm_gpu_memory_utilization") or 0.3)
+            return ServedModel(b.name, b.path or b.ref, server="vllm", memory=memory)
     return None
 
 

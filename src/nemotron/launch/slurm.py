@@ -234,7 +234,8 @@ def server_command(served: ServedModel, paths: ClusterPaths, threads: int) -> Co
     where = ["--model", shlex.quote(served.path), "--host", "0.0.0.0", "--port", f"${REWARD_PORT_ENV}"]
     ready = ["--ready-file", shlex.quote(f"{paths.job_dir}/{READY_FILE}")]
     if served.server == "vllm":
-        return Command(paths.python, "nemotron.reward.vllm_serve", (*where, *ready), module=True)
+        memory = ("--memory", str(served.memory)) if served.memory else ()
+        return Command(paths.python, "nemotron.reward.vllm_serve", (*where, *memory, *ready), module=True)
     args = [*where, "--threads", str(threads), *ready]
     if served.max_length:
         args += ["--max-length", str(served.max_length)]

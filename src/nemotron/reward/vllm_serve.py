@@ -192,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-env", default=TOKEN_ENV, help="environment variable with the bearer token")
     parser.add_argument("--token-file", type=Path, help="file (mode 0600) holding the bearer token")
     parser.add_argument(
-        "--memory", type=float, default=0.9, help="vLLM's --gpu-memory-utilization (own node)"
+        "--memory",
+        type=float,
+        default=0.3,
+        help="vLLM's --gpu-memory-utilization: the share of the GPU's memory (CPU build: of RAM) to reserve",
     )
     parser.add_argument("--ready-file", type=Path, help='write {"url", "pid"} here once vllm serve answers')
     parser.add_argument("--startup-timeout", type=float, default=3600.0, help="seconds to wait for /health")

@@ -232,11 +232,21 @@ class Judge(Strict):
         "(rm/serve server.mode=chat, any device) or `vllm serve` (.venv-vllm; docs/vllm.md). Locally one per "
         "node; on Slurm `vllm serve` is its own group of a heterogeneous job",
     )
+    vllm_gpu_memory_utilization: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="judge.server=vllm: vLLM's --gpu-memory-utilization for the judge, the share of the "
+        "GPU's memory (on vLLM's CPU build: of the machine's memory) it reserves; raise it when the judge "
+        "has a node of its own (Slurm)",
+    )
 
     @model_validator(mode="after")
     def _vllm_serves_generative_judges(self) -> "Judge":
         if self.server == "vllm" and self.kind != "generative":
             raise ValueError("judge.server=vllm serves a generative judge: set judge.kind=generative")
+        if self.vllm_gpu_memory_utilization != 0.3 and self.server != "vllm":
+            raise ValueError("judge.vllm_gpu_memory_utilization acts only with judge.server=vllm")
         if self.server == "vllm" and self.url:
             raise ValueError(
                 "judge.server=vllm starts a judge, judge.url names a running one: set one of them"

@@ -89,7 +89,9 @@ def judge(
     if external_url(j.url):
         server = _given(j.url, j.token)
     elif j.server == "vllm":  # `vllm serve` beside the trainer (docs/vllm.md)
-        server = vllm_judge_server(required(model, JUDGE_MODEL), log_path=judge_log)
+        server = vllm_judge_server(
+            required(model, JUDGE_MODEL), log_path=judge_log, memory=j.vllm_gpu_memory_utilization
+        )
     else:
         server = sibling_server(
             required(model, JUDGE_MODEL),
