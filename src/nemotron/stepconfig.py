@@ -165,7 +165,8 @@ class RewardServer(Strict):
 
 
 class RLInputs(Strict):
-    """The inputs every RL step with a `prompts` input shares; a step's own group adds its reward model."""
+    """The artifacts rl/reinforce and rl/ppo read: an artifact reference (name:latest, name:vN, art://...) or a
+    path."""
 
     prompts: str | None = Field(
         None, description="prompt JSONL, one {prompt} per line (prompt_jsonl): artifact ref or path"
@@ -173,6 +174,35 @@ class RLInputs(Strict):
     policy: str | None = Field(
         None,
         description="the SFT policy (checkpoint_hf) to align; it also starts the frozen initial (reference) policy",
+    )
+    reward_model: str | None = Field(
+        None,
+        description="the reward model (reward_model_hf): served by rm/serve, or loaded with reward.source=in_process; "
+        "rl/ppo also initialises its critic from it (backbone and head)",
+    )
+
+
+class RLTrainer(Strict):
+    """The rollout + update loop of rl/reinforce and rl/ppo (NeMo-Aligner: trainer.{reinforce,ppo}.* and
+    model.{reinforce,ppo}.*)."""
+
+    max_steps: int = Field(
+        100, ge=1, description="rollout + update steps (NeMo-Aligner: trainer.{reinforce,ppo}.max_steps)"
+    )
+    num_prompts_per_step: int = Field(
+        16,
+        ge=1,
+        description="prompts per step over all ranks; each gets num_rollouts_per_prompt responses "
+        "(NeMo-Aligner: model.{reinforce,ppo}.num_rollout_samples)",
+    )
+    micro_batch_size: int = Field(
+        16,
+        ge=1,
+        description="responses per forward/backward pass of the actor (and of rl/ppo's critic); gradients accumulate "
+        "to one optimizer step per epoch (NeMo-Aligner: model.micro_batch_size)",
+    )
+    log_interval: int = Field(
+        1, ge=1, description="print a summary line every N steps (metrics.jsonl gets every step)"
     )
 
 
@@ -306,3 +336,18 @@ class NemoRL(Strict):
         description="GPUs of the reward model's own workers: on one node they come out of that node's GPUs, on "
         "several nodes the reward model gets a node of its own",
     )
+
+
+class RLConfig(Strict):
+    """The groups rl/reinforce and rl/ppo share, in NeMo-Aligner's layout; each step adds its backend, outputs
+    and algorithm group."""
+
+    inputs: RLInputs = RLInputs()
+    trainer: RLTrainer = RLTrainer()
+    optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")
+    generation: Generation = Generation()
+    reward: RewardSource = RewardSource()
+    checkpoint: Checkpointing = Checkpointing()
+    eval: Evaluation = Evaluation()
+    runtime: TrainRuntime = TrainRuntime()
+    nemo_rl: NemoRL = NemoRL()

@@ -7,7 +7,6 @@ on the data itself: no hub download anywhere.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,8 +18,8 @@ from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import SFTRecord, prompt_text
 from nemotron.devices import DevicePlan, peak_memory_mb
 from nemotron.models.checkpoint import load_policy, load_tokenizer
-from nemotron.models.tiny import build_policy, count_parameters
-from nemotron.models.tokenizer import train_tokenizer
+from nemotron.models.supervised import RankBatches, from_architecture, held_out_split
+from nemotron.models.tiny import count_parameters
 from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.stages import save_and_register
@@ -72,9 +71,7 @@ def main() -> None:
 
     # ---- data: a deterministic held-out split for the validation loss
     records = read_jsonl(required(cfg.inputs.data, "inputs.data"), SFTRecord)
-    shuffled = random.Random(cfg.runtime.seed).sample(records, len(records))
-    n_val = int(len(records) * cfg.trainer.validation_fraction)
-    val, train = shuffled[:n_val], shuffled[n_val:]
+    val, train = held_out_split(records, cfg.trainer.validation_fraction, cfg.runtime.seed)
 
     # ---- model and tokenizer
     if cfg.inputs.init_from:
@@ -82,19 +79,7 @@ def main() -> None:
         policy = load_policy(cfg.inputs.init_from, device=plan.device, dtype=plan.dtype)
     else:
         texts = [t for r in records for t in (prompt_text(r.prompt), r.response)]
-        tokenizer = train_tokenizer(texts, model_max_length=cfg.model.n_positions)
-        m = cfg.model
-        policy = build_policy(
-            len(tokenizer),
-            m.n_layer,
-            m.n_embd,
-            m.n_head,
-            m.n_positions,
-            cfg.runtime.seed,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            family=m.family,
-        )
+        tokenizer, policy = from_architecture("policy", cfg.model, texts, cfg.runtime.seed)
     policy = plan.prepare(policy)
     log.info(
         "policy: %s, %d parameters, vocabulary %d, %d train / %d validation examples",
@@ -108,15 +93,14 @@ def main() -> None:
     # warns.
     policy.loss_type = "ForCausalLM"
     optimizer = build_optimizer(policy.parameters(), cfg.optim)
-    rng = random.Random(cfg.runtime.seed + world.rank)
-    per_rank = max(1, cfg.trainer.global_batch_size // world.size)
+    batches = RankBatches(train, cfg.trainer.global_batch_size, world.size, cfg.runtime.seed + world.rank)
 
     # ---- loop: update, then report (with the validation loss every log_interval steps)
     policy.train()
     total = cfg.trainer.max_steps
     for step in range(1, total + 1):
         t0 = time.perf_counter()
-        batch = sft_batch(tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length)
+        batch = sft_batch(tokenizer, batches.next(), cfg.trainer.max_length)
         with plan.autocast():
             loss = policy(**on_device(batch, plan)).loss
         (loss / world.size).backward()

@@ -23,7 +23,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from nemotron.errors import UserError
 from nemotron.reward.chat_model import ChatModel as ChatModel
 from nemotron.reward.chat_model import ChatRequest as ChatRequest
 from nemotron.reward.chat_model import Completion as Completion
@@ -32,7 +31,7 @@ from nemotron.reward.chat_model import StreamingChatModel
 from nemotron.reward.chat_model import render_messages as render_messages
 from nemotron.reward.messages import BodyStream, error_from, error_response
 from nemotron.reward.metrics import LATENCY_BUCKETS_S
-from nemotron.reward.server_options import check_bind, find_token, server_command_line
+from nemotron.reward.server_options import http_limits, parse_checked, server_command_line
 from nemotron.reward.transport import (
     Deferred,
     HTTPError,
@@ -396,11 +395,7 @@ def serve_chat(
         metric_prefix="nemotron_judge",
         error_style="openai",
     )
-    try:
-        return ServerHandle(app, settings, registry)
-    except OSError:
-        app.close(1.0)
-        raise
+    return ServerHandle(app, settings, registry)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -412,14 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--max-queue", type=int, default=64, help="chat requests queued or running; more: 503"
     )
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        token = find_token(args.token_env, args.token_file)
-        check_bind(args.host, token, args.token_env)  # before loading the model: a mistake costs no time
-    except UserError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2
+    args, token = parse_checked(parser, argv)
 
     import torch
 
@@ -437,10 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         token,
         model_name=args.model_name,
         max_queue=args.max_queue,
-        max_body_bytes=args.max_body_bytes,
-        read_timeout_s=args.read_timeout_s,
-        request_deadline_s=args.request_deadline_s,
-        max_connections=args.max_connections,
+        **http_limits(args),
     )
     if args.ready_file is not None:
         write_ready_file(args.ready_file, handle)

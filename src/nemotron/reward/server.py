@@ -21,7 +21,6 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 import nemotron
-from nemotron.errors import UserError
 from nemotron.reward.batcher import (
     BatcherClosed,
     BatcherMetrics,
@@ -40,7 +39,7 @@ from nemotron.reward.kserve import (
     encode_infer_response,
 )
 from nemotron.reward.scorer import Scorer
-from nemotron.reward.server_options import check_bind, find_token, server_command_line
+from nemotron.reward.server_options import http_limits, parse_checked, server_command_line
 from nemotron.reward.transport import TOKEN_ENV as TOKEN_ENV  # launchers import it from here
 from nemotron.reward.transport import (
     Deferred,
@@ -374,11 +373,7 @@ def serve(
         max_connections=max_connections,
         metric_prefix="nemotron_reward",
     )
-    try:
-        return ServerHandle(app, settings, registry)
-    except OSError:
-        app.close(1.0)
-        raise
+    return ServerHandle(app, settings, registry)
 
 
 def run_forever_until_signal(
@@ -411,14 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="rows waiting for the model; more: 503 + Retry-After",
     )
     parser.add_argument("--model-name", default=MODEL_NAME, help="the name in /v2/models/<name>/infer")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        token = find_token(args.token_env, args.token_file)
-        check_bind(args.host, token, args.token_env)  # before loading the model: a mistake costs no time
-    except UserError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2
+    args, token = parse_checked(parser, argv)
 
     import torch
 
@@ -444,11 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         preferred_batch_size=args.preferred_batch_size,
         max_queue_delay_ms=args.max_queue_delay_ms,
         max_queue_rows=args.max_queue_rows,
-        max_body_bytes=args.max_body_bytes,
-        read_timeout_s=args.read_timeout_s,
-        request_deadline_s=args.request_deadline_s,
-        max_connections=args.max_connections,
         model_name=args.model_name,
+        **http_limits(args),
         on_ready=(lambda handle: write_ready_file(ready_file, handle)) if ready_file else None,
     )
 

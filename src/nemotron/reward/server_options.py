@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import os
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from nemotron.errors import UserError
 from nemotron.reward.transport import TOKEN_ENV
@@ -72,7 +74,7 @@ class _RefuseTokenOnCommandLine(argparse.Action):
 
 
 def server_command_line(prog: str, description: str | None, model_help: str) -> argparse.ArgumentParser:
-    """The options both server commands share. `find_token(args.token_env, args.token_file)` reads the token."""
+    """The options both server commands share. `parse_checked` parses them and finds the token."""
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
     parser.add_argument("--model", type=Path, required=True, help=model_help)
     parser.add_argument("--host", default="127.0.0.1", help="bind address; a non-loopback one needs a token")
@@ -110,11 +112,32 @@ def server_command_line(prog: str, description: str | None, model_help: str) -> 
     return parser
 
 
+HTTP_LIMITS = ("max_body_bytes", "read_timeout_s", "request_deadline_s", "max_connections")
+
+
+def http_limits(source: Any) -> dict[str, Any]:
+    """The connection limits every server takes (`serve(..., **http_limits(x))`), read from a server command's
+    parsed arguments or from rm/serve's `server` group."""
+    return {name: getattr(source, name) for name in HTTP_LIMITS}
+
+
+def parse_checked(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> tuple[argparse.Namespace, str | None]:
+    """A server command's arguments and bearer token, with logging set up. A wide bind without a token (or a bad
+    token file) raises UserError before any model loads: `exit_code_of` makes it exit 2 in one line."""
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    token = find_token(args.token_env, args.token_file)
+    check_bind(args.host, token, args.token_env)
+    return args, token
+
+
 def exit_code_of(main: Callable[[], int]) -> int:
     """Run a server command's main: a UserError found once the model is loaded (a port in use) is exit 2 and one
     line, like those found before it."""
     try:
         return main()
     except UserError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        print(f"error: {exc.render()}", file=sys.stderr)
         return 2

@@ -363,7 +363,11 @@ class ServerHandle:
         self.app = app
         self.settings = settings
         self.registry = registry or CollectorRegistry()
-        sock = _listening_socket(settings.host, settings.port)
+        try:
+            sock = _listening_socket(settings.host, settings.port)
+        except BaseException:  # the port is taken (or the host unknown): the app's workers stop with it
+            app.close(1.0)
+            raise
         self._core = core = ServerCore(app, settings, self.registry)
         address = sock.getsockname()
         self.host, self.port = str(address[0]), int(address[1])

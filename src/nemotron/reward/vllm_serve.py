@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     from nemotron.errors import UserError
     from nemotron.jobs import write_atomic
     from nemotron.reward.address import Node, reachable_url
-    from nemotron.reward.server_options import check_bind, find_token
+    from nemotron.reward.server_options import parse_checked
     from nemotron.reward.transport import TOKEN_ENV
 
     parser = argparse.ArgumentParser(prog="python -m nemotron.reward.vllm_serve", description=main.__doc__)
@@ -199,20 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ready-file", type=Path, help='write {"url", "pid"} here once vllm serve answers')
     parser.add_argument("--startup-timeout", type=float, default=3600.0, help="seconds to wait for /health")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("nemotron.reward.client").setLevel(
-        logging.WARNING
-    )  # one line per /health poll otherwise
+    args, token = parse_checked(parser, argv)
+    logging.getLogger("nemotron.reward.client").setLevel(logging.WARNING)  # else a line per /health poll
     if not 0 < args.memory <= 1:
-        print(f"error: --memory must be in (0, 1], got {args.memory}", file=sys.stderr)
-        return 2
-    try:
-        token = find_token(args.token_env, args.token_file)
-        check_bind(args.host, token, args.token_env)
-    except UserError as e:
-        print(f"error: {e.render()}", file=sys.stderr)
-        return 2
+        raise UserError(f"--memory must be in (0, 1], got {args.memory}")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     port = args.port or free_port()
     try:
@@ -234,4 +224,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nemotron.reward.server_options import exit_code_of
+
+    sys.exit(exit_code_of(main))

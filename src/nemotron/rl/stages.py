@@ -1,4 +1,4 @@
-"""The stages the RL steps share: refusing the NeMo-RL backend locally, the prompts, the actor with its
+"""The stages the RL steps share: starting (refusing the NeMo-RL backend locally), the prompts, the actor with its
 frozen reference, the rollout of one step's prompts, before/after evaluation, checkpoints, and saving."""
 
 from __future__ import annotations
@@ -25,19 +25,22 @@ from nemotron.rl.generation_backends import GenerationBackend, get_backend
 from nemotron.rl.prompts import fit_prompts, model_positions
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams
-from nemotron.runtime import StepRun
+from nemotron.rl.stats import RolloutStats, Timings, as_metrics
+from nemotron.runtime import StepRun, required
+from nemotron.tasks import get_task
 
 log = logging.getLogger("nemotron")
 
 
-def refuse_nemo_rl_backend(backend: str, engine: str = "NeMo-RL") -> None:
-    """backend=nemo_rl runs in NeMo-RL's container on GPUs, never in this process: exit 2 saying how to run
-    it."""
+def start(backend: str, runtime: Any, engine: str = "NeMo-RL") -> tuple[DevicePlan, World]:
+    """The device plan and process group of a built-in run, after refusing backend=nemo_rl: that runs in
+    NeMo-RL's container on GPUs, never in this process (exit 2 saying how to run it)."""
     if backend == "nemo_rl":
         raise UserError(
             f"backend=nemo_rl runs {engine} in its container on GPUs; submit it with a Slurm or Lepton "
             "profile (-b PROFILE). `--dry-run` shows the NeMo-RL config and command it would run."
         )
+    return distributed.start(runtime)
 
 
 @dataclass
@@ -105,6 +108,7 @@ class Rollouts:
     and `position` is how far the run has read it; each rank samples from its own random stream."""
 
     backend: GenerationBackend
+    policy_path: str
     models: ActorAndReference
     tokenizer: Any
     prompts: PromptSet
@@ -140,6 +144,7 @@ class Rollouts:
         sampler = plan.generator(seed * 1000 + world.rank)
         return cls(
             get_backend(generation),
+            policy_path,
             models,
             tokenizer,
             prompts,
@@ -150,6 +155,21 @@ class Rollouts:
             plan,
             world,
             seed,
+        )
+
+    @classmethod
+    def of_actor(cls, cfg: Any, n: int, plan: DevicePlan, world: World) -> Rollouts:
+        """rl/reinforce's and rl/ppo's rollouts (their shared RLConfig): inputs.policy answers
+        inputs.prompts, `trainer.num_prompts_per_step` prompts a step, `n` responses each."""
+        return cls.build(
+            required(cfg.inputs.policy, "inputs.policy"),
+            required(cfg.inputs.prompts, "inputs.prompts"),
+            cfg.generation,
+            n,
+            cfg.trainer.num_prompts_per_step,
+            plan,
+            world,
+            cfg.runtime.seed,
         )
 
     def collect(self, score: ScoreFn) -> Experience:
@@ -175,6 +195,26 @@ class Rollouts:
         exp.group = self.plan.tensor(batch).repeat_interleave(self.n)
         return exp
 
+    def metrics(
+        self,
+        exp: Experience,
+        scores: torch.Tensor,
+        kl: torch.Tensor,
+        algorithm: Any,
+        times: tuple[float, float],
+        *more: Any,
+    ) -> dict[str, float]:
+        """One step's metrics, averaged over ranks: the rollout's (`scores` as rewarded, `kl` to the initial
+        policy), the algorithm's statistics, the timings (`times`: training seconds, and the step's start on
+        `time.perf_counter()`), the generation engine's, then `more`."""
+        return as_metrics(
+            RolloutStats.of(exp, scores, kl, self.world),
+            algorithm,
+            Timings.of(exp, times[0], times[1], self.plan.device),
+            exp.engine_stats,
+            *more,
+        )
+
 
 def validation_prompts(path: str | None, rollouts: Rollouts) -> PromptSet | None:
     """The validation prompts, shortened like the training prompts to fit the policy; None without a path."""
@@ -195,9 +235,11 @@ class BeforeAfter:
     run: StepRun[Any]
     rollouts: Rollouts
     eval_cfg: Any
-    task: Any | None
     validation: PromptSet | None = None
     val_period: int = 0
+
+    def __post_init__(self) -> None:
+        self.task = get_task(self.eval_cfg.task) if self.eval_cfg.task else None
 
     @property
     def prompts(self) -> PromptSet:
@@ -253,14 +295,14 @@ class Checkpoints:
 
     run: StepRun[Any]
     checkpoint_cfg: Any
+    rollouts: Rollouts
     modules: dict[str, torch.nn.Module]
     optimizers: dict[str, torch.optim.Optimizer]
-    generators: dict[str, torch.Generator]
-    policy_path: str
-    world: World
 
     def __post_init__(self) -> None:
-        self.expect = trainstate.fingerprints(self.run.record.config, self.policy_path)
+        self.expect = trainstate.fingerprints(self.run.record.config, self.rollouts.policy_path)
+        self.generators = {"sampler": self.rollouts.sampler}
+        self.world = self.rollouts.world
 
     def resume(self) -> tuple[int, int]:
         """(start step, data position): (0, 0) for a fresh run."""

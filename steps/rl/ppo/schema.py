@@ -7,29 +7,13 @@ from pydantic import Field
 
 from nemotron.stepconfig import (
     Backend,
-    Checkpointing,
-    Evaluation,
-    Generation,
     KLEstimator,
-    NemoRL,
     Optim,
-    RewardSource,
-    RLInputs,
+    RLConfig,
     Strict,
-    TrainRuntime,
     backend_field,
     kl_estimator_field,
 )
-
-
-class Inputs(RLInputs):
-    """The artifacts rl/ppo reads: an artifact reference (name:latest, name:vN, art://...) or a path."""
-
-    reward_model: str | None = Field(
-        None,
-        description="the reward model (reward_model_hf): served for rewards, and the critic's initialisation "
-        "(backbone and head)",
-    )
 
 
 class Outputs(Strict):
@@ -37,29 +21,6 @@ class Outputs(Strict):
 
     policy: str = Field("ppo_policy", description="artifact name of the aligned policy")
     critic: str = Field("ppo_critic", description="artifact name of the trained critic")
-
-
-class Trainer(Strict):
-    """The rollout + update loop."""
-
-    max_steps: int = Field(
-        100, ge=1, description="rollout + update steps (NeMo-Aligner: trainer.ppo.max_steps)"
-    )
-    num_prompts_per_step: int = Field(
-        16,
-        ge=1,
-        description="prompts per step over all ranks; each gets num_rollouts_per_prompt responses "
-        "(NeMo-Aligner: model.ppo.num_rollout_samples)",
-    )
-    micro_batch_size: int = Field(
-        16,
-        ge=1,
-        description="responses per forward/backward pass of the actor and the critic; gradients accumulate "
-        "to one optimizer step per PPO epoch (NeMo-Aligner: model.micro_batch_size)",
-    )
-    log_interval: int = Field(
-        1, ge=1, description="print a summary line every N steps (metrics.jsonl gets every step)"
-    )
 
 
 class PPO(Strict):
@@ -134,19 +95,10 @@ class Critic(Strict):
     optim: Optim = Field(Optim(lr=5e-5), description="the critic's optimizer")
 
 
-class Config(Strict):
+class Config(RLConfig):
     """rl/ppo: NeMo-Aligner's PPO (actor, critic from the reward model, GAE, clipped losses)."""
 
     backend: Backend = backend_field("PPO")
-    inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
-    trainer: Trainer = Trainer()
     ppo: PPO = PPO()
     critic: Critic = Critic()
-    optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")
-    generation: Generation = Generation()
-    reward: RewardSource = RewardSource()
-    checkpoint: Checkpointing = Checkpointing()
-    eval: Evaluation = Evaluation()
-    runtime: TrainRuntime = TrainRuntime()
-    nemo_rl: NemoRL = NemoRL()

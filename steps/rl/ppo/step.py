@@ -30,9 +30,8 @@ from nemotron.rl.losses import ppo_clip_loss, value_loss
 from nemotron.rl.masks import explained_variance, global_mean, mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.rollout import response_logits
-from nemotron.rl.stats import RolloutStats, Timings, as_metrics, global_means, global_sums
+from nemotron.rl.stats import global_means, global_sums
 from nemotron.runtime import StepRun, required
-from nemotron.tasks import get_task
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from rl.ppo.schema import PPO, Config
@@ -191,27 +190,20 @@ def stats(
     )
 
 
+# the metrics of the summary line printed every trainer.log_interval steps
+HEADLINE = ("rewards", "init_policy_kl", "critic_loss", "explained_var")
+
+
 def main() -> None:
     # ---- setup: validated config, device, process group, threads, seeds
     run: StepRun[Config] = StepRun.start(__file__)
     cfg = run.config
-    stages.refuse_nemo_rl_backend(cfg.backend)
-    plan, world = distributed.start(cfg.runtime)
+    plan, world = stages.start(cfg.backend, cfg.runtime)
     total = cfg.trainer.max_steps
-    policy_path = required(cfg.inputs.policy, "inputs.policy")
 
     # ---- inputs and models: the prompts, the actor, its frozen initial policy, a critic from the reward
     # model
-    rollouts = stages.Rollouts.build(
-        policy_path,
-        required(cfg.inputs.prompts, "inputs.prompts"),
-        cfg.generation,
-        cfg.ppo.num_rollouts_per_prompt,
-        cfg.trainer.num_prompts_per_step,
-        plan,
-        world,
-        cfg.runtime.seed,
-    )
+    rollouts = stages.Rollouts.of_actor(cfg, cfg.ppo.num_rollouts_per_prompt, plan, world)
     policy, sampling = rollouts.models.policy, rollouts.sampling
     critic = build_critic_from_reward_model(
         load_reward_model(
@@ -221,19 +213,15 @@ def main() -> None:
     plan.prepare(critic.model)
     actor_opt = build_optimizer(policy.parameters(), cfg.optim)
     critic_opt = build_optimizer(critic.parameters(), cfg.critic.optim)
-    evaluation = stages.BeforeAfter(
-        run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None
-    )
+    evaluation = stages.BeforeAfter(run, rollouts, cfg.eval)
 
     # ---- resume
     checkpoints = stages.Checkpoints(
         run,
         cfg.checkpoint,
+        rollouts,
         {"policy": policy, "critic": critic},
         {"policy": actor_opt, "critic": critic_opt},
-        {"sampler": rollouts.sampler},
-        policy_path,
-        world,
     )
     start_step, rollouts.position = checkpoints.resume()
 
@@ -257,19 +245,9 @@ def main() -> None:
             train_time = time.perf_counter() - t0
 
             # ---- report: metrics averaged over ranks, then the checkpoint
-            metrics = as_metrics(
-                RolloutStats.of(exp, exp.scores, s.kl, world),
-                stats(exp, s, losses, cfg.ppo, grad_norm, lr, world),
-                Timings.of(exp, train_time, t_step, plan.device),
-                exp.engine_stats,
-            )
-            run.report(
-                step,
-                total,
-                metrics,
-                ("rewards", "init_policy_kl", "critic_loss", "explained_var"),
-                cfg.trainer.log_interval,
-            )
+            step_stats = stats(exp, s, losses, cfg.ppo, grad_norm, lr, world)
+            metrics = rollouts.metrics(exp, exp.scores, s.kl, step_stats, (train_time, t_step))
+            run.report(step, total, metrics, HEADLINE, cfg.trainer.log_interval)
             checkpoints.maybe_save(step, rollouts.position)
 
         # ---- evaluate

@@ -7,58 +7,18 @@ from pydantic import Field
 
 from nemotron.stepconfig import (
     Backend,
-    Checkpointing,
-    Evaluation,
-    Generation,
     KLEstimator,
-    NemoRL,
-    Optim,
-    RewardSource,
-    RLInputs,
+    RLConfig,
     Strict,
-    TrainRuntime,
     backend_field,
     kl_estimator_field,
 )
-
-
-class Inputs(RLInputs):
-    """The artifacts rl/reinforce reads: an artifact reference (name:latest, name:vN, art://...) or a path."""
-
-    reward_model: str | None = Field(
-        None,
-        description="the reward model (reward_model_hf): served by rm/serve, or loaded with "
-        "reward.source=in_process",
-    )
 
 
 class Outputs(Strict):
     """Names the outputs are registered under in the artifact store."""
 
     policy: str = Field("reinforce_policy", description="artifact name of the aligned policy")
-
-
-class Trainer(Strict):
-    """The rollout + update loop."""
-
-    max_steps: int = Field(
-        100, ge=1, description="rollout + update steps (NeMo-Aligner: trainer.reinforce.max_steps)"
-    )
-    num_prompts_per_step: int = Field(
-        8,
-        ge=1,
-        description="prompts per step over all ranks; each gets num_rollouts_per_prompt responses "
-        "(NeMo-Aligner: model.reinforce.num_rollout_samples)",
-    )
-    micro_batch_size: int = Field(
-        16,
-        ge=1,
-        description="responses per forward/backward pass; gradients accumulate to one optimizer step per "
-        "epoch (NeMo-Aligner: model.micro_batch_size)",
-    )
-    log_interval: int = Field(
-        1, ge=1, description="print a summary line every N steps (metrics.jsonl gets every step)"
-    )
 
 
 class Reinforce(Strict):
@@ -97,18 +57,9 @@ class Reinforce(Strict):
     )
 
 
-class Config(Strict):
+class Config(RLConfig):
     """rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no critic)."""
 
     backend: Backend = backend_field("GRPO run as RLOO")
-    inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
-    trainer: Trainer = Trainer()
     reinforce: Reinforce = Reinforce()
-    optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")
-    generation: Generation = Generation()
-    reward: RewardSource = RewardSource()
-    checkpoint: Checkpointing = Checkpointing()
-    eval: Evaluation = Evaluation()
-    runtime: TrainRuntime = TrainRuntime()
-    nemo_rl: NemoRL = NemoRL()

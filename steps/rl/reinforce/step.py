@@ -26,9 +26,8 @@ from nemotron.rl.losses import reinforce_loss
 from nemotron.rl.masks import mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.rollout import sequence_logprobs
-from nemotron.rl.stats import RolloutStats, Timings, as_metrics, global_means
-from nemotron.runtime import StepRun, required
-from nemotron.tasks import get_task
+from nemotron.rl.stats import global_means
+from nemotron.runtime import StepRun
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from rl.reinforce.schema import Config, Reinforce
@@ -119,42 +118,25 @@ def stats(
     return ReinforceStats(**means, actor_loss=loss, grad_norm=grad_norm, lr=lr)
 
 
+# the metrics of the summary line printed every trainer.log_interval steps
+HEADLINE = ("rewards", "init_policy_kl", "actor_loss", "response_lengths")
+
+
 def main() -> None:
     # ---- setup: validated config, device, process group, threads, seeds
     run: StepRun[Config] = StepRun.start(__file__)
     cfg = run.config
-    stages.refuse_nemo_rl_backend(cfg.backend)
-    plan, world = distributed.start(cfg.runtime)
+    plan, world = stages.start(cfg.backend, cfg.runtime)
     total = cfg.trainer.max_steps
-    policy_path = required(cfg.inputs.policy, "inputs.policy")
 
     # ---- inputs and models: the prompts, the actor and the frozen initial policy it is kept close to
-    rollouts = stages.Rollouts.build(
-        policy_path,
-        required(cfg.inputs.prompts, "inputs.prompts"),
-        cfg.generation,
-        cfg.reinforce.num_rollouts_per_prompt,
-        cfg.trainer.num_prompts_per_step,
-        plan,
-        world,
-        cfg.runtime.seed,
-    )
+    rollouts = stages.Rollouts.of_actor(cfg, cfg.reinforce.num_rollouts_per_prompt, plan, world)
     policy, sampling = rollouts.models.policy, rollouts.sampling
     optimizer = build_optimizer(policy.parameters(), cfg.optim)
-    evaluation = stages.BeforeAfter(
-        run, rollouts, cfg.eval, get_task(cfg.eval.task) if cfg.eval.task else None
-    )
+    evaluation = stages.BeforeAfter(run, rollouts, cfg.eval)
 
     # ---- resume
-    checkpoints = stages.Checkpoints(
-        run,
-        cfg.checkpoint,
-        {"policy": policy},
-        {"policy": optimizer},
-        {"sampler": rollouts.sampler},
-        policy_path,
-        world,
-    )
+    checkpoints = stages.Checkpoints(run, cfg.checkpoint, rollouts, {"policy": policy}, {"policy": optimizer})
     start_step, rollouts.position = checkpoints.resume()
 
     with stages.reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan) as (score_fn, described):
@@ -176,19 +158,9 @@ def main() -> None:
             train_time = time.perf_counter() - t0
 
             # ---- report: metrics averaged over ranks (NeMo-Aligner names), then the checkpoint
-            metrics = as_metrics(
-                RolloutStats.of(exp, s.scores, s.kl, world),
-                stats(s, actor_loss, grad_norm, lr, cfg.reinforce.reinforce_epochs, world),
-                Timings.of(exp, train_time, t_step, plan.device),
-                exp.engine_stats,
-            )
-            run.report(
-                step,
-                total,
-                metrics,
-                ("rewards", "init_policy_kl", "actor_loss", "response_lengths"),
-                cfg.trainer.log_interval,
-            )
+            step_stats = stats(s, actor_loss, grad_norm, lr, cfg.reinforce.reinforce_epochs, world)
+            metrics = rollouts.metrics(exp, s.scores, s.kl, step_stats, (train_time, t_step))
+            run.report(step, total, metrics, HEADLINE, cfg.trainer.log_interval)
             checkpoints.maybe_save(step, rollouts.position)
 
         # ---- evaluate

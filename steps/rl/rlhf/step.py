@@ -31,9 +31,8 @@ from nemotron.rl.masks import LossLevel, mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams, sequence_logprobs
-from nemotron.rl.stats import RolloutStats, Timings, as_metrics, global_means, global_sums
+from nemotron.rl.stats import global_means, global_sums
 from nemotron.runtime import StepRun, required
-from nemotron.tasks import get_task
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from rl.rlhf.schema import Config, Judge, LossFn
@@ -200,8 +199,7 @@ def main() -> None:
     # ---- setup: validated config, device, process group, threads, seeds
     run: StepRun[Config] = StepRun.start(__file__)
     cfg = run.config
-    stages.refuse_nemo_rl_backend(cfg.backend, "NeMo-RL's GRPO")
-    plan, world = distributed.start(cfg.runtime)
+    plan, world = stages.start(cfg.backend, cfg.runtime, "NeMo-RL's GRPO")
     total = cfg.grpo.max_num_steps
     policy_path = required(cfg.policy.model_name, "policy.model_name")
 
@@ -223,22 +221,13 @@ def main() -> None:
         run,
         rollouts,
         cfg.eval,
-        get_task(cfg.eval.task) if cfg.eval.task else None,
         stages.validation_prompts(validation, rollouts),
         cfg.grpo.val_period,
     )
     judge_model = cfg.env.nemo_gym.genrm_model.responses_api_models.vllm_model.model
 
     # ---- resume
-    checkpoints = stages.Checkpoints(
-        run,
-        cfg.checkpoint,
-        {"policy": policy},
-        {"policy": optimizer},
-        {"sampler": rollouts.sampler},
-        policy_path,
-        world,
-    )
+    checkpoints = stages.Checkpoints(run, cfg.checkpoint, rollouts, {"policy": policy}, {"policy": optimizer})
     start_step, rollouts.position = checkpoints.resume()
 
     judge_stats: dict[str, float] = {}
@@ -273,13 +262,7 @@ def main() -> None:
             stats = GRPOStats(
                 **means, **global_sums(world, updates, **vars(sums)), grad_norm=grad_norm, lr=lr
             )
-            metrics = as_metrics(
-                RolloutStats.of(exp, exp.scores, kl, world),
-                stats,
-                Timings.of(exp, train_time, t_step, plan.device),
-                exp.engine_stats,
-                judge_stats,
-            )
+            metrics = rollouts.metrics(exp, exp.scores, kl, stats, (train_time, t_step), judge_stats)
             run.report(step, total, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths"))
             evaluation.periodic(score_fn, step)
             checkpoints.maybe_save(step, rollouts.position)

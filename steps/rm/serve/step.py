@@ -16,7 +16,7 @@ from nemotron.models.checkpoint import load_reward_model, load_tokenizer
 from nemotron.reward.address import announce_server
 from nemotron.reward.scorer import scorer_from_reward_model
 from nemotron.reward.server import run_forever_until_signal
-from nemotron.reward.server_options import check_bind, find_token
+from nemotron.reward.server_options import check_bind, find_token, http_limits
 from nemotron.reward.transport import ServerHandle, run_until_signal
 from nemotron.rl.prompts import model_positions
 from nemotron.runtime import StepRun, required
@@ -72,10 +72,7 @@ def main() -> int:
             max_queue_delay_ms=s.max_queue_delay_ms,
             max_queue_rows=s.max_queue_rows,
             model_name=s.model_name,
-            max_body_bytes=s.max_body_bytes,
-            read_timeout_s=s.read_timeout_s,
-            request_deadline_s=s.request_deadline_s,
-            max_connections=s.max_connections,
+            **http_limits(s),
         )
     else:
         from nemotron.models.checkpoint import load_policy
@@ -90,10 +87,7 @@ def main() -> int:
             token,
             model_name=s.model_name,
             max_queue=s.max_queue,
-            max_body_bytes=s.max_body_bytes,
-            read_timeout_s=s.read_timeout_s,
-            request_deadline_s=s.request_deadline_s,
-            max_connections=s.max_connections,
+            **http_limits(s),
         )
         announce(handle)
         code = run_until_signal(handle)

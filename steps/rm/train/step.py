@@ -9,7 +9,6 @@ tokenizer.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,12 +23,11 @@ from nemotron.devices import DevicePlan, peak_memory_mb
 from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.models.reward import (
     bradley_terry_loss,
-    build_reward_model,
     pairwise_accuracy,
     reward_model_from_policy,
     sequence_rewards,
 )
-from nemotron.models.tokenizer import train_tokenizer
+from nemotron.models.supervised import RankBatches, from_architecture, held_out_split
 from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.stages import save_and_register
@@ -91,9 +89,7 @@ def main() -> None:
 
     # ---- data: a deterministic held-out split
     pairs = read_jsonl(required(cfg.inputs.data, "inputs.data"), PreferenceRecord)
-    shuffled = random.Random(cfg.runtime.seed).sample(pairs, len(pairs))
-    n_val = max(1, int(len(pairs) * cfg.trainer.validation_fraction))
-    val, train = shuffled[:n_val], shuffled[n_val:]
+    val, train = held_out_split(pairs, cfg.trainer.validation_fraction, cfg.runtime.seed, at_least=1)
 
     # ---- model
     if cfg.inputs.init_from:
@@ -103,32 +99,17 @@ def main() -> None:
         )
     else:
         texts = [t for p in pairs for t in (prompt_text(p.prompt), p.chosen, p.rejected)]
-        tokenizer = train_tokenizer(texts, model_max_length=cfg.model.n_positions)
-        m = cfg.model
-        model = build_reward_model(
-            len(tokenizer),
-            m.n_layer,
-            m.n_embd,
-            m.n_head,
-            m.n_positions,
-            cfg.runtime.seed,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            family=m.family,
-        )
+        tokenizer, model = from_architecture("reward_model", cfg.model, texts, cfg.runtime.seed)
     model = plan.prepare(model)
     optimizer = build_optimizer(model.parameters(), cfg.optim)
-    rng = random.Random(cfg.runtime.seed + world.rank)
-    per_rank = max(1, cfg.trainer.global_batch_size // world.size)
+    batches = RankBatches(train, cfg.trainer.global_batch_size, world.size, cfg.runtime.seed + world.rank)
 
     # ---- loop: update, then report (with the held-out accuracy every log_interval steps)
     model.train()
     total = cfg.trainer.max_steps
     for step in range(1, total + 1):
         t0 = time.perf_counter()
-        batch = preference_batch(
-            tokenizer, rng.sample(train, min(per_rank, len(train))), cfg.trainer.max_length
-        )
+        batch = preference_batch(tokenizer, batches.next(), cfg.trainer.max_length)
         with plan.autocast():
             chosen, rejected = chosen_and_rejected(model, batch, plan)
             loss = bradley_terry_loss(chosen, rejected)
