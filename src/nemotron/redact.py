@@ -30,17 +30,23 @@ _SECRET_PARTS = frozenset(
 _PARTS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 # names that only describe how tokens are counted or handled, never hold one
 _NOT_SECRET = frozenset({"token_level_loss", "tokenizer"})
+# A last part that makes the name point at where a secret lives, not hold it: `token_file`, `key_path`, `token_env`.
+_POINTER_PARTS = frozenset({"file", "path", "env", "dir"})
 # Values shorter than this are not hunted for in free text: they would mask innocent substrings.
 _MIN_VALUE_LEN = 6
 
 
 def is_secret_name(name: str) -> bool:
     """True when one of the name's parts is a secret word: `judge.token`, `WANDB_API_KEY`, `authToken`; not
-    `max_new_tokens`, `token_level_loss`, `keyword` or `monkey`."""
+    `max_new_tokens`, `token_level_loss`, `keyword` or `monkey`, and not a name of where a secret is kept
+    (`token_file`, `SSH_KEY_PATH`, `token_env`): a path or a variable's name is not a secret."""
     leaf = name.rsplit(".", 1)[-1]
     if leaf.lower() in _NOT_SECRET:
         return False
-    return any(part.lower() in _SECRET_PARTS for part in _PARTS.findall(leaf))
+    parts = [part.lower() for part in _PARTS.findall(leaf)]
+    if parts and parts[-1] in _POINTER_PARTS:
+        return False
+    return any(part in _SECRET_PARTS for part in parts)
 
 
 def redact_tree(tree: Any) -> Any:

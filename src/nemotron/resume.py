@@ -22,7 +22,7 @@ RESUMABLE_KEYS = (
     # where rewards come from may move (a restarted server gets a new port); what they are may not
     "reward.server",
     "judge.url",
-    "judge.token",
+    "judge.token_file",
     "judge.timeout_s",
 )
 

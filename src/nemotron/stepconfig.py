@@ -41,6 +41,31 @@ class ModelArch(Strict):
     )
 
 
+class SupervisedTrainer(Strict):
+    """The training loop of sft and rm/train: each optimizer step learns from a random global batch of the
+    training records (sft examples, rm/train preference pairs); a seeded share is held out."""
+
+    max_steps: int = Field(
+        300, ge=1, description="optimizer steps (NeMo-Aligner: trainer.{sft,rm}.max_steps)"
+    )
+    global_batch_size: int = Field(
+        64,
+        ge=1,
+        description="records per optimizer step, split evenly over ranks (NeMo-Aligner: model.global_batch_size)",
+    )
+    max_length: int = Field(
+        32, ge=4, description="tokens per sequence (prompt + response, + EOS for sft); longer ones are cut"
+    )
+    validation_fraction: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        description="share of records held out (seeded split) for sft's val_loss and rm/train's val_accuracy "
+        "(rm/train holds out at least one pair)",
+    )
+    log_interval: int = Field(25, ge=1, description="print a summary line and validate every N steps")
+
+
 class Optim(Strict):
     """AdamW and its learning-rate schedule (NeMo-Aligner: model.optim; NeMo-RL: policy.optimizer)."""
 
@@ -152,9 +177,10 @@ class RewardServer(Strict):
         description="base URL of a running rm/serve (http://host:port); unset: $NEMOTRON_REWARD_URL (a Slurm "
         "hetjob's server), else a sibling rm/serve on a free loopback port (NeMo-Aligner: remote_rm.reward_model.ip/port)",
     )
-    token: str | None = Field(
+    token_file: str | None = Field(
         None,
-        description="bearer token for url; unset: $NEMOTRON_REWARD_TOKEN. Secret: kept out of config.yaml",
+        description="file (mode 0600) holding the bearer token for url; unset: $NEMOTRON_REWARD_TOKEN. Never the "
+        "token itself: a command line is visible in ps",
     )
     timeout_s: float = Field(30.0, gt=0, description="seconds to wait for one scoring request")
     retries: int = Field(
@@ -339,9 +365,10 @@ class NemoRL(Strict):
 
 
 class RLConfig(Strict):
-    """The groups rl/reinforce and rl/ppo share, in NeMo-Aligner's layout; each step adds its backend, outputs
-    and algorithm group."""
+    """The groups rl/reinforce and rl/ppo share, in NeMo-Aligner's layout; each step adds its outputs and its
+    algorithm's group."""
 
+    backend: Backend = backend_field("GRPO run as RLOO (rl/reinforce) or PPO (rl/ppo)")
     inputs: RLInputs = RLInputs()
     trainer: RLTrainer = RLTrainer()
     optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")

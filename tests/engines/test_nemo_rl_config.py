@@ -239,7 +239,11 @@ def test_nemo_gym_path_meets_the_async_engine_assertion() -> None:
 def test_reinforce_is_rloo_with_no_ratio() -> None:
     cfg = compiled(
         "rl/reinforce",
-        overrides={"reinforce.initial_policy_kl_penalty": 0.05, "reinforce.kl_estimator": "k2"},
+        overrides={
+            "reinforce.initial_policy_kl_penalty": 0.05,
+            "reinforce.kl_estimator": "k2",
+            "trainer.num_prompts_per_step": 8,
+        },
     ).config
     assert cfg["grpo"]["use_leave_one_out_baseline"] is True and cfg["grpo"]["normalize_rewards"] is False
     assert cfg["grpo"]["adv_estimator"] == {

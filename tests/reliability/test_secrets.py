@@ -84,6 +84,8 @@ def test_secrets_never_leak(home: Path, tmp_path: Path, fixture_steps: Path, run
         "AWS_SECRET_ACCESS_KEY",
         "NEMOTRON_REWARD_TOKEN",
         "Authorization",
+        "file_token",  # only a last part file/path/env/dir points elsewhere
+        "path_secret",
     ],
 )
 def test_secret_names_are_masked(name: str) -> None:
@@ -104,6 +106,10 @@ def test_secret_names_are_masked(name: str) -> None:
         "max_total_sequence_length",
         "PWD",
         "OLDPWD",
+        "reward.server.token_file",  # where a secret is kept is no secret: a path, a variable's name
+        "SSH_KEY_PATH",
+        "token_env",
+        "secret_dir",
     ],
 )
 def test_names_that_only_mention_tokens_are_shown(name: str) -> None:

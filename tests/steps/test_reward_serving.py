@@ -125,6 +125,36 @@ def test_rm_serve_refuses_a_public_address_without_a_token_and_a_token_on_the_co
     assert "tok-123456789" not in err  # the refusal does not echo the secret
 
 
+def test_rl_steps_take_the_reward_servers_token_from_a_0600_file_never_from_the_command_line(
+    home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    from nemotron.models.checkpoint import load_reward_model, load_tokenizer
+    from nemotron.reward.scorer import scorer_from_reward_model
+    from nemotron.reward.server import serve
+
+    # A token on the command line is an unknown key (ps shows argv to every user), and its value is not echoed.
+    for key in ("reward.server.token", "judge.token"):
+        step = "rl/rlhf" if key.startswith("judge") else "rl/reinforce"
+        r = run_cli("steps", "run", step, "-c", "tiny", f"{key}=tok-on-argv-4242", "--dry-run")
+        assert r.code == 2 and f"{key}_file" in r.err and "Traceback" not in r.err, r.err
+        assert "tok-on-argv-4242" not in r.out + r.err
+
+    rm = shipped_root() / "tiny" / "reward_model"
+    scorer = scorer_from_reward_model(load_reward_model(rm), load_tokenizer(rm), 32)
+    token_file = tmp_path / "reward.token"
+    token_file.write_text("tok-from-file-77\n")
+    with serve(scorer, token="tok-from-file-77") as handle:
+        base = ["steps", "run", "rl/reinforce", "-c", "tiny", f"reward.server.url={handle.url}"]
+        base += ["trainer.max_steps=1", "eval.num_prompts=0", f"reward.server.token_file={token_file}"]
+        token_file.chmod(0o644)  # others could read it: refused before any work, saying how to fix it
+        r = run_cli(*base, env={"NEMOTRON_REWARD_TOKEN": ""})
+        assert r.code == 2 and f"chmod 600 {token_file}" in r.err and "Traceback" not in r.err, r.err
+        token_file.chmod(0o600)
+        r = run_cli(*base, env={"NEMOTRON_REWARD_TOKEN": ""})
+        assert r.code == 0, r.err[-2000:]  # without the token every score would be a 401, and the run exit 3
+        assert "tok-from-file-77" not in r.out + r.err
+
+
 @pytest.mark.slow
 def test_rlhf_generative_judge_against_a_real_chat_server(home: Path, run_cli: Any) -> None:
     judge = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=pkg://tiny/sft_policy"

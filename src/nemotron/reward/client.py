@@ -183,18 +183,7 @@ class RetryingHTTPClient:
 class RewardClient(RetryingHTTPClient):
     """`RewardClient(url).score(["text", ...]) -> [reward, ...]` over KServe v2 with binary tensors."""
 
-    def __init__(
-        self,
-        url: str,
-        token: str | None = None,
-        timeout: float = 60.0,
-        retries: int = 3,
-        backoff: float = 0.5,
-        *,
-        model_name: str = "reward_model",
-    ) -> None:
-        super().__init__(url, token, timeout, retries, backoff)
-        self.model_name = model_name
+    model_name = "reward_model"  # the name in /v2/models/<name>/infer; set it on an instance for another
 
     def score(self, sentences: Sequence[str]) -> list[float]:
         """One reward per sentence, in order."""

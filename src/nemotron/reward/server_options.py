@@ -49,6 +49,12 @@ def read_token_file(path: Path) -> str:
     return text
 
 
+def token_from_file(path: str | None) -> str | None:
+    """A client's token: the one in the 0600 file `path` (a step's `token_file` key), None when unset (the client
+    then falls back to $NEMOTRON_REWARD_TOKEN)."""
+    return read_token_file(Path(path)) if path else None
+
+
 def find_token(token_env: str = TOKEN_ENV, token_file: Path | None = None) -> str | None:
     """The bearer token: from `token_file` when given, else from the variable `token_env`; None when neither."""
     if token_file is not None:

@@ -17,6 +17,7 @@ from nemotron.devices import DevicePlan
 from nemotron.errors import UserError
 from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
 from nemotron.models.tokenizer import encode_prompt
+from nemotron.reward.server_options import token_from_file
 from nemotron.rl import distributed, trainstate
 from nemotron.rl.distributed import World
 from nemotron.rl.evaluation import evaluate, parameter_checksum
@@ -93,7 +94,7 @@ def reward_model_scores(run: StepRun[Any], reward: Any, model_path: str | None, 
         reward.source,
         model_path,
         server.url,
-        server.token,
+        token_from_file(server.token_file),
         server.timeout_s,
         server.retries,
         log_path=run.job_dir / "logs" / "reward_server.log",

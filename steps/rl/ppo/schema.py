@@ -6,12 +6,10 @@ from typing import Literal
 from pydantic import Field
 
 from nemotron.stepconfig import (
-    Backend,
     KLEstimator,
     Optim,
     RLConfig,
     Strict,
-    backend_field,
     kl_estimator_field,
 )
 
@@ -98,7 +96,6 @@ class Critic(Strict):
 class Config(RLConfig):
     """rl/ppo: NeMo-Aligner's PPO (actor, critic from the reward model, GAE, clipped losses)."""
 
-    backend: Backend = backend_field("PPO")
     outputs: Outputs = Outputs()
     ppo: PPO = PPO()
     critic: Critic = Critic()

@@ -6,11 +6,9 @@ from typing import Literal
 from pydantic import Field
 
 from nemotron.stepconfig import (
-    Backend,
     KLEstimator,
     RLConfig,
     Strict,
-    backend_field,
     kl_estimator_field,
 )
 
@@ -60,6 +58,5 @@ class Reinforce(Strict):
 class Config(RLConfig):
     """rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no critic)."""
 
-    backend: Backend = backend_field("GRPO run as RLOO")
     outputs: Outputs = Outputs()
     reinforce: Reinforce = Reinforce()

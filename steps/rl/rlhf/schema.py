@@ -180,9 +180,10 @@ class Judge(Strict):
         description="base URL of a running server (reward_model: rm/serve; generative: an OpenAI-compatible "
         "/v1/chat/completions); unset: $NEMOTRON_REWARD_URL, else local runs start one beside the trainer",
     )
-    token: str | None = Field(
+    token_file: str | None = Field(
         None,
-        description="bearer token for url; unset: $NEMOTRON_REWARD_TOKEN. Secret: kept out of config.yaml",
+        description="file (mode 0600) holding the bearer token for url; unset: $NEMOTRON_REWARD_TOKEN. Never "
+        "the token itself: a command line is visible in ps",
     )
     prompt_template: str = Field(
         (

@@ -21,6 +21,7 @@ import torch
 from transformers import PreTrainedModel
 
 from nemotron.devices import DevicePlan
+from nemotron.reward.server_options import token_from_file
 from nemotron.rl import distributed, stages
 from nemotron.rl.advantages import grpo_advantages
 from nemotron.rl.distributed import World
@@ -74,9 +75,10 @@ def judge(
     """The score function: a served reward model, or a generative judge through chat completions (whose
     counters it copies into `judge_stats` after every call)."""
     judge_log = run.job_dir / "logs" / "judge.log"
+    token = token_from_file(j.token_file)  # else the client's $NEMOTRON_REWARD_TOKEN
     if j.kind == "reward_model":
         with reward_source(
-            "server", model, j.url, j.token, j.timeout_s, 5, log_path=judge_log, device=str(plan.device)
+            "server", model, j.url, token, j.timeout_s, 5, log_path=judge_log, device=str(plan.device)
         ) as pair:
             yield pair
         return
@@ -86,7 +88,7 @@ def judge(
 
     device = "cuda" if plan.device.type == "cuda" else "cpu"
     if external_url(j.url):
-        server = _given(j.url, j.token)
+        server = _given(j.url, token)
     elif j.server == "vllm":  # `vllm serve` beside the trainer (docs/vllm.md)
         server = vllm_judge_server(
             required(model, JUDGE_MODEL), log_path=judge_log, memory=j.vllm_gpu_memory_utilization

@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from nemotron.stepconfig import ModelArch, Optim, Strict, TrainRuntime
+from nemotron.stepconfig import ModelArch, Optim, Strict, SupervisedTrainer, TrainRuntime
 
 
 class Inputs(Strict):
@@ -27,30 +27,6 @@ class Outputs(Strict):
     )
 
 
-class Trainer(Strict):
-    """The training loop (Bradley-Terry loss: -log sigmoid(r_chosen - r_rejected))."""
-
-    max_steps: int = Field(250, ge=1, description="optimizer steps (NeMo-Aligner: trainer.rm.max_steps)")
-    global_batch_size: int = Field(
-        64,
-        ge=1,
-        description="preference pairs per optimizer step, split evenly over ranks (NeMo-Aligner: "
-        "model.global_batch_size)",
-    )
-    max_length: int = Field(
-        32, ge=4, description="tokens per scored sequence (prompt + response); longer ones are cut"
-    )
-    validation_fraction: float = Field(
-        0.1,
-        gt=0,
-        lt=1,
-        description="share of pairs held out (seeded split, at least one) for the pairwise accuracy",
-    )
-    log_interval: int = Field(
-        50, ge=1, description="print a summary line and measure held-out accuracy every N steps"
-    )
-
-
 class Config(Strict):
     """rm/train: a Bradley-Terry reward model trained on preference pairs."""
 
@@ -59,7 +35,7 @@ class Config(Strict):
     model: ModelArch = Field(
         ModelArch(), description="architecture of a random-init reward model (unused with inputs.init_from)"
     )
-    trainer: Trainer = Trainer()
+    trainer: SupervisedTrainer = SupervisedTrainer()
     optim: Optim = Field(
         Optim(lr=1e-3, warmup_steps=20, min_lr_ratio=0.1), description="the reward model's optimizer"
     )
