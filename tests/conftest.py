@@ -1,8 +1,11 @@
-"""Shared fixtures: an isolated $NEMOTRON_HOME, a helper that runs the real CLI in a subprocess, and the local Slurm
-cluster for tests marked `slurm` (tests/slurm and the vLLM judge's hetjob in tests/vllm)."""
+"""Shared fixtures: an isolated $NEMOTRON_HOME, a helper that runs the real CLI in a subprocess, the figures the
+scripts/ record for the docs, and the local Slurm cluster for tests marked `slurm` (tests/slurm and the vLLM
+judge's hetjob in tests/vllm)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -10,6 +13,8 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -64,6 +69,42 @@ def fixture_steps(monkeypatch: pytest.MonkeyPatch) -> Path:
     """Put the test-only steps (test/count) on the search path."""
     monkeypatch.setenv("NEMOTRON_STEPS_PATH", str(FIXTURE_STEPS))
     return FIXTURE_STEPS
+
+
+# ----------------------------------------------------------------------------- scripts/ and the figures they record
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/NAME.py as a module (its main() not run)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def recorded_figures(name: str, *keys: str) -> tuple[ModuleType, dict[str, Any]]:
+    """scripts/NAME.py and the record it wrote to its FIGURES file, once its PAGE is seen to show that record
+    as the script renders it (no hand edit, nothing left unshown) and the record to name each of `keys`."""
+    script = load_script(name)
+    record = json.loads(script.FIGURES.read_text())
+    page = script.PAGE.read_text()
+    assert script.update_page(page, record) == page, f"run `python scripts/{name}.py`"
+    for key in keys:
+        assert record[key] not in (None, ""), key
+    return script, record
+
+
+@pytest.fixture
+def script_figures() -> object:
+    """`recorded_figures` as a fixture."""
+    return recorded_figures
+
+
+@pytest.fixture
+def script_module() -> object:
+    """`load_script` as a fixture."""
+    return load_script
 
 
 # ----------------------------------------------------------------------------- the local Slurm cluster
