@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,12 +124,28 @@ SLURM_UP = REPO / "scripts" / "slurm-up.sh"
 SLURM_UP_TIMEOUT_S = 900
 
 
+SLURM_FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
+
+
 @dataclass(frozen=True)
 class SlurmCluster:
     """What scripts/slurm-up.sh brings up: one partition holding two nodes on 127.0.0.1."""
 
     partition: str = "debug"
     nodes: tuple[str, ...] = ("node1", "node2")
+
+    def final_state(self, slurm_id: str, timeout_s: float = 180) -> str:
+        """The job's final state, polling sacct (which lags squeue); a hetjob reports its leader's line first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            out = subprocess.run(
+                ["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True
+            ).stdout
+            states = [line.split()[0] for line in out.splitlines() if line.strip()]
+            if states and all(s in SLURM_FINAL for s in states):
+                return states[0]
+            time.sleep(0.5)
+        raise AssertionError(f"slurm job {slurm_id} not finished after {timeout_s} s")
 
 
 def slurm_required() -> bool:
