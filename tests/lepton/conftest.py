@@ -9,10 +9,12 @@ until the test sets their state. Point the SDK at it with LEPTON_WORKSPACE_URL/_
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -202,3 +204,9 @@ def lepton_api() -> Iterator[LeptonStub]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def lepton_env(home: Path, lepton_api: LeptonStub) -> dict[str, str]:
+    """The environment of a `python -m nemotron` that talks to the stub, in the test's own $NEMOTRON_HOME."""
+    return {**os.environ, "COLUMNS": "200", **lepton_api.env}

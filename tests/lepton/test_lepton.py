@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -33,8 +32,8 @@ def nemotron(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
 
 
 @pytest.fixture
-def env(home: Path, fixture_steps: Path, lepton_api: Any) -> dict[str, str]:
-    return {**os.environ, "COLUMNS": "200", **lepton_api.env}
+def env(lepton_env: dict[str, str], fixture_steps: Path) -> dict[str, str]:
+    return {**lepton_env, "NEMOTRON_STEPS_PATH": str(fixture_steps)}
 
 
 def submit_count(env: dict[str, str], *overrides: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -27,9 +26,9 @@ def nemotron(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
 
 
 @pytest.fixture
-def env(home: Path, tmp_path: Path, lepton_api: Any) -> dict[str, str]:
+def env(lepton_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     (tmp_path / "env.toml").write_text(PROFILES)
-    return {**os.environ, "COLUMNS": "200", "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml"), **lepton_api.env}
+    return {**lepton_env, "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml")}
 
 
 def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(
