@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -43,13 +43,23 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield h
 
 
+def nemotron_argv(*args: str, python_flags: Sequence[str] = ()) -> list[str]:
+    """The argv of `python [PYTHON_FLAGS] -m nemotron ARGS` in this interpreter, for tests that drive the process
+    themselves (signals, streaming)."""
+    return [sys.executable, *python_flags, "-m", "nemotron", *args]
+
+
 def cli(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+    python_flags: Sequence[str] = (),
 ) -> Result:
     """Run `python -m nemotron ARGS` for real: exit code, stdout and stderr as a user sees them."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     proc = subprocess.run(
-        [sys.executable, "-m", "nemotron", *args],
+        nemotron_argv(*args, python_flags=python_flags),
         capture_output=True,
         text=True,
         env=full_env,
@@ -59,10 +69,28 @@ def cli(
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def cli_imports(*args: str, timeout: float = 120) -> tuple[Result, set[str]]:
+    """`cli` under `python -X importtime`: the result and every module the command imported."""
+    r = cli(*args, timeout=timeout, python_flags=("-X", "importtime"))
+    return r, {line.split("|")[-1].strip() for line in r.err.splitlines() if line.startswith("import time:")}
+
+
 @pytest.fixture
 def run_cli() -> object:
     """The `cli` helper as a fixture (test modules cannot import conftest under --import-mode=importlib)."""
     return cli
+
+
+@pytest.fixture
+def run_cli_imports() -> object:
+    """`cli_imports` as a fixture."""
+    return cli_imports
+
+
+@pytest.fixture
+def nemotron_cmd() -> object:
+    """`nemotron_argv` as a fixture."""
+    return nemotron_argv
 
 
 @pytest.fixture

@@ -135,22 +135,10 @@ def _lines(stream: Any, seen: list[str], event: threading.Event, marker: str) ->
 
 
 def test_ctrl_c_on_an_attached_run_cancels_the_slurm_job(
-    env: dict[str, str], home: Path, slurm_cluster: Any
+    env: dict[str, str], home: Path, slurm_cluster: Any, nemotron_cmd: Any
 ) -> None:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nemotron",
-            "steps",
-            "run",
-            "test/count",
-            "-c",
-            "tiny",
-            "trainer.sleep_s=30",
-            "-r",
-            "local_slurm",
-        ],
+        nemotron_cmd("steps", "run", "test/count", "-c", "tiny", "trainer.sleep_s=30", "-r", "local_slurm"),
         env=env,
         text=True,
         stdout=subprocess.DEVNULL,
