@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nemotron.docgen import measured_on, splice
+from nemotron.docgen import measured_on, splice, write_figures
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = REPO / "docs" / "figures" / "reward_server_batching.json"
@@ -142,9 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "small": args.small,
         **summarise(runs),
     }
-    FIGURES.parent.mkdir(parents=True, exist_ok=True)
-    FIGURES.write_text(json.dumps(record, indent=2) + "\n")
-    PAGE.write_text(update_page(PAGE.read_text(), record))
+    write_figures(FIGURES, record, PAGE, update_page(PAGE.read_text(), record))
     print(render(record))
     return 0
 

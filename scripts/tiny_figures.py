@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nemotron.docgen import measured_on, splice
+from nemotron.docgen import measured_on, splice, write_figures
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = REPO / "docs" / "figures" / "tiny_pipeline.json"
@@ -62,12 +62,10 @@ def main() -> int:
         **machine, "pipeline_seconds": seconds,
         "command": "nemotron pipeline run tiny", "tolerance": TOLERANCE, "steps": figures,
     }
-    FIGURES.parent.mkdir(parents=True, exist_ok=True)
-    FIGURES.write_text(json.dumps(record, indent=2) + "\n")
-    text = README.read_text()
     note = (f"Measured {record['date']} on {record['cpu']} ({record['cores']} cores), pipeline {seconds} s, by "
             "`python scripts/tiny_figures.py`:")
-    README.write_text(splice(text, BEGIN, END, f"{note}\n\n{table(figures)}\n", str(README)))
+    block = f"{note}\n\n{table(figures)}\n"
+    write_figures(FIGURES, record, README, splice(README.read_text(), BEGIN, END, block, str(README)))
     print(json.dumps(record, indent=2))
     return 0
 

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -76,24 +76,6 @@ def cli_imports(*args: str, timeout: float = 120) -> tuple[Result, set[str]]:
 
 
 @pytest.fixture
-def run_cli() -> object:
-    """The `cli` helper as a fixture (test modules cannot import conftest under --import-mode=importlib)."""
-    return cli
-
-
-@pytest.fixture
-def run_cli_imports() -> object:
-    """`cli_imports` as a fixture."""
-    return cli_imports
-
-
-@pytest.fixture
-def nemotron_cmd() -> object:
-    """`nemotron_argv` as a fixture."""
-    return nemotron_argv
-
-
-@pytest.fixture
 def fixture_steps(monkeypatch: pytest.MonkeyPatch) -> Path:
     """Put the test-only steps (test/count) on the search path."""
     monkeypatch.setenv("NEMOTRON_STEPS_PATH", str(FIXTURE_STEPS))
@@ -124,16 +106,25 @@ def recorded_figures(name: str, *keys: str) -> tuple[ModuleType, dict[str, Any]]
     return script, record
 
 
-@pytest.fixture
-def script_figures() -> object:
-    """`recorded_figures` as a fixture."""
-    return recorded_figures
+# ----------------------------------------------------------------------------- the helpers, as fixtures
 
 
-@pytest.fixture
-def script_module() -> object:
-    """`load_script` as a fixture."""
-    return load_script
+def _helper_fixture(helper: Callable[..., Any]) -> Any:
+    """A fixture whose value is `helper`: test modules cannot import conftest under --import-mode=importlib, so
+    they take its helpers as fixtures (the fixture's name is the name it is bound to below)."""
+
+    def fixture() -> Callable[..., Any]:
+        return helper
+
+    fixture.__doc__ = f"The `{helper.__name__}` helper: {helper.__doc__}"
+    return pytest.fixture(fixture)
+
+
+run_cli = _helper_fixture(cli)
+run_cli_imports = _helper_fixture(cli_imports)
+nemotron_cmd = _helper_fixture(nemotron_argv)
+script_module = _helper_fixture(load_script)
+script_figures = _helper_fixture(recorded_figures)
 
 
 # ----------------------------------------------------------------------------- the local Slurm cluster

@@ -325,6 +325,14 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def write_figures(figures: Path, record: dict[str, Any], page: Path, page_text: str) -> None:
+    """Record measured figures: `record` as the JSON file `figures` and `page_text` (the page showing it) as
+    `page`."""
+    figures.parent.mkdir(parents=True, exist_ok=True)
+    figures.write_text(json.dumps(record, indent=2) + "\n")
+    page.write_text(page_text)
+
+
 def measured_on() -> dict[str, Any]:
     """Where and when figures are measured, as the scripts/ that record them write it beside the figures:
     today's date, the CPU model, its core count and the 1-minute load average (call it before measuring)."""

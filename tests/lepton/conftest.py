@@ -9,7 +9,6 @@ until the test sets their state. Point the SDK at it with LEPTON_WORKSPACE_URL/_
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -207,6 +206,10 @@ def lepton_api() -> Iterator[LeptonStub]:
 
 
 @pytest.fixture
-def lepton_env(home: Path, lepton_api: LeptonStub) -> dict[str, str]:
-    """The environment of a `python -m nemotron` that talks to the stub, in the test's own $NEMOTRON_HOME."""
-    return {**os.environ, "COLUMNS": "200", **lepton_api.env}
+def nemotron(home: Path, lepton_api: LeptonStub, run_cli: Any) -> Any:
+    """`run_cli` pointed at the stub: `python -m nemotron ARGS` in the test's own $NEMOTRON_HOME."""
+
+    def run(*args: str) -> Any:
+        return run_cli(*args, env=lepton_api.env, timeout=180)
+
+    return run
