@@ -127,15 +127,10 @@ def main() -> None:
     input_ids, attention_mask = left_pad(prompts, PAD)
 
     greedy = args.mode == "greedy"
-    temperature, top_k, top_p = (1.0, 0, 1.0) if greedy else (args.temperature, args.top_k, args.top_p)
-    fixed = SamplingParams(
-        max_new_tokens=size.new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        greedy=greedy,
-        pad_token_id=PAD,
-    )
+    # Greedy keeps SamplingParams' neutral temperature, top_k and top_p (1.0, 0, 1.0).
+    sampling = {} if greedy else {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    fixed = SamplingParams(max_new_tokens=size.new_tokens, greedy=greedy, pad_token_id=PAD, **sampling)
+    temperature, top_k, top_p = fixed.temperature, fixed.top_k, fixed.top_p
     # A random-init model spreads its probability thinly, so 1/16 of the vocabulary as EOS ends ~1/16 of steps.
     varied = replace(fixed, eos_token_id=tuple(range(3, 3 + size.vocab // 16)))
     print(

@@ -37,11 +37,12 @@ PEER = ("python -c 'import typer' (the peer)", ["-c", "import typer"])
 
 
 def wall_s(args: list[str], env: dict[str, str], cwd: Path) -> float:
+    """Wall seconds of `python ARGS`; SystemExit with the end of its stderr when it fails."""
     start = time.perf_counter()
     done = subprocess.run([sys.executable, *args], capture_output=True, env=env, cwd=cwd, check=False)
     took = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"{args} failed with exit {done.returncode}: {done.stderr.decode()[-500:]}")
+        raise SystemExit(f"{args} failed with exit {done.returncode}: {done.stderr.decode()[-800:]}")
     return took
 
 

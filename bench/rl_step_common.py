@@ -15,8 +15,6 @@ from typing import Literal
 import torch
 from transformers import (
     AutoModelForCausalLM,
-    LlamaConfig,
-    LlamaForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerFast,
 )
@@ -136,18 +134,16 @@ def load_bench_models(
         return BenchModels(tiny_root() / "sft_policy", tokenizer, prompts, reward, "shipped tiny SFT policy")
     assert tokenizer.pad_token_id is not None and isinstance(tokenizer.eos_token_id, int)
     ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
-    model: PreTrainedModel
-    if family == "gpt2":
-        assert layers is not None
-        model = build_policy(len(tokenizer), layers, width, heads, positions, seed=0, **ids)
-        description = f"random GPT-2 {layers}x{width}"
-    else:
-        if layers is None:
-            layers, width, heads, positions = shipped_policy_shape()
-        config = llama_config(len(tokenizer), layers, width, heads, positions, **ids)
-        with torch.random.fork_rng(devices=[]):  # the same weights every run; global RNG left as it was
-            torch.manual_seed(0)
-            model = LlamaForCausalLM(config)
+    if layers is None:  # a Llama the shipped policy's shape
+        layers, width, heads, positions = shipped_policy_shape()
+    # A Llama has the shape of the GPT-2 it stands beside (full multi-head attention, tied embeddings, no
+    # dropout or biases); GPT-2's MLP is two width x 4 width matrices and SwiGLU has three, so an inner size of
+    # 8/3 x width (rounded up to a multiple of 16) keeps the MLP's parameter count about the same.
+    mlp = {} if family == "gpt2" else {"intermediate_size": math.ceil(8 * width / 3 / 16) * 16}
+    model = build_policy(len(tokenizer), layers, width, heads, positions, seed=0, family=family, **mlp, **ids)
+    description = f"random GPT-2 {layers}x{width}"
+    if family == "llama":
+        config = model.config
         description = (
             f"random Llama {layers}x{width} ({heads} heads of {config.head_dim}, "
             f"SwiGLU {config.intermediate_size}, tied embeddings)"
@@ -160,35 +156,6 @@ def shipped_policy_shape() -> tuple[int, int, int, int]:
     """(layers, width, heads, positions) of the shipped tiny SFT policy (a GPT-2)."""
     config = json.loads((tiny_root() / "sft_policy" / "config.json").read_text(encoding="utf-8"))
     return config["n_layer"], config["n_embd"], config["n_head"], config["n_positions"]
-
-
-def llama_config(
-    vocab: int, layers: int, width: int, heads: int, positions: int, *, pad_token_id: int, eos_token_id: int
-) -> LlamaConfig:
-    """A Llama the shape of the GPT-2 it stands beside: same hidden size, layers, heads (head_dim = width /
-    heads, full multi-head attention) and positions, tied input/output embeddings as GPT-2 has, no dropout
-    and no biases. GPT-2's MLP is two width x 4 width matrices; SwiGLU has three, so its inner size is
-    8/3 x width (rounded up to a multiple of 16), which keeps the MLP's parameter count about the same."""
-    if width % heads:
-        raise ValueError(f"width ({width}) must be divisible by heads ({heads})")
-    return LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=width,
-        intermediate_size=math.ceil(8 * width / 3 / 16) * 16,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        head_dim=width // heads,
-        max_position_embeddings=positions,
-        attention_dropout=0.0,
-        attention_bias=False,
-        mlp_bias=False,
-        tie_word_embeddings=True,
-        pad_token_id=pad_token_id,
-        eos_token_id=eos_token_id,
-        bos_token_id=eos_token_id,
-        dtype="float32",
-    )
 
 
 def shipped_reward() -> RewardFn:

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cli_latency import wall_s  # bench/ is sys.path[0] when run as `python bench/scale.py`
+
 ARTIFACT_COMMANDS = {
     "artifacts ls": ["artifacts", "ls"],
     "artifacts ls --json": ["artifacts", "ls", "--json"],
@@ -45,15 +47,6 @@ PAGED = [*ARTIFACT_COMMANDS, *JOB_COMMANDS]
 NAMES = ["tiny_sft_policy", "tiny_rm", "tiny_rlhf_policy", "tiny_ppo_policy", "tiny_reinforce_policy", "tiny_dpo_policy",
          "sweep_policy", "judge_rm", "eval_scores", "tiny_sft_data"]  # fmt: skip
 JOB_STEPS = ["sft", "rl/rlhf", "rm/train", "data/prep", "rl/ppo"]
-
-
-def wall_s(args: list[str], env: dict[str, str], cwd: Path) -> float:
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], capture_output=True, env=env, cwd=cwd, check=False)
-    took = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{args} failed with exit {done.returncode}: {done.stderr.decode()[-800:]}")
-    return took
 
 
 def grow_artifacts(home: Path, total: int) -> None:

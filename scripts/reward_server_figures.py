@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from nemotron.docgen import measured_on, splice, write_figures
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = REPO / "docs" / "figures" / "reward_server_batching.json"
@@ -29,18 +29,6 @@ LABELS = {
     ("fixed-cost", "batch size 1"): "fixed 10 ms per call (a GPU stand-in) | batch size 1",
     ("fixed-cost", "dynamic batching"): "fixed 10 ms per call | dynamic batching",
 }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def run_once(extra: list[str]) -> dict[str, Any]:
@@ -129,11 +117,7 @@ def render(record: dict[str, Any]) -> str:
 
 
 def update_page(page: str, record: dict[str, Any]) -> str:
-    head, sep, rest = page.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
-    if not sep or not sep2:
-        raise SystemExit(f"{PAGE} lacks the {BEGIN} ... {END} markers")
-    return f"{head}{BEGIN}\n{render(record)}\n{END}{tail}"
+    return splice(page, BEGIN, END, render(record) + "\n", str(PAGE))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--small", action="store_true", help="the benchmark's CI size")
     args = parser.parse_args(argv)
-    load = os.getloadavg()[0]
+    machine = measured_on()
     runs = [run_once(["--small"] if args.small else []) for _ in range(args.runs)]
     command = (
         "python scripts/reward_server_figures.py"
@@ -151,19 +135,14 @@ def main(argv: list[str] | None = None) -> int:
         + (" --small" if args.small else "")
     )
     record = {
-        "date": time.strftime("%Y-%m-%d"),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "load": round(load, 1),
+        **machine,
         "command": command,
         "bench": f"python {BENCH}" + (" --small" if args.small else ""),
         "runs": args.runs,
         "small": args.small,
         **summarise(runs),
     }
-    FIGURES.parent.mkdir(parents=True, exist_ok=True)
-    FIGURES.write_text(json.dumps(record, indent=2) + "\n")
-    PAGE.write_text(update_page(PAGE.read_text(), record))
+    write_figures(FIGURES, record, PAGE, update_page(PAGE.read_text(), record))
     print(render(record))
     return 0
 

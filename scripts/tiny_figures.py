@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from nemotron.docgen import measured_on, splice, write_figures
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = REPO / "docs" / "figures" / "tiny_pipeline.json"
@@ -25,16 +25,6 @@ METRICS = ("rm", "gt", "well_formed")
 # Across CPUs torch promises no bitwise equality (kernels differ by ISA); these bounds held on the CPUs we ran.
 TOLERANCE = {"rm": 1.0, "gt": 0.15, "well_formed": 0.35}
 BEGIN, END = "<!-- tiny-figures:begin -->", "<!-- tiny-figures:end -->"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def collect(home: Path) -> dict[str, dict[str, float]]:
@@ -60,6 +50,7 @@ def table(figures: dict[str, dict[str, float]]) -> str:
 
 
 def main() -> int:
+    machine = measured_on()
     command = [sys.executable, "-m", "nemotron", "pipeline", "run", "tiny"]
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "NEMOTRON_HOME": f"{tmp}/home"}
@@ -68,16 +59,13 @@ def main() -> int:
         seconds = round(time.monotonic() - started)
         figures = collect(Path(tmp) / "home")
     record = {
-        "date": time.strftime("%Y-%m-%d"), "cpu": cpu_model(), "cores": os.cpu_count(), "pipeline_seconds": seconds,
+        **machine, "pipeline_seconds": seconds,
         "command": "nemotron pipeline run tiny", "tolerance": TOLERANCE, "steps": figures,
     }
-    FIGURES.parent.mkdir(parents=True, exist_ok=True)
-    FIGURES.write_text(json.dumps(record, indent=2) + "\n")
-    text = README.read_text()
     note = (f"Measured {record['date']} on {record['cpu']} ({record['cores']} cores), pipeline {seconds} s, by "
             "`python scripts/tiny_figures.py`:")
-    block = f"{BEGIN}\n{note}\n\n{table(figures)}\n{END}"
-    README.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S))
+    block = f"{note}\n\n{table(figures)}\n"
+    write_figures(FIGURES, record, README, splice(README.read_text(), BEGIN, END, block, str(README)))
     print(json.dumps(record, indent=2))
     return 0
 

@@ -23,24 +23,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from nemotron.docgen import measured_on, splice, write_figures
+
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = REPO / "docs" / "figures" / "tiny_resources.json"
 PAGE = REPO / "docs" / "troubleshooting.md"
 STEPS = ("data/prep", "sft", "rm/train", "rl/reinforce", "rl/ppo", "rl/rlhf")
 BEGIN, END = "<!-- tiny-resources:begin -->", "<!-- tiny-resources:end -->"
 SERVE_REQUESTS = 200
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def _wait(process: subprocess.Popen[bytes], started: float) -> dict[str, Any]:
@@ -121,15 +111,11 @@ def render(record: dict[str, Any]) -> str:
 
 
 def update_page(page: str, record: dict[str, Any]) -> str:
-    head, sep, rest = page.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
-    if not sep or not sep2:
-        raise SystemExit(f"{PAGE} lacks the {BEGIN} ... {END} markers")
-    return f"{head}{BEGIN}\n{render(record)}\n{END}{tail}"
+    return splice(page, BEGIN, END, render(record) + "\n", str(PAGE))
 
 
 def main() -> int:
-    load = os.getloadavg()[0]
+    machine = measured_on()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         env = {**os.environ, "NEMOTRON_HOME": str(home)}
@@ -137,18 +123,13 @@ def main() -> int:
         steps = [measure_step(step, env, Path(tmp)) for step in STEPS]
         serve = measure_serve(env, Path(tmp), home)
     record = {
-        "date": time.strftime("%Y-%m-%d"),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "load": round(load, 1),
+        **machine,
         "script": "python scripts/tiny_resources.py",
         "serve_requests": SERVE_REQUESTS,
         "steps": steps,
         "serve": serve,
     }
-    FIGURES.parent.mkdir(parents=True, exist_ok=True)
-    FIGURES.write_text(json.dumps(record, indent=2) + "\n")
-    PAGE.write_text(update_page(PAGE.read_text(), record))
+    write_figures(FIGURES, record, PAGE, update_page(PAGE.read_text(), record))
     print(render(record))
     return 0
 

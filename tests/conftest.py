@@ -1,15 +1,21 @@
-"""Shared fixtures: an isolated $NEMOTRON_HOME, a helper that runs the real CLI in a subprocess, and the local Slurm
-cluster for tests marked `slurm` (tests/slurm and the vLLM judge's hetjob in tests/vllm)."""
+"""Shared fixtures: an isolated $NEMOTRON_HOME, a helper that runs the real CLI in a subprocess, the figures the
+scripts/ record for the docs, and the local Slurm cluster for tests marked `slurm` (tests/slurm and the vLLM
+judge's hetjob in tests/vllm)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -37,13 +43,23 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield h
 
 
+def nemotron_argv(*args: str, python_flags: Sequence[str] = ()) -> list[str]:
+    """The argv of `python [PYTHON_FLAGS] -m nemotron ARGS` in this interpreter, for tests that drive the process
+    themselves (signals, streaming)."""
+    return [sys.executable, *python_flags, "-m", "nemotron", *args]
+
+
 def cli(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+    python_flags: Sequence[str] = (),
 ) -> Result:
     """Run `python -m nemotron ARGS` for real: exit code, stdout and stderr as a user sees them."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     proc = subprocess.run(
-        [sys.executable, "-m", "nemotron", *args],
+        nemotron_argv(*args, python_flags=python_flags),
         capture_output=True,
         text=True,
         env=full_env,
@@ -53,10 +69,10 @@ def cli(
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
-@pytest.fixture
-def run_cli() -> object:
-    """The `cli` helper as a fixture (test modules cannot import conftest under --import-mode=importlib)."""
-    return cli
+def cli_imports(*args: str, timeout: float = 120) -> tuple[Result, set[str]]:
+    """`cli` under `python -X importtime`: the result and every module the command imported."""
+    r = cli(*args, timeout=timeout, python_flags=("-X", "importtime"))
+    return r, {line.split("|")[-1].strip() for line in r.err.splitlines() if line.startswith("import time:")}
 
 
 @pytest.fixture
@@ -64,6 +80,51 @@ def fixture_steps(monkeypatch: pytest.MonkeyPatch) -> Path:
     """Put the test-only steps (test/count) on the search path."""
     monkeypatch.setenv("NEMOTRON_STEPS_PATH", str(FIXTURE_STEPS))
     return FIXTURE_STEPS
+
+
+# ----------------------------------------------------------------------------- scripts/ and the figures they record
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/NAME.py as a module (its main() not run)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def recorded_figures(name: str, *keys: str) -> tuple[ModuleType, dict[str, Any]]:
+    """scripts/NAME.py and the record it wrote to its FIGURES file, once its PAGE is seen to show that record
+    as the script renders it (no hand edit, nothing left unshown) and the record to name each of `keys`."""
+    script = load_script(name)
+    record = json.loads(script.FIGURES.read_text())
+    page = script.PAGE.read_text()
+    assert script.update_page(page, record) == page, f"run `python scripts/{name}.py`"
+    for key in keys:
+        assert record[key] not in (None, ""), key
+    return script, record
+
+
+# ----------------------------------------------------------------------------- the helpers, as fixtures
+
+
+def _helper_fixture(helper: Callable[..., Any]) -> Any:
+    """A fixture whose value is `helper`: test modules cannot import conftest under --import-mode=importlib, so
+    they take its helpers as fixtures (the fixture's name is the name it is bound to below)."""
+
+    def fixture() -> Callable[..., Any]:
+        return helper
+
+    fixture.__doc__ = f"The `{helper.__name__}` helper: {helper.__doc__}"
+    return pytest.fixture(fixture)
+
+
+run_cli = _helper_fixture(cli)
+run_cli_imports = _helper_fixture(cli_imports)
+nemotron_cmd = _helper_fixture(nemotron_argv)
+script_module = _helper_fixture(load_script)
+script_figures = _helper_fixture(recorded_figures)
 
 
 # ----------------------------------------------------------------------------- the local Slurm cluster
@@ -82,12 +143,28 @@ SLURM_UP = REPO / "scripts" / "slurm-up.sh"
 SLURM_UP_TIMEOUT_S = 900
 
 
+SLURM_FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
+
+
 @dataclass(frozen=True)
 class SlurmCluster:
     """What scripts/slurm-up.sh brings up: one partition holding two nodes on 127.0.0.1."""
 
     partition: str = "debug"
     nodes: tuple[str, ...] = ("node1", "node2")
+
+    def final_state(self, slurm_id: str, timeout_s: float = 180) -> str:
+        """The job's final state, polling sacct (which lags squeue); a hetjob reports its leader's line first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            out = subprocess.run(
+                ["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True
+            ).stdout
+            states = [line.split()[0] for line in out.splitlines() if line.strip()]
+            if states and all(s in SLURM_FINAL for s in states):
+                return states[0]
+            time.sleep(0.5)
+        raise AssertionError(f"slurm job {slurm_id} not finished after {timeout_s} s")
 
 
 def slurm_required() -> bool:

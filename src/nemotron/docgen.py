@@ -8,8 +8,11 @@ Regenerate with `python -m nemotron.docgen`; a test fails when a committed file 
 from __future__ import annotations
 
 import json
+import os
+import platform
 import re
 import sys
+import time
 import types
 import typing
 from collections.abc import Iterator
@@ -293,11 +296,52 @@ def troubleshooting_path() -> Path:
 
 def with_known_errors(page: str, catalog: Catalog) -> str:
     """`page` with the text between its known-errors markers replaced by the generated table."""
-    head, sep, rest = page.partition(KNOWN_ERRORS_BEGIN)
-    _, sep2, tail = rest.partition(KNOWN_ERRORS_END)
+    return splice(
+        page, KNOWN_ERRORS_BEGIN, KNOWN_ERRORS_END, known_errors_section(catalog), TROUBLESHOOTING_DOC
+    )
+
+
+# ---- generated blocks of hand-written pages, and the figures the scripts/ record for them ------------------
+
+
+def splice(page: str, begin: str, end: str, body: str, name: str) -> str:
+    """`page` with the text between its first `begin` and the `end` after it replaced by `body` (which ends
+    with a newline); ValueError naming the page `name` when a marker is missing."""
+    head, sep, rest = page.partition(begin)
+    _, sep2, tail = rest.partition(end)
     if not sep or not sep2:
-        raise ValueError(f"{TROUBLESHOOTING_DOC} lacks the known-errors markers")
-    return f"{head}{KNOWN_ERRORS_BEGIN}\n{known_errors_section(catalog)}{KNOWN_ERRORS_END}{tail}"
+        raise ValueError(f"{name} lacks the {begin} ... {end} markers")
+    return f"{head}{begin}\n{body}{end}{tail}"
+
+
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it, else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def write_figures(figures: Path, record: dict[str, Any], page: Path, page_text: str) -> None:
+    """Record measured figures: `record` as the JSON file `figures` and `page_text` (the page showing it) as
+    `page`."""
+    figures.parent.mkdir(parents=True, exist_ok=True)
+    figures.write_text(json.dumps(record, indent=2) + "\n")
+    page.write_text(page_text)
+
+
+def measured_on() -> dict[str, Any]:
+    """Where and when figures are measured, as the scripts/ that record them write it beside the figures:
+    today's date, the CPU model, its core count and the 1-minute load average (call it before measuring)."""
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "load": round(os.getloadavg()[0], 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,37 +4,19 @@ beside the figures. A hand edit of the table, or a figures file the page does no
 
 from __future__ import annotations
 
-import importlib.util
-import json
-from pathlib import Path
-from types import ModuleType
-
-REPO = Path(__file__).resolve().parents[2]
+from typing import Any
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "reward_server_figures", REPO / "scripts" / "reward_server_figures.py"
+def test_the_page_shows_the_recorded_figures(script_figures: Any) -> None:
+    script, record = script_figures(
+        "reward_server_figures", "date", "cpu", "cores", "load", "command", "bench", "runs"
     )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_page_shows_the_recorded_figures() -> None:
-    script = _script()
-    record = json.loads(script.FIGURES.read_text())
-    page = script.PAGE.read_text()
-    assert script.update_page(page, record) == page, "run `python scripts/reward_server_figures.py`"
-    for key in ("date", "cpu", "cores", "load", "command", "bench", "runs"):
-        assert record[key] not in (None, ""), key
     assert record["command"].startswith("python scripts/reward_server_figures.py")
     assert {(r["scorer"], r["mode"]) for r in record["rows"]} == set(script.LABELS)
 
 
-def test_summary_takes_the_middle_run_and_the_range() -> None:
-    script = _script()
+def test_summary_takes_the_middle_run_and_the_range(script_module: Any) -> None:
+    script = script_module("reward_server_figures")
 
     def run(cpu_dynamic: float, speedup: float) -> dict[str, object]:
         rows = [

@@ -67,148 +67,166 @@ BASE_KEYS: dict[str, dict[str, Any]] = {
     },
 }
 
+
+def _in(file: str, *refs: tuple[str, int]) -> list[tuple[str, str, int]]:
+    """(dotted key, file, line) of each (dotted key, line) read in `file`."""
+    return [(key, file, line) for key, line in refs]
+
+
 # (dotted key, file, line): a key NeMo-RL indexes unconditionally on our path. The line holds the last key part.
-_RUN = [
-    ("logger.log_dir", "examples/run_grpo.py", 90),
-    ("checkpointing.enabled", "examples/run_grpo.py", 92),
-    ("policy.tokenizer", "examples/run_grpo.py", 100),
-    ("policy.draft.enabled", "examples/run_grpo.py", 104),
-    ("grpo.async_grpo.enabled", "examples/run_grpo.py", 159),
-]
-_GRPO_SETUP = [
-    ("grpo.seed", "nemo_rl/algorithms/grpo.py", 308),
-    ("grpo.num_prompts_per_step", "nemo_rl/algorithms/grpo.py", 331),
-    ("data.use_multiple_dataloader", "nemo_rl/algorithms/grpo.py", 332),
-    ("grpo.batch_multiplier", "nemo_rl/algorithms/grpo.py", 338),
-    ("grpo.use_dynamic_sampling", "nemo_rl/algorithms/grpo.py", 339),
-    ("data.shuffle", "nemo_rl/algorithms/grpo.py", 361),
-    ("data.num_workers", "nemo_rl/algorithms/grpo.py", 364),
-    ("grpo.val_period", "nemo_rl/algorithms/grpo.py", 404),
-    ("grpo.val_at_start", "nemo_rl/algorithms/grpo.py", 405),
-    ("grpo.val_at_end", "nemo_rl/algorithms/grpo.py", 406),
-    ("grpo.num_generations_per_prompt", "nemo_rl/algorithms/grpo.py", 432),
-    ("policy.train_global_batch_size", "nemo_rl/algorithms/grpo.py", 433),
-    ("policy.generation.colocated.enabled", "nemo_rl/algorithms/grpo.py", 454),
-    ("cluster.num_nodes", "nemo_rl/algorithms/grpo.py", 520),
-    ("cluster.gpus_per_node", "nemo_rl/algorithms/grpo.py", 569),
-    ("policy.generation.backend", "nemo_rl/algorithms/grpo.py", 591),
-    ("policy.model_name", "nemo_rl/algorithms/grpo.py", 810),
-    ("grpo.max_num_steps", "nemo_rl/algorithms/grpo.py", 820),
-    ("grpo.max_num_epochs", "nemo_rl/algorithms/grpo.py", 821),
-    ("policy.generation.vllm_cfg.precision", "nemo_rl/algorithms/grpo.py", 999),
-    ("policy.generation.vllm_cfg.kv_cache_dtype", "nemo_rl/algorithms/grpo.py", 1003),
-    ("policy.dtensor_cfg.enabled", "nemo_rl/algorithms/grpo.py", 1010),
-    ("checkpointing.checkpoint_must_save_by", "nemo_rl/algorithms/grpo.py", 2148),
-    ("grpo.max_rollout_turns", "nemo_rl/algorithms/grpo.py", 2385),
-    ("grpo.reward_scaling", "nemo_rl/algorithms/grpo.py", 2414),
-    ("grpo.reward_shaping.enabled", "nemo_rl/algorithms/grpo.py", 2417),
-    ("grpo.overlong_filtering", "nemo_rl/algorithms/grpo.py", 2525),
-    ("checkpointing.save_period", "nemo_rl/algorithms/grpo.py", 2875),
-    ("checkpointing.metric_name", "nemo_rl/algorithms/grpo.py", 2899),
-    ("logger.wandb_enabled", "nemo_rl/algorithms/grpo.py", 3019),
-]
-_POLICY = [  # nemo_rl/models/policy/lm_policy.py, Policy.__init__ (also built from env.reward_model)
-    ("policy.megatron_cfg.tensor_model_parallel_size", "nemo_rl/models/policy/lm_policy.py", 115),
-    ("policy.megatron_cfg.pipeline_model_parallel_size", "nemo_rl/models/policy/lm_policy.py", 116),
-    ("policy.megatron_cfg.context_parallel_size", "nemo_rl/models/policy/lm_policy.py", 117),
-    ("policy.dtensor_cfg.tensor_parallel_size", "nemo_rl/models/policy/lm_policy.py", 162),
-    ("policy.dtensor_cfg.context_parallel_size", "nemo_rl/models/policy/lm_policy.py", 163),
-    ("policy.dynamic_batching.enabled", "nemo_rl/models/policy/lm_policy.py", 282),
-    ("policy.sequence_packing.enabled", "nemo_rl/models/policy/lm_policy.py", 310),
-    ("policy.make_sequence_length_divisible_by", "nemo_rl/models/policy/lm_policy.py", 312),
-    ("policy.sequence_packing.algorithm", "nemo_rl/models/policy/lm_policy.py", 314),
-    (
-        "policy.generation.vllm_cfg.tensor_parallel_size",
-        "nemo_rl/models/generation/vllm/vllm_generation.py",
-        105,
-    ),
-    (
-        "policy.generation.vllm_cfg.pipeline_parallel_size",
-        "nemo_rl/models/generation/vllm/vllm_generation.py",
-        106,
-    ),
-    (
-        "policy.generation.vllm_cfg.expert_parallel_size",
-        "nemo_rl/models/generation/vllm/vllm_generation.py",
-        107,
-    ),
-    ("policy.generation.vllm_cfg.async_engine", "nemo_rl/models/generation/vllm/vllm_generation.py", 118),
-    ("policy.generation.top_k", "nemo_rl/models/generation/vllm/vllm_generation.py", 137),
-    ("policy.generation.top_p", "nemo_rl/models/generation/vllm/vllm_generation.py", 143),
-]
-_RM_ENV = [  # nemo_rl/environments/reward_model_environment.py, RewardModelEnvironment.__init__
-    ("env.reward_model.reward_model_cfg.enabled", "nemo_rl/environments/reward_model_environment.py", 102),
-    (
-        "env.reward_model.reward_model_cfg.reward_model_type",
+_RUN = _in(
+    "examples/run_grpo.py",
+    ("logger.log_dir", 90),
+    ("checkpointing.enabled", 92),
+    ("policy.tokenizer", 100),
+    ("policy.draft.enabled", 104),
+    ("grpo.async_grpo.enabled", 159),
+)
+_GRPO_SETUP = _in(
+    "nemo_rl/algorithms/grpo.py",
+    ("grpo.seed", 308),
+    ("grpo.num_prompts_per_step", 331),
+    ("data.use_multiple_dataloader", 332),
+    ("grpo.batch_multiplier", 338),
+    ("grpo.use_dynamic_sampling", 339),
+    ("data.shuffle", 361),
+    ("data.num_workers", 364),
+    ("grpo.val_period", 404),
+    ("grpo.val_at_start", 405),
+    ("grpo.val_at_end", 406),
+    ("grpo.num_generations_per_prompt", 432),
+    ("policy.train_global_batch_size", 433),
+    ("policy.generation.colocated.enabled", 454),
+    ("cluster.num_nodes", 520),
+    ("cluster.gpus_per_node", 569),
+    ("policy.generation.backend", 591),
+    ("policy.model_name", 810),
+    ("grpo.max_num_steps", 820),
+    ("grpo.max_num_epochs", 821),
+    ("policy.generation.vllm_cfg.precision", 999),
+    ("policy.generation.vllm_cfg.kv_cache_dtype", 1003),
+    ("policy.dtensor_cfg.enabled", 1010),
+    ("checkpointing.checkpoint_must_save_by", 2148),
+    ("grpo.max_rollout_turns", 2385),
+    ("grpo.reward_scaling", 2414),
+    ("grpo.reward_shaping.enabled", 2417),
+    ("grpo.overlong_filtering", 2525),
+    ("checkpointing.save_period", 2875),
+    ("checkpointing.metric_name", 2899),
+    ("logger.wandb_enabled", 3019),
+)
+# Policy.__init__ (also built from env.reward_model)
+_POLICY = _in(
+    "nemo_rl/models/policy/lm_policy.py",
+    ("policy.megatron_cfg.tensor_model_parallel_size", 115),
+    ("policy.megatron_cfg.pipeline_model_parallel_size", 116),
+    ("policy.megatron_cfg.context_parallel_size", 117),
+    ("policy.dtensor_cfg.tensor_parallel_size", 162),
+    ("policy.dtensor_cfg.context_parallel_size", 163),
+    ("policy.dynamic_batching.enabled", 282),
+    ("policy.sequence_packing.enabled", 310),
+    ("policy.make_sequence_length_divisible_by", 312),
+    ("policy.sequence_packing.algorithm", 314),
+) + _in(
+    "nemo_rl/models/generation/vllm/vllm_generation.py",
+    ("policy.generation.vllm_cfg.tensor_parallel_size", 105),
+    ("policy.generation.vllm_cfg.pipeline_parallel_size", 106),
+    ("policy.generation.vllm_cfg.expert_parallel_size", 107),
+    ("policy.generation.vllm_cfg.async_engine", 118),
+    ("policy.generation.top_k", 137),
+    ("policy.generation.top_p", 143),
+)
+# RewardModelEnvironment.__init__
+_RM_ENV = (
+    _in(
         "nemo_rl/environments/reward_model_environment.py",
-        106,
-    ),
-    ("env.reward_model.dynamic_batching.enabled", "nemo_rl/environments/reward_model_environment.py", 110),
-    ("env.reward_model.sequence_packing.enabled", "nemo_rl/environments/reward_model_environment.py", 113),
-    ("env.reward_model.dtensor_cfg.enabled", "nemo_rl/environments/reward_model_environment.py", 116),
-    ("env.reward_model.max_grad_norm", "nemo_rl/environments/reward_model_environment.py", 119),
-    ("env.reward_model.dtensor_cfg.cpu_offload", "nemo_rl/environments/reward_model_environment.py", 122),
-    (
-        "env.reward_model.dtensor_cfg.activation_checkpointing",
-        "nemo_rl/environments/reward_model_environment.py",
-        125,
-    ),
-    ("env.reward_model.resources.gpus_per_node", "nemo_rl/environments/reward_model_environment.py", 151),
-    ("env.reward_model.resources.num_nodes", "nemo_rl/environments/reward_model_environment.py", 152),
-    ("env.reward_model.tokenizer", "nemo_rl/environments/reward_model_environment.py", 164),
-    # the environment hands its whole config to Policy(...): lm_policy.py reads these of it too
-    ("env.reward_model.dtensor_cfg.tensor_parallel_size", "nemo_rl/models/policy/lm_policy.py", 162),
-    ("env.reward_model.dtensor_cfg.context_parallel_size", "nemo_rl/models/policy/lm_policy.py", 163),
-    ("env.reward_model.model_name", "nemo_rl/models/policy/lm_policy.py", 304),
-    ("data.default.env_name", "nemo_rl/data/datasets/utils.py", 214),  # extract_necessary_env_names
-]
-_GYM = [
-    ("grpo.max_val_samples", "examples/nemo_gym/run_grpo_nemo_gym.py", 170),  # must be null
-    ("env.nemo_gym", "examples/nemo_gym/run_grpo_nemo_gym.py", 196),
-    ("policy.generation.vllm_cfg.expose_http_server", "nemo_rl/algorithms/grpo.py", 1717),
-]
-_PPO = [
-    ("logger.log_dir", "examples/run_ppo.py", 74),
-    ("checkpointing.enabled", "examples/run_ppo.py", 76),
-    ("policy.tokenizer", "examples/run_ppo.py", 84),
-    ("ppo.policy_training_start_step", "nemo_rl/algorithms/ppo.py", 238),
-    ("checkpointing.save_optimizer", "nemo_rl/algorithms/ppo.py", 240),
-    ("value.megatron_cfg.enabled", "nemo_rl/algorithms/ppo.py", 252),
-    ("value.dtensor_cfg.enabled", "nemo_rl/algorithms/ppo.py", 262),
-    ("value.dtensor_cfg.context_parallel_size", "nemo_rl/algorithms/ppo.py", 270),
-    ("value.dynamic_batching.enabled", "nemo_rl/algorithms/ppo.py", 274),
-    ("ppo.seed", "nemo_rl/algorithms/ppo.py", 280),
-    ("ppo.batch_multiplier", "nemo_rl/algorithms/ppo.py", 303),
-    ("ppo.num_prompts_per_step", "nemo_rl/algorithms/ppo.py", 304),
-    ("ppo.use_dynamic_sampling", "nemo_rl/algorithms/ppo.py", 305),
-    ("data.shuffle", "nemo_rl/algorithms/ppo.py", 315),
-    ("ppo.val_period", "nemo_rl/algorithms/ppo.py", 329),
-    ("ppo.num_generations_per_prompt", "nemo_rl/algorithms/ppo.py", 358),
-    ("policy.generation.colocated.enabled", "nemo_rl/algorithms/ppo.py", 370),
-    ("cluster.num_nodes", "nemo_rl/algorithms/ppo.py", 380),
-    ("cluster.gpus_per_node", "nemo_rl/algorithms/ppo.py", 399),
-    ("ppo.ppo_epochs", "nemo_rl/algorithms/ppo.py", 448),
-    ("ppo.max_num_steps", "nemo_rl/algorithms/ppo.py", 452),
-    ("ppo.max_num_epochs", "nemo_rl/algorithms/ppo.py", 453),
-    ("policy.dtensor_cfg.enabled", "nemo_rl/algorithms/ppo.py", 577),
-    ("ppo.max_rollout_turns", "nemo_rl/algorithms/ppo.py", 1075),
-    ("ppo.reward_shaping.enabled", "nemo_rl/algorithms/ppo.py", 1101),
-    ("ppo.overlong_filtering", "nemo_rl/algorithms/ppo.py", 1113),
-    ("checkpointing.save_period", "nemo_rl/algorithms/ppo.py", 1479),
-    ("checkpointing.metric_name", "nemo_rl/algorithms/ppo.py", 1498),
-    # GeneralizedAdvantageEstimator.__init__ (advantage_estimator.py)
-    ("ppo.adv_estimator.gae_lambda", "nemo_rl/algorithms/advantage_estimator.py", 293),
-    ("ppo.adv_estimator.gae_gamma", "nemo_rl/algorithms/advantage_estimator.py", 294),
-    ("ppo.adv_estimator.normalize_advantages", "nemo_rl/algorithms/advantage_estimator.py", 295),
-    ("ppo.adv_estimator.gae_lambda_value", "nemo_rl/algorithms/advantage_estimator.py", 299),
-    ("ppo.adv_estimator.gae_lambda_policy", "nemo_rl/algorithms/advantage_estimator.py", 300),
-    ("value_loss_fn.cliprange", "nemo_rl/algorithms/loss/loss_functions.py", 1144),
-]
+        ("env.reward_model.reward_model_cfg.enabled", 102),
+        ("env.reward_model.reward_model_cfg.reward_model_type", 106),
+        ("env.reward_model.dynamic_batching.enabled", 110),
+        ("env.reward_model.sequence_packing.enabled", 113),
+        ("env.reward_model.dtensor_cfg.enabled", 116),
+        ("env.reward_model.max_grad_norm", 119),
+        ("env.reward_model.dtensor_cfg.cpu_offload", 122),
+        ("env.reward_model.dtensor_cfg.activation_checkpointing", 125),
+        ("env.reward_model.resources.gpus_per_node", 151),
+        ("env.reward_model.resources.num_nodes", 152),
+        ("env.reward_model.tokenizer", 164),
+    )
+    + _in(
+        "nemo_rl/models/policy/lm_policy.py",
+        # the environment hands its whole config to Policy(...): lm_policy.py reads these of it too
+        ("env.reward_model.dtensor_cfg.tensor_parallel_size", 162),
+        ("env.reward_model.dtensor_cfg.context_parallel_size", 163),
+        ("env.reward_model.model_name", 304),
+    )
+    + _in(
+        "nemo_rl/data/datasets/utils.py",
+        ("data.default.env_name", 214),  # extract_necessary_env_names
+    )
+)
+_GYM = _in(
+    "examples/nemo_gym/run_grpo_nemo_gym.py",
+    ("grpo.max_val_samples", 170),  # must be null
+    ("env.nemo_gym", 196),
+) + _in(
+    "nemo_rl/algorithms/grpo.py",
+    ("policy.generation.vllm_cfg.expose_http_server", 1717),
+)
+_PPO = (
+    _in(
+        "examples/run_ppo.py",
+        ("logger.log_dir", 74),
+        ("checkpointing.enabled", 76),
+        ("policy.tokenizer", 84),
+    )
+    + _in(
+        "nemo_rl/algorithms/ppo.py",
+        ("ppo.policy_training_start_step", 238),
+        ("checkpointing.save_optimizer", 240),
+        ("value.megatron_cfg.enabled", 252),
+        ("value.dtensor_cfg.enabled", 262),
+        ("value.dtensor_cfg.context_parallel_size", 270),
+        ("value.dynamic_batching.enabled", 274),
+        ("ppo.seed", 280),
+        ("ppo.batch_multiplier", 303),
+        ("ppo.num_prompts_per_step", 304),
+        ("ppo.use_dynamic_sampling", 305),
+        ("data.shuffle", 315),
+        ("ppo.val_period", 329),
+        ("ppo.num_generations_per_prompt", 358),
+        ("policy.generation.colocated.enabled", 370),
+        ("cluster.num_nodes", 380),
+        ("cluster.gpus_per_node", 399),
+        ("ppo.ppo_epochs", 448),
+        ("ppo.max_num_steps", 452),
+        ("ppo.max_num_epochs", 453),
+        ("policy.dtensor_cfg.enabled", 577),
+        ("ppo.max_rollout_turns", 1075),
+        ("ppo.reward_shaping.enabled", 1101),
+        ("ppo.overlong_filtering", 1113),
+        ("checkpointing.save_period", 1479),
+        ("checkpointing.metric_name", 1498),
+    )
+    + _in(
+        "nemo_rl/algorithms/advantage_estimator.py",
+        # GeneralizedAdvantageEstimator.__init__
+        ("ppo.adv_estimator.gae_lambda", 293),
+        ("ppo.adv_estimator.gae_gamma", 294),
+        ("ppo.adv_estimator.normalize_advantages", 295),
+        ("ppo.adv_estimator.gae_lambda_value", 299),
+        ("ppo.adv_estimator.gae_lambda_policy", 300),
+    )
+    + _in(
+        "nemo_rl/algorithms/loss/loss_functions.py",
+        ("value_loss_fn.cliprange", 1144),
+    )
+)
 # GRPOAdvantageEstimator.__init__ reads these of grpo.adv_estimator (advantage_estimator.py:50-51).
-_GRPO_ADV = [
-    ("grpo.adv_estimator.use_leave_one_out_baseline", "nemo_rl/algorithms/advantage_estimator.py", 50),
-    ("grpo.adv_estimator.normalize_rewards", "nemo_rl/algorithms/advantage_estimator.py", 51),
-]
+_GRPO_ADV = _in(
+    "nemo_rl/algorithms/advantage_estimator.py",
+    ("grpo.adv_estimator.use_leave_one_out_baseline", 50),
+    ("grpo.adv_estimator.normalize_rewards", 51),
+)
 
 REQUIRED: dict[str, list[tuple[str, str, int]]] = {
     "grpo+reward_model": _RUN + _GRPO_SETUP + _GRPO_ADV + _POLICY + _RM_ENV,

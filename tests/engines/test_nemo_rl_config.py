@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from nemotron.catalog import Catalog
-from nemotron.configtree import flatten, unflatten
+from nemotron.configtree import flatten, get_dotted, unflatten
 from nemotron.engines.nemo_rl_config import NemoRLRun, builtin_refusals, compile_run
 from nemotron.errors import UserError
 
@@ -135,18 +135,10 @@ def loaded(run: NemoRLRun) -> dict[str, Any]:
 
 
 def has(tree: dict[str, Any], dotted: str) -> bool:
-    node: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
-def get(tree: dict[str, Any], dotted: str) -> Any:
-    for part in dotted.split("."):
-        tree = tree[part]
-    return tree
+    """Whether the key is there, even with a null value (which get_dotted alone cannot tell from absent)."""
+    parent, _, last = dotted.rpartition(".")
+    node = get_dotted(tree, parent) if parent else tree
+    return isinstance(node, dict) and last in node
 
 
 # ---- the compiled configs carry what the tag reads ------------------------------------------------------------

@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+COUNT = ("steps", "run", "test/count", "-c", "tiny")  # the fixture step with its tiny preset (3 steps)
+# The same, long enough (1000 steps of 0.05 s) to be stopped while it runs.
+LONG_COUNT = (*COUNT, "trainer.max_steps=1000", "trainer.sleep_s=0.05")
+
 
 def _no_traceback(r: Any) -> None:
     assert "Traceback" not in r.err and "Traceback" not in r.out
@@ -66,36 +70,17 @@ def test_malformed_yaml_preset(home: Path, fixture_steps: Path, run_cli: Any, tm
 
 
 def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
-    home: Path, fixture_steps: Path, tmp_path: Path
+    home: Path, fixture_steps: Path, tmp_path: Path, run_cli_imports: Any
 ) -> None:
     nums = tmp_path / "nums.jsonl"
     nums.write_text('{"prompt": "1"}\n')
-    env = {**os.environ, "COLUMNS": "200"}
-    cmd = [
-        sys.executable,
-        "-X",
-        "importtime",
-        "-m",
-        "nemotron",
-        "steps",
-        "run",
-        "test/count",
-        "-c",
-        "tiny",
-        "--dry-run",
-        f"inputs.numbers={nums}",
-        "trainer.sleep_s=0.5",
-    ]
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    r, imported = run_cli_imports(*COUNT, "--dry-run", f"inputs.numbers={nums}", "trainer.sleep_s=0.5")
     elapsed = time.monotonic() - t0
-    assert proc.returncode == 0, proc.stderr
-    imported = {
-        line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
-    }
+    assert r.code == 0, r.err
     assert "torch" not in imported and "nemo_run" not in imported
     assert {"nemotron.compile", "omegaconf"} <= imported  # the check is real: imports are being recorded
-    out = proc.stdout
+    out = r.out
     assert "max_steps: 3  # preset:tiny" in out
     assert "sleep_s: 0.5  # cli" in out
     assert "fail_at: null\n" in out  # default: no source marker
@@ -108,7 +93,7 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
 def test_local_run_writes_job_record_and_jobs_ls_lists_it(
     home: Path, fixture_steps: Path, run_cli: Any
 ) -> None:
-    r = run_cli("steps", "run", "test/count", "-c", "tiny", "server.token=tok-abcdef-123456")
+    r = run_cli(*COUNT, "server.token=tok-abcdef-123456")
     assert r.code == 0, r.err
     (job_dir,) = (home / "jobs").iterdir()
     record = (job_dir / "job.yaml").read_text()
@@ -129,7 +114,7 @@ def test_local_run_writes_job_record_and_jobs_ls_lists_it(
 def test_failed_step_is_marked_failed_and_registers_nothing(
     home: Path, fixture_steps: Path, run_cli: Any
 ) -> None:
-    r = run_cli("steps", "run", "test/count", "-c", "tiny", "trainer.fail_at=2")
+    r = run_cli(*COUNT, "trainer.fail_at=2")
     assert r.code == 3
     (job_dir,) = (home / "jobs").iterdir()
     assert json.loads((job_dir / "status.json").read_text())["state"] == "failed"
@@ -138,17 +123,7 @@ def test_failed_step_is_marked_failed_and_registers_nothing(
 
 def test_batch_run_detaches_and_cancel_stops_it(home: Path, fixture_steps: Path, run_cli: Any) -> None:
     t0 = time.monotonic()
-    r = run_cli(
-        "steps",
-        "run",
-        "test/count",
-        "-c",
-        "tiny",
-        "-b",
-        "local",
-        "trainer.max_steps=1000",
-        "trainer.sleep_s=0.05",
-    )
+    r = run_cli(*LONG_COUNT, "-b", "local")
     assert r.code == 0, r.err
     assert time.monotonic() - t0 < 20  # returned at once, the job keeps running
     job_id = r.out.strip()
@@ -168,21 +143,10 @@ def test_batch_run_detaches_and_cancel_stops_it(home: Path, fixture_steps: Path,
     assert json.loads(run_cli("jobs", "show", job_id, "--json").out)["produced"] == []
 
 
-def test_ctrl_c_on_attached_run_cancels_the_job(home: Path, fixture_steps: Path) -> None:
+def test_ctrl_c_on_attached_run_cancels_the_job(home: Path, fixture_steps: Path, nemotron_cmd: Any) -> None:
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nemotron",
-            "steps",
-            "run",
-            "test/count",
-            "-c",
-            "tiny",
-            "trainer.max_steps=1000",
-            "trainer.sleep_s=0.05",
-        ],
+        nemotron_cmd(*LONG_COUNT),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -204,18 +168,7 @@ def test_ctrl_c_on_attached_run_cancels_the_job(home: Path, fixture_steps: Path)
 
 
 def test_passthrough_args_reach_the_step(home: Path, fixture_steps: Path, run_cli: Any) -> None:
-    r = run_cli(
-        "steps",
-        "run",
-        "test/count",
-        "-c",
-        "tiny",
-        "--dry-run",
-        "trainer.max_steps=2",
-        "--",
-        "--extra-arg",
-        "x=1",
-    )
+    r = run_cli(*COUNT, "--dry-run", "trainer.max_steps=2", "--", "--extra-arg", "x=1")
     assert r.code == 0, r.err
     assert "--job-dir" in r.out and r.out.rstrip().endswith("--extra-arg x=1")
     assert "max_steps: 2  # cli" in r.out

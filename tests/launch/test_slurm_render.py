@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -239,29 +237,13 @@ def test_lepton_names_fit_kubernetes_and_keep_the_unique_suffix() -> None:
 
 
 @pytest.mark.parametrize("profile", ["local_slurm", "slurm_rlhf", "lepton_rl"])
-def test_dry_run_imports_neither_nemo_run_nor_torch_nor_leptonai(home: Path, profile: str) -> None:
-    cmd = [
-        sys.executable,
-        "-X",
-        "importtime",
-        "-m",
-        "nemotron",
-        "steps",
-        "run",
-        "rl/reinforce",
-        "-c",
-        "default",
-        "-b",
-        profile,
-        "--dry-run",
-    ]
-    done = subprocess.run(
-        cmd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=60
+def test_dry_run_imports_neither_nemo_run_nor_torch_nor_leptonai(
+    home: Path, profile: str, run_cli_imports: Any
+) -> None:
+    done, imported = run_cli_imports(
+        "steps", "run", "rl/reinforce", "-c", "default", "-b", profile, "--dry-run", timeout=60
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    imported = {
-        line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")
-    }
+    assert done.code == 0, done.err[-2000:]
     assert "nemotron.compile" in imported  # imports are being recorded
     assert not {m for m in imported if m.split(".")[0] in ("nemo_run", "torch", "leptonai", "torchx")}
     assert not home.exists()

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -202,3 +203,13 @@ def lepton_api() -> Iterator[LeptonStub]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def nemotron(home: Path, lepton_api: LeptonStub, run_cli: Any) -> Any:
+    """`run_cli` pointed at the stub: `python -m nemotron ARGS` in the test's own $NEMOTRON_HOME."""
+
+    def run(*args: str) -> Any:
+        return run_cli(*args, env=lepton_api.env, timeout=180)
+
+    return run

@@ -7,16 +7,11 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import re
-import subprocess
-import sys
 import tarfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
@@ -26,21 +21,10 @@ from nemotron.launch.lepton import LeptonExecutor
 STUB_TOKEN = "stub-token-0123456789"
 
 
-def nemotron(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=180
-    )
-
-
-@pytest.fixture
-def env(home: Path, fixture_steps: Path, lepton_api: Any) -> dict[str, str]:
-    return {**os.environ, "COLUMNS": "200", **lepton_api.env}
-
-
-def submit_count(env: dict[str, str], *overrides: str) -> str:
-    done = nemotron(env, "steps", "run", "test/count", "-c", "tiny", *overrides, "-b", "lepton_rl")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip().splitlines()[-1]
+def submit_count(nemotron: Any, *overrides: str) -> str:
+    done = nemotron("steps", "run", "test/count", "-c", "tiny", *overrides, "-b", "lepton_rl")
+    assert done.code == 0, done.err[-3000:]
+    return done.out.strip().splitlines()[-1]
 
 
 def _mover_archive(body: dict[str, Any]) -> dict[str, str]:
@@ -56,9 +40,9 @@ def _mover_archive(body: dict[str, Any]) -> dict[str, str]:
 
 
 def test_submission_sends_the_rendered_job_spec_and_ships_the_job_files(
-    env: dict[str, str], home: Path, lepton_api: Any
+    nemotron: Any, fixture_steps: Path, home: Path, lepton_api: Any
 ) -> None:
-    job_id = submit_count(env, "trainer.max_steps=2")
+    job_id = submit_count(nemotron, "trainer.max_steps=2")
 
     mover, main = lepton_api.created_jobs()
     assert mover["metadata"]["id"].startswith(
@@ -91,33 +75,33 @@ def test_submission_sends_the_rendered_job_spec_and_ships_the_job_files(
     assert "max_steps: 2" in files["code/config.yaml"] and f"job_id: {job_id}" in files["code/job.yaml"]
     assert not [name for name in files if "secrets" in name]
 
-    status = json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)
+    status = json.loads(nemotron("jobs", "status", job_id, "--json").out)
     assert status["state"] == "running" and status["remote_id"] == plan.name
 
 
-def test_status_logs_and_cancel_map_to_the_api(env: dict[str, str], lepton_api: Any) -> None:
-    done_id, live_id = submit_count(env), submit_count(env, "trainer.sleep_s=60")
+def test_status_logs_and_cancel_map_to_the_api(nemotron: Any, fixture_steps: Path, lepton_api: Any) -> None:
+    done_id, live_id = submit_count(nemotron), submit_count(nemotron, "trainer.sleep_s=60")
     done_name, live_name = lepton.lepton_name(done_id), lepton.lepton_name(live_id)
 
     lepton_api.states[done_name] = "Completed"
     lepton_api.logs[done_name] = "step 1/3 value=1\nstep 3/3 value=3\n"
-    assert json.loads(nemotron(env, "jobs", "status", done_id, "--json").stdout)["state"] == "succeeded"
-    assert "step 3/3 value=3" in nemotron(env, "jobs", "logs", done_id).stdout
+    assert json.loads(nemotron("jobs", "status", done_id, "--json").out)["state"] == "succeeded"
+    assert "step 3/3 value=3" in nemotron("jobs", "logs", done_id).out
     assert lepton_api.calls("GET", f"/jobs/{done_name}/replicas/{done_name}-0-abcde/log")
 
-    cancelled = nemotron(env, "jobs", "cancel", live_id)
-    assert cancelled.returncode == 0, cancelled.stderr
+    cancelled = nemotron("jobs", "cancel", live_id)
+    assert cancelled.code == 0, cancelled.err
     assert lepton_api.calls("DELETE", f"/jobs/{live_name}")
     assert lepton_api.states[live_name] == "Stopped"
-    assert json.loads(nemotron(env, "jobs", "status", live_id, "--json").stdout)["state"] == "cancelled"
+    assert json.loads(nemotron("jobs", "status", live_id, "--json").out)["state"] == "cancelled"
 
 
 def test_a_step_s_exit_code_reaches_jobs_status_as_on_every_executor(
-    env: dict[str, str], home: Path, lepton_api: Any
+    nemotron: Any, fixture_steps: Path, home: Path, lepton_api: Any
 ) -> None:
     """Lepton's job state says only Failed: the launch script echoes the step's code (run_step's 2 for bad input) as
     its last log line, and `jobs status` reads it back, so 2/3/130 mean the same on Lepton as locally and on Slurm."""
-    job_id = submit_count(env, "trainer.bad_input_at=1")
+    job_id = submit_count(nemotron, "trainer.bad_input_at=1")
     mover, _ = lepton_api.created_jobs()[-2:]
     name = lepton.lepton_name(job_id)
     script = _mover_archive(mover)["launch_script.sh"]  # what the pod runs
@@ -126,12 +110,11 @@ def test_a_step_s_exit_code_reaches_jobs_status_as_on_every_executor(
     )
 
     # what the pod prints when run_step refuses the input (its own line, then the script's last words)
-    step = subprocess.run([sys.executable, "-m", "nemotron", "steps", "run", "test/count", "-c", "tiny", "trainer.bad_input_at=1"],
-                          capture_output=True, text=True, env=env, timeout=180)  # fmt: skip
-    assert step.returncode == 2  # locally
+    step = nemotron("steps", "run", "test/count", "-c", "tiny", "trainer.bad_input_at=1")
+    assert step.code == 2  # locally
     lepton_api.states[name] = "Failed"
-    lepton_api.logs[name] = step.stderr + f"nemotron: job exited with code {step.returncode}\n"
-    shown = json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)
+    lepton_api.logs[name] = step.err + f"nemotron: job exited with code {step.code}\n"
+    shown = json.loads(nemotron("jobs", "status", job_id, "--json").out)
     assert shown["state"] == "failed" and shown["exit_code"] == 2
 
 

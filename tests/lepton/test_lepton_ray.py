@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -20,24 +17,19 @@ from nemotron.launch import ray_lepton
 PROFILES = '[lep4]\nextends = "lepton_rl"\nnodes = 4\n'
 
 
-def nemotron(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=180
-    )
-
-
 @pytest.fixture
-def env(home: Path, tmp_path: Path, lepton_api: Any) -> dict[str, str]:
+def profiles(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `lep4` profile: lepton_rl on 4 nodes."""
     (tmp_path / "env.toml").write_text(PROFILES)
-    return {**os.environ, "COLUMNS": "200", "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml"), **lepton_api.env}
+    monkeypatch.setenv("NEMOTRON_ENV_FILE", str(tmp_path / "env.toml"))
 
 
 def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(
-    env: dict[str, str], home: Path, lepton_api: Any
+    nemotron: Any, profiles: None, home: Path, lepton_api: Any
 ) -> None:
-    done = nemotron(env, "steps", "run", "rl/rlhf", "-c", "default", "-b", "lep4")
-    assert done.returncode == 0, done.stderr[-4000:]
-    job_id = done.stdout.strip().splitlines()[-1]
+    done = nemotron("steps", "run", "rl/rlhf", "-c", "default", "-b", "lep4")
+    assert done.code == 0, done.err[-4000:]
+    job_id = done.out.strip().splitlines()[-1]
 
     (cluster,) = lepton_api.clusters.values()
     spec = cluster["spec"]
@@ -45,7 +37,7 @@ def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(
     assert spec["head_group_spec"]["min_replicas"] == 1 and spec["worker_group_specs"][0]["min_replicas"] == 3
     assert spec["head_group_spec"]["affinity"] == {"allowed_dedicated_node_groups": ["ng-0123"]}
     # the dry-run's spec is this one, but for what only the workspace knows (node group id, default Ray version)
-    shown = nemotron(env, "steps", "run", "rl/rlhf", "-c", "default", "-b", "lep4", "--dry-run").stdout
+    shown = nemotron("steps", "run", "rl/rlhf", "-c", "default", "-b", "lep4", "--dry-run").out
     rendered = json.loads(shown.split("/rayclusters (then wait until it is Ready)\n")[1].split("\n# ----")[0])
     rendered["metadata"] = cluster["metadata"]
     for group in [rendered["spec"]["head_group_spec"], *rendered["spec"]["worker_group_specs"]]:
@@ -73,10 +65,10 @@ def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(
 
     status = json.loads((home / "jobs" / job_id / "status.json").read_text())
     assert status["launch"] == "ray" and status["submission_id"] == ray_job["submission_id"]
-    assert json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] == "running"
+    assert json.loads(nemotron("jobs", "status", job_id, "--json").out)["state"] == "running"
 
-    cancelled = nemotron(env, "jobs", "cancel", job_id)
-    assert cancelled.returncode == 0, cancelled.stderr[-3000:]
+    cancelled = nemotron("jobs", "cancel", job_id)
+    assert cancelled.code == 0, cancelled.err[-3000:]
     assert ray_job["status"] == "STOPPED" and lepton_api.clusters == {}  # the job stopped, the nodes freed
     assert json.loads((home / "jobs" / job_id / "status.json").read_text())["state"] == "cancelled"
 

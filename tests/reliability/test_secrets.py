@@ -35,9 +35,8 @@ def _leaks(text: str) -> list[str]:
 def test_secrets_never_leak(home: Path, tmp_path: Path, fixture_steps: Path, run_cli: Any) -> None:
     _env_file(tmp_path)
     env = {**os.environ, "WANDB_API_KEY": PLANTED["env"], "NEMOTRON_STEPS_PATH": str(fixture_steps)}
-    dry = run_cli(
-        "steps", "run", "test/count", "-c", "tiny", "-r", "mine", "--dry-run", env=env, cwd=tmp_path
-    )
+    mine = ("steps", "run", "test/count", "-c", "tiny", "-r", "mine")  # on the profile that holds secrets
+    dry = run_cli(*mine, "--dry-run", env=env, cwd=tmp_path)
     assert dry.code == 0, dry.err
     assert _leaks(dry.out + dry.err) == [] and "PLAIN=visible" in dry.out and "HF_TOKEN='***'" in dry.out
 
@@ -46,13 +45,7 @@ def test_secrets_never_leak(home: Path, tmp_path: Path, fixture_steps: Path, run
 
     # a real run; the step even prints a secret it was handed (passthrough), and the log must mask it
     r = run_cli(
-        "steps",
-        "run",
-        "test/count",
-        "-c",
-        "tiny",
-        "-r",
-        "mine",
+        *mine,
         f"server.token={PLANTED['cli']}",
         "--",
         "--show",

@@ -190,82 +190,39 @@ def _infer_json(inputs: list[dict[str, object]]) -> bytes:
     return json.dumps({"inputs": inputs}).encode()
 
 
+def _tensor(name: str, datatype: str, shape: list[int], data: list[object]) -> dict[str, object]:
+    return {"name": name, "datatype": datatype, "shape": shape, "data": data}
+
+
+def _bad_infer(
+    message: str, *inputs: dict[str, object], headers: dict[str, str] | None = None
+) -> tuple[str, bytes, dict[str, str], int, str]:
+    """A KServe infer request of `inputs` that the server refuses with 400 and `message`."""
+    return ("/v2/models/reward_model/infer", _infer_json(list(inputs)), headers or {}, 400, message)
+
+
 BAD_REQUESTS = [
     ("/v2/models/reward_model/infer", b"{oops", {}, 400, "not valid JSON"),
-    (
-        "/v2/models/reward_model/infer",
-        _infer_json([{"name": "sentences", "datatype": "FP32", "shape": [1], "data": [1.0]}]),
-        {},
-        400,
-        "must be BYTES",
-    ),
-    (
-        "/v2/models/reward_model/infer",
-        _infer_json(
-            [{"name": "sentences", "datatype": "BYTES", "shape": [2, 2], "data": ["a", "b", "c", "d"]}]
-        ),
-        {},
-        400,
-        "shape [B] or [B, 1]",
-    ),
-    (
-        "/v2/models/reward_model/infer",
-        _infer_json([{"name": "sentences", "datatype": "BYTES", "shape": [3], "data": ["a"]}]),
-        {},
-        400,
-        "needs 3 elements",
-    ),
-    (
-        "/v2/models/reward_model/infer",
-        _infer_json([{"name": "tokens", "datatype": "INT64", "shape": [1, 2], "data": [1, 2]}]),
-        {},
-        400,
-        "needs 'sequence_lengths'",
-    ),
-    (
-        "/v2/models/reward_model/infer",
-        _infer_json(
-            [
-                {"name": "tokens", "datatype": "INT64", "shape": [1, 2], "data": [1, 99999]},
-                {"name": "sequence_lengths", "datatype": "INT64", "shape": [1], "data": [2]},
-            ]
-        ),
-        {},
-        400,
+    _bad_infer("must be BYTES", _tensor("sentences", "FP32", [1], [1.0])),
+    _bad_infer("shape [B] or [B, 1]", _tensor("sentences", "BYTES", [2, 2], ["a", "b", "c", "d"])),
+    _bad_infer("needs 3 elements", _tensor("sentences", "BYTES", [3], ["a"])),
+    _bad_infer("needs 'sequence_lengths'", _tensor("tokens", "INT64", [1, 2], [1, 2])),
+    _bad_infer(
         "outside",
+        _tensor("tokens", "INT64", [1, 2], [1, 99999]),
+        _tensor("sequence_lengths", "INT64", [1], [2]),
     ),
-    (
-        "/v2/models/reward_model/infer",
-        _infer_json(
-            [
-                {"name": "tokens", "datatype": "INT64", "shape": [1, 2], "data": [1, 2]},
-                {"name": "sequence_lengths", "datatype": "INT64", "shape": [1], "data": [3]},
-            ]
-        ),
-        {},
-        400,
+    _bad_infer(
         "sequence length",
+        _tensor("tokens", "INT64", [1, 2], [1, 2]),
+        _tensor("sequence_lengths", "INT64", [1], [3]),
     ),
-    (
-        "/v2/models/reward_model/infer",
-        _infer_json([{"name": "images", "datatype": "FP32", "shape": [1], "data": [1.0]}]),
-        {},
-        400,
-        "unknown inputs",
-    ),
-    (
-        "/v2/models/reward_model/infer",
-        _infer_json([{"name": "sentences", "datatype": "BYTES", "shape": [1], "data": [""]}]),
-        {},
-        400,
-        "empty",
-    ),
-    (
-        "/v2/models/reward_model/infer",
-        _infer_json([{"name": "sentences", "datatype": "BYTES", "shape": [1], "data": ["a"]}]),
-        {"Inference-Header-Content-Length": "banana"},
-        400,
+    _bad_infer("unknown inputs", _tensor("images", "FP32", [1], [1.0])),
+    _bad_infer("empty", _tensor("sentences", "BYTES", [1], [""])),
+    _bad_infer(
         "Inference-Header-Content-Length",
+        _tensor("sentences", "BYTES", [1], ["a"]),
+        headers={"Inference-Header-Content-Length": "banana"},
     ),
     ("/v2/models/other/infer", _infer_json([]), {}, 404, "unknown model"),
     ("/v2/models/reward_model/versions/2/infer", _infer_json([]), {}, 404, "only version 1"),

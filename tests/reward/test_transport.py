@@ -14,16 +14,9 @@ from typing import Any, BinaryIO
 
 import pytest
 
+from nemotron.reward import transport
 from nemotron.reward.metrics import parse_samples
-from nemotron.reward.transport import (
-    Deferred,
-    HTTPSettings,
-    Request,
-    Response,
-    Route,
-    ServerHandle,
-    json_response,
-)
+from nemotron.reward.transport import Deferred, Response, Route, ServerHandle
 
 
 class ScriptedApp:
@@ -43,7 +36,7 @@ class ScriptedApp:
             ),
             ("GET", "/block"): Route("block", self._block),
             ("GET", "/big"): Route("big", lambda _: Response(200, b"x" * 2**20), inline=True),
-            ("GET", "/health"): Route("health", lambda _: json_response({"ok": True}), inline=True),
+            ("GET", "/health"): Route("health", lambda _: transport.json_response({"ok": True}), inline=True),
         }
 
     def route(self, method: str, path: str) -> Route | None:
@@ -52,7 +45,7 @@ class ScriptedApp:
     def close(self, timeout: float) -> None:
         self.events.append("close")
 
-    def _later(self, request: Request) -> Deferred:
+    def _later(self, request: transport.Request) -> Deferred:
         future: Future[bytes] = Future()
         self.futures.append(future)
         self.submitted.release()
@@ -62,9 +55,9 @@ class ScriptedApp:
         self.events.append("respond")
         return Response(200, done.result(), "text/plain")
 
-    def _block(self, _: Request) -> Response:
+    def _block(self, _: transport.Request) -> Response:
         self.unblock.wait(10)
-        return json_response({"unblocked": True})
+        return transport.json_response({"unblocked": True})
 
 
 @pytest.fixture
@@ -73,7 +66,7 @@ def app() -> ScriptedApp:
 
 
 def start(app: ScriptedApp, **settings: Any) -> ServerHandle:
-    return ServerHandle(app, HTTPSettings(**settings))
+    return ServerHandle(app, transport.HTTPSettings(**settings))
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -41,21 +41,14 @@ def test_model_positions_reads_both_names() -> None:
 
 
 @pytest.mark.slow
-def test_a_long_prompt_run_warns_and_trains_instead_of_failing_mid_rollout(tmp_path: Path) -> None:
+def test_a_long_prompt_run_warns_and_trains_instead_of_failing_mid_rollout(
+    tmp_path: Path, nemotron_cmd: Any
+) -> None:
     env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home")}
-    args = [
-        sys.executable,
-        "-m",
-        "nemotron",
-        "steps",
-        "run",
-        "rl/reinforce",
-        "-c",
-        "tiny",
-        "trainer.max_steps=1",
-        "eval.num_prompts=0",
-        "generation.max_new_tokens=28",
-    ]
+    one_step = ("trainer.max_steps=1", "eval.num_prompts=0")
+    args = nemotron_cmd(
+        "steps", "run", "rl/reinforce", "-c", "tiny", *one_step, "generation.max_new_tokens=28"
+    )
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (

@@ -20,7 +20,6 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_STEPS = REPO / "tests" / "fixtures" / "steproot"
 SERVED_STEPS = Path(__file__).resolve().parent / "steproot"
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
 
 pytestmark = pytest.mark.slurm
 
@@ -46,20 +45,6 @@ def status_of(home: Path, job_id: str) -> dict[str, Any]:
     return data
 
 
-def sacct_state(slurm_id: str, timeout_s: float = 180) -> str:
-    """The job's final state, polling sacct (which lags squeue); a hetjob reports its leader's line first."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True
-        ).stdout
-        states = [line.split()[0] for line in out.splitlines() if line.strip()]
-        if states and all(s in FINAL for s in states):
-            return states[0]
-        time.sleep(0.5)
-    raise AssertionError(f"slurm job {slurm_id} not finished after {timeout_s} s")
-
-
 def submit(env: dict[str, str], home: Path, *args: str) -> tuple[str, str]:
     """`steps run ... -b local_slurm`: (our job id, the Slurm job id)."""
     done = nemotron(env, "steps", "run", *args, "-b", "local_slurm")
@@ -83,7 +68,7 @@ def lineage_of(env: dict[str, str], ref: str) -> tuple[dict[str, Any], dict[str,
 
 
 def test_batch_run_completes_and_registers_its_output_with_lineage(
-    env: dict[str, str], home: Path, tmp_path: Path
+    env: dict[str, str], home: Path, tmp_path: Path, slurm_cluster: Any
 ) -> None:
     numbers = tmp_path / "numbers.jsonl"
     numbers.write_text('{"prompt": "1"}\n')
@@ -91,7 +76,7 @@ def test_batch_run_completes_and_registers_its_output_with_lineage(
     job_id, slurm_id = submit(env, home, "test/count", "-c", "tiny", f"inputs.numbers={numbers}")
     assert time.monotonic() - t0 < 60  # detached: returns once sbatch accepted the job
 
-    assert sacct_state(slurm_id) == "COMPLETED"
+    assert slurm_cluster.final_state(slurm_id) == "COMPLETED"
     shown = json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)
     assert shown["state"] == "succeeded" and shown["exit_code"] == 0
     root, inputs = lineage_of(env, "count_result:latest")
@@ -149,21 +134,11 @@ def _lines(stream: Any, seen: list[str], event: threading.Event, marker: str) ->
             event.set()
 
 
-def test_ctrl_c_on_an_attached_run_cancels_the_slurm_job(env: dict[str, str], home: Path) -> None:
+def test_ctrl_c_on_an_attached_run_cancels_the_slurm_job(
+    env: dict[str, str], home: Path, slurm_cluster: Any, nemotron_cmd: Any
+) -> None:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nemotron",
-            "steps",
-            "run",
-            "test/count",
-            "-c",
-            "tiny",
-            "trainer.sleep_s=30",
-            "-r",
-            "local_slurm",
-        ],
+        nemotron_cmd("steps", "run", "test/count", "-c", "tiny", "trainer.sleep_s=30", "-r", "local_slurm"),
         env=env,
         text=True,
         stdout=subprocess.DEVNULL,
@@ -183,24 +158,24 @@ def test_ctrl_c_on_an_attached_run_cancels_the_slurm_job(env: dict[str, str], ho
     (job_dir,) = (home / "jobs").iterdir()
     status = status_of(home, job_dir.name)
     assert status["state"] == "cancelled"
-    assert sacct_state(str(status["remote_id"])).startswith("CANCELLED")
+    assert slurm_cluster.final_state(str(status["remote_id"])).startswith("CANCELLED")
 
 
-def test_jobs_cancel_stops_a_batch_job(env: dict[str, str], home: Path) -> None:
+def test_jobs_cancel_stops_a_batch_job(env: dict[str, str], home: Path, slurm_cluster: Any) -> None:
     job_id, slurm_id = submit(env, home, "test/count", "-c", "tiny", "trainer.sleep_s=30")
     done = nemotron(env, "jobs", "cancel", job_id)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sacct_state(slurm_id).startswith("CANCELLED")
+    assert slurm_cluster.final_state(slurm_id).startswith("CANCELLED")
     assert json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] == "cancelled"
     assert not (home / "jobs" / job_id / "outputs").exists()  # it never reached the end
 
 
 def test_jobs_ls_shows_a_failed_batch_job_as_failed_without_jobs_status(
-    env: dict[str, str], home: Path
+    env: dict[str, str], home: Path, slurm_cluster: Any
 ) -> None:
     """`jobs ls` used to show `pending` for a Slurm job that had FAILED until `jobs status` asked for it."""
     job_id, slurm_id = submit(env, home, "test/count", "-c", "tiny", "trainer.fail_at=1")
-    assert sacct_state(slurm_id) == "FAILED"
+    assert slurm_cluster.final_state(slurm_id) == "FAILED"
     assert status_of(home, job_id)["state"] == "pending"  # nothing has asked Slurm yet
     (row,) = json.loads(nemotron(env, "jobs", "ls", "--json").stdout)
     assert row["job_id"] == job_id and row["state"] == "failed"
@@ -225,13 +200,13 @@ def tiny_reward_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
 
 
 def test_hetjob_serves_the_reward_model_beside_the_step(
-    env: dict[str, str], home: Path, tiny_reward_model: Path
+    env: dict[str, str], home: Path, tiny_reward_model: Path, slurm_cluster: Any
 ) -> None:
     sentences = ["the movie was great", "the plot was awful", "fine"]
     job_id, slurm_id = submit(
         env, home, "test/served", "-c", "tiny", f"inputs.reward_model={tiny_reward_model}"
     )
-    assert sacct_state(slurm_id) == "COMPLETED"
+    assert slurm_cluster.final_state(slurm_id) == "COMPLETED"
     assert json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] == "succeeded"
 
     rows = [
@@ -271,12 +246,12 @@ TINY = REPO / "src" / "nemotron" / "shipped" / "tiny"
 
 @pytest.mark.slow
 def test_tiny_reinforce_runs_on_slurm_and_registers_the_policy_with_lineage(
-    env: dict[str, str], home: Path
+    env: dict[str, str], home: Path, slurm_cluster: Any
 ) -> None:
     job_id, slurm_id = submit(env, home, "rl/reinforce", "-c", "tiny")
-    assert sacct_state(slurm_id, timeout_s=900) == "COMPLETED", nemotron(env, "jobs", "logs", job_id).stdout[
-        -3000:
-    ]
+    assert slurm_cluster.final_state(slurm_id, timeout_s=900) == "COMPLETED", nemotron(
+        env, "jobs", "logs", job_id
+    ).stdout[-3000:]
     assert json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] == "succeeded"
     root, inputs = lineage_of(env, "tiny_reinforce_policy:latest")
     assert root["job_id"] == job_id and root["step"] == "rl/reinforce"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,6 @@ from nemotron.reward.address import announced_servers
 from nemotron.reward.client import wait_ready
 
 pytestmark = pytest.mark.slurm
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
 PROFILE = """
 [two_by_two]
 extends = "local_slurm"
@@ -53,21 +53,8 @@ def server_processes(job_dir: Path) -> list[int]:
     return pids
 
 
-def final_state(slurm_id: str, timeout_s: float = 60) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True
-        ).stdout
-        states = [line.split()[0] for line in out.splitlines() if line.strip()]
-        if states and all(s in FINAL for s in states):
-            return states[0]
-        time.sleep(0.5)
-    raise AssertionError(f"slurm job {slurm_id} not finished after {timeout_s} s")
-
-
 def test_rm_serve_runs_one_server_per_node_however_many_tasks_the_profile_asks(
-    home: Path, tmp_path: Path
+    home: Path, tmp_path: Path, slurm_cluster: Any
 ) -> None:
     (tmp_path / "env.toml").write_text(PROFILE)  # the working directory: found by walking up from it
     # both test nodes are this host: port 0 lets each server pick its own (on a real cluster, one port for all)
@@ -93,4 +80,4 @@ def test_rm_serve_runs_one_server_per_node_however_many_tasks_the_profile_asks(
     finally:
         cancelled = nemotron("jobs", "cancel", job_id)
     assert cancelled.returncode == 0, cancelled.stderr[-3000:]
-    assert final_state(slurm_id).startswith("CANCELLED")
+    assert slurm_cluster.final_state(slurm_id, timeout_s=60).startswith("CANCELLED")

@@ -155,22 +155,17 @@ def test_rl_steps_take_the_reward_servers_token_from_a_0600_file_never_from_the_
         assert "tok-from-file-77" not in r.out + r.err
 
 
+# rl/rlhf judged by the tiny SFT policy as a generative judge, 2 prompts x 2 responses a step, no eval
+JUDGE_RUN = (
+    "steps run rl/rlhf -c tiny judge.kind=generative "
+    "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=pkg://tiny/sft_policy "
+    "grpo.num_prompts_per_step=2 grpo.num_generations_per_prompt=2 eval.num_prompts=0"
+).split()
+
+
 @pytest.mark.slow
 def test_rlhf_generative_judge_against_a_real_chat_server(home: Path, run_cli: Any) -> None:
-    judge = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=pkg://tiny/sft_policy"
-    base = [
-        "steps",
-        "run",
-        "rl/rlhf",
-        "-c",
-        "tiny",
-        "judge.kind=generative",
-        judge,
-        "grpo.max_num_steps=2",
-        "grpo.num_prompts_per_step=2",
-        "grpo.num_generations_per_prompt=2",
-        "eval.num_prompts=0",
-    ]
+    base = [*JUDGE_RUN, "grpo.max_num_steps=2"]
     # guided_choice: the judge LM must answer one of the valid JSON scores, so every answer parses
     r = run_cli(*base, "judge.guided_choice=true", timeout=600)
     assert r.code == 0, r.err[-3000:]
@@ -198,23 +193,8 @@ def test_rlhf_generative_judge_against_a_real_chat_server(home: Path, run_cli: A
 @pytest.mark.slow
 def test_two_torchrun_ranks_share_one_judge_server(home: Path, run_cli: Any) -> None:
     """rl/rlhf on 2 ranks (local_ddp): local rank 0 starts the generative judge, the other rank uses it."""
-    judge = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=pkg://tiny/sft_policy"
     r = run_cli(
-        "steps",
-        "run",
-        "rl/rlhf",
-        "-c",
-        "tiny",
-        "-r",
-        "local_ddp",
-        "judge.kind=generative",
-        judge,
-        "judge.guided_choice=true",
-        "grpo.max_num_steps=1",
-        "grpo.num_prompts_per_step=2",
-        "grpo.num_generations_per_prompt=2",
-        "eval.num_prompts=0",
-        timeout=600,
+        *JUDGE_RUN, "-r", "local_ddp", "judge.guided_choice=true", "grpo.max_num_steps=1", timeout=600
     )
     assert r.code == 0, r.err[-3000:]
     (job,) = (home / "jobs").iterdir()
