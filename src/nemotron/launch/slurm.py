@@ -243,13 +243,14 @@ def server_command(served: ServedModel, paths: ClusterPaths, threads: int) -> Co
 
 
 def after_server_is_ready(command: Command, paths: ClusterPaths, what: str = "the reward server",
-                          timeout_s: int = READY_TIMEOUT_S) -> Command:  # fmt: skip
-    """Start the policy only once the server wrote its ready file (the job dir is on shared storage); give up
-    after `timeout_s`, so a server that never comes up fails the job instead of holding it to its time limit."""
-    ready = shlex.quote(f"{paths.job_dir}/{READY_FILE}")
+                          timeout_s: int = READY_TIMEOUT_S, ready: str = "") -> Command:  # fmt: skip
+    """Start the policy only once the server is ready: `ready` (a shell test) succeeds, by default once the
+    server wrote its ready file (the job dir is on shared storage). Give up after `timeout_s`, so a server that
+    never comes up fails the job instead of holding it to its time limit."""
+    ready = ready or f"[ -s {shlex.quote(f'{paths.job_dir}/{READY_FILE}')} ]"
     inner = (
-        f"for i in $(seq {timeout_s}); do [ -s {ready} ] && break; sleep 1; done; "
-        f'[ -s {ready} ] || {{ echo "nemotron: {what} was not ready after {timeout_s} s" >&2; exit 1; }}; '
+        f"for i in $(seq {timeout_s}); do {ready} && break; sleep 1; done; "
+        f'{ready} || {{ echo "nemotron: {what} was not ready after {timeout_s} s" >&2; exit 1; }}; '
         f"exec {' '.join(command.words())}"
     )
     return Command("bash", "-c", (shlex.quote(inner),))

@@ -1,0 +1,65 @@
+"""An external engine's heterogeneous job (`HetJob`, NeMo-Aligner's servers and actor) as a Slurm plan: the same
+`SlurmPlan` our own steps use, so the sbatch script (`#SBATCH hetjob`, `srun --het-group=N`), its rendering and
+its submission through NeMo-Run are the ones `slurm.py` already has. Every word is quoted here."""
+
+from __future__ import annotations
+
+import shlex
+
+from nemotron.compile import Job
+from nemotron.engines.base import HetGroup, HetJob
+from nemotron.launch import containers, slurm
+from nemotron.paths import nemotron_home
+from nemotron.profiles import SlurmProfile
+
+
+def _command(group: HetGroup) -> slurm.Command:
+    """NeMo-Run's `Script(path, args, entrypoint)`: the interpreter, the script, then the arguments as shell words."""
+    python, script, *args = group.argv
+    return slurm.Command(shlex.quote(python), shlex.quote(script), tuple(shlex.quote(a) for a in args))
+
+
+def _reachable(waits_for: tuple[tuple[str, str], ...]) -> str:
+    """A shell test that every (host variable, port variable) accepts a TCP connection (bash's /dev/tcp)."""
+    return " && ".join(f'(: </dev/tcp/"${host}"/"${port}") 2>/dev/null' for host, port in waits_for)
+
+
+def plan_het(job: Job, launch: HetJob) -> slurm.SlurmPlan:
+    profile = job.profile
+    assert isinstance(profile, SlurmProfile), profile
+    paths = slurm.cluster_paths(job, nemotron_home(), profile.python or "python")
+    env, secret_names = slurm.job_env(job, paths)
+    setup = [slurm.secrets_source_line(f"{paths.job_dir}/{slurm.SECRETS_FILE}")] if secret_names else []
+    setup += [f"export {name}={value}" for name, value in launch.ports]
+    image, import_lines, mounts = containers.container(job, paths, launch.image or None)
+    task = job.step_id.replace("/", "-").replace(".", "-")
+    gpus = profile.gpus_per_node or None  # NeMo-Run sets --gpus-per-node for every group or none
+    groups = []
+    for i, group in enumerate(launch.groups):
+        command = _command(group)
+        group_env = [(k, shlex.quote(v)) for k, v in group.env]
+        if group.waits_for:
+            # the servers are groups 0..n-1 in the order the trainer names them
+            group_env += [(host, f'"${{het_group_host_{j}}}"') for j, (host, _) in enumerate(group.waits_for)]
+            what = "the server group(s) it talks to"
+            command = slurm.after_server_is_ready(command, paths, what, ready=_reachable(group.waits_for))
+        role = f"{task}-{i}" if len(launch.groups) > 1 else task
+        groups.append(
+            slurm.SrunGroup(role, command, group.nodes, group.tasks_per_node, gpus, tuple(group_env))
+        )
+    return slurm.SlurmPlan(
+        job_id=job.job_id,
+        task=task,
+        groups=tuple(groups),
+        paths=paths,
+        time=profile.time,
+        account=profile.account,
+        partition=slurm.partition_for(job),
+        cpus_per_task=profile.cpus_per_task or job.resources.cpus,
+        mem=profile.mem,
+        container_image=image,
+        mounts=mounts,
+        env=env,
+        setup=(*setup, *import_lines, *profile.setup),
+        secret_names=tuple(secret_names),
+    )
