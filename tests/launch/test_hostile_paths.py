@@ -18,8 +18,8 @@ from nemotron.launch import slurm_executor
 
 FIXTURE_STEPS = Path(__file__).resolve().parents[1] / "fixtures" / "steproot"
 STUBS = {
-    # every srun records its words, one per line, then an end marker
-    "srun": '#!/bin/bash\nfor a in "$@"; do printf "%s\\n" "$a"; done >> "$STUB_LOG"; echo "--end--" >> "$STUB_LOG"\n',
+    # every srun records its words, one per line, then an end marker, in one write (a hetjob's sruns run at once)
+    "srun": '#!/bin/bash\nprintf "%s\\n" "$@" "--end--" >> "$STUB_LOG"\n',
     "scontrol": "#!/bin/bash\necho node1\n",
 }
 HOSTILE = [
@@ -124,3 +124,57 @@ def test_a_lepton_job_root_the_pod_shell_cannot_carry_is_refused(
 
     with pytest.raises(UserError, match="cannot carry"):
         LeptonExecutor().placement(job)
+
+
+def _aligner_script(home: Path) -> tuple[str, str]:
+    """backend=nemo_aligner's hetjob (no container, so the stubbed script runs through): script, actor log dir."""
+    from dataclasses import replace
+
+    from nemotron.engines.base import HetJob, Placement
+    from nemotron.engines.nemo_aligner import NemoAlignerEngine
+    from nemotron.launch import het_slurm
+
+    job = compile_job(
+        Catalog(),
+        "rl/reinforce",
+        "default",
+        ["backend=nemo_aligner"],
+        profile_name="local_slurm",
+        mode="batch",
+    )
+    job = replace(job, profile=job.profile.model_copy(update={"nemo_aligner_image": ""}))
+    paths = slurm_executor.slurm.cluster_paths(job, home, "python")
+    launch = NemoAlignerEngine().launch(job, Placement(paths.job_dir, 2, 0))
+    assert isinstance(launch, HetJob)
+    plan = het_slurm.plan_het(job, launch)
+    return slurm_executor.slurm.render_sbatch(plan), f"{paths.job_dir}/actor_results"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.text(alphabet=st.sampled_from(list(" $();`'\"&|<>*?!#~\\{}[]=aZ9._-")), min_size=1, max_size=12)
+)
+def test_any_printable_home_reaches_nemo_aligner_whole(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+    import tempfile
+
+    from nemotron.engines.nemo_aligner_config import hydra_value
+
+    if name in (".", ".."):
+        return
+    run_dir = Path(tempfile.mkdtemp(dir=tmp_path))  # one per example: the stubs' log must start empty
+    home = run_dir / name / "home"
+    monkeypatch.setenv("NEMOTRON_HOME", str(home))
+    monkeypatch.delenv("NEMOTRON_STEPS_PATH", raising=False)
+    monkeypatch.delenv("NEMOTRON_ENV_FILE", raising=False)
+    monkeypatch.chdir(run_dir)
+    script, log_dir = _aligner_script(home)
+    calls = _run_with_stubs(script, run_dir)
+    actor_call = next(c for c in calls if "train_gpt_reinforce_actor.py" in c[-1])
+    actor = shlex.split(
+        actor_call[-1]
+    )  # the actor's `bash -c` text: its waiting loop, then `exec python ...`
+    assert f"exp_manager.explicit_log_dir={hydra_value(log_dir)}" in actor  # one word, every character kept
+    assert not list(run_dir.rglob("PWNED*")), "a hostile path ran a command"
