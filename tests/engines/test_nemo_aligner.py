@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -169,9 +170,9 @@ def test_dry_run_and_submit_send_one_plan_and_outputs_register_with_lineage(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from nemotron.artifacts.lineage import job_store
+    from nemotron.jobrecord import load_record
     from nemotron.jobs import read_status
     from nemotron.launch.remote import _register_outputs
-    from nemotron.jobrecord import load_record
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "hi"}\n')
@@ -212,3 +213,33 @@ def test_the_dry_run_imports_neither_torch_nor_nemo_run(home: Path) -> None:
     assert "nemotron.engines.nemo_aligner_config" in imported  # the check is real
     assert proc.stdout.count("#SBATCH hetjob") == 2 and "srun --het-group=2" in proc.stdout
     assert shlex.quote("serve_ppo_critic.py") in proc.stdout
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "nemo-aligner.md"
+SHARED_WITH_REINFORCE = ("inputs.prompts", "inputs.policy", "trainer.", "optim.", "generation.", "reward.",
+                         "checkpoint.", "eval.", "runtime.", "nemo_rl.", "backend", "outputs.policy")  # fmt: skip
+
+
+def _tables() -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for section in DOC.read_text().split("\n## ")[1:]:
+        title, _, body = section.partition("\n")
+        out[title.strip()] = dict(re.findall(r"^\| `([^`]+)` \| (.+) \|$", body, flags=re.M))
+    return out
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_the_docs_table_names_every_schema_key(step: str) -> None:
+    from nemotron.docgen import schema_fields
+
+    tables = _tables()
+    keys = {f.key for f in schema_fields(Catalog().get(step).config_schema())}
+    leaves = {k for k in keys if not any(other.startswith(k + ".") for other in keys)}
+    table = tables[step]
+    covered = set(table) | {
+        k for k in leaves if k.startswith("nemo_rl.") and "nemo_rl.*" in tables["rl/reinforce"]
+    }
+    if step == "rl/ppo":  # the page says these map as for rl/reinforce
+        covered |= {k for k in leaves if k.startswith(SHARED_WITH_REINFORCE) and k in tables["rl/reinforce"]}
+    assert sorted(leaves - covered) == []
+    assert sorted(set(table) - keys - {"nemo_rl.*"}) == []  # no row for a key that is gone
