@@ -22,6 +22,8 @@ STUBS = {
     "srun": '#!/bin/bash\nprintf "%s\\n" "$@" "--end--" >> "$STUB_LOG"\n',
     "scontrol": "#!/bin/bash\necho node1\n",
 }
+# any printable directory name, shell and Hydra grammar included
+HOMES = st.text(alphabet=st.sampled_from(list(" $();`'\"&|<>*?!#~\\{}[]=aZ9._-")), min_size=1, max_size=12)
 HOSTILE = [
     "x $(touch PWNED1);y",
     "a`touch PWNED2`b",
@@ -88,9 +90,7 @@ def test_a_hostile_home_is_one_word_in_every_srun(
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    name=st.text(alphabet=st.sampled_from(list(" $();`'\"&|<>*?!#~\\{}[]=aZ9._-")), min_size=1, max_size=12)
-)
+@given(name=HOMES)
 def test_any_printable_home_renders_a_script_bash_accepts(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -151,9 +151,7 @@ def _aligner_script(home: Path) -> tuple[str, str]:
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    name=st.text(alphabet=st.sampled_from(list(" $();`'\"&|<>*?!#~\\{}[]=aZ9._-")), min_size=1, max_size=12)
-)
+@given(name=HOMES)
 def test_any_printable_home_reaches_nemo_aligner_whole(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

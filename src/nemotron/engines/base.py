@@ -96,6 +96,13 @@ ENGINES: dict[str, str] = {
 }
 
 
+def pinned_or_profile(job: Job, field: str, pinned: str) -> str:
+    """What an external engine runs with: the profile's `field` when it sets one (an image "" means the nodes' own
+    environment), else the pinned value from `nemotron.targets`."""
+    chosen = getattr(job.profile, field, None)
+    return pinned if chosen is None else str(chosen)
+
+
 def engine_named(name: str) -> Engine:
     engine: Engine = load(ENGINES, name, "backend")
     return engine

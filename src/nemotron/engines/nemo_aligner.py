@@ -8,25 +8,18 @@ from __future__ import annotations
 import shlex
 
 from nemotron.compile import Job
-from nemotron.engines.base import HetGroup, HetJob, Launch, Placement
+from nemotron.engines.base import HetGroup, HetJob, Launch, Placement, pinned_or_profile
 from nemotron.engines.nemo_aligner_config import compile_aligner
 from nemotron.targets import NEMO_ALIGNER_DIR, NEMO_ALIGNER_IMAGE, NEMO_ALIGNER_VERSION
-
-
-def image(job: Job) -> str:
-    """The profile may name another image holding the pinned tag; "" runs on the nodes' own environment."""
-    chosen = getattr(job.profile, "nemo_aligner_image", None)
-    return NEMO_ALIGNER_IMAGE if chosen is None else str(chosen)
-
-
-def aligner_dir(job: Job) -> str:
-    return str(getattr(job.profile, "nemo_aligner_dir", None) or NEMO_ALIGNER_DIR)
 
 
 class NemoAlignerEngine:
     name = "nemo_aligner"
 
     def launch(self, job: Job, where: Placement) -> Launch:
+        # the profile may name another image or checkout holding the pinned tag; image "": the nodes' own
+        image = pinned_or_profile(job, "nemo_aligner_image", NEMO_ALIGNER_IMAGE)
+        checkout = pinned_or_profile(job, "nemo_aligner_dir", NEMO_ALIGNER_DIR) or NEMO_ALIGNER_DIR
         run = compile_aligner(
             job.step_id, job.step_config, job_dir=where.job_dir, nodes=where.nodes, gpus=where.gpus_per_node
         )
@@ -35,7 +28,7 @@ class NemoAlignerEngine:
         groups = tuple(
             HetGroup(
                 role=s.role,
-                argv=(python, f"{aligner_dir(job)}/{s.script}", *s.words()),
+                argv=(python, f"{checkout}/{s.script}", *s.words()),
                 nodes=s.nodes,
                 tasks_per_node=tasks,
                 env=tuple(sorted(s.env.items())),
@@ -43,9 +36,9 @@ class NemoAlignerEngine:
             )
             for s in run.groups
         )
-        where_it_runs = f"in {image(job)}" if image(job) else "on the nodes' own environment"
+        where_it_runs = f"in {image}" if image else "on the nodes' own environment"
         shown = [
-            f"# backend=nemo_aligner: NeMo-Aligner {NEMO_ALIGNER_VERSION} ({aligner_dir(job)}) {where_it_runs}, "
+            f"# backend=nemo_aligner: NeMo-Aligner {NEMO_ALIGNER_VERSION} ({checkout}) {where_it_runs}, "
             f"one heterogeneous job of {len(groups)} group(s), {tasks} task(s) per node"
         ]
         if where.gpus_per_node < 1:
@@ -58,7 +51,7 @@ class NemoAlignerEngine:
             shown.append(" \\\n    ".join(shlex.quote(w) for w in g.argv))
         shown += [f"# ---- registered after success: {n} <- {p}" for n, p in sorted(run.outputs.items())]
         return HetJob(
-            image=image(job),
+            image=image,
             groups=groups,
             outputs=tuple(sorted(run.outputs.items())),
             ports=tuple(run.ports.items()),

@@ -135,7 +135,8 @@ def _optim(o: dict[str, Any], refuse: Refusals, key: str) -> list[tuple[str, Any
 
 
 def _generation(g: dict[str, Any], refuse: Refusals, algo: str) -> list[tuple[str, Any]]:
-    if g["backend"] != "torch":
+    sampler = g["backend"]  # who samples rollouts (torch or vllm), not the engine
+    if sampler != "torch":
         refuse("generation.backend", "NeMo-Aligner generates with Megatron (or TensorRT-LLM), not vLLM")
     out: list[tuple[str, Any]] = [
         (f"model.{algo}.sampling_params.temperature", g["temperature"]),
@@ -155,7 +156,7 @@ def _actor_common(
     refuse.unless_default("trainer.log_interval", "NeMo-Aligner logs every step")
     if rw["source"] != "server":
         refuse("reward.source", "NeMo-Aligner scores through its reward-model server only")
-    for key, why in (
+    refuse.all_unless_default(
         ("reward.server.url", "the job serves the reward model itself and passes its address"),
         ("reward.server.token", "NeMo-Aligner's PyTriton servers take no token"),
         ("reward.server.timeout_s", "NeMo-Aligner's client has its own timeouts"),
@@ -165,8 +166,7 @@ def _actor_common(
         ("checkpoint.force", "NeMo-Aligner has no check to force past"),
         ("eval.task", "our ground-truth scorers do not run inside NeMo-Aligner"),
         ("eval.seed", "NeMo-Aligner validates with the run's seed"),
-    ):
-        refuse.unless_default(key, why)
+    )
     if ev["num_prompts"] == 0:
         refuse(
             "eval.num_prompts", "NeMo-Aligner validates at every save (its checkpoints rank by val_rewards)"
@@ -228,9 +228,29 @@ def _threads(c: dict[str, Any]) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(c["runtime"]["num_threads"])}
 
 
-def _actor_nodes(nodes: int, servers: int) -> int:
-    """Each server takes one node (as in the tag's docs); the actor the rest, at least one."""
-    return max(1, nodes - servers)
+def _actor(
+    c: dict[str, Any],
+    refuse: Refusals,
+    algo: str,
+    job_dir: str,
+    batch: int,
+    nodes: int,
+    gpus: int,
+    wiring: list[tuple[str, Any]],
+    servers: tuple[tuple[str, str], ...],
+) -> Script:
+    """The actor's group: each server takes one node (as in the tag's docs), the actor the rest, at least one."""
+    actor_nodes = max(1, nodes - len(servers))
+    overrides = [*_actor_common(c, refuse, algo, job_dir, batch), *_kl(c, refuse, algo), *wiring]
+    return Script(
+        "actor",
+        f"{SCRIPTS}/train_gpt_{algo}_actor.py",
+        f"gpt_{algo}_actor.yaml",
+        [*overrides, *_placement(actor_nodes, gpus)],
+        actor_nodes,
+        _threads(c),
+        servers,
+    )
 
 
 # ----------------------------------------------------------------------------- the steps
@@ -240,41 +260,32 @@ def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: 
     r = c["reinforce"]
     if r["kl_in"] != "reward_sequence_mean":
         refuse("reinforce.kl_in", "NeMo-Aligner subtracts beta times the mean token KL from each reward")
-    for key, why in (
+    refuse.all_unless_default(
         ("reinforce.reinforce_epochs", "NeMo-Aligner's REINFORCE makes one pass over each rollout batch"),
         ("reinforce.loss_level", "NeMo-Aligner averages the loss over the tokens"),
         ("reinforce.truncated_responses", "NeMo-Aligner keeps truncated responses' rewards"),
-    ):
-        refuse.unless_default(key, why)
+    )
     batch = c["trainer"]["num_prompts_per_step"] * r["num_rollouts_per_prompt"]
     rm = _reward_server(c["inputs"]["reward_model"] or "", Env(REWARD_PORT_ENV, True), 1, gpus, c)
-    actor_nodes = _actor_nodes(nodes, 1)
-    actor = Script(
-        "actor",
-        f"{SCRIPTS}/train_gpt_reinforce_actor.py",
-        "gpt_reinforce_actor.yaml",
-        [
-            *_actor_common(c, refuse, "reinforce", job_dir, batch),
-            *_kl(c, refuse, "reinforce"),
-            ("trainer.reinforce.num_rollouts_per_prompt", r["num_rollouts_per_prompt"]),
-            ("remote_rm.reward_model.ip", Env(REWARD_HOST_ENV)),
-            ("remote_rm.reward_model.port", Env(REWARD_PORT_ENV, True)),
-            *_placement(actor_nodes, gpus),
-        ],
-        actor_nodes,
-        _threads(c),
-        ((REWARD_HOST_ENV, REWARD_PORT_ENV),),
-    )
+    wiring = [
+        ("trainer.reinforce.num_rollouts_per_prompt", r["num_rollouts_per_prompt"]),
+        ("remote_rm.reward_model.ip", Env(REWARD_HOST_ENV)),
+        ("remote_rm.reward_model.port", Env(REWARD_PORT_ENV, True)),
+    ]
+    servers = ((REWARD_HOST_ENV, REWARD_PORT_ENV),)
+    actor = _actor(c, refuse, "reinforce", job_dir, batch, nodes, gpus, wiring, servers)
     outputs = {"policy": _nemo(job_dir, "actor_results", ACTOR_NAME["rl/reinforce"])}
     return AlignerRun([rm, actor], outputs, {REWARD_PORT_ENV: _PORT}, [])
 
 
 def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
     p, t, critic = c["ppo"], c["trainer"], c["critic"]
-    refuse.unless_default("ppo.num_rollouts_per_prompt", "NeMo-Aligner's PPO samples one response per prompt")
-    refuse.unless_default("ppo.dual_clip", "NeMo-Aligner's PPO loss has no dual clip")
-    refuse.unless_default("ppo.ppo_epochs", "NeMo-Aligner's PPO makes one pass over each rollout batch")
-    refuse.unless_default("ppo.loss_level", "NeMo-Aligner averages the losses over the tokens")
+    refuse.all_unless_default(
+        ("ppo.num_rollouts_per_prompt", "NeMo-Aligner's PPO samples one response per prompt"),
+        ("ppo.dual_clip", "NeMo-Aligner's PPO loss has no dual clip"),
+        ("ppo.ppo_epochs", "NeMo-Aligner's PPO makes one pass over each rollout batch"),
+        ("ppo.loss_level", "NeMo-Aligner averages the losses over the tokens"),
+    )
     rm_path = c["inputs"]["reward_model"] or ""
     batch = t["num_prompts_per_step"]
     precision, o2 = PRECISION.get(c["runtime"]["precision"], ("bf16", True))
@@ -303,31 +314,21 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
         _threads(c),
     )
     rm = _reward_server(rm_path, Env(REWARD_PORT_ENV, True), 1, gpus, c)
-    actor_nodes = _actor_nodes(nodes, 2)
-    actor = Script(
-        "actor",
-        f"{SCRIPTS}/train_gpt_ppo_actor.py",
-        "gpt_ppo_actor.yaml",
-        [
-            *_actor_common(c, refuse, "ppo", job_dir, batch),
-            *_kl(c, refuse, "ppo"),
-            ("trainer.ppo.discount_factor", p["discount_factor"]),
-            ("trainer.ppo.gae_lambda", p["gae_lambda"]),
-            ("trainer.ppo.normalize_advantages", p["whiten_advantages"]),
-            ("trainer.ppo.critic_warmup_steps", p["critic_warmup_steps"]),
-            ("model.ppo.ratio_eps", p["ratio_eps"]),
-            ("model.ppo.entropy_bonus", p["entropy_bonus"]),
-            ("remote_critic_rm.combine_rm_and_critic_server", False),
-            ("remote_critic_rm.reward_model.ip", Env(REWARD_HOST_ENV)),
-            ("remote_critic_rm.reward_model.port", Env(REWARD_PORT_ENV, True)),
-            ("remote_critic_rm.critic.ip", Env(CRITIC_HOST_ENV)),
-            ("remote_critic_rm.critic.port", Env(CRITIC_PORT_ENV, True)),
-            *_placement(actor_nodes, gpus),
-        ],
-        actor_nodes,
-        _threads(c),
-        ((CRITIC_HOST_ENV, CRITIC_PORT_ENV), (REWARD_HOST_ENV, REWARD_PORT_ENV)),
-    )
+    wiring = [
+        ("trainer.ppo.discount_factor", p["discount_factor"]),
+        ("trainer.ppo.gae_lambda", p["gae_lambda"]),
+        ("trainer.ppo.normalize_advantages", p["whiten_advantages"]),
+        ("trainer.ppo.critic_warmup_steps", p["critic_warmup_steps"]),
+        ("model.ppo.ratio_eps", p["ratio_eps"]),
+        ("model.ppo.entropy_bonus", p["entropy_bonus"]),
+        ("remote_critic_rm.combine_rm_and_critic_server", False),
+        ("remote_critic_rm.reward_model.ip", Env(REWARD_HOST_ENV)),
+        ("remote_critic_rm.reward_model.port", Env(REWARD_PORT_ENV, True)),
+        ("remote_critic_rm.critic.ip", Env(CRITIC_HOST_ENV)),
+        ("remote_critic_rm.critic.port", Env(CRITIC_PORT_ENV, True)),
+    ]
+    servers = ((CRITIC_HOST_ENV, CRITIC_PORT_ENV), (REWARD_HOST_ENV, REWARD_PORT_ENV))
+    actor = _actor(c, refuse, "ppo", job_dir, batch, nodes, gpus, wiring, servers)
     outputs = {
         "policy": _nemo(job_dir, "actor_results", ACTOR_NAME["rl/ppo"]),
         "critic": _nemo(job_dir, "critic_results", CRITIC_NAME),
@@ -340,7 +341,7 @@ def compile_serve(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int,
     s = c["server"]
     if s["mode"] != "reward":
         refuse("server.mode", "serve_reward_model.py serves a reward model only (KServe v2 through PyTriton)")
-    for key, why in (
+    refuse.all_unless_default(
         ("server.host", "PyTriton listens on every interface"),
         ("server.token_file", "PyTriton takes no token"),
         ("server.max_batch_size", "PyTriton's batcher is sized by inference.inference_micro_batch_size"),
@@ -350,8 +351,7 @@ def compile_serve(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int,
         ("server.request_deadline_s", "PyTriton has no such limit"),
         ("server.max_connections", "PyTriton has no such limit"),
         ("server.max_body_bytes", "PyTriton has no such limit"),
-    ):
-        refuse.unless_default(key, why)
+    )
     server = _reward_server(c["inputs"]["reward_model"] or "", s["port"], nodes, gpus, c)
     server.overrides[2:2] = [
         ("inference.model_name", s["model_name"]),

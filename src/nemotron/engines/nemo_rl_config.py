@@ -58,6 +58,11 @@ class Refusals:
         if self.flat.get(key) != self.defaults.get(key):
             self(key, why)
 
+    def all_unless_default(self, *keys: tuple[str, str]) -> None:
+        """`unless_default` for each (key, why)."""
+        for key, why in keys:
+            self.unless_default(key, why)
+
     def raise_any(self) -> None:
         if self.problems:
             raise UserError(

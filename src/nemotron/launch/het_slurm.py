@@ -8,7 +8,7 @@ import shlex
 
 from nemotron.compile import Job
 from nemotron.engines.base import HetGroup, HetJob
-from nemotron.launch import containers, slurm
+from nemotron.launch import slurm
 from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
 
@@ -28,10 +28,7 @@ def plan_het(job: Job, launch: HetJob) -> slurm.SlurmPlan:
     profile = job.profile
     assert isinstance(profile, SlurmProfile), profile
     paths = slurm.cluster_paths(job, nemotron_home(), profile.python or "python")
-    env, secret_names = slurm.job_env(job, paths)
-    setup = [slurm.secrets_source_line(f"{paths.job_dir}/{slurm.SECRETS_FILE}")] if secret_names else []
-    setup += [f"export {name}={value}" for name, value in launch.ports]
-    image, import_lines, mounts = containers.container(job, paths, launch.image or None)
+    ports = [f"export {name}={value}" for name, value in launch.ports]
     task = job.step_id.replace("/", "-").replace(".", "-")
     gpus = profile.gpus_per_node or None  # NeMo-Run sets --gpus-per-node for every group or none
     groups = []
@@ -52,14 +49,6 @@ def plan_het(job: Job, launch: HetJob) -> slurm.SlurmPlan:
         task=task,
         groups=tuple(groups),
         paths=paths,
-        time=profile.time,
-        account=profile.account,
-        partition=slurm.partition_for(job),
         cpus_per_task=profile.cpus_per_task or job.resources.cpus,
-        mem=profile.mem,
-        container_image=image,
-        mounts=mounts,
-        env=env,
-        setup=(*setup, *import_lines, *profile.setup),
-        secret_names=tuple(secret_names),
+        **slurm.shared_fields(job, paths, launch.image or None, ports),
     )

@@ -269,6 +269,29 @@ def job_env(job: Job, paths: ClusterPaths) -> tuple[tuple[tuple[str, str], ...],
     return tuple((k.upper(), shlex.quote(v)) for k, v in env), secret_names
 
 
+def shared_fields(
+    job: Job, paths: ClusterPaths, image: str | None, extra_setup: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The fields every Slurm script of a job shares (a Ray cluster's, an engine's hetjob): time and place, the
+    container and its mounts, the exported environment, and the setup lines (the secrets sourced, `extra_setup`,
+    the image imported, the profile's own)."""
+    p = _slurm_profile(job)
+    env, secret_names = job_env(job, paths)
+    secrets = [secrets_source_line(f"{paths.job_dir}/{SECRETS_FILE}")] if secret_names else []
+    image, import_lines, mounts = containers.container(job, paths, image)
+    return {
+        "time": p.time,
+        "account": p.account,
+        "partition": partition_for(job),
+        "mem": p.mem,
+        "container_image": image,
+        "mounts": mounts,
+        "env": env,
+        "setup": (*secrets, *extra_setup, *import_lines, *p.setup),
+        "secret_names": tuple(secret_names),
+    }
+
+
 def write_secrets(
     job: Job, job_dir: Path, names: Sequence[str], generated: dict[str, str] | None = None
 ) -> None:
