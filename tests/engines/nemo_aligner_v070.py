@@ -70,6 +70,7 @@ KEYS: dict[str, dict[str, Any]] = {
         "trainer.reinforce.val_check_interval": 10,
     },
     "gpt_ppo_critic.yaml": {
+        "exp_manager.checkpoint_callback_params.always_save_nemo": False,
         "exp_manager.explicit_log_dir": "/results",
         "model.global_batch_size": 64,
         "model.loss_clip_val": 0.2,

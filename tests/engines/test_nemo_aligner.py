@@ -213,6 +213,10 @@ def test_the_dry_run_imports_neither_torch_nor_nemo_run(home: Path) -> None:
     assert "nemotron.engines.nemo_aligner_config" in imported  # the check is real
     assert proc.stdout.count("#SBATCH hetjob") == 2 and "srun --het-group=2" in proc.stdout
     assert shlex.quote("serve_ppo_critic.py") in proc.stdout
+    # the actor's first task registers both outputs when it succeeded, as a Ray driver does
+    assert (
+        "-m nemotron.artifacts.lineage --job-dir" in proc.stdout and "megatron_gpt_critic.nemo" in proc.stdout
+    )
 
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "nemo-aligner.md"

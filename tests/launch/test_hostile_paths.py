@@ -18,8 +18,9 @@ from nemotron.launch import slurm_executor
 
 FIXTURE_STEPS = Path(__file__).resolve().parents[1] / "fixtures" / "steproot"
 STUBS = {
-    # every srun records its words, one per line, then an end marker, in one write (a hetjob's sruns run at once)
-    "srun": '#!/bin/bash\nprintf "%s\\n" "$@" "--end--" >> "$STUB_LOG"\n',
+    # every srun records its words, each ended by a NUL (a word may hold newlines), then an end marker, in one
+    # write (a hetjob's sruns run at once)
+    "srun": '#!/bin/bash\nprintf "%s\\0" "$@" "--end--" >> "$STUB_LOG"\n',
     "scontrol": "#!/bin/bash\necho node1\n",
 }
 # any printable directory name, shell and Hydra grammar included
@@ -59,7 +60,7 @@ def _run_with_stubs(script: str, tmp: Path) -> list[list[str]]:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     calls, current = [], []
-    for word in log.read_text().split("\n")[:-1]:
+    for word in log.read_text().split("\0")[:-1]:
         if word == "--end--":
             calls.append(current)
             current = []
@@ -150,7 +151,7 @@ def _aligner_script(home: Path) -> tuple[str, str]:
     return slurm_executor.slurm.render_sbatch(plan), f"{paths.job_dir}/actor_results"
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=HOMES)
 def test_any_printable_home_reaches_nemo_aligner_whole(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

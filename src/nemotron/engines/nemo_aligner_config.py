@@ -24,7 +24,8 @@ CRITIC_PORT_ENV = "NEMOTRON_CRITIC_PORT"
 REWARD_HOST_ENV = "NEMOTRON_REWARD_HOST"
 CRITIC_HOST_ENV = "NEMOTRON_CRITIC_HOST"
 # the final .nemo: NeMo's NeMoModelCheckpoint writes <explicit_log_dir>/checkpoints/<exp_manager.name>.nemo on
-# train end (save_nemo_on_train_end: True in every YAML below); the names are the YAMLs' exp_manager.name
+# train end (save_nemo_on_train_end: True in the actors' YAMLs) or at every save (always_save_nemo, which the
+# critic gets); the names are the YAMLs' exp_manager.name
 ACTOR_NAME = {"rl/reinforce": "megatron_gpt_reinforce_actor", "rl/ppo": "megatron_gpt_ppo_actor"}
 CRITIC_NAME = "megatron_gpt_critic"
 
@@ -301,6 +302,9 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
             ("trainer.ppo.max_steps", t["max_steps"]),
             ("trainer.ppo.gradient_clip_val", critic["optim"]["clip_grad"]),
             ("exp_manager.explicit_log_dir", f"{job_dir}/critic_results"),
+            # the critic server never ends training itself (save_nemo_on_train_end never fires): write the .nemo
+            # at each save the actor asks for, the last one included
+            ("exp_manager.checkpoint_callback_params.always_save_nemo", True),
             ("model.loss_clip_val", critic["loss_clip_val"]),
             ("model.micro_batch_size", t["micro_batch_size"]),
             ("model.global_batch_size", batch),

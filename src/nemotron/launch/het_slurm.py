@@ -24,10 +24,19 @@ def _reachable(waits_for: tuple[tuple[str, str], ...]) -> str:
     return " && ".join(f'(: </dev/tcp/"${host}"/"${port}") 2>/dev/null' for host, port in waits_for)
 
 
+def _register_on_rank_0(launch: HetJob, paths: slurm.ClusterPaths, python: str) -> str:
+    """The trainer's first task registers the outputs where they are, as a Ray driver does (`register_lines`)."""
+    from nemotron.launch.ray_slurm import register_lines
+
+    lines = register_lines(python, paths.job_dir, launch.outputs)
+    return f'if [ "${{SLURM_PROCID:-0}}" = 0 ]; then\n{lines}fi\n' if lines else ""
+
+
 def plan_het(job: Job, launch: HetJob) -> slurm.SlurmPlan:
     profile = job.profile
     assert isinstance(profile, SlurmProfile), profile
-    paths = slurm.cluster_paths(job, nemotron_home(), profile.python or "python")
+    python = profile.python or "python"
+    paths = slurm.cluster_paths(job, nemotron_home(), python)
     ports = [f"export {name}={value}" for name, value in launch.ports]
     task = job.step_id.replace("/", "-").replace(".", "-")
     gpus = profile.gpus_per_node or None  # NeMo-Run sets --gpus-per-node for every group or none
@@ -39,7 +48,9 @@ def plan_het(job: Job, launch: HetJob) -> slurm.SlurmPlan:
             # the servers are groups 0..n-1 in the order the trainer names them
             group_env += [(host, f'"${{het_group_host_{j}}}"') for j, (host, _) in enumerate(group.waits_for)]
             what = "the server group(s) it talks to"
-            command = slurm.after_server_is_ready(command, paths, what, ready=_reachable(group.waits_for))
+            then = _register_on_rank_0(launch, paths, python) if i == len(launch.groups) - 1 else ""
+            ready = _reachable(group.waits_for)
+            command = slurm.after_server_is_ready(command, paths, what, ready=ready, then=then)
         role = f"{task}-{i}" if len(launch.groups) > 1 else task
         groups.append(
             slurm.SrunGroup(role, command, group.nodes, group.tasks_per_node, gpus, tuple(group_env))

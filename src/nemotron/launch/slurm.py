@@ -243,15 +243,17 @@ def server_command(served: ServedModel, paths: ClusterPaths, threads: int) -> Co
 
 
 def after_server_is_ready(command: Command, paths: ClusterPaths, what: str = "the reward server",
-                          timeout_s: int = READY_TIMEOUT_S, ready: str = "") -> Command:  # fmt: skip
+                          timeout_s: int = READY_TIMEOUT_S, ready: str = "", then: str = "") -> Command:  # fmt: skip
     """Start the policy only once the server is ready: `ready` (a shell test) succeeds, by default once the
     server wrote its ready file (the job dir is on shared storage). Give up after `timeout_s`, so a server that
-    never comes up fails the job instead of holding it to its time limit."""
+    never comes up fails the job instead of holding it to its time limit. `then` (shell) runs after the policy
+    succeeded; the exit code stays the policy's."""
     ready = ready or f"[ -s {shlex.quote(f'{paths.job_dir}/{READY_FILE}')} ]"
+    run = " ".join(command.words())
     inner = (
         f"for i in $(seq {timeout_s}); do {ready} && break; sleep 1; done; "
         f'{ready} || {{ echo "nemotron: {what} was not ready after {timeout_s} s" >&2; exit 1; }}; '
-        f"exec {' '.join(command.words())}"
+        + (f"{run}; code=$?; if [ $code -eq 0 ]; then\n{then}fi; exit $code" if then else f"exec {run}")
     )
     return Command("bash", "-c", (shlex.quote(inner),))
 
