@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from nemotron.catalog import Catalog
@@ -161,8 +161,9 @@ def test_any_printable_home_reaches_nemo_aligner_whole(
 
     from nemotron.engines.nemo_aligner_config import hydra_value
 
-    if name in (".", ".."):
-        return
+    # NeMo-Run's `$name` macros read `$$` as an escaped `$` (in its own submission too): a home holding one never
+    # gets here, since placement refuses any `$` in it (slurm.refuse_unsafe_paths)
+    assume(name not in (".", "..") and "$$" not in name)
     run_dir = Path(tempfile.mkdtemp(dir=tmp_path))  # one per example: the stubs' log must start empty
     home = run_dir / name / "home"
     monkeypatch.setenv("NEMOTRON_HOME", str(home))
