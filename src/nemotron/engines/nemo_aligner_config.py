@@ -159,7 +159,7 @@ def _actor_common(
         refuse("reward.source", "NeMo-Aligner scores through its reward-model server only")
     refuse.all_unless_default(
         ("reward.server.url", "the job serves the reward model itself and passes its address"),
-        ("reward.server.token", "NeMo-Aligner's PyTriton servers take no token"),
+        ("reward.server.token_file", "NeMo-Aligner's PyTriton servers take no token"),
         ("reward.server.timeout_s", "NeMo-Aligner's client has its own timeouts"),
         ("reward.server.retries", "NeMo-Aligner's client does not retry"),
         ("checkpoint.resume", "NeMo-Aligner resumes only from its own log dir in this job"),

@@ -55,6 +55,8 @@ class Refusals:
         self.problems.append(f"{key}={self.flat.get(key)!r}: {why}")
 
     def unless_default(self, key: str, why: str) -> None:
+        # a key the schema lacks would pass silently, whatever the user set: a schema rename must fail loudly
+        assert key in self.defaults or any(k.startswith(key + ".") for k in self.defaults), key
         if self.flat.get(key) != self.defaults.get(key):
             self(key, why)
 
