@@ -45,20 +45,28 @@ class Consumes(_Strict):
     required: bool = True
     description: str = ""
     key: str = ""  # config key holding the reference; default inputs.<name>
+    backend_types: dict[str, str] = {}  # backend -> the type that backend reads instead (nemo_aligner: .nemo)
 
     @property
     def config_key(self) -> str:
         return self.key or f"inputs.{self.name}"
+
+    def type_on(self, backend: str) -> str:
+        return self.backend_types.get(backend, self.type)
 
 
 class Produces(_Strict):
     name: str
     type: str
     description: str = ""
+    backend_types: dict[str, str] = {}  # backend -> the type that backend writes instead
 
     @property
     def config_key(self) -> str:
         return f"outputs.{self.name}"
+
+    def type_on(self, backend: str) -> str:
+        return self.backend_types.get(backend, self.type)
 
 
 class Parameter(_Strict):

@@ -232,22 +232,25 @@ def validate_config(
 def bind_inputs(
     catalog: Catalog, step: Step, config: dict[str, Any], store: ArtifactStore, remote: bool = False
 ) -> list[Binding]:
-    """Resolve every [[consumes]] reference and check its type (is_a counts), all problems at once.
+    """Resolve every [[consumes]] reference and check its type (is_a counts), all problems at once. The type is
+    the one the config's backend reads (`backend_types` in the manifest: NeMo-Aligner reads .nemo files).
 
     With a remote executor, a path that does not exist here is taken to live on the cluster: bound, type unchecked."""
     bindings, problems = [], []
+    backend = str(config.get("backend") or "builtin")
     for c in step.manifest.consumes:
+        expected = c.type_on(backend)
         ref_text = get_dotted(config, c.config_key)
         if ref_text in (None, ""):
             if c.required:
-                makers = catalog.producers_of(c.type)
+                makers = catalog.producers_of(expected)
                 how = f"; produce one with: nemotron steps run {makers[0]} -c tiny" if makers else ""
-                problems.append(f"input '{c.name}' ({c.type}) is not set: pass {c.config_key}=REF{how}")
+                problems.append(f"input '{c.name}' ({expected}) is not set: pass {c.config_key}=REF{how}")
             continue
         ref = parse_ref(str(ref_text))
         try:
             if ref.kind == "hub":
-                bindings.append(Binding(c.name, c.type, ref.text, "hub", path=None, actual_type=None))
+                bindings.append(Binding(c.name, expected, ref.text, "hub", path=None, actual_type=None))
                 continue
             if ref.kind == "store":
                 art = store.resolve(ref.name, ref.version)
@@ -257,44 +260,50 @@ def bind_inputs(
                         f"input '{c.name}': artifact {art.ref} points to {path}, which no longer exists"
                     )
                     continue
-                binding = Binding(c.name, c.type, ref.text, "store", str(path), actual, art.id, art.ref)
+                binding = Binding(c.name, expected, ref.text, "store", str(path), actual, art.id, art.ref)
             else:
                 assert ref.path is not None
                 path = ref.path
                 if not path.exists() and remote and not ref.text.startswith("pkg://"):
-                    bindings.append(Binding(c.name, c.type, ref.text, "path", ref.text, None))
+                    bindings.append(Binding(c.name, expected, ref.text, "path", ref.text, None))
                     continue
                 if not path.exists():
-                    makers = catalog.producers_of(c.type)
+                    makers = catalog.producers_of(expected)
                     how = f" Produce one with: nemotron steps run {makers[0]}" if makers else ""
                     problems.append(
                         f"input '{c.name}': '{ref.text}' is neither an existing path nor an artifact (NAME:vN, NAME:latest).{how}"
                     )
                     continue
-                spec = catalog.types.get(c.type)
+                spec = catalog.types.get(expected)
                 reason = conforms(path, spec) if spec else None
                 detected = detect_type(path, catalog)
-                if reason is None and detected is not None and not catalog.is_a(detected, c.type):
+                inconclusive = detected is not None and catalog.is_a(expected, detected)  # e.g. any .nemo
+                if (
+                    reason is None
+                    and detected is not None
+                    and not catalog.is_a(detected, expected)
+                    and not inconclusive
+                ):
                     reason = f"its content is that of a {detected}"  # e.g. SFT pairs given where prompts go
                 if reason is None:
-                    actual = detected if detected and catalog.is_a(detected, c.type) else c.type
+                    actual = detected if detected and catalog.is_a(detected, expected) else expected
                 else:
                     actual = detected or "unrecognised"
-                binding = Binding(c.name, c.type, ref.text, "path", str(path), actual)
+                binding = Binding(c.name, expected, ref.text, "path", str(path), actual)
                 if (
                     reason is not None
                     and spec is not None
                     and spec.record
-                    and (detected is None or catalog.is_a(c.type, detected))
+                    and (detected is None or catalog.is_a(expected, detected))
                 ):
                     try:  # not recognisably another type: say which lines are wrong, not just "wrong type"
                         validate_records(path, spec)
                     except UserError as e:
                         problems.append(f"input '{c.name}': {e.render()}")
                         continue
-                if reason is not None and not catalog.is_a(actual, c.type):
+                if reason is not None and not catalog.is_a(actual, expected):
                     problems.append(
-                        f"input '{c.name}' ({ref.text}): expected type {c.type}, got {actual}: {reason}{_converter_hint(catalog, actual, c.type)}"
+                        f"input '{c.name}' ({ref.text}): expected type {expected}, got {actual}: {reason}{_converter_hint(catalog, actual, expected)}"
                     )
                     continue
                 if spec is not None:
@@ -306,9 +315,9 @@ def bind_inputs(
         except NotFound as e:
             problems.append(f"input '{c.name}': {e.message}")
             continue
-        if not catalog.is_a(binding.actual_type or "", c.type):
+        if not catalog.is_a(binding.actual_type or "", expected):
             problems.append(
-                f"input '{c.name}' ({ref.text}): expected type {c.type}, got {binding.actual_type}{_converter_hint(catalog, binding.actual_type or '', c.type)}"
+                f"input '{c.name}' ({ref.text}): expected type {expected}, got {binding.actual_type}{_converter_hint(catalog, binding.actual_type or '', expected)}"
             )
             continue
         if binding.path and (Path(binding.path) / CONFIG_FILE).is_file():
@@ -397,8 +406,10 @@ def compile_job(
     for b in bindings:
         set_dotted(step_config, by_name[b.name].config_key, b.path or b.ref)
     _refuse_mismatched_resume(step.id, config, bindings)
+    backend = str(config.get("backend") or "builtin")
     outputs = {
-        p.name: (str(get_dotted(config, p.config_key) or p.name), p.type) for p in step.manifest.produces
+        p.name: (str(get_dotted(config, p.config_key) or p.name), p.type_on(backend))
+        for p in step.manifest.produces
     }
     bad_names = [
         f"{p.config_key}: {why}"

@@ -223,7 +223,10 @@ def config_section(step: Step, nemo_rl: dict[str, str] | None) -> str:
     doc = schema.__doc__ or ""
     lines = [f"## `{step.id}`", "", " ".join(doc.split()), ""]
     if nemo_rl is None:
-        lines += ["Engines: builtin only (the NeMo-RL engine runs rl/* steps).", ""]
+        engines = (
+            "builtin and nemo_aligner (docs/nemo-aligner.md)" if "backend" in defaults else "builtin only"
+        )
+        lines += [f"Engines: {engines} (the NeMo-RL engine runs rl/* steps).", ""]
     head = ["| key | type | default | allowed | description | builtin |" + (" nemo_rl (NeMo-RL v0.7.0) |" if nemo_rl else ""),
             "|---|---|---|---|---|---|" + ("---|" if nemo_rl else "")]  # fmt: skip
     table: list[str] = []

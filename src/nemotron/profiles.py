@@ -60,6 +60,10 @@ class SlurmProfile(_ProfileBase):
     # another image must hold the same NeMo-RL tag: the compiled config follows that tag's schema.
     nemo_rl_image: str | None = None
     nemo_rl_dir: str | None = None  # NeMo-RL's checkout inside it (default: nemotron.targets.NEMO_RL_DIR)
+    # backend=nemo_aligner runs in this container (default: nemotron.targets.NEMO_ALIGNER_IMAGE), its scripts from
+    # nemo_aligner_dir (default: nemotron.targets.NEMO_ALIGNER_DIR); the overrides follow NeMo-Aligner v0.7.0's YAMLs.
+    nemo_aligner_image: str | None = None
+    nemo_aligner_dir: str | None = None
 
 
 class LeptonMount(BaseModel):

@@ -244,14 +244,22 @@ class RewardSource(Strict):
 
 
 Backend = Literal["builtin", "nemo_rl"]
+AlignerBackend = Literal["builtin", "nemo_rl", "nemo_aligner"]  # the steps NeMo-Aligner's workflows cover
 
 
-def backend_field(nemo_rl_runs: str) -> Any:
-    """The `backend` field of an RL step; `nemo_rl_runs` names what NeMo-RL runs for it (e.g. "PPO")."""
+def backend_field(nemo_rl_runs: str, nemo_aligner_runs: str = "") -> Any:
+    """The `backend` field of an RL step; `nemo_rl_runs` names what NeMo-RL runs for it (e.g. "PPO"), and
+    `nemo_aligner_runs` what NeMo-Aligner runs (empty: the step has no NeMo-Aligner backend)."""
+    aligner = (
+        f"; nemo_aligner: NeMo-Aligner v0.7.0's {nemo_aligner_runs} on .nemo checkpoints, a heterogeneous Slurm job "
+        "(see docs/nemo-aligner.md)"
+        if nemo_aligner_runs
+        else ""
+    )
     return Field(
         "builtin",
         description="builtin: our torch engine (one process, or torchrun data parallel); nemo_rl: NeMo-RL v0.7.0 "
-        f"{nemo_rl_runs} in its container on GPUs (see docs/nemo-rl.md)",
+        f"{nemo_rl_runs} in its container on GPUs (see docs/nemo-rl.md){aligner}",
     )
 
 
@@ -368,7 +376,10 @@ class RLConfig(Strict):
     """The groups rl/reinforce and rl/ppo share, in NeMo-Aligner's layout; each step adds its outputs and its
     algorithm's group."""
 
-    backend: Backend = backend_field("GRPO run as RLOO (rl/reinforce) or PPO (rl/ppo)")
+    backend: AlignerBackend = backend_field(
+        "GRPO run as RLOO (rl/reinforce) or PPO (rl/ppo)",
+        "REINFORCE (reward server + actor; rl/reinforce) or PPO (critic server, reward server + actor; rl/ppo)",
+    )
     inputs: RLInputs = RLInputs()
     trainer: RLTrainer = RLTrainer()
     optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")

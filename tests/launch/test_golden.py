@@ -76,6 +76,10 @@ CASES = [
     ),
     # a server step on 2 nodes x 8 tasks: one server per node
     ("slurm_rlhf", "rm/serve", "default", ()),
+    # backend=nemo_aligner: NeMo-Aligner's own scripts as one hetjob (servers first, the actor last)
+    ("local_slurm", "rl/reinforce", "default", ("backend=nemo_aligner",)),
+    ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_aligner",)),
+    ("slurm_rlhf", "rm/serve", "default", ("backend=nemo_aligner",)),
 ]
 # node counts beyond the shipped templates (slurm_rlhf and lepton_rl have 2 and 1 nodes)
 PROFILES = """
@@ -95,7 +99,14 @@ nodes = 8
 
 
 def _name(profile: str, step: str, extra: tuple[str, ...]) -> str:
-    tag = "".join(f"+{e.split('=')[0].rsplit('.', 1)[-1].lstrip('-')}" for e in extra if "model=" not in e)
+    # backend=nemo_aligner is named by its value: "+backend" already names backend=nemo_rl
+    tag = "".join(
+        "+nemo_aligner"
+        if e == "backend=nemo_aligner"
+        else f"+{e.split('=')[0].rsplit('.', 1)[-1].lstrip('-')}"
+        for e in extra
+        if "model=" not in e
+    )
     return f"{profile}__{step.replace('/', '-')}{tag}.txt"
 
 

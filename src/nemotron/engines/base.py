@@ -1,7 +1,7 @@
 """The Engine interface: a compiled Job in, what an executor must run out (pure, no I/O).
 
 An engine never knows which executor runs it, and an executor never asks which engine it runs: the engine
-answers with one of two launch shapes, and every executor knows how to place both (or refuses one, exit 2).
+answers with one of three launch shapes, and every executor knows how to place each (or refuses it, exit 2).
 """
 
 from __future__ import annotations
@@ -47,7 +47,36 @@ class RayDriver:
         return f"{self.driver} && {self.finalize}" if self.finalize else self.driver
 
 
-Launch = StepProcess | RayDriver
+@dataclass(frozen=True)
+class HetGroup:
+    """One component of a heterogeneous job: `argv` (plain words; the executor quotes each) runs as `nodes` x
+    `tasks_per_node` tasks with `env` (name, plain value) exported. `waits_for` names (host variable, port
+    variable) of servers it must reach first: the executor sets each host variable to the first host of the
+    group whose index is its position, and each port variable from `HetJob.ports`."""
+
+    role: str
+    argv: tuple[str, ...]
+    nodes: int = 1
+    tasks_per_node: int = 1
+    env: tuple[tuple[str, str], ...] = ()
+    waits_for: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class HetJob:
+    """A heterogeneous Slurm job of an external engine's own scripts in `image`: the server groups first (group i
+    is the server of the trainer's i-th `waits_for`), the trainer last; the job ends when any group ends. After it
+    succeeds, each of `outputs` (our output name, the path the run leaves it at) is registered as the step's
+    artifact, with lineage to the job's inputs."""
+
+    image: str  # "": no container, the nodes' own environment
+    groups: tuple[HetGroup, ...]
+    outputs: tuple[tuple[str, str], ...] = ()
+    ports: tuple[tuple[str, str], ...] = ()  # (variable, shell arithmetic) exported before the groups start
+    shown: str = ""  # what --dry-run prints before the executor's text (the engine's compiled commands)
+
+
+Launch = StepProcess | RayDriver | HetJob
 
 
 class Engine(Protocol):
@@ -63,7 +92,15 @@ class Engine(Protocol):
 ENGINES: dict[str, str] = {
     "builtin": "nemotron.engines.builtin:BuiltinEngine",
     "nemo_rl": "nemotron.engines.nemo_rl:NemoRLEngine",
+    "nemo_aligner": "nemotron.engines.nemo_aligner:NemoAlignerEngine",
 }
+
+
+def pinned_or_profile(job: Job, field: str, pinned: str) -> str:
+    """What an external engine runs with: the profile's `field` when it sets one (an image "" means the nodes' own
+    environment), else the pinned value from `nemotron.targets`."""
+    chosen = getattr(job.profile, field, None)
+    return pinned if chosen is None else str(chosen)
 
 
 def engine_named(name: str) -> Engine:

@@ -5,7 +5,7 @@ NeMo-RL's container, on a Ray cluster across the profile's nodes. The config com
 from __future__ import annotations
 
 from nemotron.compile import Job
-from nemotron.engines.base import Launch, Placement, RayDriver
+from nemotron.engines.base import Launch, Placement, RayDriver, pinned_or_profile
 from nemotron.engines.nemo_rl_config import compile_run
 from nemotron.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
 
@@ -13,12 +13,11 @@ from nemotron.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
 def image(job: Job) -> str:
     """The profile may name another image (a mirror, a site build) whose NeMo-RL is the pinned tag; an empty
     string runs on the nodes' own environment (NeMo-RL installed at `nemo_rl_dir`, no container)."""
-    chosen = getattr(job.profile, "nemo_rl_image", None)
-    return NEMO_RL_IMAGE if chosen is None else str(chosen)
+    return pinned_or_profile(job, "nemo_rl_image", NEMO_RL_IMAGE)
 
 
 def nemo_rl_dir(job: Job) -> str:
-    return str(getattr(job.profile, "nemo_rl_dir", None) or NEMO_RL_DIR)
+    return pinned_or_profile(job, "nemo_rl_dir", NEMO_RL_DIR) or NEMO_RL_DIR
 
 
 class NemoRLEngine:

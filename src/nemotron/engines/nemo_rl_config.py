@@ -36,26 +36,39 @@ class NemoRLRun:
     outputs: dict[str, str]  # our output name ([[produces]] name) -> absolute HF checkpoint path
 
 
-class _Refusals:
+class Refusals:
     """Collects every key NeMo-RL cannot express, so the user sees them all at once."""
 
-    def __init__(self, step_id: str, config: dict[str, Any], defaults: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        step_id: str,
+        config: dict[str, Any],
+        defaults: dict[str, Any],
+        engine: str = f"backend=nemo_rl (NeMo-RL {NEMO_RL_VERSION})",
+        hint: str = "Change them, or run with backend=builtin. docs/nemo-rl.md lists every key's mapping.",
+    ) -> None:
         self.step_id, self.flat, self.defaults = step_id, dict(flatten(config)), dict(flatten(defaults))
+        self.engine, self.hint = engine, hint
         self.problems: list[str] = []
 
     def __call__(self, key: str, why: str) -> None:
         self.problems.append(f"{key}={self.flat.get(key)!r}: {why}")
 
     def unless_default(self, key: str, why: str) -> None:
+        # a key the schema lacks would pass silently, whatever the user set: a schema rename must fail loudly
+        assert key in self.defaults or any(k.startswith(key + ".") for k in self.defaults), key
         if self.flat.get(key) != self.defaults.get(key):
             self(key, why)
+
+    def all_unless_default(self, *keys: tuple[str, str]) -> None:
+        """`unless_default` for each (key, why)."""
+        for key, why in keys:
+            self.unless_default(key, why)
 
     def raise_any(self) -> None:
         if self.problems:
             raise UserError(
-                f"{self.step_id}: backend=nemo_rl (NeMo-RL {NEMO_RL_VERSION}) cannot express these settings",
-                self.problems,
-                hint="Change them, or run with backend=builtin. docs/nemo-rl.md lists every key's mapping.",
+                f"{self.step_id}: {self.engine} cannot express these settings", self.problems, hint=self.hint
             )
 
 
@@ -63,15 +76,15 @@ def _schema_defaults(step_id: str) -> dict[str, Any]:
     return dict(Catalog().get(step_id).config_schema()().model_dump(mode="json"))
 
 
-def builtin_refusals(step_config: dict[str, Any]) -> list[str]:
-    """Problems of a config on the built-in backend: the `nemo_rl.*` keys do nothing there, so a non-default
-    value is a mistake. Empty when backend is nemo_rl or the section is untouched."""
+def builtin_refusals(step_config: dict[str, Any], who: str = "the built-in backend") -> list[str]:
+    """Problems of a config on a backend other than nemo_rl (`who`): the `nemo_rl.*` keys do nothing there, so a
+    non-default value is a mistake. Empty when backend is nemo_rl or the section is untouched."""
     if step_config.get("backend", "builtin") == "nemo_rl" or "nemo_rl" not in step_config:
         return []
     given = dict(flatten({"nemo_rl": step_config.get("nemo_rl") or {}}))
     default = dict(flatten({"nemo_rl": NemoRL.model_validate({}).model_dump()}))
     return [
-        f"{key}={value!r}: only backend=nemo_rl reads it (the built-in backend would ignore it)"
+        f"{key}={value!r}: only backend=nemo_rl reads it ({who} would ignore it)"
         for key, value in sorted(given.items())
         if default.get(key) != value
     ]
@@ -103,7 +116,7 @@ def compile_run(
         raise UserError(f"backend=nemo_rl runs {', '.join(_STEPS)}; {step_id} has no NeMo-RL mapping")
     schema = Catalog().get(step_id).config_schema()
     config = schema.model_validate(step_config).model_dump(mode="json")
-    refuse = _Refusals(step_id, config, schema().model_dump(mode="json"))
+    refuse = Refusals(step_id, config, schema().model_dump(mode="json"))
     compiled = _STEPS[step_id](config, refuse, job_dir, nodes, gpus_per_node)
     refuse.raise_any()
     tree = {"defaults": f"{nemo_rl_dir}/{compiled.base}", **compiled.config}

@@ -19,6 +19,8 @@ class Refusals(Protocol):
 
     def unless_default(self, key: str, why: str) -> None: ...
 
+    def all_unless_default(self, *keys: tuple[str, str]) -> None: ...
+
 
 def _common_refusals(
     c: dict[str, Any], refuse: Refusals, *, nodes: int, gpus_per_node: int, reward_model: bool
@@ -173,12 +175,11 @@ def compile_rlhf(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, 
             )
         if judge["mode"] != "pairwise":
             refuse("judge.mode", "NeMo-Gym's GenRM judge (genrm_compare) compares responses in pairs only")
-        for key, why in (
+        refuse.all_unless_default(
             ("judge.prompt_template", "genrm_compare uses the GenRM's own judging prompt"),
             ("judge.pairwise_template", "genrm_compare uses the GenRM's own judging prompt"),
             ("judge.guided_choice", "genrm_compare parses free-form GenRM answers"),
-        ):
-            refuse.unless_default(key, why)
+        )
         if pol["generation"]["stop_strings"]:
             refuse(
                 "policy.generation.stop_strings",

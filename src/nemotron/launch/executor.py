@@ -1,7 +1,7 @@
 """The Executor interface: where a compiled Job runs. One class per executor kind (local, slurm, lepton),
 found through `EXECUTORS` by the profile's `executor`; nothing outside this registry asks which kind it has.
 
-Every executor places both launch shapes an engine can answer with (`StepProcess`, `RayDriver`) or refuses
+Every executor places the launch shapes an engine can answer with (`StepProcess`, `RayDriver`, `HetJob`) or refuses
 one with exit 2 before anything is written. `render` is pure and is exactly what `submit` sends.
 """
 

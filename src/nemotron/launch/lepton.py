@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
-from nemotron.engines.base import Launch, Placement, StepProcess
+from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
 from nemotron.errors import UserError
 from nemotron.launch import remote
 from nemotron.launch.remote import SchedulerJobs
@@ -89,6 +89,13 @@ def lepton_name(job_id: str) -> str:
 def _profile(job: Job) -> LeptonProfile:
     assert isinstance(job.profile, LeptonProfile), job.profile
     return job.profile
+
+
+def _no_hetjob(job: Job) -> UserError:
+    return UserError(
+        f"backend={job.config.get('backend')} runs as a heterogeneous Slurm job, which Lepton cannot place: use a "
+        "Slurm profile, or backend=nemo_rl / builtin on Lepton"
+    )
 
 
 _SHELL_SAFE = re.compile(r"^[A-Za-z0-9/._+@:,=-]+$")
@@ -356,6 +363,8 @@ class LeptonExecutor(SchedulerJobs):
     def render(self, job: Job, where: Placement, launch: Launch) -> str:
         if isinstance(launch, StepProcess):
             return render_text(self.plan(job))
+        if isinstance(launch, HetJob):
+            raise _no_hetjob(job)
         from nemotron.launch import ray_lepton
 
         return ray_lepton.render_text(ray_lepton.plan_for(job, where, launch))
@@ -366,6 +375,8 @@ class LeptonExecutor(SchedulerJobs):
         if isinstance(launch, StepProcess):
             plan = self.plan(job)
             return remote.submit_remote(job, job_dir, lambda: submit_job(job, job_dir, plan), self)
+        if isinstance(launch, HetJob):
+            raise _no_hetjob(job)
         from nemotron.launch import ray_lepton
 
         ray = ray_lepton.plan_for(job, where, launch)

@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from nemotron.compile import Job
-from nemotron.engines.base import Launch, Placement, RayDriver
+from nemotron.engines.base import HetJob, Launch, Placement, RayDriver
 from nemotron.errors import UserError
 from nemotron.jobs import now, read_status, update_status
 from nemotron.launch import local, render
@@ -36,6 +36,11 @@ class LocalExecutor:
             raise UserError(
                 f"backend={job.config.get('backend')} runs on a Ray cluster in its container ({launch.image}): use a Slurm "
                 "or Lepton profile (-r/-b PROFILE); on this machine use backend=builtin"
+            )
+        if isinstance(launch, HetJob):
+            raise UserError(
+                f"backend={job.config.get('backend')} runs as a heterogeneous Slurm job: use a Slurm profile "
+                "(-r/-b PROFILE); on this machine use backend=builtin"
             )
         refusal = cuda_refusal(job.config)
         if refusal:

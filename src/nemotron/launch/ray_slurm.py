@@ -16,7 +16,7 @@ from typing import Any
 
 from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
-from nemotron.launch import containers, slurm
+from nemotron.launch import slurm
 from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
 
@@ -85,30 +85,19 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> RayPlan:
     profile = job.profile
     assert isinstance(profile, SlurmProfile), profile
     paths = slurm.cluster_paths(job, nemotron_home(), profile.python or "python")
-    env, secret_names = slurm.job_env(job, paths)
-    setup = [slurm.secrets_source_line(f"{paths.job_dir}/{slurm.SECRETS_FILE}")] if secret_names else []
-    image, import_lines, mounts = containers.container(job, paths, launch.image or None)
     return RayPlan(
         job_id=job.job_id,
         cluster_dir=f"{paths.nemorun_jobs}/{job.job_id}",
         job_dir=where.job_dir,
         nodes=where.nodes,
         gpus_per_node=where.gpus_per_node,
-        time=profile.time,
-        account=profile.account,
-        partition=slurm.partition_for(job),
         # one task per node holds the node's whole CPU share (the profile's tasks x CPUs per task)
         cpus_per_task=profile.cpus_per_task * profile.ntasks_per_node if profile.cpus_per_task else None,
-        mem=profile.mem,
-        container_image=image,
-        mounts=mounts,
-        env=env,
-        setup=(*setup, *import_lines, *profile.setup),
-        secret_names=tuple(secret_names),
         driver_script=driver_script(
             launch.command, register_lines(profile.python or "python", where.job_dir, launch.outputs)
         ),
         files=launch.files,
+        **slurm.shared_fields(job, paths, launch.image or None),
     )
 
 

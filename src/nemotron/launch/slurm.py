@@ -243,14 +243,17 @@ def server_command(served: ServedModel, paths: ClusterPaths, threads: int) -> Co
 
 
 def after_server_is_ready(command: Command, paths: ClusterPaths, what: str = "the reward server",
-                          timeout_s: int = READY_TIMEOUT_S) -> Command:  # fmt: skip
-    """Start the policy only once the server wrote its ready file (the job dir is on shared storage); give up
-    after `timeout_s`, so a server that never comes up fails the job instead of holding it to its time limit."""
-    ready = shlex.quote(f"{paths.job_dir}/{READY_FILE}")
+                          timeout_s: int = READY_TIMEOUT_S, ready: str = "", then: str = "") -> Command:  # fmt: skip
+    """Start the policy only once the server is ready: `ready` (a shell test) succeeds, by default once the
+    server wrote its ready file (the job dir is on shared storage). Give up after `timeout_s`, so a server that
+    never comes up fails the job instead of holding it to its time limit. `then` (shell) runs after the policy
+    succeeded; the exit code stays the policy's."""
+    ready = ready or f"[ -s {shlex.quote(f'{paths.job_dir}/{READY_FILE}')} ]"
+    run = " ".join(command.words())
     inner = (
-        f"for i in $(seq {timeout_s}); do [ -s {ready} ] && break; sleep 1; done; "
-        f'[ -s {ready} ] || {{ echo "nemotron: {what} was not ready after {timeout_s} s" >&2; exit 1; }}; '
-        f"exec {' '.join(command.words())}"
+        f"for i in $(seq {timeout_s}); do {ready} && break; sleep 1; done; "
+        f'{ready} || {{ echo "nemotron: {what} was not ready after {timeout_s} s" >&2; exit 1; }}; '
+        + (f"{run}; code=$?; if [ $code -eq 0 ]; then\n{then}fi; exit $code" if then else f"exec {run}")
     )
     return Command("bash", "-c", (shlex.quote(inner),))
 
@@ -266,6 +269,29 @@ def job_env(job: Job, paths: ClusterPaths) -> tuple[tuple[tuple[str, str], ...],
     secret_names = sorted(k for k, v in p.env_vars.items() if v and is_secret_name(k))
     env += [(k, v) for k, v in sorted(p.env_vars.items()) if v and k not in secret_names]
     return tuple((k.upper(), shlex.quote(v)) for k, v in env), secret_names
+
+
+def shared_fields(
+    job: Job, paths: ClusterPaths, image: str | None, extra_setup: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The fields every Slurm script of a job shares (a Ray cluster's, an engine's hetjob): time and place, the
+    container and its mounts, the exported environment, and the setup lines (the secrets sourced, `extra_setup`,
+    the image imported, the profile's own)."""
+    p = _slurm_profile(job)
+    env, secret_names = job_env(job, paths)
+    secrets = [secrets_source_line(f"{paths.job_dir}/{SECRETS_FILE}")] if secret_names else []
+    image, import_lines, mounts = containers.container(job, paths, image)
+    return {
+        "time": p.time,
+        "account": p.account,
+        "partition": partition_for(job),
+        "mem": p.mem,
+        "container_image": image,
+        "mounts": mounts,
+        "env": env,
+        "setup": (*secrets, *extra_setup, *import_lines, *p.setup),
+        "secret_names": tuple(secret_names),
+    }
 
 
 def write_secrets(

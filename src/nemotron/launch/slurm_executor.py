@@ -1,5 +1,6 @@
-"""The Slurm executor: our step process as an sbatch job (a heterogeneous one with the reward model or the vLLM judge served beside it), or a
-Ray cluster across the profile's nodes for engines that bring their own driver (NeMo-RL); both through NeMo-Run.
+"""The Slurm executor: our step process as an sbatch job (a heterogeneous one with the reward model or the vLLM judge served beside it), a
+Ray cluster across the profile's nodes for engines that bring their own driver (NeMo-RL), or an engine's own
+heterogeneous job (NeMo-Aligner's servers and actor); all through NeMo-Run.
 Status, logs and cancel go through NeMo-Run's runner and the job's log files."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.compile import Job
-from nemotron.engines.base import Launch, Placement, StepProcess
-from nemotron.launch import ray_slurm, remote, slurm
+from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
+from nemotron.launch import het_slurm, ray_slurm, remote, slurm
 from nemotron.launch.served import served_model
 from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
@@ -44,12 +45,20 @@ class SlurmExecutor(remote.SchedulerJobs):
     def render(self, job: Job, where: Placement, launch: Launch) -> str:
         if isinstance(launch, StepProcess):
             return slurm.render_text(slurm_plan(job))
+        if isinstance(launch, HetJob):
+            return slurm.render_text(het_slurm.plan_het(job, launch))
         return ray_slurm.render_text(ray_slurm.plan_for(job, where, launch))
 
     def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
         if isinstance(launch, StepProcess):
             return remote.submit_remote(
                 job, job_dir, lambda: slurm.submit_job(job, job_dir, slurm_plan(job)), self
+            )
+        if isinstance(launch, HetJob):
+            het = het_slurm.plan_het(job, launch)
+            outputs = {"register": dict(launch.outputs)} if launch.outputs else {}
+            return remote.submit_remote(
+                job, job_dir, lambda: slurm.submit_job(job, job_dir, het) | outputs, self
             )
         plan = ray_slurm.plan_for(job, where, launch)
         return remote.submit_remote(job, job_dir, lambda: ray_slurm.submit(job, job_dir, plan, launch), self)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nemotron.compile import Job
-from nemotron.engines.base import Launch, Placement, RayDriver, engine_for
+from nemotron.engines.base import HetJob, Launch, Placement, RayDriver, engine_for
 from nemotron.launch import render
 from nemotron.launch.executor import Executor, executor_for
 from nemotron.paths import jobs_dir
@@ -23,7 +23,7 @@ def plan(job: Job) -> tuple[Executor, Placement, Launch, str]:
     executor = executor_for(job)
     where = executor.placement(job)
     launch = engine_for(job).launch(job, where)
-    shown = launch.shown if isinstance(launch, RayDriver) else ""
+    shown = launch.shown if isinstance(launch, RayDriver | HetJob) else ""
     return executor, where, launch, shown + executor.render(job, where, launch)
 
 

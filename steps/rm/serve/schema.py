@@ -104,6 +104,12 @@ class Server(Strict):
 class Config(Strict):
     """rm/serve: a reward model behind a KServe v2 (Triton-compatible) HTTP server."""
 
+    backend: Literal["builtin", "nemo_aligner"] = Field(
+        "builtin",
+        description="builtin: our KServe v2 server on a Hugging Face reward model; nemo_aligner: "
+        "NeMo-Aligner v0.7.0's serve_reward_model.py (PyTriton) on a .nemo reward model, on Slurm "
+        "(docs/nemo-aligner.md)",
+    )
     inputs: Inputs = Inputs()
     server: Server = Server()
     runtime: ServeRuntime = ServeRuntime()

@@ -1,0 +1,410 @@
+"""Compile rl/reinforce, rl/ppo and rm/serve configs into NeMo-Aligner v0.7.0's scripts and Hydra overrides.
+
+Pure: a validated step config in, one `Script` per heterogeneous-job group out (servers first, the actor last).
+Every key of our schemas is mapped to a key of the tag's YAMLs (examples/nlp/gpt/conf/*.yaml), has no effect there
+(docs/nemo-aligner.md says which), or is refused when set to a value NeMo-Aligner cannot express; the refusals are
+raised together as one UserError. The servers' addresses reach the actor as OmegaConf resolvers of environment
+variables the executor exports (`${oc.env:...}`), so every override is a fixed word the shell never expands."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nemotron.catalog import Catalog
+from nemotron.engines.nemo_rl_config import Refusals, builtin_refusals
+from nemotron.errors import UserError
+from nemotron.targets import NEMO_ALIGNER_VERSION
+
+SCRIPTS = "examples/nlp/gpt"  # under the NeMo-Aligner checkout
+REWARD_PORT_ENV = "NEMOTRON_REWARD_PORT"  # the executor exports both ports and hosts before the groups start
+CRITIC_PORT_ENV = "NEMOTRON_CRITIC_PORT"
+REWARD_HOST_ENV = "NEMOTRON_REWARD_HOST"
+CRITIC_HOST_ENV = "NEMOTRON_CRITIC_HOST"
+# the final .nemo: NeMo's NeMoModelCheckpoint writes <explicit_log_dir>/checkpoints/<exp_manager.name>.nemo on
+# train end (save_nemo_on_train_end: True in the actors' YAMLs) or at every save (always_save_nemo, which the
+# critic gets); the names are the YAMLs' exp_manager.name
+ACTOR_NAME = {"rl/reinforce": "megatron_gpt_reinforce_actor", "rl/ppo": "megatron_gpt_ppo_actor"}
+CRITIC_NAME = "megatron_gpt_critic"
+
+
+@dataclass(frozen=True)
+class Script:
+    """One group's process: `script` (under the checkout) with Hydra `overrides` (key, value) on `nodes` nodes.
+    `waits_for` names (host variable, port variable) of servers the group must reach before it starts."""
+
+    role: str
+    script: str
+    yaml: str  # the tag's config file the script loads (conf/<yaml>); every override key must exist in it
+    overrides: list[tuple[str, Any]]
+    nodes: int = 1
+    env: dict[str, str] = field(default_factory=dict)  # name -> value (exported, plain text)
+    waits_for: tuple[tuple[str, str], ...] = ()
+
+    def words(self) -> list[str]:
+        return [f"{key}={hydra_value(value)}" for key, value in self.overrides]
+
+
+@dataclass(frozen=True)
+class AlignerRun:
+    groups: list[Script]  # servers first, the actor last
+    outputs: dict[str, str]  # our output name -> the .nemo the run leaves
+    ports: dict[str, str]  # port variable -> shell arithmetic the executor exports before the groups
+    notes: list[str]
+
+
+# ----------------------------------------------------------------------------- Hydra values
+
+
+def hydra_value(value: Any) -> str:
+    """A Hydra override value: numbers, booleans and plain paths bare, any other string single-quoted (so no
+    character of it is grammar), lists and dicts in Hydra's own syntax. `${` is an interpolation only in `Env`."""
+    if isinstance(value, Env):
+        return value.text
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    return text if _BARE.match(text) and text.lower() not in _KEYWORDS else _quoted(text)
+
+
+_BARE = re.compile(r"^[A-Za-z/_][A-Za-z0-9/._+@~-]*$")  # a path or a word Hydra reads as this very string
+_KEYWORDS = {"true", "false", "null", "nan", "inf"}
+
+
+def _quoted(text: str) -> str:
+    # Hydra's quoted strings: \' is a quote, backslashes before a quote (or the closing one) are doubled, and
+    # OmegaConf's \${ keeps a literal ${ from being resolved
+    text = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text)
+    return "'" + text.replace("'", "\\'").replace("${", "\\${") + "'"
+
+
+@dataclass(frozen=True)
+class Env:
+    """An override value read from the group's environment when NeMo-Aligner resolves its config."""
+
+    name: str
+    integer: bool = False
+
+    @property
+    def text(self) -> str:
+        env = f"${{oc.env:{self.name}}}"
+        return f"${{oc.decode:{env}}}" if self.integer else env
+
+
+# ----------------------------------------------------------------------------- shared mappings
+
+
+PRECISION = {"fp32": (32, False), "bf16-mixed": ("bf16", True)}  # -> trainer.precision, model.megatron_amp_O2
+KL = {"k1": False, "abs": True}  # -> use_absolute_kl (calculate_kl_penalty: log-ratio, or its absolute value)
+
+
+def _runtime(c: dict[str, Any], refuse: Refusals) -> list[tuple[str, Any]]:
+    rt = c["runtime"]
+    if rt["device"] == "cpu":
+        refuse("runtime.device", "NeMo-Aligner runs on GPUs only")
+    if rt["precision"] not in PRECISION:
+        refuse(
+            "runtime.precision", "NeMo-Aligner trains in fp32 or bf16 with fp32 master weights (bf16-mixed)"
+        )
+    if rt.get("gradient_checkpointing"):
+        refuse("runtime.gradient_checkpointing", "set activations checkpointing in the .nemo's model config")
+    precision, o2 = PRECISION.get(rt["precision"], ("bf16", True))
+    out: list[tuple[str, Any]] = [("trainer.precision", precision), ("model.megatron_amp_O2", o2)]
+    return out + ([("model.seed", rt["seed"])] if "seed" in rt else [])
+
+
+def _optim(o: dict[str, Any], refuse: Refusals, key: str) -> list[tuple[str, Any]]:
+    if o["min_lr_ratio"] != 1.0:
+        refuse(
+            f"{key}.min_lr_ratio", "NeMo-Aligner's schedule is cosine (CosineAnnealing), not our linear decay"
+        )
+    return [
+        ("model.optim.lr", o["lr"]),
+        ("model.optim.weight_decay", o["weight_decay"]),
+        ("model.optim.betas", [o["adam_beta1"], o["adam_beta2"]]),
+        ("model.optim.sched.warmup_steps", o["warmup_steps"]),
+        ("model.optim.sched.min_lr", o["lr"] * o["min_lr_ratio"]),
+    ]
+
+
+def _generation(g: dict[str, Any], refuse: Refusals, algo: str) -> list[tuple[str, Any]]:
+    sampler = g["backend"]  # who samples rollouts (torch or vllm), not the engine
+    if sampler != "torch":
+        refuse("generation.backend", "NeMo-Aligner generates with Megatron (or TensorRT-LLM), not vLLM")
+    out: list[tuple[str, Any]] = [
+        (f"model.{algo}.sampling_params.temperature", g["temperature"]),
+        (f"model.{algo}.sampling_params.top_k", g["top_k"]),
+        (f"model.{algo}.sampling_params.top_p", g["top_p"]),
+        (f"model.{algo}.length_params.max_length", g["max_new_tokens"]),
+    ]
+    if g["stop_strings"]:  # empty keeps the YAML's end strings (the NeMo chat template's turn end)
+        out.append((f"model.{algo}.sampling_params.end_strings", list(g["stop_strings"])))
+    return out
+
+
+def _actor_common(
+    c: dict[str, Any], refuse: Refusals, algo: str, job_dir: str, batch: int
+) -> list[tuple[str, Any]]:
+    t, ck, ev, rw = c["trainer"], c["checkpoint"], c["eval"], c["reward"]
+    refuse.unless_default("trainer.log_interval", "NeMo-Aligner logs every step")
+    if rw["source"] != "server":
+        refuse("reward.source", "NeMo-Aligner scores through its reward-model server only")
+    refuse.all_unless_default(
+        ("reward.server.url", "the job serves the reward model itself and passes its address"),
+        ("reward.server.token_file", "NeMo-Aligner's PyTriton servers take no token"),
+        ("reward.server.timeout_s", "NeMo-Aligner's client has its own timeouts"),
+        ("reward.server.retries", "NeMo-Aligner's client does not retry"),
+        ("checkpoint.resume", "NeMo-Aligner resumes only from its own log dir in this job"),
+        ("checkpoint.resume_from", "NeMo-Aligner resumes only from its own log dir in this job"),
+        ("checkpoint.force", "NeMo-Aligner has no check to force past"),
+        ("eval.task", "our ground-truth scorers do not run inside NeMo-Aligner"),
+        ("eval.seed", "NeMo-Aligner validates with the run's seed"),
+    )
+    if ev["num_prompts"] == 0:
+        refuse(
+            "eval.num_prompts", "NeMo-Aligner validates at every save (its checkpoints rank by val_rewards)"
+        )
+    prompts = c["inputs"]["prompts"] or ""
+    every = ck["save_interval"] or t["max_steps"]
+    return [
+        ("pretrained_checkpoint.restore_from_path", c["inputs"]["policy"] or ""),
+        ("model.data.data_impl", "jsonl"),
+        # our eval uses the first N training prompts: the same file is the validation set
+        ("model.data.data_prefix", {"train": [prompts], "validation": [prompts], "test": [prompts]}),
+        ("exp_manager.explicit_log_dir", f"{job_dir}/actor_results"),
+        (f"trainer.{algo}.max_steps", t["max_steps"]),
+        (f"trainer.{algo}.val_check_interval", every),
+        (f"trainer.{algo}.save_interval", every),
+        (f"trainer.{algo}.gradient_clip_val", c["optim"]["clip_grad"]),
+        (f"model.{algo}.num_rollout_samples", t["num_prompts_per_step"]),
+        (f"model.{algo}.num_val_samples", max(ev["num_prompts"], 1)),
+        ("model.micro_batch_size", t["micro_batch_size"]),
+        ("model.global_batch_size", batch),
+        *_optim(c["optim"], refuse, "optim"),
+        *_generation(c["generation"], refuse, algo),
+        *_runtime(c, refuse),
+    ]
+
+
+def _kl(c: dict[str, Any], refuse: Refusals, algo: str) -> list[tuple[str, Any]]:
+    a = c[algo]
+    if a["kl_estimator"] not in KL:
+        refuse(f"{algo}.kl_estimator", "NeMo-Aligner's KL is the log-ratio (k1) or its absolute value (abs)")
+    return [
+        (f"trainer.{algo}.initial_policy_kl_penalty", a["initial_policy_kl_penalty"]),
+        (f"trainer.{algo}.use_absolute_kl", KL.get(a["kl_estimator"], True)),
+    ]
+
+
+def _placement(nodes: int, gpus: int) -> list[tuple[str, Any]]:
+    return [("trainer.num_nodes", nodes), ("trainer.devices", max(gpus, 1))]
+
+
+def _reward_server(rm: str, port: Any, nodes: int, gpus: int, c: dict[str, Any]) -> Script:
+    precision = PRECISION.get(c["runtime"]["precision"], ("bf16", True))[0]
+    return Script(
+        "reward",
+        f"{SCRIPTS}/serve_reward_model.py",
+        "inference_rm.yaml",
+        [
+            ("rm_model_file", rm),
+            ("inference.port", port),
+            *_placement(nodes, gpus),
+            ("trainer.precision", precision),
+        ],
+        nodes,
+        _threads(c),
+    )
+
+
+def _threads(c: dict[str, Any]) -> dict[str, str]:
+    return {"OMP_NUM_THREADS": str(c["runtime"]["num_threads"])}
+
+
+def _actor(
+    c: dict[str, Any],
+    refuse: Refusals,
+    algo: str,
+    job_dir: str,
+    batch: int,
+    nodes: int,
+    gpus: int,
+    wiring: list[tuple[str, Any]],
+    servers: tuple[tuple[str, str], ...],
+) -> Script:
+    """The actor's group: each server takes one node (as in the tag's docs), the actor the rest, at least one."""
+    actor_nodes = max(1, nodes - len(servers))
+    overrides = [*_actor_common(c, refuse, algo, job_dir, batch), *_kl(c, refuse, algo), *wiring]
+    return Script(
+        "actor",
+        f"{SCRIPTS}/train_gpt_{algo}_actor.py",
+        f"gpt_{algo}_actor.yaml",
+        [*overrides, *_placement(actor_nodes, gpus)],
+        actor_nodes,
+        _threads(c),
+        servers,
+    )
+
+
+# ----------------------------------------------------------------------------- the steps
+
+
+def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
+    r = c["reinforce"]
+    if r["kl_in"] != "reward_sequence_mean":
+        refuse("reinforce.kl_in", "NeMo-Aligner subtracts beta times the mean token KL from each reward")
+    refuse.all_unless_default(
+        ("reinforce.reinforce_epochs", "NeMo-Aligner's REINFORCE makes one pass over each rollout batch"),
+        ("reinforce.loss_level", "NeMo-Aligner averages the loss over the tokens"),
+        ("reinforce.truncated_responses", "NeMo-Aligner keeps truncated responses' rewards"),
+    )
+    batch = c["trainer"]["num_prompts_per_step"] * r["num_rollouts_per_prompt"]
+    rm = _reward_server(c["inputs"]["reward_model"] or "", Env(REWARD_PORT_ENV, True), 1, gpus, c)
+    wiring = [
+        ("trainer.reinforce.num_rollouts_per_prompt", r["num_rollouts_per_prompt"]),
+        ("remote_rm.reward_model.ip", Env(REWARD_HOST_ENV)),
+        ("remote_rm.reward_model.port", Env(REWARD_PORT_ENV, True)),
+    ]
+    servers = ((REWARD_HOST_ENV, REWARD_PORT_ENV),)
+    actor = _actor(c, refuse, "reinforce", job_dir, batch, nodes, gpus, wiring, servers)
+    outputs = {"policy": _nemo(job_dir, "actor_results", ACTOR_NAME["rl/reinforce"])}
+    return AlignerRun([rm, actor], outputs, {REWARD_PORT_ENV: _PORT}, [])
+
+
+def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
+    p, t, critic = c["ppo"], c["trainer"], c["critic"]
+    refuse.all_unless_default(
+        ("ppo.num_rollouts_per_prompt", "NeMo-Aligner's PPO samples one response per prompt"),
+        ("ppo.dual_clip", "NeMo-Aligner's PPO loss has no dual clip"),
+        ("ppo.ppo_epochs", "NeMo-Aligner's PPO makes one pass over each rollout batch"),
+        ("ppo.loss_level", "NeMo-Aligner averages the losses over the tokens"),
+    )
+    rm_path = c["inputs"]["reward_model"] or ""
+    batch = t["num_prompts_per_step"]
+    precision, o2 = PRECISION.get(c["runtime"]["precision"], ("bf16", True))
+    critic_server = Script(
+        "critic",
+        f"{SCRIPTS}/serve_ppo_critic.py",
+        "gpt_ppo_critic.yaml",
+        [
+            ("pretrained_checkpoint.restore_from_path", rm_path),
+            ("trainer.ppo.port", Env(CRITIC_PORT_ENV, True)),
+            # the reward model has a server of its own (group 1), as the issue's three groups ask
+            ("trainer.ppo.combine_rm_and_critic_server", False),
+            ("trainer.ppo.max_steps", t["max_steps"]),
+            ("trainer.ppo.gradient_clip_val", critic["optim"]["clip_grad"]),
+            ("exp_manager.explicit_log_dir", f"{job_dir}/critic_results"),
+            # the critic server never ends training itself (save_nemo_on_train_end never fires): write the .nemo
+            # at each save the actor asks for, the last one included
+            ("exp_manager.checkpoint_callback_params.always_save_nemo", True),
+            ("model.loss_clip_val", critic["loss_clip_val"]),
+            ("model.micro_batch_size", t["micro_batch_size"]),
+            ("model.global_batch_size", batch),
+            *_optim(critic["optim"], refuse, "critic.optim"),
+            ("trainer.precision", precision),
+            ("model.megatron_amp_O2", o2),
+            ("model.seed", c["runtime"]["seed"]),
+            *_placement(1, gpus),
+        ],
+        1,
+        _threads(c),
+    )
+    rm = _reward_server(rm_path, Env(REWARD_PORT_ENV, True), 1, gpus, c)
+    wiring = [
+        ("trainer.ppo.discount_factor", p["discount_factor"]),
+        ("trainer.ppo.gae_lambda", p["gae_lambda"]),
+        ("trainer.ppo.normalize_advantages", p["whiten_advantages"]),
+        ("trainer.ppo.critic_warmup_steps", p["critic_warmup_steps"]),
+        ("model.ppo.ratio_eps", p["ratio_eps"]),
+        ("model.ppo.entropy_bonus", p["entropy_bonus"]),
+        ("remote_critic_rm.combine_rm_and_critic_server", False),
+        ("remote_critic_rm.reward_model.ip", Env(REWARD_HOST_ENV)),
+        ("remote_critic_rm.reward_model.port", Env(REWARD_PORT_ENV, True)),
+        ("remote_critic_rm.critic.ip", Env(CRITIC_HOST_ENV)),
+        ("remote_critic_rm.critic.port", Env(CRITIC_PORT_ENV, True)),
+    ]
+    servers = ((CRITIC_HOST_ENV, CRITIC_PORT_ENV), (REWARD_HOST_ENV, REWARD_PORT_ENV))
+    actor = _actor(c, refuse, "ppo", job_dir, batch, nodes, gpus, wiring, servers)
+    outputs = {
+        "policy": _nemo(job_dir, "actor_results", ACTOR_NAME["rl/ppo"]),
+        "critic": _nemo(job_dir, "critic_results", CRITIC_NAME),
+    }
+    ports = {REWARD_PORT_ENV: _PORT, CRITIC_PORT_ENV: f"$(({REWARD_PORT_ENV} + 1))"}
+    return AlignerRun([critic_server, rm, actor], outputs, ports, [])
+
+
+def compile_serve(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
+    s = c["server"]
+    if s["mode"] != "reward":
+        refuse("server.mode", "serve_reward_model.py serves a reward model only (KServe v2 through PyTriton)")
+    refuse.all_unless_default(
+        ("server.host", "PyTriton listens on every interface"),
+        ("server.token_file", "PyTriton takes no token"),
+        ("server.max_batch_size", "PyTriton's batcher is sized by inference.inference_micro_batch_size"),
+        ("server.max_queue_rows", "PyTriton has no such limit"),
+        ("server.max_queue", "PyTriton has no such limit"),
+        ("server.read_timeout_s", "PyTriton has no such limit"),
+        ("server.request_deadline_s", "PyTriton has no such limit"),
+        ("server.max_connections", "PyTriton has no such limit"),
+        ("server.max_body_bytes", "PyTriton has no such limit"),
+    )
+    server = _reward_server(c["inputs"]["reward_model"] or "", s["port"], nodes, gpus, c)
+    server.overrides[2:2] = [
+        ("inference.model_name", s["model_name"]),
+        ("inference.max_queue_delay_microseconds", round(s["max_queue_delay_ms"] * 1000)),
+        ("inference.inference_micro_batch_size", s["preferred_batch_size"]),
+    ]
+    if c["runtime"]["device"] == "cpu":
+        refuse("runtime.device", "NeMo-Aligner serves on GPUs only")
+    notes = [
+        f"server.max_length={s['max_length']} has no effect: NeMo-Aligner's server scores the token sequences "
+        "its client sends, cut to the model's encoder_seq_length"
+    ]
+    return AlignerRun([server], {}, {}, notes)
+
+
+_PORT = "$((20000 + SLURM_JOB_ID % 10000))"  # a port per job, so two jobs sharing a node never collide
+
+
+def _nemo(job_dir: str, log_dir: str, name: str) -> str:
+    return f"{job_dir}/{log_dir}/checkpoints/{name}.nemo"
+
+
+_STEPS: dict[str, Callable[[dict[str, Any], Refusals, str, int, int], AlignerRun]] = {
+    "rl/reinforce": compile_reinforce,
+    "rl/ppo": compile_ppo,
+    "rm/serve": compile_serve,
+}
+
+
+def compile_aligner(
+    step_id: str, step_config: dict[str, Any], *, job_dir: str, nodes: int, gpus: int
+) -> AlignerRun:
+    """Our resolved step config (input refs already paths) -> the groups of NeMo-Aligner's heterogeneous job.
+    Raises one UserError listing every setting NeMo-Aligner cannot express."""
+    if step_id not in _STEPS:
+        raise UserError(
+            f"backend=nemo_aligner runs {', '.join(_STEPS)}; {step_id} has no NeMo-Aligner mapping"
+        )
+    schema = Catalog().get(step_id).config_schema()
+    config = schema.model_validate(step_config).model_dump(mode="json")
+    refuse = Refusals(
+        step_id,
+        config,
+        schema().model_dump(mode="json"),
+        engine=f"backend=nemo_aligner (NeMo-Aligner {NEMO_ALIGNER_VERSION})",
+        hint="Change them, or run with backend=builtin. docs/nemo-aligner.md lists every key's mapping.",
+    )
+    for problem in builtin_refusals(config, who="backend=nemo_aligner"):
+        refuse.problems.append(problem)
+    run = _STEPS[step_id](config, refuse, job_dir, nodes, gpus)
+    refuse.raise_any()
+    return run

@@ -1,0 +1,136 @@
+"""What NeMo-Aligner v0.7.0 reads, encoded as data from a reading of the tag's examples/nlp/gpt/ (scripts and
+conf/*.yaml): the scripts our heterogeneous jobs start, and for each YAML the keys we override, with the value the
+tag's file gives them (interpolations kept as text).
+
+test_nemo_aligner.py checks every override we emit against this data (Hydra refuses a key its YAML lacks unless
+it is prefixed with `+`, and we never prefix), and, when the mirror is on disk, re-reads the real files at the tag
+so the data cannot drift from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+MIRROR = Path("/work/.mirror/NVIDIA+NeMo-Aligner/repo")
+TAG = "v0.7.0"
+CONF = "examples/nlp/gpt/conf"
+
+# script (relative to the checkout, /opt/NeMo-Aligner in the NeMo container) -> the YAML its @hydra_runner loads
+SCRIPTS = {
+    "examples/nlp/gpt/serve_reward_model.py": "inference_rm.yaml",
+    "examples/nlp/gpt/train_gpt_reinforce_actor.py": "gpt_reinforce_actor.yaml",
+    "examples/nlp/gpt/serve_ppo_critic.py": "gpt_ppo_critic.yaml",
+    "examples/nlp/gpt/train_gpt_ppo_actor.py": "gpt_ppo_actor.yaml",
+}
+
+# conf/<file> -> {dotted key: the tag's value}
+KEYS: dict[str, dict[str, Any]] = {
+    "inference_rm.yaml": {
+        "inference.inference_micro_batch_size": "${model.forward_micro_batch_size}",
+        "inference.max_queue_delay_microseconds": 2000,
+        "inference.model_name": "reward_model",
+        "inference.port": 5555,
+        "rm_model_file": None,
+        "trainer.devices": 8,
+        "trainer.num_nodes": 1,
+        "trainer.precision": "bf16",
+    },
+    "gpt_reinforce_actor.yaml": {
+        "exp_manager.explicit_log_dir": "/results",
+        "model.data.data_impl": "jsonl",
+        "model.data.data_prefix": None,
+        "model.global_batch_size": 64,
+        "model.megatron_amp_O2": True,
+        "model.micro_batch_size": 1,
+        "model.optim.betas": [0.9, 0.98],
+        "model.optim.lr": "9e-7",
+        "model.optim.sched.min_lr": "9e-8",
+        "model.optim.sched.warmup_steps": 10,
+        "model.optim.weight_decay": 0.1,
+        "model.reinforce.length_params.max_length": "${int_div:${model.encoder_seq_length}, 2}",
+        "model.reinforce.num_rollout_samples": 512,
+        "model.reinforce.num_val_samples": "${.num_rollout_samples}",
+        "model.reinforce.sampling_params.end_strings": ["<|endoftext|>", "<extra_id_1>"],
+        "model.reinforce.sampling_params.temperature": 1.0,
+        "model.reinforce.sampling_params.top_k": 0,
+        "model.reinforce.sampling_params.top_p": 1.0,
+        "model.seed": 1234,
+        "pretrained_checkpoint.restore_from_path": None,
+        "remote_rm.reward_model.ip": "localhost",
+        "remote_rm.reward_model.port": 5555,
+        "trainer.devices": 8,
+        "trainer.num_nodes": 8,
+        "trainer.precision": "bf16",
+        "trainer.reinforce.gradient_clip_val": 1.0,
+        "trainer.reinforce.initial_policy_kl_penalty": 0.01,
+        "trainer.reinforce.max_steps": -1,
+        "trainer.reinforce.num_rollouts_per_prompt": 4,
+        "trainer.reinforce.save_interval": "${.val_check_interval}",
+        "trainer.reinforce.use_absolute_kl": True,
+        "trainer.reinforce.val_check_interval": 10,
+    },
+    "gpt_ppo_critic.yaml": {
+        "exp_manager.checkpoint_callback_params.always_save_nemo": False,
+        "exp_manager.explicit_log_dir": "/results",
+        "model.global_batch_size": 64,
+        "model.loss_clip_val": 0.2,
+        "model.megatron_amp_O2": True,
+        "model.micro_batch_size": 1,
+        "model.optim.betas": [0.9, 0.98],
+        "model.optim.lr": "9e-6",
+        "model.optim.sched.min_lr": "9e-7",
+        "model.optim.sched.warmup_steps": 10,
+        "model.optim.weight_decay": 0.1,
+        "model.seed": 1234,
+        "pretrained_checkpoint.restore_from_path": None,
+        "trainer.devices": 8,
+        "trainer.num_nodes": 1,
+        "trainer.ppo.combine_rm_and_critic_server": True,
+        "trainer.ppo.gradient_clip_val": 1.0,
+        "trainer.ppo.max_steps": 10000,
+        "trainer.ppo.port": 5556,
+        "trainer.precision": "bf16",
+    },
+    "gpt_ppo_actor.yaml": {
+        "exp_manager.explicit_log_dir": "/results",
+        "model.data.data_impl": "jsonl",
+        "model.data.data_prefix": None,
+        "model.global_batch_size": 64,
+        "model.megatron_amp_O2": True,
+        "model.micro_batch_size": 1,
+        "model.optim.betas": [0.9, 0.98],
+        "model.optim.lr": "9e-7",
+        "model.optim.sched.min_lr": "9e-8",
+        "model.optim.sched.warmup_steps": 10,
+        "model.optim.weight_decay": 0.1,
+        "model.ppo.entropy_bonus": 0.0,
+        "model.ppo.length_params.max_length": "${int_div:${model.encoder_seq_length}, 2}",
+        "model.ppo.num_rollout_samples": 512,
+        "model.ppo.num_val_samples": "${.num_rollout_samples}",
+        "model.ppo.ratio_eps": 0.2,
+        "model.ppo.sampling_params.end_strings": ["<|endoftext|>", "<extra_id_1>"],
+        "model.ppo.sampling_params.temperature": 1.0,
+        "model.ppo.sampling_params.top_k": 0,
+        "model.ppo.sampling_params.top_p": 1.0,
+        "model.seed": 1234,
+        "pretrained_checkpoint.restore_from_path": None,
+        "remote_critic_rm.combine_rm_and_critic_server": True,
+        "remote_critic_rm.critic.ip": "localhost",
+        "remote_critic_rm.critic.port": 5556,
+        "remote_critic_rm.reward_model.ip": "localhost",
+        "remote_critic_rm.reward_model.port": 5555,
+        "trainer.devices": 8,
+        "trainer.num_nodes": 8,
+        "trainer.ppo.critic_warmup_steps": 0,
+        "trainer.ppo.discount_factor": 1.0,
+        "trainer.ppo.gae_lambda": 0.95,
+        "trainer.ppo.gradient_clip_val": 1.0,
+        "trainer.ppo.initial_policy_kl_penalty": 0.01,
+        "trainer.ppo.max_steps": -1,
+        "trainer.ppo.normalize_advantages": True,
+        "trainer.ppo.save_interval": "${.val_check_interval}",
+        "trainer.ppo.use_absolute_kl": True,
+        "trainer.ppo.val_check_interval": 10,
+        "trainer.precision": "bf16",
+    },
+}

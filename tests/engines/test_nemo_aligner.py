@@ -1,0 +1,249 @@
+"""backend=nemo_aligner: our schemas compiled into NeMo-Aligner v0.7.0's scripts and Hydra overrides, checked
+against the tag's YAMLs (encoded in nemo_aligner_v070.py), refused all at once where NeMo-Aligner cannot follow,
+on .nemo artifacts, through the one plan that dry-run prints and submit sends."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nemotron.catalog import Catalog
+from nemotron.compile import Job, compile_job
+from nemotron.engines.nemo_aligner_config import compile_aligner, hydra_value
+from nemotron.errors import UserError
+from nemotron.launch import slurm, submit
+
+
+def _load_tag_data() -> Any:
+    path = Path(__file__).with_name("nemo_aligner_v070.py")
+    spec = importlib.util.spec_from_file_location("nemo_aligner_v070", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tag = _load_tag_data()
+CONF, KEYS, MIRROR, SCRIPTS, TAG = tag.CONF, tag.KEYS, tag.MIRROR, tag.SCRIPTS, tag.TAG
+
+STEPS = ("rl/reinforce", "rl/ppo", "rm/serve")
+ROLES = {"rl/reinforce": ["reward", "actor"], "rl/ppo": ["critic", "reward", "actor"], "rm/serve": ["reward"]}
+
+
+def _job(step: str, *extra: str, profile: str = "local_slurm", dry_run: bool = False) -> Job:
+    overrides = ["backend=nemo_aligner", *extra]
+    return compile_job(
+        Catalog(), step, "default", overrides, profile_name=profile, mode="batch", dry_run=dry_run
+    )
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("extra", [(), ("generation.stop_strings=[</s>]", "runtime.precision=fp32")])
+def test_every_override_key_is_in_the_tags_yaml(home: Path, step: str, extra: tuple[str, ...]) -> None:
+    extra = extra if step != "rm/serve" else ()
+    job = _job(step, *extra)
+    run = compile_aligner(job.step_id, job.step_config, job_dir="/j", nodes=3, gpus=8)
+    assert [g.role for g in run.groups] == ROLES[step]
+    for group in run.groups:
+        assert SCRIPTS[group.script] == group.yaml
+        unknown = [key for key, _ in group.overrides if key not in KEYS[group.yaml]]
+        assert not unknown, f"{group.script}: {unknown} are not in {CONF}/{group.yaml} at {TAG}"
+        assert len({key for key, _ in group.overrides}) == len(group.overrides)  # no key set twice
+
+
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="the NeMo-Aligner mirror is not on this machine")
+def test_data_matches_the_tag() -> None:
+    def show(path: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(MIRROR), "show", f"{TAG}:{path}"], capture_output=True, text=True, check=True
+        ).stdout
+
+    for script, conf in SCRIPTS.items():
+        assert f'config_name="{conf.removesuffix(".yaml")}"' in show(script)
+    for conf, keys in KEYS.items():
+        tree = yaml.safe_load(show(f"{CONF}/{conf}"))
+        for key, value in keys.items():
+            node: Any = tree
+            for part in key.split("."):
+                node = node[part]
+            assert node == value, (conf, key)
+
+
+def test_the_groups_map_our_keys_and_wire_the_servers(home: Path) -> None:
+    job = _job("rl/ppo", "ppo.gae_lambda=0.9", "critic.loss_clip_val=0.3", "trainer.max_steps=7")
+    critic, reward, actor = compile_aligner(
+        job.step_id, job.step_config, job_dir="/j", nodes=4, gpus=8
+    ).groups
+    a, c, r = dict(actor.overrides), dict(critic.overrides), dict(reward.overrides)
+    assert a["trainer.ppo.gae_lambda"] == 0.9 and a["trainer.ppo.max_steps"] == 7
+    assert c["model.loss_clip_val"] == 0.3 and c["trainer.ppo.combine_rm_and_critic_server"] is False
+    assert c["pretrained_checkpoint.restore_from_path"] == r["rm_model_file"] == "/models/reward_model"
+    assert a["pretrained_checkpoint.restore_from_path"] == "/models/sft_policy"
+    assert hydra_value(a["remote_critic_rm.critic.ip"]) == "${oc.env:NEMOTRON_CRITIC_HOST}"
+    assert (
+        hydra_value(a["remote_critic_rm.reward_model.port"]) == "${oc.decode:${oc.env:NEMOTRON_REWARD_PORT}}"
+    )
+    assert (critic.nodes, reward.nodes, actor.nodes) == (1, 1, 2)  # a node per server, the rest to the actor
+    assert a["trainer.num_nodes"] == 2 and a["trainer.devices"] == 8
+
+
+def test_what_nemo_aligner_cannot_express_is_refused_at_once(home: Path) -> None:
+    job = _job(
+        "rl/reinforce",
+        "reinforce.kl_estimator=k3",
+        "reinforce.reinforce_epochs=2",
+        "optim.min_lr_ratio=0.1",
+        "runtime.device=cpu",
+        "nemo_rl.tensor_parallel_size=2",
+    )
+    with pytest.raises(UserError) as e:
+        compile_aligner(job.step_id, job.step_config, job_dir="/j", nodes=2, gpus=8)
+    text = e.value.render()
+    for key in (
+        "reinforce.kl_estimator",
+        "reinforce.reinforce_epochs",
+        "optim.min_lr_ratio",
+        "runtime.device",
+        "nemo_rl.tensor_parallel_size",
+    ):
+        assert key in text
+    with pytest.raises(UserError, match="rl/rlhf has no NeMo-Aligner mapping"):
+        compile_aligner("rl/rlhf", {}, job_dir="/j", nodes=1, gpus=1)
+
+
+@pytest.mark.parametrize(
+    ("value", "hydra"),
+    [
+        ("/data/p.jsonl", "/data/p.jsonl"),
+        ("/a b/x", "'/a b/x'"),
+        ("it's", "'it\\'s'"),
+        ("a${x}", "'a\\${x}'"),
+        ("true", "'true'"),
+        ("12", "'12'"),
+        (["</s>", "x"], "['</s>',x]"),
+        (False, "false"),
+        (9e-07, "9e-07"),
+    ],
+)
+def test_hydra_values_are_read_back_as_written(value: Any, hydra: str) -> None:
+    assert hydra_value(value) == hydra
+
+
+def test_nemo_checkpoints_are_their_own_type(home: Path, tmp_path: Path) -> None:
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
+    (hf / "model.safetensors").write_bytes(b"")
+    nemo = tmp_path / "rm.nemo"
+    nemo.write_bytes(b"tar")
+    with pytest.raises(UserError, match="expected type checkpoint_nemo, got checkpoint_hf"):
+        _job("rl/reinforce", f"inputs.policy={hf}")
+    job = _job("rl/reinforce", f"inputs.policy={nemo}", f"inputs.reward_model={nemo}")
+    bound = {b.name: (b.expected_type, b.actual_type) for b in job.bindings}
+    assert bound["policy"] == ("checkpoint_nemo", "checkpoint_nemo")
+    assert bound["reward_model"] == ("reward_model_nemo", "reward_model_nemo")
+    assert job.outputs["policy"][1] == "checkpoint_nemo"
+    with pytest.raises(UserError, match="expected type checkpoint_hf, got checkpoint_nemo"):
+        compile_job(
+            Catalog(), "rl/reinforce", "default", [f"inputs.policy={nemo}"], profile_name="local_slurm"
+        )
+
+
+def test_only_slurm_places_it(home: Path) -> None:
+    for profile, says in (("local", "use a Slurm profile"), ("lepton_rl", "Lepton cannot place")):
+        with pytest.raises(UserError, match=says) as e:
+            submit.dry_run(_job("rl/reinforce", profile=profile, dry_run=True))
+        assert "\n" not in e.value.render().strip()
+
+
+def test_dry_run_and_submit_send_one_plan_and_outputs_register_with_lineage(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nemotron.artifacts.lineage import job_store
+    from nemotron.jobrecord import load_record
+    from nemotron.jobs import read_status
+    from nemotron.launch.remote import _register_outputs
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    nemo = tmp_path / "sft.nemo"
+    nemo.write_bytes(b"tar")
+    job = _job("rl/ppo", f"inputs.prompts={prompts}", f"inputs.policy={nemo}", f"inputs.reward_model={nemo}")
+    shown = submit.dry_run(job)
+    sent: list[slurm.SlurmPlan] = []
+
+    def fake_submit(job: Job, job_dir: Path, plan: slurm.SlurmPlan) -> dict[str, Any]:
+        sent.append(plan)
+        return {"handle": "slurm_tunnel://nemo_run/1", "remote_id": "1", "remote_dir": str(tmp_path)}
+
+    monkeypatch.setattr(slurm, "submit_job", fake_submit)
+    assert submit.submit(job) == 0
+    assert slurm.render_text(sent[0]) in shown  # the very script the dry-run printed
+    job_dir = home / "jobs" / job.job_id
+    status = read_status(job_dir)
+    assert set(status["register"]) == {"policy", "critic"}
+    for path in status["register"].values():
+        Path(path).parent.mkdir(parents=True)
+        Path(path).write_bytes(b"trained")
+    done = _register_outputs(job_dir, status["register"])
+    assert len(done["registered"]) == 2
+    store = job_store(load_record(job_dir))
+    policy = store.resolve("ppo_policy")
+    assert policy.type == "checkpoint_nemo"
+    assert {name for name, _ in store.parents(policy.id)} == {"prompts", "policy", "reward_model"}
+
+
+def test_the_dry_run_imports_neither_torch_nor_nemo_run(home: Path) -> None:
+    cmd = [sys.executable, "-X", "importtime", "-m", "nemotron", "steps", "run", "rl/ppo", "-c", "default"]
+    cmd += ["-b", "local_slurm", "backend=nemo_aligner", "--dry-run"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {ln.split("|")[-1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")}
+    assert "torch" not in imported and "nemo_run" not in imported
+    assert "nemotron.engines.nemo_aligner_config" in imported  # the check is real
+    assert proc.stdout.count("#SBATCH hetjob") == 2 and "srun --het-group=2" in proc.stdout
+    assert shlex.quote("serve_ppo_critic.py") in proc.stdout
+    # the actor's first task registers both outputs when it succeeded, as a Ray driver does
+    assert (
+        "-m nemotron.artifacts.lineage --job-dir" in proc.stdout and "megatron_gpt_critic.nemo" in proc.stdout
+    )
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "nemo-aligner.md"
+SHARED_WITH_REINFORCE = ("inputs.prompts", "inputs.policy", "trainer.", "optim.", "generation.", "reward.",
+                         "checkpoint.", "eval.", "runtime.", "nemo_rl.", "backend", "outputs.policy")  # fmt: skip
+
+
+def _tables() -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for section in DOC.read_text().split("\n## ")[1:]:
+        title, _, body = section.partition("\n")
+        out[title.strip()] = dict(re.findall(r"^\| `([^`]+)` \| (.+) \|$", body, flags=re.M))
+    return out
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_the_docs_table_names_every_schema_key(step: str) -> None:
+    from nemotron.docgen import schema_fields
+
+    tables = _tables()
+    keys = {f.key for f in schema_fields(Catalog().get(step).config_schema())}
+    leaves = {k for k in keys if not any(other.startswith(k + ".") for other in keys)}
+    table = tables[step]
+    covered = set(table) | {
+        k for k in leaves if k.startswith("nemo_rl.") and "nemo_rl.*" in tables["rl/reinforce"]
+    }
+    if step == "rl/ppo":  # the page says these map as for rl/reinforce
+        covered |= {k for k in leaves if k.startswith(SHARED_WITH_REINFORCE) and k in tables["rl/reinforce"]}
+    assert sorted(leaves - covered) == []
+    assert sorted(set(table) - keys - {"nemo_rl.*"}) == []  # no row for a key that is gone
