@@ -21,7 +21,7 @@ from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
 from nemotron.engines.nemo_aligner_config import compile_aligner, hydra_value
 from nemotron.errors import UserError
-from nemotron.launch import slurm, submit
+from nemotron.launch import slurm, slurm_script, submit
 
 
 def _load_tag_data() -> Any:
@@ -186,9 +186,9 @@ def test_dry_run_and_submit_send_one_plan_and_outputs_register_with_lineage(
         sent.append(plan)
         return {"handle": "slurm_tunnel://nemo_run/1", "remote_id": "1", "remote_dir": str(tmp_path)}
 
-    monkeypatch.setattr(slurm, "submit_job", fake_submit)
+    monkeypatch.setattr(slurm_script, "submit_job", fake_submit)
     assert submit.submit(job) == 0
-    assert slurm.render_text(sent[0]) in shown  # the very script the dry-run printed
+    assert slurm_script.render_text(sent[0]) in shown  # the very script the dry-run printed
     job_dir = home / "jobs" / job.job_id
     status = read_status(job_dir)
     assert set(status["register"]) == {"policy", "critic"}

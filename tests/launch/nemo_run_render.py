@@ -11,7 +11,7 @@ from pathlib import Path
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
-from nemotron.launch import remote, slurm, slurm_executor
+from nemotron.launch import remote, slurm, slurm_executor, slurm_script
 from nemotron.profiles import SlurmProfile
 
 QUIET = {
@@ -34,7 +34,7 @@ with remote.nemo_run() as run:
         )
         assert isinstance(job.profile, SlurmProfile)
         plan = slurm_executor.slurm_plan(job)
-        executors, scripts = slurm.executors(run, plan, job.profile), slurm.scripts(run, plan)
+        executors, scripts = slurm_script.executors(run, plan, job.profile), slurm_script.scripts(run, plan)
         with run.Experiment(slurm.EXPERIMENT_TITLE, id=plan.experiment_id, **QUIET) as exp:
             if plan.heterogeneous:
                 exp.add(scripts, executor=executors, name=plan.task)
@@ -50,7 +50,7 @@ with remote.nemo_run() as run:
         results.append(
             {
                 "case": [step, profile, *extra],
-                "ours": slurm.render_sbatch(plan),
+                "ours": slurm_script.render_sbatch(plan),
                 "nemo_run": written.read_text(),
             }
         )

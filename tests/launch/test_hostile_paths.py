@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
 from nemotron.errors import UserError
-from nemotron.launch import slurm_executor
+from nemotron.launch import slurm_executor, slurm_script
 
 FIXTURE_STEPS = Path(__file__).resolve().parents[1] / "fixtures" / "steproot"
 STUBS = {
@@ -37,7 +37,7 @@ HOSTILE = [
 def _script(home: Path) -> tuple[str, str]:
     job = compile_job(Catalog(), "test/count", "tiny", [], profile_name="local_slurm", mode="batch")
     plan = slurm_executor.slurm_plan(job)
-    return slurm_executor.slurm.render_sbatch(plan), plan.paths.job_dir
+    return slurm_script.render_sbatch(plan), plan.paths.job_dir
 
 
 def _run_with_stubs(script: str, tmp: Path) -> list[list[str]]:
@@ -148,7 +148,7 @@ def _aligner_script(home: Path) -> tuple[str, str]:
     launch = NemoAlignerEngine().launch(job, Placement(paths.job_dir, 2, 0))
     assert isinstance(launch, HetJob)
     plan = het_slurm.plan_het(job, launch)
-    return slurm_executor.slurm.render_sbatch(plan), f"{paths.job_dir}/actor_results"
+    return slurm_script.render_sbatch(plan), f"{paths.job_dir}/actor_results"
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -12,7 +12,7 @@ import pytest
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
 from nemotron.errors import UserError
-from nemotron.launch import containers, slurm, slurm_executor, submit
+from nemotron.launch import containers, slurm_executor, slurm_script, submit
 from nemotron.launch.lepton import lepton_name
 from nemotron.launch.served import served_model, vllm_judge
 
@@ -54,7 +54,7 @@ def test_profile_secrets_reach_only_the_sourced_0600_file_never_the_script(profi
     j = job("rl/ppo", "gpu", mode="batch")
     plan = slurm_executor.slurm_plan(j)
     text = submit.dry_run(j)
-    script = slurm.render_sbatch(plan)
+    script = slurm_script.render_sbatch(plan)
     assert "sk-live-abcdef123456" not in text and "sk-live-abcdef123456" not in script
     assert plan.secret_names == ("WANDB_API_KEY", "NEMOTRON_REWARD_TOKEN")
     # sourced with tracing off (the script runs under `set -vx`, which would echo every export)
@@ -64,13 +64,13 @@ def test_profile_secrets_reach_only_the_sourced_0600_file_never_the_script(profi
 
 
 def test_partition_follows_run_or_batch_mode(profiles: Path, fixture_steps: Path) -> None:
-    attached = slurm.render_sbatch(
+    attached = slurm_script.render_sbatch(
         slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="attached"))
     )
-    batch = slurm.render_sbatch(
+    batch = slurm_script.render_sbatch(
         slurm_executor.slurm_plan(job("test/count", "cpu", preset="tiny", mode="batch"))
     )
-    plain = slurm.render_sbatch(
+    plain = slurm_script.render_sbatch(
         slurm_executor.slurm_plan(job("test/count", "local_slurm", preset="tiny", mode="batch"))
     )
     assert "#SBATCH --partition=interactive" in attached
@@ -81,7 +81,7 @@ def test_partition_follows_run_or_batch_mode(profiles: Path, fixture_steps: Path
 def test_a_step_without_services_is_one_group(home: Path, fixture_steps: Path) -> None:
     plan = slurm_executor.slurm_plan(job("test/count", "local_slurm", preset="tiny"))
     assert [g.role for g in plan.groups] == ["test-count"]
-    script = slurm.render_sbatch(plan)
+    script = slurm_script.render_sbatch(plan)
     assert "hetjob" not in script and "NEMOTRON_REWARD" not in script and ".secrets.env" not in script
 
 
@@ -138,7 +138,7 @@ def test_a_generative_judge_on_vllm_is_group_0_running_vllm_serve(home: Path) ->
     assert "vllm serve (the judge) was not ready after 3600 s" in policy.command.args[0]
     # the token reaches vllm serve through the 0600 secrets file, never the script
     assert "NEMOTRON_REWARD_TOKEN" in plan.secret_names
-    assert "VLLM_API_KEY" not in slurm.render_sbatch(plan)
+    assert "VLLM_API_KEY" not in slurm_script.render_sbatch(plan)
 
 
 @pytest.mark.parametrize(
@@ -157,8 +157,10 @@ def test_without_judge_server_vllm_the_generative_judge_is_not_a_group(
 
 
 def test_container_image_is_squashed_once_and_force_squash_reimports(profiles: Path) -> None:
-    again = slurm.render_sbatch(slurm_executor.slurm_plan(job("rl/reinforce", "gpu")))
-    forced = slurm.render_sbatch(slurm_executor.slurm_plan(job("rl/reinforce", "gpu", force_squash=True)))
+    again = slurm_script.render_sbatch(slurm_executor.slurm_plan(job("rl/reinforce", "gpu")))
+    forced = slurm_script.render_sbatch(
+        slurm_executor.slurm_plan(job("rl/reinforce", "gpu", force_squash=True))
+    )
     sqsh = f"{os.environ['NEMOTRON_HOME']}/jobs/nvcr.io+nvidia+nemo+25.07.sqsh"  # LocalTunnel: jobs live here
     assert f"if [ ! -f {sqsh} ]; then" in again and f"rm -f {sqsh}" not in again
     assert f"rm -f {sqsh}\nif [ ! -f {sqsh} ]" in forced
@@ -199,7 +201,7 @@ def test_a_server_step_runs_one_task_per_node_whatever_the_profile_asks(profiles
     plan = slurm_executor.slurm_plan(j)
     (group,) = plan.groups
     assert (group.nodes, group.ntasks_per_node) == (2, 1)
-    script = slurm.render_sbatch(plan)
+    script = slurm_script.render_sbatch(plan)
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=1\n" in script
     assert "--ntasks-per-node=8" not in script
     # one srun starts the server, with no task count of its own: the allocation's one task per node
@@ -219,7 +221,7 @@ def test_a_server_step_runs_one_task_per_node_whatever_the_profile_asks(profiles
 def test_a_server_step_on_one_task_per_node_has_nothing_to_say(home: Path) -> None:
     plan = slurm_executor.slurm_plan(job("rm/serve", "local_slurm", preset="tiny"))
     assert [(g.nodes, g.ntasks_per_node) for g in plan.groups] == [(1, 1)] and plan.notes == ()
-    assert "# note:" not in slurm.render_text(plan)
+    assert "# note:" not in slurm_script.render_text(plan)
 
 
 def test_ssh_profiles_need_a_job_dir_and_map_the_code_root(home: Path) -> None:
@@ -257,7 +259,7 @@ def test_a_plain_python_step_runs_once_whatever_the_profile_asks(profiles: Path)
     assert plan.notes == (
         "data/prep runs as one process (python launch): 1 node, 1 task, not the profile's 2 node(s) x 8 task(s)",
     )
-    script = slurm.render_sbatch(plan)
+    script = slurm_script.render_sbatch(plan)
     assert "#SBATCH --nodes=1" in script and "#SBATCH --ntasks-per-node=1" in script
 
 

@@ -37,8 +37,8 @@ GCS_OFFSET, CLIENT_OFFSET, MIN_WORKER_OFFSET, MAX_WORKER_OFFSET = 6, 7, 20, 199
 HEAD, WORKER, WORKER_INDEX = '"$head"', '"${nodes[$i]}"', '"$i"'  # shell words of the script's own variables
 
 
-@dataclass(frozen=True)
-class RayPlan:
+@dataclass(frozen=True, kw_only=True)
+class RayPlan(slurm.SlurmSite):
     """Everything the Ray sbatch script depends on: the one input of `render_sbatch` and `submit`."""
 
     job_id: str
@@ -46,16 +46,6 @@ class RayPlan:
     job_dir: str  # the step's job dir on shared storage (the engine's files and the driver script)
     nodes: int
     gpus_per_node: int
-    time: str
-    account: str | None = None
-    partition: str | None = None
-    cpus_per_task: int | None = None
-    mem: str | None = None
-    container_image: str | None = None
-    mounts: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()  # exported in the script; values are shell words
-    setup: tuple[str, ...] = ()
-    secret_names: tuple[str, ...] = ()
     driver_script: str = ""  # the text of <job dir>/ray_driver.sh
     files: tuple[tuple[str, str], ...] = ()  # the engine's files for the job dir
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
-from nemotron.launch import het_slurm, ray_slurm, remote, slurm
+from nemotron.launch import het_slurm, ray_slurm, remote, slurm, slurm_script
 from nemotron.launch.served import served_model
 from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
@@ -44,21 +44,21 @@ class SlurmExecutor(remote.SchedulerJobs):
 
     def render(self, job: Job, where: Placement, launch: Launch) -> str:
         if isinstance(launch, StepProcess):
-            return slurm.render_text(slurm_plan(job))
+            return slurm_script.render_text(slurm_plan(job))
         if isinstance(launch, HetJob):
-            return slurm.render_text(het_slurm.plan_het(job, launch))
+            return slurm_script.render_text(het_slurm.plan_het(job, launch))
         return ray_slurm.render_text(ray_slurm.plan_for(job, where, launch))
 
     def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
         if isinstance(launch, StepProcess):
             return remote.submit_remote(
-                job, job_dir, lambda: slurm.submit_job(job, job_dir, slurm_plan(job)), self
+                job, job_dir, lambda: slurm_script.submit_job(job, job_dir, slurm_plan(job)), self
             )
         if isinstance(launch, HetJob):
             het = het_slurm.plan_het(job, launch)
             outputs = {"register": dict(launch.outputs)} if launch.outputs else {}
             return remote.submit_remote(
-                job, job_dir, lambda: slurm.submit_job(job, job_dir, het) | outputs, self
+                job, job_dir, lambda: slurm_script.submit_job(job, job_dir, het) | outputs, self
             )
         plan = ray_slurm.plan_for(job, where, launch)
         return remote.submit_remote(job, job_dir, lambda: ray_slurm.submit(job, job_dir, plan, launch), self)
