@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${NEMOTRON_VLLM_VENV:-.venv-vllm}
+# The Slurm test submits from the main venv (it holds nemo-run): the one scripts/bootstrap.sh built.
+export NEMOTRON_MAIN_PYTHON=${NEMOTRON_MAIN_PYTHON:-$PWD/${NEMOTRON_VENV:-.venv}/bin/python}
 bash scripts/bootstrap-vllm.sh
 ulimit -c 0
 start=$SECONDS

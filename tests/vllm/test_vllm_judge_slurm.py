@@ -20,7 +20,11 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_F
 
 
 REPO = Path(__file__).resolve().parents[2]
-MAIN_PYTHON = Path(os.environ.get("NEMOTRON_MAIN_PYTHON", REPO / ".venv" / "bin" / "python"))
+# the main venv (it holds nemo-run): scripts/test-vllm.sh names it; else the one scripts/bootstrap.sh builds
+MAIN_PYTHON = Path(
+    os.environ.get("NEMOTRON_MAIN_PYTHON")
+    or REPO / os.environ.get("NEMOTRON_VENV", ".venv") / "bin" / "python"
+)
 PROFILE = """
 [vllm_slurm]
 extends = "local_slurm"
