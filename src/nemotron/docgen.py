@@ -15,7 +15,7 @@ import sys
 import time
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -125,6 +125,7 @@ CONFIG_HEADER = (
     "per-step tables of docs/nemo-rl.md. Do not edit. -->\n"
 )
 NEMO_RL_DOC = "nemo-rl.md"
+NEMO_ALIGNER_DOC = "nemo-aligner.md"
 
 # Keys the built-in engine accepts but does not read yet, per step ("*": every step that has the key). Each has a
 # probe: a pattern that would appear in the step's step.py once the key is read, so a test catches a stale entry.
@@ -194,20 +195,33 @@ def _allowed(info: FieldInfo) -> str:
                      if isinstance(m, kind))  # fmt: skip
 
 
-def nemo_rl_mapping(doc: Path | None = None) -> dict[str, dict[str, str]]:
-    """{step id: {our key: NeMo-RL v0.7.0 cell}} from the per-step tables of docs/nemo-rl.md.
+def engine_mapping(doc_name: str, doc: Path | None = None) -> dict[str, dict[str, str]]:
+    """{step id: {our key: cell}} from the per-step tables (`## <step id>`, `| `key` | cell |`) of an engine's page,
+    docs/nemo-rl.md or docs/nemo-aligner.md.
 
-    That table is the maintained mapping: tests/engines/test_nemo_rl_config.py fails when it misses a schema key or
-    names one that is gone, and its cells say what the compiler does (mapped, refused, no effect) in words the
-    engine's code does not carry as data."""
-    text = (doc or bundled_root() / "docs" / NEMO_RL_DOC).read_text()
+    Those tables are the maintained mappings: the engines' tests fail when one misses a schema key or names one that
+    is gone, and their cells say what the compiler does (mapped, refused, no effect) in words the engine's code does
+    not carry as data."""
+    text = (doc or bundled_root() / "docs" / doc_name).read_text()
     out: dict[str, dict[str, str]] = {}
     for section in re.split(r"^## ", text, flags=re.M)[1:]:
         title, _, body = section.partition("\n")
         rows = re.findall(r"^\| `([^`]+)` \| (.+) \|$", body, flags=re.M)
-        if rows and title.strip().startswith("rl/"):
+        if rows and re.fullmatch(r"[a-z]+/[a-z]+", title.strip()):
             out[title.strip()] = dict(rows)
     return out
+
+
+def nemo_rl_mapping(doc: Path | None = None) -> dict[str, dict[str, str]]:
+    """{step id: {our key: NeMo-RL v0.7.0 cell}} from docs/nemo-rl.md."""
+    return engine_mapping(NEMO_RL_DOC, doc)
+
+
+# The engines besides builtin whose key-by-key tables become columns of the config reference: (backend, header, page).
+ENGINE_COLUMNS = (
+    ("nemo_rl", "nemo_rl (NeMo-RL v0.7.0)", NEMO_RL_DOC),
+    ("nemo_aligner", "nemo_aligner (NeMo-Aligner v0.7.0)", NEMO_ALIGNER_DOC),
+)
 
 
 def builtin_support(step_id: str, key: str) -> str:
@@ -217,18 +231,21 @@ def builtin_support(step_id: str, key: str) -> str:
     return unread[key][0] if key in unread else "yes"
 
 
-def config_section(step: Step, nemo_rl: dict[str, str] | None) -> str:
+def _mapped(mapping: dict[str, str], key: str) -> str:
+    """The cell of `key`, or of the `group.*` row that covers its whole group; — when the page has neither."""
+    return mapping.get(key) or mapping.get(key.split(".", 1)[0] + ".*") or "—"
+
+
+def config_section(step: Step, columns: Sequence[tuple[str, dict[str, str]]] = ()) -> str:
+    """One step's keys as tables, a column per engine in `columns` ((header, {key: cell})) that maps the step."""
     schema = step.config_schema()
     defaults = dict(flatten(schema().model_dump(mode="json")))
     doc = schema.__doc__ or ""
     lines = [f"## `{step.id}`", "", " ".join(doc.split()), ""]
-    if nemo_rl is None:
-        engines = (
-            "builtin and nemo_aligner (docs/nemo-aligner.md)" if "backend" in defaults else "builtin only"
-        )
-        lines += [f"Engines: {engines} (the NeMo-RL engine runs rl/* steps).", ""]
-    head = ["| key | type | default | allowed | description | builtin |" + (" nemo_rl (NeMo-RL v0.7.0) |" if nemo_rl else ""),
-            "|---|---|---|---|---|---|" + ("---|" if nemo_rl else "")]  # fmt: skip
+    engines = ", ".join(["builtin", *(header.split(" ", 1)[0] for header, _ in columns)])
+    lines += [f"Engines: {engines}.", ""]
+    head = ["| key | type | default | allowed | description | builtin |" + "".join(f" {h} |" for h, _ in columns),
+            "|---|---|---|---|---|---|" + "---|" * len(columns)]  # fmt: skip
     table: list[str] = []
     for f in schema_fields(schema):
         if "." not in f.key and f.group is not None:
@@ -242,15 +259,16 @@ def config_section(step: Step, nemo_rl: dict[str, str] | None) -> str:
             lines += head
         cells = [f"`{f.key}`", _type_name(f.info.annotation), f"`{json.dumps(defaults.get(f.key))}`",
                  _allowed(f.info), _cell(f.description), _cell(builtin_support(step.id, f.key))]  # fmt: skip
-        if nemo_rl is not None:
-            cells.append(nemo_rl.get(f.key, "—"))
+        cells += [_mapped(mapping, f.key) for _, mapping in columns]
         table.append("| " + " | ".join(cells) + " |")
     lines += table
     return "\n".join(lines) + "\n"
 
 
-def config_reference(catalog: Catalog, nemo_rl: dict[str, dict[str, str]] | None = None) -> str:
-    nemo_rl = nemo_rl_mapping() if nemo_rl is None else nemo_rl
+def config_reference(catalog: Catalog, mappings: dict[str, dict[str, dict[str, str]]] | None = None) -> str:
+    """The config reference; `mappings` ({backend: {step id: {key: cell}}}) default to the engines' pages."""
+    if mappings is None:
+        mappings = {backend: engine_mapping(page) for backend, _, page in ENGINE_COLUMNS}
     steps = sorted(catalog.steps.values(), key=lambda s: s.id)
     parts = [CONFIG_HEADER, "# Config reference", "",
              "Every key of every step, from the step's schema (`steps/<id>/schema.py`; groups shared by several steps "
@@ -261,11 +279,15 @@ def config_reference(catalog: Catalog, nemo_rl: dict[str, dict[str, str]] | None
              "--dry-run` prints the result and where each value came from).",
              "- **allowed**: the choices of an enum, or the numeric bounds; `null` means unset.",
              "- **builtin**: whether the built-in torch engine reads the key.",
-             f"- **nemo_rl**: what `backend=nemo_rl` makes of the key, from the per-step tables of "
-             f"[docs/{NEMO_RL_DOC}](../{NEMO_RL_DOC}): a NeMo-RL v0.7.0 key, *refused* (the compile fails and names "
-             "the key), or *no effect*.", "",
+             *[f"- **{backend}**: what `backend={backend}` makes of the key, from the per-step tables of "
+               f"[docs/{page}](../{page}): a {header.split('(', 1)[1].rstrip(')')} key, *refused* (the compile fails "
+               "and names the key), or *no effect*." for backend, header, page in ENGINE_COLUMNS],
+             "",
              *[f"- [`{s.id}`](#{s.id.replace('/', '')})" for s in steps], ""]  # fmt: skip
-    parts += [config_section(s, nemo_rl.get(s.id)) for s in steps]
+    for s in steps:
+        columns = [(header, mappings[backend][s.id]) for backend, header, _ in ENGINE_COLUMNS
+                   if s.id in mappings.get(backend, {})]  # fmt: skip
+        parts.append(config_section(s, columns))
     return "\n".join(parts).rstrip() + "\n"
 
 

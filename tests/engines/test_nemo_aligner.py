@@ -220,8 +220,6 @@ def test_the_dry_run_imports_neither_torch_nor_nemo_run(home: Path) -> None:
 
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "nemo-aligner.md"
-SHARED_WITH_REINFORCE = ("inputs.prompts", "inputs.policy", "trainer.", "optim.", "generation.", "reward.",
-                         "checkpoint.", "eval.", "runtime.", "nemo_rl.", "backend", "outputs.policy")  # fmt: skip
 
 
 def _tables() -> dict[str, dict[str, str]]:
@@ -240,10 +238,6 @@ def test_the_docs_table_names_every_schema_key(step: str) -> None:
     keys = {f.key for f in schema_fields(Catalog().get(step).config_schema())}
     leaves = {k for k in keys if not any(other.startswith(k + ".") for other in keys)}
     table = tables[step]
-    covered = set(table) | {
-        k for k in leaves if k.startswith("nemo_rl.") and "nemo_rl.*" in tables["rl/reinforce"]
-    }
-    if step == "rl/ppo":  # the page says these map as for rl/reinforce
-        covered |= {k for k in leaves if k.startswith(SHARED_WITH_REINFORCE) and k in tables["rl/reinforce"]}
+    covered = set(table) | {k for k in leaves if k.startswith("nemo_rl.") and "nemo_rl.*" in table}
     assert sorted(leaves - covered) == []
     assert sorted(set(table) - keys - {"nemo_rl.*"}) == []  # no row for a key that is gone

@@ -13,9 +13,10 @@ from nemotron.compile import compose_config
 from nemotron.docblocks import parse_blocks
 from nemotron.docgen import (
     BUILTIN_UNREAD,
+    ENGINE_COLUMNS,
     config_reference,
     config_reference_path,
-    nemo_rl_mapping,
+    engine_mapping,
     reference_path,
     schema_fields,
     step_reference,
@@ -65,17 +66,38 @@ def test_every_schema_field_has_a_description(step_id: str) -> None:
     assert [f.key for f in fields if not f.description] == []
 
 
-def test_the_config_reference_shows_the_nemo_rl_mapping_of_every_rl_key() -> None:
-    mapping = nemo_rl_mapping()
-    assert sorted(mapping) == ["rl/ppo", "rl/reinforce", "rl/rlhf"]
+@pytest.mark.parametrize(
+    ("page", "steps", "key", "cell"),
+    [
+        (
+            "nemo-rl.md",
+            ["rl/ppo", "rl/reinforce", "rl/rlhf"],
+            "trainer.log_interval",
+            "NeMo-RL logs every step",
+        ),
+        (
+            "nemo-aligner.md",
+            ["rl/ppo", "rl/reinforce", "rm/serve"],
+            "trainer.max_steps",
+            "trainer.ppo.max_steps",
+        ),
+    ],
+)
+def test_the_config_reference_shows_each_engines_mapping_of_every_key(
+    page: str, steps: list[str], key: str, cell: str
+) -> None:
+    """Each engine's key-by-key page (docs/nemo-rl.md, docs/nemo-aligner.md) is a column of the reference: every
+    row of the page stands in the step's section, in a table whose header names the engine."""
+    mapping = engine_mapping(page)
+    assert sorted(mapping) == steps
+    header = next(h for _, h, p in ENGINE_COLUMNS if p == page)
     text = config_reference_path().read_text()
     for step_id, rows in mapping.items():
         section = text.split(f"## `{step_id}`\n")[1].split("\n## ")[0]
-        for key, cell in rows.items():
-            assert f"| `{key}` |" in section and cell in section, (step_id, key)
-    assert (
-        "refused on nemo_rl when not 1 (NeMo-RL logs every step)" in mapping["rl/ppo"]["trainer.log_interval"]
-    )
+        assert header in section, (step_id, header)
+        for k, c in rows.items():  # a `group.*` row speaks for every key of the group
+            assert f"| `{k.removesuffix('*')}" in section and c in section, (step_id, k)
+    assert cell in mapping["rl/ppo"][key]
 
 
 def test_keys_listed_as_unread_by_the_builtin_engine_are_still_unread() -> None:
