@@ -90,7 +90,7 @@ def test_the_config_reference_shows_each_engines_mapping_of_every_key(
     row of the page stands in the step's section, in a table whose header names the engine."""
     mapping = engine_mapping(page)
     assert sorted(mapping) == steps
-    header = next(h for _, h, p in ENGINE_COLUMNS if p == page)
+    header = next(f"| {backend} ({runs}) |" for backend, runs, p in ENGINE_COLUMNS if p == page)
     text = config_reference_path().read_text()
     for step_id, rows in mapping.items():
         section = text.split(f"## `{step_id}`\n")[1].split("\n## ")[0]

@@ -72,7 +72,8 @@ class HetJob:
     image: str  # "": no container, the nodes' own environment
     groups: tuple[HetGroup, ...]
     outputs: tuple[tuple[str, str], ...] = ()
-    ports: tuple[tuple[str, str], ...] = ()  # (variable, shell arithmetic) exported before the groups start
+    # (variable, offset): exported before the groups start, the executor's per-job port plus the offset
+    ports: tuple[tuple[str, int], ...] = ()
     shown: str = ""  # what --dry-run prints before the executor's text (the engine's compiled commands)
 
 

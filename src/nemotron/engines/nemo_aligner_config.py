@@ -9,7 +9,7 @@ variables the executor exports (`${oc.env:...}`), so every override is a fixed w
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +51,7 @@ class Script:
 class AlignerRun:
     groups: list[Script]  # servers first, the actor last
     outputs: dict[str, str]  # our output name -> the .nemo the run leaves
-    ports: dict[str, str]  # port variable -> shell arithmetic the executor exports before the groups
+    ports: dict[str, int]  # port variable -> its offset from the job's port, which the executor picks per job
     notes: list[str]
 
 
@@ -208,7 +208,10 @@ def _placement(nodes: int, gpus: int) -> list[tuple[str, Any]]:
     return [("trainer.num_nodes", nodes), ("trainer.devices", max(gpus, 1))]
 
 
-def _reward_server(rm: str, port: Any, nodes: int, gpus: int, c: dict[str, Any]) -> Script:
+def _reward_server(
+    rm: str, port: Any, nodes: int, gpus: int, c: dict[str, Any], inference: Sequence[tuple[str, Any]] = ()
+) -> Script:
+    """serve_reward_model.py on `rm`; `inference` adds rm/serve's own `inference.*` overrides."""
     precision = PRECISION.get(c["runtime"]["precision"], ("bf16", True))[0]
     return Script(
         "reward",
@@ -217,6 +220,7 @@ def _reward_server(rm: str, port: Any, nodes: int, gpus: int, c: dict[str, Any])
         [
             ("rm_model_file", rm),
             ("inference.port", port),
+            *inference,
             *_placement(nodes, gpus),
             ("trainer.precision", precision),
         ],
@@ -276,7 +280,7 @@ def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: 
     servers = ((REWARD_HOST_ENV, REWARD_PORT_ENV),)
     actor = _actor(c, refuse, "reinforce", job_dir, batch, nodes, gpus, wiring, servers)
     outputs = {"policy": _nemo(job_dir, "actor_results", ACTOR_NAME["rl/reinforce"])}
-    return AlignerRun([rm, actor], outputs, {REWARD_PORT_ENV: _PORT}, [])
+    return AlignerRun([rm, actor], outputs, {REWARD_PORT_ENV: 0}, [])
 
 
 def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
@@ -337,7 +341,7 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
         "policy": _nemo(job_dir, "actor_results", ACTOR_NAME["rl/ppo"]),
         "critic": _nemo(job_dir, "critic_results", CRITIC_NAME),
     }
-    ports = {REWARD_PORT_ENV: _PORT, CRITIC_PORT_ENV: f"$(({REWARD_PORT_ENV} + 1))"}
+    ports = {REWARD_PORT_ENV: 0, CRITIC_PORT_ENV: 1}
     return AlignerRun([critic_server, rm, actor], outputs, ports, [])
 
 
@@ -356,12 +360,12 @@ def compile_serve(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int,
         ("server.max_connections", "PyTriton has no such limit"),
         ("server.max_body_bytes", "PyTriton has no such limit"),
     )
-    server = _reward_server(c["inputs"]["reward_model"] or "", s["port"], nodes, gpus, c)
-    server.overrides[2:2] = [
+    inference = [
         ("inference.model_name", s["model_name"]),
         ("inference.max_queue_delay_microseconds", round(s["max_queue_delay_ms"] * 1000)),
         ("inference.inference_micro_batch_size", s["preferred_batch_size"]),
     ]
+    server = _reward_server(c["inputs"]["reward_model"] or "", s["port"], nodes, gpus, c, inference)
     if c["runtime"]["device"] == "cpu":
         refuse("runtime.device", "NeMo-Aligner serves on GPUs only")
     notes = [
@@ -369,9 +373,6 @@ def compile_serve(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int,
         "its client sends, cut to the model's encoder_seq_length"
     ]
     return AlignerRun([server], {}, {}, notes)
-
-
-_PORT = "$((20000 + SLURM_JOB_ID % 10000))"  # a port per job, so two jobs sharing a node never collide
 
 
 def _nemo(job_dir: str, log_dir: str, name: str) -> str:

@@ -37,7 +37,7 @@ def plan_het(job: Job, launch: HetJob) -> slurm.SlurmPlan:
     assert isinstance(profile, SlurmProfile), profile
     python = profile.python or "python"
     paths = slurm.cluster_paths(job, nemotron_home(), python)
-    ports = [f"export {name}={value}" for name, value in launch.ports]
+    ports = [f"export {name}={slurm.per_job_port(offset)}" for name, offset in launch.ports]
     task = job.step_id.replace("/", "-").replace(".", "-")
     gpus = profile.gpus_per_node or None  # NeMo-Run sets --gpus-per-node for every group or none
     groups = []

@@ -271,14 +271,25 @@ def job_env(job: Job, paths: ClusterPaths) -> tuple[tuple[tuple[str, str], ...],
     return tuple((k.upper(), shlex.quote(v)) for k, v in env), secret_names
 
 
+def per_job_port(offset: int = 0) -> str:
+    """Shell arithmetic for a port of this job: one per job, so two jobs sharing a node never collide, and every
+    group of a heterogeneous job computes the same one."""
+    return f"$((20000 + SLURM_JOB_ID % 10000{f' + {offset}' if offset else ''}))"
+
+
 def shared_fields(
-    job: Job, paths: ClusterPaths, image: str | None, extra_setup: Sequence[str] = ()
+    job: Job,
+    paths: ClusterPaths,
+    image: str | None,
+    extra_setup: Sequence[str] = (),
+    extra_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The fields every Slurm script of a job shares (a Ray cluster's, an engine's hetjob): time and place, the
-    container and its mounts, the exported environment, and the setup lines (the secrets sourced, `extra_setup`,
-    the image imported, the profile's own)."""
+    """The fields every Slurm script of a job shares (our step's, a Ray cluster's, an engine's hetjob): time and
+    place, the container and its mounts, the exported environment, and the setup lines (the secrets sourced, when
+    the profile or `extra_secrets` has any, `extra_setup`, the image imported, the profile's own)."""
     p = slurm_profile(job)
     env, secret_names = job_env(job, paths)
+    secret_names += extra_secrets
     secrets = [secrets_source_line(f"{paths.job_dir}/{SECRETS_FILE}")] if secret_names else []
     image, import_lines, mounts = containers.container(job, paths, image)
     return {
@@ -317,16 +328,9 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
     # NeMo-Run writes --gpus-per-node for every group once the first has it: all groups set it, or none.
     gpus = p.gpus_per_node or None
 
-    quoted_env, secret_names = job_env(job, paths)
-    setup: list[str] = []
-    if served is not None:
-        secret_names.append(REWARD_TOKEN_ENV)
-        # A port per job, so two jobs sharing a node never collide; both groups compute the same one.
-        setup.append(f"export {REWARD_PORT_ENV}=$((20000 + SLURM_JOB_ID % 10000))")
-    if secret_names:
-        setup.insert(0, secrets_source_line(f"{paths.job_dir}/{SECRETS_FILE}"))
-    image, import_lines, mounts = containers.container(job, paths, p.container_image)
-    setup += import_lines
+    served_setup = [f"export {REWARD_PORT_ENV}={per_job_port()}"] if served is not None else []
+    served_secrets = [REWARD_TOKEN_ENV] if served is not None else []
+    fields = shared_fields(job, paths, p.container_image, served_setup, served_secrets)
 
     nodes, tasks, notes = step_shape(job, p, distributed)
     if served is None:
@@ -355,17 +359,9 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
         task=task,
         groups=groups,
         paths=paths,
-        time=p.time,
-        account=p.account,
-        partition=partition_for(job),
         cpus_per_task=p.cpus_per_task or job.resources.cpus,
-        mem=p.mem,
-        container_image=image,
-        mounts=mounts,
-        env=quoted_env,
-        setup=tuple(setup + list(p.setup)),
-        secret_names=tuple(secret_names),
         notes=tuple(notes),
+        **fields,
     )
 
 
