@@ -52,7 +52,10 @@ class RankBatches(Generic[T]):
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
-        self.per_rank = max(1, self.global_batch // self.world_size)
+
+    @property
+    def per_rank(self) -> int:
+        return max(1, self.global_batch // self.world_size)
 
     def next(self) -> list[T]:
         return self.rng.sample(self.train, min(self.per_rank, len(self.train)))
