@@ -7,11 +7,16 @@ Regenerate with `python -m nemotron.docgen`; a test fails when a committed file 
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
+import itertools
 import json
 import os
 import platform
 import re
 import sys
+import textwrap
 import time
 import types
 import typing
@@ -141,14 +146,14 @@ class SchemaField:
     key: str
     info: FieldInfo
     group: type[BaseModel] | None
+    doc: str  # the docstring under the field's declaration, "" when it has none
 
     @property
     def description(self) -> str:
-        """The field's description, or for a group without one its class docstring."""
-        if self.info.description:
-            return self.info.description
-        doc = self.group.__doc__ if self.group else None
-        return " ".join(doc.split()) if doc else ""
+        """The field's description (its docstring, or a `Field(description=...)`), or for a group without one
+        its class docstring."""
+        text = self.doc or self.info.description or (self.group.__doc__ if self.group else None)
+        return " ".join(text.split()) if text else ""
 
 
 def _group_of(annotation: Any) -> type[BaseModel] | None:
@@ -158,11 +163,33 @@ def _group_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+@functools.cache
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """The docstrings under the fields `cls` itself declares (a string statement right after `name: T = ...`),
+    read from its source."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    return {
+        field.target.id: doc.value.value
+        for field, doc in itertools.pairwise(body)
+        if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
+        and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)
+    }  # fmt: skip
+
+
+def _field_doc(model: type[BaseModel], name: str) -> str:
+    own = [c for c in model.__mro__ if issubclass(c, BaseModel) and c is not BaseModel]
+    return next((d[name] for c in own if name in (d := _attribute_docs(c))), "")
+
+
 def schema_fields(model: type[BaseModel], prefix: str = "") -> Iterator[SchemaField]:
     """Every field of `model`, groups before their keys, depth first, in declaration order."""
     for name, info in model.model_fields.items():
         group = _group_of(info.annotation)
-        yield SchemaField(prefix + name, info, group)
+        yield SchemaField(prefix + name, info, group, _field_doc(model, name))
         if group is not None:
             yield from schema_fields(group, f"{prefix}{name}.")
 

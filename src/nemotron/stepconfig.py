@@ -8,7 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Strict(BaseModel):
-    """Every config group rejects unknown keys, so a typo is an error with a suggestion, never silently ignored."""
+    """Every config group rejects unknown keys, so a typo is an error with a suggestion, never silently ignored.
+    A key's description is the docstring under it: docgen reads it from the source for the config reference
+    (pydantic's use_attribute_docstrings would parse every schema's source on each run, ~30 ms of a dry-run)."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
@@ -17,113 +19,70 @@ class ModelArch(Strict):
     """Architecture of a model built from a config with random weights (no inputs.init_from): a tiny member of a
     Hugging Face causal-LM family, named in GPT-2's terms."""
 
-    family: Literal["gpt2", "llama", "qwen2", "mistral"] = Field(
-        "gpt2",
-        description="the transformers model family (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-        "MistralForCausalLM); ignored with inputs.init_from",
-    )
-    n_layer: int = Field(
-        2,
-        ge=1,
-        description="transformer blocks (GPT2Config.n_layer, num_hidden_layers); ignored with inputs.init_from",
-    )
-    n_embd: int = Field(
-        64, ge=8, description="hidden size; must divide by n_head (GPT2Config.n_embd, hidden_size)"
-    )
-    n_head: int = Field(
-        4, ge=1, description="attention heads per block (GPT2Config.n_head, num_attention_heads)"
-    )
-    n_positions: int = Field(
-        64,
-        ge=8,
-        description="context length in tokens: prompt plus response must fit (GPT2Config.n_positions, "
-        "max_position_embeddings)",
-    )
+    family: Literal["gpt2", "llama", "qwen2", "mistral"] = "gpt2"
+    """the transformers model family (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM,
+    MistralForCausalLM); ignored with inputs.init_from"""
+    n_layer: int = Field(2, ge=1)
+    """transformer blocks (GPT2Config.n_layer, num_hidden_layers); ignored with inputs.init_from"""
+    n_embd: int = Field(64, ge=8)
+    """hidden size; must divide by n_head (GPT2Config.n_embd, hidden_size)"""
+    n_head: int = Field(4, ge=1)
+    """attention heads per block (GPT2Config.n_head, num_attention_heads)"""
+    n_positions: int = Field(64, ge=8)
+    """context length in tokens: prompt plus response must fit (GPT2Config.n_positions,
+    max_position_embeddings)"""
 
 
 class SupervisedTrainer(Strict):
     """The training loop of sft and rm/train: each optimizer step learns from a random global batch of the
     training records (sft examples, rm/train preference pairs); a seeded share is held out."""
 
-    max_steps: int = Field(
-        300, ge=1, description="optimizer steps (NeMo-Aligner: trainer.{sft,rm}.max_steps)"
-    )
-    global_batch_size: int = Field(
-        64,
-        ge=1,
-        description="records per optimizer step, split evenly over ranks (NeMo-Aligner: model.global_batch_size)",
-    )
-    max_length: int = Field(
-        32, ge=4, description="tokens per sequence (prompt + response, + EOS for sft); longer ones are cut"
-    )
-    validation_fraction: float = Field(
-        0.05,
-        ge=0,
-        lt=1,
-        description="share of records held out (seeded split) for sft's val_loss and rm/train's val_accuracy "
-        "(rm/train holds out at least one pair)",
-    )
-    log_interval: int = Field(25, ge=1, description="print a summary line and validate every N steps")
+    max_steps: int = Field(300, ge=1)
+    """optimizer steps (NeMo-Aligner: trainer.{sft,rm}.max_steps)"""
+    global_batch_size: int = Field(64, ge=1)
+    """records per optimizer step, split evenly over ranks (NeMo-Aligner: model.global_batch_size)"""
+    max_length: int = Field(32, ge=4)
+    """tokens per sequence (prompt + response, + EOS for sft); longer ones are cut"""
+    validation_fraction: float = Field(0.05, ge=0, lt=1)
+    """share of records held out (seeded split) for sft's val_loss and rm/train's val_accuracy (rm/train holds
+    out at least one pair)"""
+    log_interval: int = Field(25, ge=1)
+    """print a summary line and validate every N steps"""
 
 
 class Optim(Strict):
     """AdamW and its learning-rate schedule (NeMo-Aligner: model.optim; NeMo-RL: policy.optimizer)."""
 
-    lr: float = Field(
-        1e-5, gt=0, description="peak learning rate, reached after warmup_steps (NeMo-Aligner: optim.lr)"
-    )
-    weight_decay: float = Field(
-        0.0, ge=0, description="AdamW decoupled weight decay (NeMo-Aligner: optim.weight_decay)"
-    )
-    adam_beta1: float = Field(
-        0.9, description="AdamW beta1, the gradient moving-average factor (NeMo-Aligner: optim.betas[0])"
-    )
-    adam_beta2: float = Field(
-        0.999,
-        description="AdamW beta2, the squared-gradient moving-average factor (NeMo-Aligner: optim.betas[1])",
-    )
-    clip_grad: float = Field(
-        1.0,
-        gt=0,
-        description="max global gradient norm before each step (NeMo-Aligner: gradient_clip_val; NeMo-RL: "
-        "max_grad_norm)",
-    )
-    warmup_steps: int = Field(
-        0,
-        ge=0,
-        description="optimizer steps of linear warm-up from lr/warmup_steps to lr (0 = none; NeMo-Aligner: "
-        "optim.sched.warmup_steps)",
-    )
-    min_lr_ratio: float = Field(
-        1.0,
-        gt=0,
-        le=1,
-        description="decay linearly to lr * this by the last step (1 = constant; NeMo-Aligner: "
-        "optim.sched.min_lr / lr). The built-in RL steps do not decay yet: there only warm-up applies",
-    )
+    lr: float = Field(1e-5, gt=0)
+    """peak learning rate, reached after warmup_steps (NeMo-Aligner: optim.lr)"""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW decoupled weight decay (NeMo-Aligner: optim.weight_decay)"""
+    adam_beta1: float = 0.9
+    """AdamW beta1, the gradient moving-average factor (NeMo-Aligner: optim.betas[0])"""
+    adam_beta2: float = 0.999
+    """AdamW beta2, the squared-gradient moving-average factor (NeMo-Aligner: optim.betas[1])"""
+    clip_grad: float = Field(1.0, gt=0)
+    """max global gradient norm before each step (NeMo-Aligner: gradient_clip_val; NeMo-RL: max_grad_norm)"""
+    warmup_steps: int = Field(0, ge=0)
+    """optimizer steps of linear warm-up from lr/warmup_steps to lr (0 = none; NeMo-Aligner:
+    optim.sched.warmup_steps)"""
+    min_lr_ratio: float = Field(1.0, gt=0, le=1)
+    """decay linearly to lr * this by the last step (1 = constant; NeMo-Aligner: optim.sched.min_lr / lr). The
+    built-in RL steps do not decay yet: there only warm-up applies"""
 
 
 class Generation(Strict):
     """Sampling for rollouts: our torch sampler, or a vLLM engine in the trainer's process (docs/vllm.md)."""
 
-    backend: Literal["torch", "vllm"] = Field(
-        "torch",
-        description="who samples rollouts: our torch sampler, or vLLM colocated with the trainer (its weights synced "
-        "in memory after every optimizer step; CUDA, or vLLM's CPU build in .venv-vllm)",
-    )
-    vllm_gpu_memory_utilization: float = Field(
-        0.3,
-        gt=0,
-        le=1,
-        description="with backend vllm: the share of GPU memory vLLM takes for weights and KV cache (on vLLM's CPU "
-        "build, the share of the CPU's memory); the trainer needs the rest (NeMo-RL: vllm_cfg.gpu_memory_utilization)",
-    )
-    vllm_max_model_len: int = Field(
-        0,
-        ge=0,
-        description="with backend vllm: the longest prompt plus response vLLM plans for (0 = the model's context "
-        "length; NeMo-RL: vllm_cfg.max_model_len)",
-    )
+    backend: Literal["torch", "vllm"] = "torch"
+    """who samples rollouts: our torch sampler, or vLLM colocated with the trainer (its weights synced in
+    memory after every optimizer step; CUDA, or vLLM's CPU build in .venv-vllm)"""
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    """with backend vllm: the share of GPU memory vLLM takes for weights and KV cache (on vLLM's CPU build,
+    the share of the CPU's memory); the trainer needs the rest (NeMo-RL: vllm_cfg.gpu_memory_utilization)"""
+    vllm_max_model_len: int = Field(0, ge=0)
+    """with backend vllm: the longest prompt plus response vLLM plans for (0 = the model's context length;
+    NeMo-RL: vllm_cfg.max_model_len)"""
 
     @model_validator(mode="after")
     def _vllm_keys_need_vllm(self) -> Generation:
@@ -134,112 +93,85 @@ class Generation(Strict):
             raise ValueError("vllm_gpu_memory_utilization and vllm_max_model_len act only with backend: vllm")
         return self
 
-    temperature: float = Field(
-        1.0,
-        gt=0,
-        description="sampling temperature; log-probs for the loss are divided by it too "
-        "(NeMo-Aligner: sampling_params.temperature)",
-    )
-    top_k: int = Field(0, ge=0, description="sample from the k most likely tokens only (0 = off)")
-    top_p: float = Field(
-        1.0,
-        gt=0,
-        le=1.0,
-        description="nucleus sampling: the smallest token set with this much mass (1 = off)",
-    )
-    max_new_tokens: int = Field(
-        16,
-        ge=1,
-        description="longest response in tokens; longer ones are cut and count as not ended "
-        "(NeMo-Aligner: length_params.max_length)",
-    )
-    stop_strings: list[str] = Field(
-        [],
-        description="end a response on the token that completes one of these strings; that token is kept, as in "
-        "vLLM's output tokens (NeMo-Aligner: sampling_params.end_strings)",
-    )
+    temperature: float = Field(1.0, gt=0)
+    """sampling temperature; log-probs for the loss are divided by it too (NeMo-Aligner:
+    sampling_params.temperature)"""
+    top_k: int = Field(0, ge=0)
+    """sample from the k most likely tokens only (0 = off)"""
+    top_p: float = Field(1.0, gt=0, le=1.0)
+    """nucleus sampling: the smallest token set with this much mass (1 = off)"""
+    max_new_tokens: int = Field(16, ge=1)
+    """longest response in tokens; longer ones are cut and count as not ended (NeMo-Aligner:
+    length_params.max_length)"""
+    stop_strings: list[str] = []
+    """end a response on the token that completes one of these strings; that token is kept, as in vLLM's
+    output tokens (NeMo-Aligner: sampling_params.end_strings)"""
 
 
 class Checkpointing(Strict):
     """Training checkpoints for exact resume (weights, optimizer, RNG streams, data position)."""
 
-    save_interval: int = Field(0, ge=0, description="save every N steps (0 = only at the end)")
-    resume: bool = Field(False, description="continue from the job's (or resume_from's) last checkpoint")
-    resume_from: str | None = Field(None, description="job id or checkpoint dir to resume from")
-    force: bool = Field(False, description="resume even if the checkpoint's model or config differs")
+    save_interval: int = Field(0, ge=0)
+    """save every N steps (0 = only at the end)"""
+    resume: bool = False
+    """continue from the job's (or resume_from's) last checkpoint"""
+    resume_from: str | None = None
+    """job id or checkpoint dir to resume from"""
+    force: bool = False
+    """resume even if the checkpoint's model or config differs"""
 
 
 class RewardServer(Strict):
     """Where the reward model is served. With no url, local runs start rm/serve beside the trainer."""
 
-    url: str | None = Field(
-        None,
-        description="base URL of a running rm/serve (http://host:port); unset: $NEMOTRON_REWARD_URL (a Slurm "
-        "hetjob's server), else a sibling rm/serve on a free loopback port (NeMo-Aligner: remote_rm.reward_model.ip/port)",
-    )
-    token_file: str | None = Field(
-        None,
-        description="file (mode 0600) holding the bearer token for url; unset: $NEMOTRON_REWARD_TOKEN. Never the "
-        "token itself: a command line is visible in ps",
-    )
-    timeout_s: float = Field(30.0, gt=0, description="seconds to wait for one scoring request")
-    retries: int = Field(
-        5,
-        ge=0,
-        description="re-sends, with exponential backoff, of a request that failed (connection error, timeout or 5xx answer)",
-    )
+    url: str | None = None
+    """base URL of a running rm/serve (http://host:port); unset: $NEMOTRON_REWARD_URL (a Slurm hetjob's
+    server), else a sibling rm/serve on a free loopback port (NeMo-Aligner: remote_rm.reward_model.ip/port)"""
+    token_file: str | None = None
+    """file (mode 0600) holding the bearer token for url; unset: $NEMOTRON_REWARD_TOKEN. Never the token
+    itself: a command line is visible in ps"""
+    timeout_s: float = Field(30.0, gt=0)
+    """seconds to wait for one scoring request"""
+    retries: int = Field(5, ge=0)
+    """re-sends, with exponential backoff, of a request that failed (connection error, timeout or 5xx answer)
+    """
 
 
 class RLInputs(Strict):
     """The artifacts rl/reinforce and rl/ppo read: an artifact reference (name:latest, name:vN, art://...) or a
     path."""
 
-    prompts: str | None = Field(
-        None, description="prompt JSONL, one {prompt} per line (prompt_jsonl): artifact ref or path"
-    )
-    policy: str | None = Field(
-        None,
-        description="the SFT policy (checkpoint_hf) to align; it also starts the frozen initial (reference) policy",
-    )
-    reward_model: str | None = Field(
-        None,
-        description="the reward model (reward_model_hf): served by rm/serve, or loaded with reward.source=in_process; "
-        "rl/ppo also initialises its critic from it (backbone and head)",
-    )
+    prompts: str | None = None
+    """prompt JSONL, one {prompt} per line (prompt_jsonl): artifact ref or path"""
+    policy: str | None = None
+    """the SFT policy (checkpoint_hf) to align; it also starts the frozen initial (reference) policy"""
+    reward_model: str | None = None
+    """the reward model (reward_model_hf): served by rm/serve, or loaded with reward.source=in_process; rl/ppo
+    also initialises its critic from it (backbone and head)"""
 
 
 class RLTrainer(Strict):
     """The rollout + update loop of rl/reinforce and rl/ppo (NeMo-Aligner: trainer.{reinforce,ppo}.* and
     model.{reinforce,ppo}.*)."""
 
-    max_steps: int = Field(
-        100, ge=1, description="rollout + update steps (NeMo-Aligner: trainer.{reinforce,ppo}.max_steps)"
-    )
-    num_prompts_per_step: int = Field(
-        16,
-        ge=1,
-        description="prompts per step over all ranks; each gets num_rollouts_per_prompt responses "
-        "(NeMo-Aligner: model.{reinforce,ppo}.num_rollout_samples)",
-    )
-    micro_batch_size: int = Field(
-        16,
-        ge=1,
-        description="responses per forward/backward pass of the actor (and of rl/ppo's critic); gradients accumulate "
-        "to one optimizer step per epoch (NeMo-Aligner: model.micro_batch_size)",
-    )
-    log_interval: int = Field(
-        1, ge=1, description="print a summary line every N steps (metrics.jsonl gets every step)"
-    )
+    max_steps: int = Field(100, ge=1)
+    """rollout + update steps (NeMo-Aligner: trainer.{reinforce,ppo}.max_steps)"""
+    num_prompts_per_step: int = Field(16, ge=1)
+    """prompts per step over all ranks; each gets num_rollouts_per_prompt responses (NeMo-Aligner:
+    model.{reinforce,ppo}.num_rollout_samples)"""
+    micro_batch_size: int = Field(16, ge=1)
+    """responses per forward/backward pass of the actor (and of rl/ppo's critic); gradients accumulate to one
+    optimizer step per epoch (NeMo-Aligner: model.micro_batch_size)"""
+    log_interval: int = Field(1, ge=1)
+    """print a summary line every N steps (metrics.jsonl gets every step)"""
 
 
 class RewardSource(Strict):
     """Where the rewards come from."""
 
-    source: Literal["server", "in_process"] = Field(
-        "server",
-        description="server: ask an rm/serve over HTTP (KServe v2, as NeMo-Aligner's remote_rm); in_process: "
-        "load inputs.reward_model into the trainer (no server; local runs only)",
-    )
+    source: Literal["server", "in_process"] = "server"
+    """server: ask an rm/serve over HTTP (KServe v2, as NeMo-Aligner's remote_rm); in_process: load
+    inputs.reward_model into the trainer (no server; local runs only)"""
     server: RewardServer = RewardServer()
 
 
@@ -279,97 +211,81 @@ def kl_estimator_field(default: KLEstimator, where_else: str) -> Any:
 class DataRuntime(Strict):
     """Process settings of a step that runs no model."""
 
-    seed: int = Field(1234, description="seed of everything the step draws at random")
+    seed: int = 1234
+    """seed of everything the step draws at random"""
 
 
 class Runtime(Strict):
     """Process settings: seeds, CPU threads, device and precision (docs/rl-engine.md)."""
 
-    seed: int = Field(
-        1234, description="seed of model init, data order and sampling (rank r samples with seed*1000+r)"
-    )
-    num_threads: int = Field(2, ge=1, description="torch CPU threads per process")
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto",
-        description="where models, optimizer state and batches live: auto = CUDA when present, else the CPU; each "
-        "torchrun rank takes cuda:LOCAL_RANK. cuda on a machine without one is exit 2 before any work. NeMo-RL "
-        "refuses cpu",
-    )
-    precision: Literal["fp32", "bf16", "bf16-mixed"] = Field(
-        "fp32",
-        description="fp32; bf16 (weights, gradients and optimizer state in bfloat16); bf16-mixed (fp32 master "
-        "weights and optimizer, forwards under bfloat16 autocast). Logprobs for the loss and the KL are fp32 in "
-        "every mode",
-    )
+    seed: int = 1234
+    """seed of model init, data order and sampling (rank r samples with seed*1000+r)"""
+    num_threads: int = Field(2, ge=1)
+    """torch CPU threads per process"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """where models, optimizer state and batches live: auto = CUDA when present, else the CPU; each torchrun
+    rank takes cuda:LOCAL_RANK. cuda on a machine without one is exit 2 before any work. NeMo-RL refuses
+    cpu"""
+    precision: Literal["fp32", "bf16", "bf16-mixed"] = "fp32"
+    """fp32; bf16 (weights, gradients and optimizer state in bfloat16); bf16-mixed (fp32 master weights and
+    optimizer, forwards under bfloat16 autocast). Logprobs for the loss and the KL are fp32 in every mode"""
 
 
 class ServeRuntime(Strict):
     """Process settings of a server: CPU threads, device and weight precision."""
 
-    num_threads: int = Field(2, ge=1, description="torch CPU threads of the server process")
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto",
-        description="where the served model runs: auto = CUDA when present (cuda:LOCAL_RANK), else the CPU; cuda "
-        "on a machine without one is exit 2",
-    )
-    precision: Literal["fp32", "bf16"] = Field("fp32", description="dtype of the served weights")
+    num_threads: int = Field(2, ge=1)
+    """torch CPU threads of the server process"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """where the served model runs: auto = CUDA when present (cuda:LOCAL_RANK), else the CPU; cuda on a
+    machine without one is exit 2"""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """dtype of the served weights"""
 
 
 class TrainRuntime(Runtime):
     """Process settings of a training step: Runtime plus memory controls."""
 
-    gradient_checkpointing: bool = Field(
-        False,
-        description="recompute each block's activations in the backward pass instead of storing them: less "
-        "memory, about a third more compute (transformers' gradient_checkpointing_enable)",
-    )
+    gradient_checkpointing: bool = False
+    """recompute each block's activations in the backward pass instead of storing them: less memory, about a
+    third more compute (transformers' gradient_checkpointing_enable)"""
 
 
 class Evaluation(Strict):
     """Before/after evaluation on a fixed prompt subset (logged as eval_rm_*, eval_gt_*, eval_distinct_*)."""
 
-    task: Literal["sentiment", "reverse"] | None = Field(
-        None, description="task whose ground-truth scorer to report"
-    )
-    num_prompts: int = Field(
-        64, ge=0, description="evaluate on the first N training prompts before and after training (0 = skip)"
-    )
-    seed: int = Field(
-        7, description="sampling seed of the evaluation responses, so before and after are comparable"
-    )
+    task: Literal["sentiment", "reverse"] | None = None
+    """task whose ground-truth scorer to report"""
+    num_prompts: int = Field(64, ge=0)
+    """evaluate on the first N training prompts before and after training (0 = skip)"""
+    seed: int = 7
+    """sampling seed of the evaluation responses, so before and after are comparable"""
 
 
 class NemoRL(Strict):
     """Settings only `backend: nemo_rl` reads (NeMo-RL v0.7.0 in its container). The built-in backend refuses
     non-default values here, because there they would do nothing."""
 
-    policy_backend: Literal["dtensor", "megatron"] = Field(
-        "dtensor", description="NeMo-RL's training backend: PyTorch DTensor (FSDP2) or Megatron-Core"
-    )
-    tensor_parallel_size: int = Field(
-        1, ge=1, description="tensor-parallel size of the policy (and critic) training"
-    )
-    pipeline_parallel_size: int = Field(1, ge=1, description="pipeline-parallel size; Megatron-Core only")
-    context_parallel_size: int = Field(1, ge=1, description="context-parallel size of the policy training")
-    sequence_packing: bool = Field(
-        True, description="pack several sequences into one row for the policy's passes"
-    )
-    generation_tensor_parallel_size: int = Field(
-        1, ge=1, description="tensor-parallel size of the vLLM rollout engine"
-    )
-    gpu_memory_utilization: float = Field(0.6, gt=0, le=1, description="share of GPU memory vLLM may take")
-    max_prompt_tokens: int = Field(
-        512,
-        ge=1,
-        description="longest prompt in tokens; the sequence budget is this plus max_new_tokens, and longer prompts "
-        "are masked out of the loss",
-    )
-    reward_model_gpus: int = Field(
-        1,
-        ge=1,
-        description="GPUs of the reward model's own workers: on one node they come out of that node's GPUs, on "
-        "several nodes the reward model gets a node of its own",
-    )
+    policy_backend: Literal["dtensor", "megatron"] = "dtensor"
+    """NeMo-RL's training backend: PyTorch DTensor (FSDP2) or Megatron-Core"""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """tensor-parallel size of the policy (and critic) training"""
+    pipeline_parallel_size: int = Field(1, ge=1)
+    """pipeline-parallel size; Megatron-Core only"""
+    context_parallel_size: int = Field(1, ge=1)
+    """context-parallel size of the policy training"""
+    sequence_packing: bool = True
+    """pack several sequences into one row for the policy's passes"""
+    generation_tensor_parallel_size: int = Field(1, ge=1)
+    """tensor-parallel size of the vLLM rollout engine"""
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    """share of GPU memory vLLM may take"""
+    max_prompt_tokens: int = Field(512, ge=1)
+    """longest prompt in tokens; the sequence budget is this plus max_new_tokens, and longer prompts are
+    masked out of the loss"""
+    reward_model_gpus: int = Field(1, ge=1)
+    """GPUs of the reward model's own workers: on one node they come out of that node's GPUs, on several nodes
+    the reward model gets a node of its own"""
 
 
 class RLConfig(Strict):
@@ -382,7 +298,8 @@ class RLConfig(Strict):
     )
     inputs: RLInputs = RLInputs()
     trainer: RLTrainer = RLTrainer()
-    optim: Optim = Field(Optim(), description="the policy's (actor's) optimizer")
+    optim: Optim = Optim()
+    """the policy's (actor's) optimizer"""
     generation: Generation = Generation()
     reward: RewardSource = RewardSource()
     checkpoint: Checkpointing = Checkpointing()

@@ -1,26 +1,23 @@
 """Config schema of sft: supervised fine-tuning of a causal LM, built from a model config (random init, with a
 tokenizer trained on the data) or started from a checkpoint."""
 
-from pydantic import Field
-
 from nemotron.stepconfig import ModelArch, Optim, Strict, SupervisedTrainer, TrainRuntime
 
 
 class Inputs(Strict):
     """The artifacts sft reads: an artifact reference (name:latest, name:vN, art://...) or a path."""
 
-    data: str | None = Field(None, description="SFT JSONL, one {prompt, response} per line (type sft_jsonl)")
-    init_from: str | None = Field(
-        None,
-        description="start from this checkpoint_hf (weights and tokenizer) instead of a random init from "
-        "model.*",
-    )
+    data: str | None = None
+    """SFT JSONL, one {prompt, response} per line (type sft_jsonl)"""
+    init_from: str | None = None
+    """start from this checkpoint_hf (weights and tokenizer) instead of a random init from model.*"""
 
 
 class Outputs(Strict):
     """Names the outputs are registered under in the artifact store."""
 
-    policy: str = Field("sft_policy", description="artifact name of the fine-tuned policy (checkpoint_hf)")
+    policy: str = "sft_policy"
+    """artifact name of the fine-tuned policy (checkpoint_hf)"""
 
 
 class Config(Strict):
@@ -28,11 +25,9 @@ class Config(Strict):
 
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
-    model: ModelArch = Field(
-        ModelArch(), description="architecture of a random-init policy (unused with inputs.init_from)"
-    )
+    model: ModelArch = ModelArch()
+    """architecture of a random-init policy (unused with inputs.init_from)"""
     trainer: SupervisedTrainer = SupervisedTrainer()
-    optim: Optim = Field(
-        Optim(lr=3e-3, warmup_steps=20, min_lr_ratio=0.1), description="the policy's optimizer"
-    )
+    optim: Optim = Optim(lr=3e-3, warmup_steps=20, min_lr_ratio=0.1)
+    """the policy's optimizer"""
     runtime: TrainRuntime = TrainRuntime()

@@ -16,43 +16,30 @@ from nemotron.stepconfig import (
 class Outputs(Strict):
     """Names the outputs are registered under in the artifact store."""
 
-    policy: str = Field("reinforce_policy", description="artifact name of the aligned policy")
+    policy: str = "reinforce_policy"
+    """artifact name of the aligned policy"""
 
 
 class Reinforce(Strict):
     """REINFORCE with a leave-one-out (RLOO) baseline and a KL penalty to the initial policy (NeMo-Aligner:
     trainer.reinforce.*)."""
 
-    initial_policy_kl_penalty: float = Field(
-        0.01,
-        ge=0,
-        description="beta: reward -= beta * KL(policy || initial policy) (NeMo-Aligner: "
-        "initial_policy_kl_penalty; TRL RLOO: kl_coef)",
-    )
+    initial_policy_kl_penalty: float = Field(0.01, ge=0)
+    """beta: reward -= beta * KL(policy || initial policy) (NeMo-Aligner: initial_policy_kl_penalty; TRL RLOO:
+    kl_coef)"""
     kl_estimator: KLEstimator = kl_estimator_field("k1", "NeMo-Aligner's use_absolute_kl: true is abs")
-    kl_in: Literal["reward_sequence_mean", "reward_per_token"] = Field(
-        "reward_sequence_mean",
-        description="reward_sequence_mean: subtract beta times the mean token KL of the "
-        "response (NeMo-Aligner); reward_per_token: subtract beta times the sum of the token KLs",
-    )
-    num_rollouts_per_prompt: int = Field(
-        4,
-        ge=2,
-        description="responses per prompt (RLOO needs >= 2; NeMo-Aligner: num_rollouts_per_prompt; TRL: "
-        "rloo_k)",
-    )
-    reinforce_epochs: int = Field(
-        1, ge=1, description="optimisation passes over each rollout batch, one optimizer step each"
-    )
-    loss_level: Literal["token", "sequence"] = Field(
-        "token",
-        description="average the loss over all response tokens of the global batch (token), or per "
-        "response first (sequence) (NeMo-RL: loss_fn.token_level_loss)",
-    )
-    truncated_responses: Literal["keep", "zero_reward"] = Field(
-        "keep",
-        description="responses without EOS: keep their reward, or score them 0 (they never enter baselines)",
-    )
+    kl_in: Literal["reward_sequence_mean", "reward_per_token"] = "reward_sequence_mean"
+    """reward_sequence_mean: subtract beta times the mean token KL of the response (NeMo-Aligner);
+    reward_per_token: subtract beta times the sum of the token KLs"""
+    num_rollouts_per_prompt: int = Field(4, ge=2)
+    """responses per prompt (RLOO needs >= 2; NeMo-Aligner: num_rollouts_per_prompt; TRL: rloo_k)"""
+    reinforce_epochs: int = Field(1, ge=1)
+    """optimisation passes over each rollout batch, one optimizer step each"""
+    loss_level: Literal["token", "sequence"] = "token"
+    """average the loss over all response tokens of the global batch (token), or per response first (sequence)
+    (NeMo-RL: loss_fn.token_level_loss)"""
+    truncated_responses: Literal["keep", "zero_reward"] = "keep"
+    """responses without EOS: keep their reward, or score them 0 (they never enter baselines)"""
 
 
 class Config(RLConfig):

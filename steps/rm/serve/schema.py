@@ -10,106 +10,62 @@ from nemotron.stepconfig import ServeRuntime, Strict
 class Inputs(Strict):
     """The model to serve: an artifact reference or a path."""
 
-    reward_model: str | None = Field(
-        None, description="reward_model_hf (or, for mode=chat, a causal LM checkpoint_hf)"
-    )
+    reward_model: str | None = None
+    """reward_model_hf (or, for mode=chat, a causal LM checkpoint_hf)"""
 
 
 class Server(Strict):
     """The HTTP server: KServe v2 (Triton's protocol) for mode=reward, OpenAI chat completions for
     mode=chat."""
 
-    host: str = Field(
-        "127.0.0.1",
-        description="bind address; loopback unless told otherwise. Any other address (0.0.0.0) needs a "
-        "bearer token, else the step refuses to start (exit 2)",
-    )
-    port: int = Field(
-        8000, ge=0, le=65535, description="TCP port; 0 = a free port (written to the job's server.json)"
-    )
-    token_file: str | None = Field(
-        None,
-        description="file (mode 0600) holding the bearer token that every request but the health probes "
-        "must carry; unset: the token is $NEMOTRON_REWARD_TOKEN (on Slurm: a profile env_var, kept in the "
-        "job's 0600 secrets file); neither: no auth. Never the token itself: a command line is visible in ps",
-    )
-    mode: Literal["reward", "chat"] = Field(
-        "reward",
-        description="reward: score sequences with a reward model (KServe v2); chat: an OpenAI-compatible "
-        "/v1/chat/completions judge from a causal LM",
-    )
-    model_name: str = Field(
-        "reward_model",
-        description="the model name clients use (/v2/models/<name>/infer; the chat request's model)",
-    )
-    max_batch_size: int = Field(
-        64,
-        ge=1,
-        description="reward: requests are cut into chunks of at most this many sequences; an upper bound of "
-        "preferred_batch_size",
-    )
-    preferred_batch_size: int = Field(
-        64,
-        ge=1,
-        description="reward: the batcher runs as soon as this many sequences wait, and scores at most this "
-        "many per forward pass; at most max_batch_size (Triton: preferred_batch_size)",
-    )
-    max_queue_delay_ms: float = Field(
-        5.0,
-        ge=0,
-        description="reward: longest a request waits for others to fill a batch, in ms (Triton: "
-        "max_queue_delay_microseconds / 1000)",
-    )
-    max_queue_rows: int = Field(
-        65536,
-        ge=1,
-        description="reward: sequences waiting for the model; a request that would queue more gets 503 with "
-        "Retry-After",
-    )
-    max_queue: int = Field(
-        64,
-        ge=1,
-        description="chat: requests queued or generating; one more gets 503 with Retry-After",
-    )
-    read_timeout_s: float = Field(
-        30.0,
-        gt=0,
-        description="a connection that sends nothing for this long is closed (idle keep-alive too)",
-    )
-    request_deadline_s: float = Field(
-        60.0,
-        gt=0,
-        description="a request's head and body must arrive within this many seconds of its first byte "
-        "(cuts slowloris clients; a body still arriving gets 408)",
-    )
-    max_connections: int | None = Field(
-        None,
-        ge=1,
-        description="open client connections; past it an idle one is closed, or the newcomer gets 503. "
-        "Unset: half the open-file limit (raised to the hard limit at start), at most 4096",
-    )
-    max_body_bytes: int = Field(
-        8 << 20,
-        ge=1024,
-        description="largest request body in bytes (after decompression); bigger requests get 413",
-    )
-    max_length: int = Field(
-        128,
-        ge=8,
-        description="reward: tokens per scored sequence, capped at the model's context; a longer one keeps "
-        "its last max_length tokens",
-    )
+    host: str = "127.0.0.1"
+    """bind address; loopback unless told otherwise. Any other address (0.0.0.0) needs a bearer token, else
+    the step refuses to start (exit 2)"""
+    port: int = Field(8000, ge=0, le=65535)
+    """TCP port; 0 = a free port (written to the job's server.json)"""
+    token_file: str | None = None
+    """file (mode 0600) holding the bearer token that every request but the health probes must carry; unset:
+    the token is $NEMOTRON_REWARD_TOKEN (on Slurm: a profile env_var, kept in the job's 0600 secrets file);
+    neither: no auth. Never the token itself: a command line is visible in ps"""
+    mode: Literal["reward", "chat"] = "reward"
+    """reward: score sequences with a reward model (KServe v2); chat: an OpenAI-compatible
+    /v1/chat/completions judge from a causal LM"""
+    model_name: str = "reward_model"
+    """the model name clients use (/v2/models/<name>/infer; the chat request's model)"""
+    max_batch_size: int = Field(64, ge=1)
+    """reward: requests are cut into chunks of at most this many sequences; an upper bound of
+    preferred_batch_size"""
+    preferred_batch_size: int = Field(64, ge=1)
+    """reward: the batcher runs as soon as this many sequences wait, and scores at most this many per forward
+    pass; at most max_batch_size (Triton: preferred_batch_size)"""
+    max_queue_delay_ms: float = Field(5.0, ge=0)
+    """reward: longest a request waits for others to fill a batch, in ms (Triton: max_queue_delay_microseconds
+    / 1000)"""
+    max_queue_rows: int = Field(65536, ge=1)
+    """reward: sequences waiting for the model; a request that would queue more gets 503 with Retry-After"""
+    max_queue: int = Field(64, ge=1)
+    """chat: requests queued or generating; one more gets 503 with Retry-After"""
+    read_timeout_s: float = Field(30.0, gt=0)
+    """a connection that sends nothing for this long is closed (idle keep-alive too)"""
+    request_deadline_s: float = Field(60.0, gt=0)
+    """a request's head and body must arrive within this many seconds of its first byte (cuts slowloris
+    clients; a body still arriving gets 408)"""
+    max_connections: int | None = Field(None, ge=1)
+    """open client connections; past it an idle one is closed, or the newcomer gets 503. Unset: half the
+    open-file limit (raised to the hard limit at start), at most 4096"""
+    max_body_bytes: int = Field(8 << 20, ge=1024)
+    """largest request body in bytes (after decompression); bigger requests get 413"""
+    max_length: int = Field(128, ge=8)
+    """reward: tokens per scored sequence, capped at the model's context; a longer one keeps its last
+    max_length tokens"""
 
 
 class Config(Strict):
     """rm/serve: a reward model behind a KServe v2 (Triton-compatible) HTTP server."""
 
-    backend: Literal["builtin", "nemo_aligner"] = Field(
-        "builtin",
-        description="builtin: our KServe v2 server on a Hugging Face reward model; nemo_aligner: "
-        "NeMo-Aligner v0.7.0's serve_reward_model.py (PyTriton) on a .nemo reward model, on Slurm "
-        "(docs/nemo-aligner.md)",
-    )
+    backend: Literal["builtin", "nemo_aligner"] = "builtin"
+    """builtin: our KServe v2 server on a Hugging Face reward model; nemo_aligner: NeMo-Aligner v0.7.0's
+    serve_reward_model.py (PyTriton) on a .nemo reward model, on Slurm (docs/nemo-aligner.md)"""
     inputs: Inputs = Inputs()
     server: Server = Server()
     runtime: ServeRuntime = ServeRuntime()

@@ -1,30 +1,23 @@
 """Config schema of rm/train: a Bradley-Terry reward model trained on preference pairs."""
 
-from pydantic import Field
-
 from nemotron.stepconfig import ModelArch, Optim, Strict, SupervisedTrainer, TrainRuntime
 
 
 class Inputs(Strict):
     """The artifacts rm/train reads: an artifact reference or a path."""
 
-    data: str | None = Field(
-        None, description="preference JSONL, one {prompt, chosen, rejected} per line (type preference_jsonl)"
-    )
-    init_from: str | None = Field(
-        None,
-        description="the SFT policy (checkpoint_hf): its backbone and tokenizer start the reward model, with "
-        "a "
-        "fresh scalar head; unset: a random init from model.*",
-    )
+    data: str | None = None
+    """preference JSONL, one {prompt, chosen, rejected} per line (type preference_jsonl)"""
+    init_from: str | None = None
+    """the SFT policy (checkpoint_hf): its backbone and tokenizer start the reward model, with a fresh scalar
+    head; unset: a random init from model.*"""
 
 
 class Outputs(Strict):
     """Names the outputs are registered under in the artifact store."""
 
-    reward_model: str = Field(
-        "reward_model", description="artifact name of the trained reward model (reward_model_hf)"
-    )
+    reward_model: str = "reward_model"
+    """artifact name of the trained reward model (reward_model_hf)"""
 
 
 class Config(Strict):
@@ -32,11 +25,9 @@ class Config(Strict):
 
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
-    model: ModelArch = Field(
-        ModelArch(), description="architecture of a random-init reward model (unused with inputs.init_from)"
-    )
+    model: ModelArch = ModelArch()
+    """architecture of a random-init reward model (unused with inputs.init_from)"""
     trainer: SupervisedTrainer = SupervisedTrainer()
-    optim: Optim = Field(
-        Optim(lr=1e-3, warmup_steps=20, min_lr_ratio=0.1), description="the reward model's optimizer"
-    )
+    optim: Optim = Optim(lr=1e-3, warmup_steps=20, min_lr_ratio=0.1)
+    """the reward model's optimizer"""
     runtime: TrainRuntime = TrainRuntime()
