@@ -23,6 +23,21 @@ SCRIPTS = {
     "examples/nlp/gpt/train_gpt_ppo_actor.py": "gpt_ppo_actor.yaml",
 }
 
+# The keys and values both actor YAMLs (gpt_reinforce_actor.yaml, gpt_ppo_actor.yaml) carry at the tag.
+ACTOR_SHARED: dict[str, Any] = {
+    "exp_manager.explicit_log_dir": "/results",
+    "model.data.data_impl": "jsonl",
+    "model.data.data_prefix": None,
+    "model.global_batch_size": 64,
+    "model.megatron_amp_O2": True,
+    "model.micro_batch_size": 1,
+    "model.optim.betas": [0.9, 0.98],
+    "model.optim.lr": "9e-7",
+    "model.optim.sched.min_lr": "9e-8",
+    "model.optim.sched.warmup_steps": 10,
+    "model.optim.weight_decay": 0.1,
+}
+
 # conf/<file> -> {dotted key: the tag's value}
 KEYS: dict[str, dict[str, Any]] = {
     "inference_rm.yaml": {
@@ -36,17 +51,7 @@ KEYS: dict[str, dict[str, Any]] = {
         "trainer.precision": "bf16",
     },
     "gpt_reinforce_actor.yaml": {
-        "exp_manager.explicit_log_dir": "/results",
-        "model.data.data_impl": "jsonl",
-        "model.data.data_prefix": None,
-        "model.global_batch_size": 64,
-        "model.megatron_amp_O2": True,
-        "model.micro_batch_size": 1,
-        "model.optim.betas": [0.9, 0.98],
-        "model.optim.lr": "9e-7",
-        "model.optim.sched.min_lr": "9e-8",
-        "model.optim.sched.warmup_steps": 10,
-        "model.optim.weight_decay": 0.1,
+        **ACTOR_SHARED,
         "model.reinforce.length_params.max_length": "${int_div:${model.encoder_seq_length}, 2}",
         "model.reinforce.num_rollout_samples": 512,
         "model.reinforce.num_val_samples": "${.num_rollout_samples}",
@@ -92,17 +97,7 @@ KEYS: dict[str, dict[str, Any]] = {
         "trainer.precision": "bf16",
     },
     "gpt_ppo_actor.yaml": {
-        "exp_manager.explicit_log_dir": "/results",
-        "model.data.data_impl": "jsonl",
-        "model.data.data_prefix": None,
-        "model.global_batch_size": 64,
-        "model.megatron_amp_O2": True,
-        "model.micro_batch_size": 1,
-        "model.optim.betas": [0.9, 0.98],
-        "model.optim.lr": "9e-7",
-        "model.optim.sched.min_lr": "9e-8",
-        "model.optim.sched.warmup_steps": 10,
-        "model.optim.weight_decay": 0.1,
+        **ACTOR_SHARED,
         "model.ppo.entropy_bonus": 0.0,
         "model.ppo.length_params.max_length": "${int_div:${model.encoder_seq_length}, 2}",
         "model.ppo.num_rollout_samples": 512,

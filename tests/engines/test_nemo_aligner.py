@@ -102,6 +102,7 @@ def test_what_nemo_aligner_cannot_express_is_refused_at_once(home: Path) -> None
         "rl/reinforce",
         "reinforce.kl_estimator=k3",
         "reinforce.reinforce_epochs=2",
+        "reinforce.kl_in=reward_per_token",
         "optim.min_lr_ratio=0.1",
         "runtime.device=cpu",
         "nemo_rl.tensor_parallel_size=2",
@@ -112,11 +113,16 @@ def test_what_nemo_aligner_cannot_express_is_refused_at_once(home: Path) -> None
     for key in (
         "reinforce.kl_estimator",
         "reinforce.reinforce_epochs",
+        "reinforce.kl_in",
         "optim.min_lr_ratio",
         "runtime.device",
         "nemo_rl.tensor_parallel_size",
     ):
         assert key in text
+    serve = _job("rm/serve", "server.mode=chat")
+    with pytest.raises(UserError) as e:
+        compile_aligner(serve.step_id, serve.step_config, job_dir="/j", nodes=1, gpus=8)
+    assert "server.mode='chat': serve_reward_model.py serves a reward model only" in e.value.render()
     with pytest.raises(UserError, match="rl/rlhf has no NeMo-Aligner mapping"):
         compile_aligner("rl/rlhf", {}, job_dir="/j", nodes=1, gpus=1)
 

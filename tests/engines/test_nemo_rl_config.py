@@ -373,6 +373,7 @@ def test_all_refusals_come_in_one_error() -> None:
             "nemo_rl.pipeline_parallel_size",
         ),
         ("rl/reinforce", "reward_model", {"reward.server.url": "http://rm:8000"}, "reward.server.url"),
+        ("rl/reinforce", "reward_model", {"reinforce.kl_in": "reward_per_token"}, "reinforce.kl_in"),
         ("rl/reinforce", "reward_model", {"nemo_rl.reward_model_gpus": 8}, "nemo_rl.reward_model_gpus"),
         ("rl/reinforce", "reward_model", {"inputs.prompts": None}, "inputs.prompts"),
         ("rl/ppo", "reward_model", {"runtime.precision": "bf16"}, "runtime.precision"),

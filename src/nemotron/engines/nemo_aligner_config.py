@@ -263,9 +263,8 @@ def _actor(
 
 def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
     r = c["reinforce"]
-    if r["kl_in"] != "reward_sequence_mean":
-        refuse("reinforce.kl_in", "NeMo-Aligner subtracts beta times the mean token KL from each reward")
     refuse.all_unless_default(
+        ("reinforce.kl_in", "NeMo-Aligner subtracts beta times the mean token KL from each reward"),
         ("reinforce.reinforce_epochs", "NeMo-Aligner's REINFORCE makes one pass over each rollout batch"),
         ("reinforce.loss_level", "NeMo-Aligner averages the loss over the tokens"),
         ("reinforce.truncated_responses", "NeMo-Aligner keeps truncated responses' rewards"),
@@ -346,10 +345,8 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
 
 
 def compile_serve(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
-    s = c["server"]
-    if s["mode"] != "reward":
-        refuse("server.mode", "serve_reward_model.py serves a reward model only (KServe v2 through PyTriton)")
     refuse.all_unless_default(
+        ("server.mode", "serve_reward_model.py serves a reward model only (KServe v2 through PyTriton)"),
         ("server.host", "PyTriton listens on every interface"),
         ("server.token_file", "PyTriton takes no token"),
         ("server.max_batch_size", "PyTriton's batcher is sized by inference.inference_micro_batch_size"),
@@ -360,6 +357,7 @@ def compile_serve(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int,
         ("server.max_connections", "PyTriton has no such limit"),
         ("server.max_body_bytes", "PyTriton has no such limit"),
     )
+    s = c["server"]
     inference = [
         ("inference.model_name", s["model_name"]),
         ("inference.max_queue_delay_microseconds", round(s["max_queue_delay_ms"] * 1000)),

@@ -102,26 +102,31 @@ def _grpo(
     }
 
 
+# rl/rlhf's loss_fn keys that carry NeMo-RL's own names and meaning.
+SAME_NAME_LOSS_KEYS = ("ratio_clip_min", "ratio_clip_max", "ratio_clip_c", "token_level_loss")
+
+
 def _loss(
-    *,
     kl: float,
     kl_type: str,
-    clip_min: float,
-    clip_max: float,
-    clip_c: float | None,
-    token_level: bool,
-    reinforce: bool = False,
-    kl_in_reward: bool = False,
+    *,
+    ratio_clip_min: float = 0.2,
+    ratio_clip_max: float = 0.2,
+    ratio_clip_c: float | None = None,
+    token_level_loss: bool,
+    disable_ppo_ratio: bool = False,
+    use_kl_in_reward: bool = False,
 ) -> dict[str, Any]:
+    """loss_fn.*: the clipped policy-gradient loss; the keyword arguments are NeMo-RL's keys."""
     return {
         "reference_policy_kl_penalty": kl,
         "reference_policy_kl_type": kl_type,
-        "ratio_clip_min": clip_min,
-        "ratio_clip_max": clip_max,
-        "ratio_clip_c": clip_c,
-        "token_level_loss": token_level,
-        "disable_ppo_ratio": reinforce,
-        "use_kl_in_reward": kl_in_reward,
+        "ratio_clip_min": ratio_clip_min,
+        "ratio_clip_max": ratio_clip_max,
+        "ratio_clip_c": ratio_clip_c,
+        "token_level_loss": token_level_loss,
+        "disable_ppo_ratio": disable_ppo_ratio,
+        "use_kl_in_reward": use_kl_in_reward,
         "use_on_policy_kl_approximation": False,
         "use_importance_sampling_correction": False,
         "truncated_importance_sampling_type": None,
@@ -142,6 +147,48 @@ def _kl_type(refuse: Refusals, key: str, value: str) -> str:
         )
         return "k3"
     return value
+
+
+def _policy(
+    c: dict[str, Any], model: str, steps: int, global_batch: int, *, nemo_gym: bool = False
+) -> dict[str, Any]:
+    """policy.*, from rl/rlhf's policy group or from the optim, generation and trainer groups of rl/reinforce
+    and rl/ppo."""
+    pol = c.get("policy") or {
+        "optimizer": c["optim"],
+        "generation": c["generation"],
+        "train_micro_batch_size": c["trainer"]["micro_batch_size"],
+    }
+    return sec.policy(
+        model=model,
+        optim=pol["optimizer"],
+        generation=pol["generation"],
+        nemo=c["nemo_rl"],
+        max_steps=steps,
+        micro_batch=pol["train_micro_batch_size"],
+        global_batch=global_batch,
+        nemo_gym=nemo_gym,
+        runtime=c["runtime"],
+    )
+
+
+def _runtime(c: dict[str, Any], job_dir: str, nodes: int, gpus: int, steps: int) -> dict[str, Any]:
+    """cluster, logger and checkpointing: a checkpoint every checkpoint.save_interval steps, else at the end."""
+    return sec.runtime(job_dir, nodes, gpus, c["checkpoint"]["save_interval"] or steps)
+
+
+def _reward_model_step(c: dict[str, Any], refuse: Refusals, nodes: int, gpus: int) -> tuple[str, str, str]:
+    """What rl/reinforce and rl/ppo share on NeMo-RL: the common refusals, a reward model scored by NeMo-RL's
+    own workers, and the (policy, prompts, reward model) inputs."""
+    _common_refusals(c, refuse, nodes=nodes, gpus_per_node=gpus, reward_model=True)
+    model, prompts, rm = (
+        _need(c, refuse, k) for k in ("inputs.policy", "inputs.prompts", "inputs.reward_model")
+    )
+    refuse.unless_default("trainer.log_interval", "NeMo-RL logs every step")
+    refuse.unless_default(
+        "reward.server.url", "NeMo-RL scores with its own reward-model workers, not a server"
+    )
+    return model, prompts, rm
 
 
 @dataclass(frozen=True)
@@ -214,25 +261,12 @@ def compile_rlhf(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, 
     config: dict[str, Any] = {
         "grpo": gcfg,
         "loss_fn": _loss(
-            kl=kl,
-            kl_type=_kl_type(refuse, "loss_fn.kl_estimator", loss["kl_estimator"]),
-            clip_min=loss["ratio_clip_min"],
-            clip_max=loss["ratio_clip_max"],
-            clip_c=loss["ratio_clip_c"],
-            token_level=loss["token_level_loss"],
+            kl,
+            _kl_type(refuse, "loss_fn.kl_estimator", loss["kl_estimator"]),
+            **{k: loss[k] for k in SAME_NAME_LOSS_KEYS},
         ),
-        "policy": sec.policy(
-            model=model,
-            optim=pol["optimizer"],
-            generation=pol["generation"],
-            nemo=nemo,
-            max_steps=steps,
-            micro_batch=pol["train_micro_batch_size"],
-            global_batch=batch,
-            nemo_gym=gym,
-            runtime=c["runtime"],
-        ),
-        **sec.runtime(job_dir, nodes, gpus, c["checkpoint"]["save_interval"] or steps),
+        "policy": _policy(c, model, steps, batch, nemo_gym=gym),
+        **_runtime(c, job_dir, nodes, gpus, steps),
     }
     if gym:
         config["data"] = sec.gym_data(train, val_path)
@@ -249,20 +283,12 @@ def compile_rlhf(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, 
 
 def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
     r, t = c["reinforce"], c["trainer"]
-    _common_refusals(c, refuse, nodes=nodes, gpus_per_node=gpus, reward_model=True)
-    model, prompts, rm = (
-        _need(c, refuse, k) for k in ("inputs.policy", "inputs.prompts", "inputs.reward_model")
+    model, prompts, rm = _reward_model_step(c, refuse, nodes, gpus)
+    refuse.all_unless_default(
+        ("reinforce.kl_in", "NeMo-RL's RLOO (the GRPO estimator) puts the KL in the loss only"),
+        ("reinforce.reinforce_epochs", "NeMo-RL's GRPO makes one pass over each rollout batch"),
+        ("reinforce.truncated_responses", "NeMo-RL keeps truncated responses' rewards"),
     )
-    refuse.unless_default("trainer.log_interval", "NeMo-RL logs every step")
-    refuse.unless_default(
-        "reward.server.url", "NeMo-RL scores with its own reward-model workers, not a server"
-    )
-    if r["kl_in"] != "reward_sequence_mean":
-        refuse("reinforce.kl_in", "NeMo-RL's RLOO (the GRPO estimator) puts the KL in the loss only")
-    refuse.unless_default(
-        "reinforce.reinforce_epochs", "NeMo-RL's GRPO makes one pass over each rollout batch"
-    )
-    refuse.unless_default("reinforce.truncated_responses", "NeMo-RL keeps truncated responses' rewards")
     group, steps, kl = r["num_rollouts_per_prompt"], t["max_steps"], r["initial_policy_kl_penalty"]
     nemo = c["nemo_rl"]
     budget = sec.sequence_budget(nemo["max_prompt_tokens"], c["generation"]["max_new_tokens"])
@@ -275,25 +301,12 @@ def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: 
         "grpo": gcfg,
         # REINFORCE: -A * log pi with no probability ratio (disable_ppo_ratio makes the ratio clips inert).
         "loss_fn": _loss(
-            kl=kl,
-            kl_type=_kl_type(refuse, "reinforce.kl_estimator", r["kl_estimator"]),
-            clip_min=0.2,
-            clip_max=0.2,
-            clip_c=None,
-            token_level=r["loss_level"] == "token",
-            reinforce=True,
+            kl,
+            _kl_type(refuse, "reinforce.kl_estimator", r["kl_estimator"]),
+            token_level_loss=r["loss_level"] == "token",
+            disable_ppo_ratio=True,
         ),
-        "policy": sec.policy(
-            model=model,
-            optim=c["optim"],
-            generation=c["generation"],
-            nemo=nemo,
-            max_steps=steps,
-            micro_batch=t["micro_batch_size"],
-            global_batch=t["num_prompts_per_step"] * group,
-            nemo_gym=False,
-            runtime=c["runtime"],
-        ),
+        "policy": _policy(c, model, steps, t["num_prompts_per_step"] * group),
         "data": sec.prompt_data(prompts, val_path, nemo["max_prompt_tokens"], "reward_model"),
         "env": sec.reward_model_env(
             rm,
@@ -301,21 +314,14 @@ def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: 
             budget=budget,
             resources=sec.reward_model_resources(nodes, gpus, nemo),
         ),
-        **sec.runtime(job_dir, nodes, gpus, c["checkpoint"]["save_interval"] or steps),
+        **_runtime(c, job_dir, nodes, gpus, steps),
     }
     return Compiled(sec.GRPO_ENTRY, sec.GRPO_BASE, config, [("policy", None, "policy")], {})
 
 
 def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
     p, t, nemo = c["ppo"], c["trainer"], c["nemo_rl"]
-    _common_refusals(c, refuse, nodes=nodes, gpus_per_node=gpus, reward_model=True)
-    model, prompts, rm = (
-        _need(c, refuse, k) for k in ("inputs.policy", "inputs.prompts", "inputs.reward_model")
-    )
-    refuse.unless_default("trainer.log_interval", "NeMo-RL logs every step")
-    refuse.unless_default(
-        "reward.server.url", "NeMo-RL scores with its own reward-model workers, not a server"
-    )
+    model, prompts, rm = _reward_model_step(c, refuse, nodes, gpus)
     refuse.unless_default("ppo.entropy_bonus", "NeMo-RL's clipped PG loss only logs the entropy")
     megatron = nemo["policy_backend"] == "megatron"
     if not megatron and nemo["context_parallel_size"] > 1:
@@ -381,30 +387,20 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
         "ppo": ppo_cfg,
         # NeMo-Aligner's PPO: per-token KL to the initial policy inside the reward (GAE's token rewards).
         "loss_fn": _loss(
-            kl=kl,
-            kl_type=_kl_type(refuse, "ppo.kl_estimator", p["kl_estimator"]),
-            clip_min=p["ratio_eps"],
-            clip_max=p["ratio_eps"],
-            clip_c=p["dual_clip"],
-            token_level=p["loss_level"] == "token",
-            kl_in_reward=True,
+            kl,
+            _kl_type(refuse, "ppo.kl_estimator", p["kl_estimator"]),
+            ratio_clip_min=p["ratio_eps"],
+            ratio_clip_max=p["ratio_eps"],
+            ratio_clip_c=p["dual_clip"],
+            token_level_loss=p["loss_level"] == "token",
+            use_kl_in_reward=True,
         ),
         "value_loss_fn": {"scale": 1.0, "cliprange": c["critic"]["loss_clip_val"]},
-        "policy": sec.policy(
-            model=model,
-            optim=c["optim"],
-            generation=c["generation"],
-            nemo=nemo,
-            max_steps=steps,
-            micro_batch=micro,
-            global_batch=batch,
-            nemo_gym=False,
-            runtime=c["runtime"],
-        ),
+        "policy": _policy(c, model, steps, batch),
         "value": value,
         "data": sec.prompt_data(prompts, val_path, nemo["max_prompt_tokens"], "reward_model"),
         "env": sec.reward_model_env(rm, micro_batch=micro, budget=budget, resources=resources),
-        **sec.runtime(job_dir, nodes, gpus, c["checkpoint"]["save_interval"] or steps),
+        **_runtime(c, job_dir, nodes, gpus, steps),
     }
     config["cluster"] = cluster
     # The converters build the HF config from `policy.model_name`: the critic's is the reward model.
