@@ -112,7 +112,7 @@ def test_generate_stops_at_the_first_match_decoding_only_a_tail(kind: str) -> No
     assert max(decoded_lengths) == stop_window([stop]) == 3  # the whole response was never decoded
 
 
-def test_sampling_params_carry_the_stop_strings_and_a_decoder() -> None:
+def test_sampling_params_carry_the_generation_keys_the_stop_strings_and_a_decoder() -> None:
     tokenizer = SimpleNamespace(
         eos_token_id=2, pad_token_id=0, decode=lambda ids: "".join(chr(96 + i) for i in ids)
     )
@@ -120,6 +120,10 @@ def test_sampling_params_carry_the_stop_strings_and_a_decoder() -> None:
     assert params.stop_strings == (" ", "\n\n") and params.decode is not None
     assert params.decode([1, 2, 3]) == "abc"
     assert sampling_params(Generation(), tokenizer).stop_strings == ()
+    sampled = Generation(max_new_tokens=9, temperature=0.7, top_k=5, top_p=0.9)
+    assert sampling_params(sampled, tokenizer) == SamplingParams(
+        max_new_tokens=9, temperature=0.7, top_k=5, top_p=0.9, eos_token_id=2, pad_token_id=0
+    )
 
 
 def _mean_length(home: Path, *overrides: str) -> float:

@@ -149,15 +149,15 @@ def prompt_schedule(num_prompts: int, seed: int, position: int, count: int) -> l
     return picked
 
 
+# The `generation` config keys that SamplingParams takes under the same name and meaning.
+SAME_NAME_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_k", "top_p")
+
+
 def sampling_params(generation: Any, tokenizer: Any) -> SamplingParams:
     """The SamplingParams of a `generation` config group, with the tokenizer's EOS and pad ids."""
-    g = generation
-    stops = tuple(g.stop_strings)
+    stops = tuple(generation.stop_strings)
     return SamplingParams(
-        max_new_tokens=g.max_new_tokens,
-        temperature=g.temperature,
-        top_k=g.top_k,
-        top_p=g.top_p,
+        **{k: getattr(generation, k) for k in SAME_NAME_SAMPLING_KEYS},
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         stop_strings=stops,
