@@ -24,6 +24,7 @@ import yaml
 
 from nemotron.errors import UserError
 from nemotron.jobrecord import parse_record, safe_load
+from nemotron.jobs import read_status
 from nemotron.paths import jobs_dir
 
 log = logging.getLogger("nemotron")
@@ -93,14 +94,6 @@ def _seen(job_dir: Path) -> str | None:
     return ":".join(parts)
 
 
-def _status(job_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((job_dir / "status.json").read_text())
-        return data if isinstance(data, dict) else {"state": "unknown"}
-    except (OSError, ValueError):
-        return {"state": "unknown"}
-
-
 def read_row(job_dir: Path, seen: str) -> tuple[Any, ...]:
     """The index row of one job dir, read from job.yaml (the C YAML loader) and status.json."""
     m = _ID_STAMP.search(job_dir.name)
@@ -124,7 +117,7 @@ def read_row(job_dir: Path, seen: str) -> tuple[Any, ...]:
             None,
             None,
         )
-    st = _status(job_dir)
+    st = read_status(job_dir)
     try:
         try:
             data = safe_load(path.read_text())

@@ -353,22 +353,24 @@ class ArtifactStore:
         return nodes, edges, dist
 
     def parents(self, artifact_id: int) -> list[tuple[str, Artifact]]:
-        with self._connect() as conn:
-            rows = conn.execute(
-                f"SELECT e.input_name, {', '.join('a.' + c.strip() for c in self._COLS.split(','))} FROM edges e"
-                " JOIN artifacts a ON a.id = e.parent WHERE e.child=? ORDER BY e.input_name",
-                (artifact_id,),
-            ).fetchall()
+        """The artifacts `artifact_id` was made from, each with the input name it was consumed as."""
+        rows = self._linked("parent", "child", artifact_id, "e.input_name")
         return [(r[0], self._row(r[1:])) for r in rows]
 
     def children(self, artifact_id: int) -> list[Artifact]:
+        """The artifacts made from `artifact_id`, oldest first."""
+        return [self._row(r[1:]) for r in self._linked("child", "parent", artifact_id, "a.id")]
+
+    def _linked(self, found: str, given: str, artifact_id: int, order: str) -> list[tuple[Any, ...]]:
+        """(input name, *artifact columns) of the edges whose `given` end is `artifact_id`, for the artifact at
+        their `found` end."""
+        cols = ", ".join("a." + c.strip() for c in self._COLS.split(","))
         with self._connect() as conn:
-            rows = conn.execute(
-                f"SELECT {', '.join('a.' + c.strip() for c in self._COLS.split(','))} FROM edges e"
-                " JOIN artifacts a ON a.id = e.child WHERE e.parent=? ORDER BY a.id",
+            return conn.execute(
+                f"SELECT e.input_name, {cols} FROM edges e JOIN artifacts a ON a.id = e.{found}"
+                f" WHERE e.{given}=? ORDER BY {order}",
                 (artifact_id,),
             ).fetchall()
-        return [self._row(r) for r in rows]
 
     def by_job(self, job_id: str) -> list[Artifact]:
         with self._connect() as conn:
