@@ -47,6 +47,9 @@ from nemotron.models.reward import Critic
 
 log = logging.getLogger(__name__)
 
+PathArg = str | os.PathLike[str]
+Device = torch.device | str | None  # where a loaded model goes (None: the CPU)
+
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_SHARD_SIZE = "5GB"  # transformers' default: the 2B-8B policies of the default presets come in shards
 
@@ -76,7 +79,7 @@ __all__ = [
 
 def save_checkpoint(
     model: PreTrainedModel,
-    path: str | os.PathLike[str],
+    path: PathArg,
     tokenizer: PreTrainedTokenizerFast | None = None,
     *,
     max_shard_size: int | str = DEFAULT_SHARD_SIZE,
@@ -116,21 +119,13 @@ def save_checkpoint(
     return path
 
 
-def load_policy(
-    path: str | os.PathLike[str],
-    *,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
-) -> PreTrainedModel:
+def load_policy(path: PathArg, *, device: Device = None, dtype: torch.dtype | None = None) -> PreTrainedModel:
     """Load a causal LM policy of any transformers family (config.json + safetensors, sharded or not)."""
     return _load(path, "policy (causal LM)", device, dtype)
 
 
 def load_reward_model(
-    path: str | os.PathLike[str],
-    *,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
+    path: PathArg, *, device: Device = None, dtype: torch.dtype | None = None
 ) -> PreTrainedModel:
     """Load a reward model: a `*ForSequenceClassification` with one label and a pad token id to pool with."""
     model = _load(path, "reward model (one-label sequence classification)", device, dtype)
@@ -145,17 +140,12 @@ def load_reward_model(
     return model
 
 
-def load_critic(
-    path: str | os.PathLike[str],
-    *,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
-) -> Critic:
+def load_critic(path: PathArg, *, device: Device = None, dtype: torch.dtype | None = None) -> Critic:
     """Load a PPO critic saved with `save_checkpoint(critic.model, path)` (a `*ForTokenClassification`)."""
     return Critic(_load(path, "critic (one-label token classification)", device, dtype))
 
 
-def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerFast:
+def load_tokenizer(path: PathArg) -> PreTrainedTokenizerFast:
     """Load the tokenizer saved in a checkpoint directory."""
     path = Path(path)
     require_dir(path)
@@ -169,9 +159,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def _load(
-    path: str | os.PathLike[str], kind: str, device: torch.device | str | None, dtype: torch.dtype | None
-) -> PreTrainedModel:
+def _load(path: PathArg, kind: str, device: Device, dtype: torch.dtype | None) -> PreTrainedModel:
     path = Path(path)
     require_dir(path)
     config = read_config(path)
