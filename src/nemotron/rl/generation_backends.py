@@ -26,12 +26,12 @@ class GenerationBackend(Protocol):
     def generate(
         self,
         model: PreTrainedModel,
-        prompts: Sequence[Sequence[int]] | torch.Tensor,
+        prompts: Sequence[Sequence[int]],
         params: SamplingParams,
         generator: torch.Generator | None,
-        attention_mask: torch.Tensor | None = None,
     ) -> Rollout:
-        """Same contract as ``nemotron.rl.rollout.generate``."""
+        """The contract of ``nemotron.rl.rollout.generate`` for prompts given as token-id lists (what every
+        engine takes; a left-padded tensor batch is only our torch sampler's)."""
         ...
 
 

@@ -111,13 +111,10 @@ class VLLMBackend:
     def generate(
         self,
         model: PreTrainedModel,
-        prompts: Sequence[Sequence[int]] | torch.Tensor,
+        prompts: Sequence[Sequence[int]],
         params: SamplingParams,
         generator: torch.Generator | None,
-        attention_mask: torch.Tensor | None = None,
     ) -> Rollout:
-        if isinstance(prompts, torch.Tensor) or attention_mask is not None:
-            raise ValueError("the vllm backend takes prompts as token-id lists")
         if generator is None and not params.greedy:
             raise ValueError("sampling needs a torch.Generator (rollouts must be reproducible); pass one")
         self._start(model)
