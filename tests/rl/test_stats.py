@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pytest
 import torch
@@ -10,7 +10,7 @@ import torch
 from nemotron.errors import UserError
 from nemotron.rl.distributed import World, global_whiten
 from nemotron.rl.masks import whiten
-from nemotron.rl.stats import as_metrics, global_means, global_sums
+from nemotron.rl.stats import DeviceSums, as_metrics, global_means, global_sums
 from nemotron.runtime import required
 
 
@@ -56,3 +56,16 @@ def test_required_names_the_missing_key() -> None:
     assert required("a", "inputs.policy") == "a"
     with pytest.raises(UserError, match=r"inputs\.policy is required"):
         required(None, "inputs.policy")
+
+
+def test_device_sums_start_at_one_zero_scalar_per_field() -> None:
+    @dataclass
+    class Sums(DeviceSums):
+        loss: torch.Tensor
+        clipfrac: torch.Tensor
+
+    sums = Sums.zeros(torch.device("cpu"))
+    assert [f.name for f in fields(sums)] == ["loss", "clipfrac"]
+    assert all(t.shape == () and float(t) == 0.0 for t in (sums.loss, sums.clipfrac))
+    sums.loss += 2.5
+    assert float(sums.loss) == 2.5 and float(Sums.zeros(torch.device("cpu")).loss) == 0.0

@@ -7,7 +7,7 @@ import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -15,6 +15,16 @@ from nemotron.devices import peak_memory_mb
 from nemotron.rl.distributed import World, all_reduce_sum
 from nemotron.rl.experience import Experience
 from nemotron.rl.kl import sequence_kl
+
+
+@dataclass
+class DeviceSums:
+    """Running sums kept on the device, so an update loop never waits for them: a subclass's tensor fields name
+    the sums."""
+
+    @classmethod
+    def zeros(cls, device: torch.device) -> Self:
+        return cls(*(torch.zeros((), device=device) for _ in dataclasses.fields(cls)))
 
 
 def global_means(world: World, count: torch.Tensor | int, **sums: torch.Tensor) -> dict[str, float]:

@@ -30,7 +30,7 @@ from nemotron.rl.losses import ppo_clip_loss, value_loss
 from nemotron.rl.masks import explained_variance, global_mean, mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.rollout import response_logits
-from nemotron.rl.stats import global_means, global_sums
+from nemotron.rl.stats import DeviceSums, global_means, global_sums
 from nemotron.runtime import StepRun, required
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
@@ -50,17 +50,13 @@ class Scored:
 
 
 @dataclass
-class LossSums:
-    """Sums over epochs and micro-batches, kept on the device so the update loop never waits for it."""
+class LossSums(DeviceSums):
+    """Sums over epochs and micro-batches."""
 
     actor_loss: torch.Tensor
     critic_loss: torch.Tensor
     clipfrac: torch.Tensor
     entropy: torch.Tensor
-
-    @classmethod
-    def zeros(cls, device: torch.device) -> LossSums:
-        return cls(*(torch.zeros((), device=device) for _ in range(4)))
 
 
 @dataclass

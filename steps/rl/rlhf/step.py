@@ -32,7 +32,7 @@ from nemotron.rl.masks import LossLevel, mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams, sequence_logprobs
-from nemotron.rl.stats import global_means, global_sums
+from nemotron.rl.stats import DeviceSums, global_means, global_sums
 from nemotron.runtime import StepRun, required
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
@@ -43,16 +43,12 @@ JUDGE_MODEL = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
 
 
 @dataclass
-class LossSums:
-    """Sums over mini-batch updates and micro-batches, kept on the device so the update loop never waits."""
+class LossSums(DeviceSums):
+    """Sums over mini-batch updates and micro-batches."""
 
     actor_loss: torch.Tensor
     kl_loss: torch.Tensor
     clipfrac: torch.Tensor
-
-    @classmethod
-    def zeros(cls, device: torch.device) -> LossSums:
-        return cls(*(torch.zeros((), device=device) for _ in range(3)))
 
 
 @dataclass
