@@ -11,7 +11,8 @@ from pathlib import Path
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
-from nemotron.launch import remote, slurm, slurm_executor, slurm_script
+from nemotron.launch import remote, slurm_executor, slurm_script
+from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE
 from nemotron.profiles import SlurmProfile
 
 QUIET = {
@@ -35,18 +36,13 @@ with remote.nemo_run() as run:
         assert isinstance(job.profile, SlurmProfile)
         plan = slurm_executor.slurm_plan(job)
         executors, scripts = slurm_script.executors(run, plan, job.profile), slurm_script.scripts(run, plan)
-        with run.Experiment(slurm.EXPERIMENT_TITLE, id=plan.experiment_id, **QUIET) as exp:
+        with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment.id, **QUIET) as exp:
             if plan.heterogeneous:
                 exp.add(scripts, executor=executors, name=plan.task)
             else:
                 exp.add(scripts[0], executor=executors[0], name=plan.task)
             exp.dryrun(log=False, delete_exp_dir=False)
-        written = (
-            Path(plan.paths.nemorun_jobs)
-            / slurm.EXPERIMENT_TITLE
-            / plan.experiment_id
-            / f"{plan.task}_sbatch.sh"
-        )
+        written = Path(plan.experiment.sbatch_script(plan.task))
         results.append(
             {
                 "case": [step, profile, *extra],

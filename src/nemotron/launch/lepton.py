@@ -20,6 +20,7 @@ from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
 from nemotron.errors import UserError
 from nemotron.launch import remote
+from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, Experiment
 from nemotron.launch.remote import SchedulerJobs
 from nemotron.paths import bundled_root
 from nemotron.profiles import LeptonProfile
@@ -28,7 +29,6 @@ from nemotron.redact import is_secret_name
 if TYPE_CHECKING:
     from types import ModuleType
 
-EXPERIMENT_TITLE = "nemotron"
 INIT_SCRIPT_URL = "https://raw.githubusercontent.com/leptonai/scripts/main/lepton_env_to_pytorch.sh"
 RECORD_FILES = ("job.yaml", "config.yaml")
 # Lepton job state -> ours (the API's names, leptonai.api.v1.types.job.LeptonJobState).
@@ -55,7 +55,7 @@ class LeptonPlan:
     """Everything the job spec and launch script depend on."""
 
     name: str  # the Lepton job id: a Kubernetes name, at most 35 characters
-    experiment_id: str
+    experiment: Experiment  # under the mount's NEMORUN_HOME
     nemo_run_dir: str  # on the shared mount
     command: tuple[str, ...]  # shell words
     env: tuple[tuple[str, str], ...]
@@ -68,13 +68,9 @@ class LeptonPlan:
         return RECORD_FILES
 
     @property
-    def local_task_dir_suffix(self) -> str:
-        """The task dir relative to NEMORUN_HOME: the same here and on the mount."""
-        return f"experiments/{EXPERIMENT_TITLE}/{self.experiment_id}/{self.name}"
-
-    @property
     def job_dir(self) -> str:
-        return f"{self.nemo_run_dir}/{self.local_task_dir_suffix}"
+        """NeMo-Run's task dir on the mount, where its data mover copies the task: the step's job dir."""
+        return self.experiment.task_dir(self.name)
 
 
 def lepton_name(job_id: str) -> str:
@@ -135,17 +131,19 @@ def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
         )
     root = nemo_run_dir(p)
     name = lepton_name(job.job_id)
-    plan = LeptonPlan(name, f"{EXPERIMENT_TITLE}_{job.job_id.replace('_', '-')}", root, (), (), (), p)
+    # NeMo-Run's task dir is the same under NEMORUN_HOME here and under the mount's copy of it
+    experiment = Experiment(f"{root}/experiments", job.job_id)
+    job_dir = experiment.task_dir(name)
     home = str(Path(root).parent)
     env = [
         ("NEMOTRON_HOME", home),
         ("NEMOTRON_ARTIFACTS_ROOT", p.artifacts_root or f"{home}/artifacts"),
-        ("NEMOTRON_JOB_DIR", plan.job_dir),
+        ("NEMOTRON_JOB_DIR", job_dir),
         *sorted((k, v) for k, v in p.env_vars.items() if v),
     ]
-    q = shlex.quote(plan.job_dir)
+    q = shlex.quote(job_dir)
     setup = (
-        f"mkdir -p {q}/logs {q}/checkpoints && cp {' '.join(f'{q}/code/{f}' for f in plan.shipped)} {q}/",
+        f"mkdir -p {q}/logs {q}/checkpoints && cp {' '.join(f'{q}/code/{f}' for f in RECORD_FILES)} {q}/",
         *p.setup,
     )
     entry = job.entry
@@ -184,7 +182,7 @@ def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
     else:
         command = (shlex.quote(p.python), *args)
     command += (EXIT_LINE,)
-    return LeptonPlan(name, plan.experiment_id, root, command, tuple(env), setup, p)
+    return LeptonPlan(name, experiment, root, command, tuple(env), setup, p)
 
 
 # ----------------------------------------------------------------------------- rendering (pure)
@@ -287,7 +285,7 @@ def _submit(run: ModuleType, plan: LeptonPlan, job_dir: Path) -> str:
         "skip_status_at_exit": True,
         "log_level": "WARNING",
     }
-    with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment_id, **quiet) as exp:
+    with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment.id, **quiet) as exp:
         exp.add(run.Script(path=args[0], args=args[1:], entrypoint=entry), executor=executor, name=plan.name)
         exp.run(detach=True)
     return str(exp.jobs[0].handle)

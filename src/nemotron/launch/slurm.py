@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from nemotron.compile import Job
 from nemotron.errors import UserError
 from nemotron.launch import containers
+from nemotron.launch.nemo_run_layout import Experiment
 from nemotron.launch.served import ServedModel
 from nemotron.paths import bundled_root
 from nemotron.profiles import SlurmProfile
@@ -21,7 +22,6 @@ from nemotron.redact import is_secret_name
 if TYPE_CHECKING:
     pass
 
-EXPERIMENT_TITLE = "nemotron"
 JOB_NAME_PREFIX = "nemotron."
 SECRETS_FILE = ".secrets.env"
 READY_FILE = "logs/reward_server.json"
@@ -118,13 +118,12 @@ class SlurmPlan(SlurmSite):
         return len(self.groups) > 1
 
     @property
-    def experiment_id(self) -> str:
-        # NeMo-Run recovers the title from the id with rpartition("_"): the job id must hold no "_".
-        return f"{EXPERIMENT_TITLE}_{self.job_id.replace('_', '-')}"
+    def experiment(self) -> Experiment:
+        return Experiment(self.paths.nemorun_jobs, self.job_id)
 
     @property
     def task_dir(self) -> str:
-        return f"{self.paths.nemorun_jobs}/{EXPERIMENT_TITLE}/{self.experiment_id}/{self.task}"
+        return self.experiment.task_dir(self.task)
 
     def log_path(self, role: str) -> str:
         """The srun output of one group (`%j` is the Slurm job id), as one shell word whatever the path holds

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
 from nemotron.errors import UserError
+from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE
 from nemotron.launch.slurm import (
-    EXPERIMENT_TITLE,
     JOB_NAME_PREFIX,
     MACROS,
     REWARD_TOKEN_ENV,
@@ -159,9 +159,7 @@ def _group_env(plan: SlurmPlan, i: int) -> list[tuple[str, str]]:
 
 def render_text(plan: SlurmPlan) -> str:
     """What --dry-run shows: the submit command, the secrets file (names only), then the script."""
-    head = [
-        f"# submitted with: {' '.join(SBATCH_COMMAND)} {plan.paths.nemorun_jobs}/{EXPERIMENT_TITLE}/{plan.experiment_id}/{plan.task}_sbatch.sh"
-    ]
+    head = [f"# submitted with: {' '.join(SBATCH_COMMAND)} {plan.experiment.sbatch_script(plan.task)}"]
     if plan.secret_names:
         head.append(
             f"# {plan.paths.job_dir}/{SECRETS_FILE} (mode 0600) exports: {', '.join(plan.secret_names)}"
@@ -238,7 +236,7 @@ def submit_plan(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> str:
     }
     ex, tasks = executors(run, plan, profile), scripts(run, plan)
     base_dir = str(PurePosixPath(plan.paths.nemorun_jobs).parent) if profile.tunnel == "local" else None
-    with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment_id, base_dir=base_dir, **quiet) as exp:
+    with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment.id, base_dir=base_dir, **quiet) as exp:
         if plan.heterogeneous:
             exp.add(tasks, executor=ex, name=plan.task)
         else:

@@ -1,0 +1,30 @@
+"""Where NeMo-Run keeps a job's files, spelled in one place (pure: nemo_run is not imported). nemotron submits a job
+as an experiment titled EXPERIMENT_TITLE that holds one task, or as a Ray cluster, under NeMo-Run's experiments
+root: $NEMORUN_HOME/experiments as the job's machines see it (a Slurm tunnel's job_dir, the Lepton mount's copy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXPERIMENT_TITLE = "nemotron"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """The experiment of one job: <root>/<title>/<experiment id> holds each task's dir and sbatch script."""
+
+    root: str  # NeMo-Run's experiments root
+    job_id: str
+
+    @property
+    def id(self) -> str:
+        # NeMo-Run recovers the title from the id with rpartition("_"): the job id's own "_" become "-".
+        return f"{EXPERIMENT_TITLE}_{self.job_id.replace('_', '-')}"
+
+    def task_dir(self, task: str) -> str:
+        """A task's dir: its packaged code/, its logs, and on Lepton its launch script."""
+        return f"{self.root}/{EXPERIMENT_TITLE}/{self.id}/{task}"
+
+    def sbatch_script(self, task: str) -> str:
+        """The sbatch script NeMo-Run writes for a task, beside the task's dir."""
+        return f"{self.task_dir(task)}_sbatch.sh"
