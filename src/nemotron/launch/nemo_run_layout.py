@@ -28,3 +28,26 @@ class Experiment:
     def sbatch_script(self, task: str) -> str:
         """The sbatch script NeMo-Run writes for a task, beside the task's dir."""
         return f"{self.task_dir(task)}_sbatch.sh"
+
+
+@dataclass(frozen=True)
+class RayClusterDirs:
+    """A Slurm Ray cluster as NeMo-Run's SlurmRayCluster keeps it: <root>/<name> holds its sbatch script,
+    job_ids.json and logs/."""
+
+    root: str  # NeMo-Run's experiments root
+    name: str  # the cluster's name in NeMo-Run
+
+    @property
+    def dir(self) -> str:
+        return f"{self.root}/{self.name}"
+
+    @property
+    def logs(self) -> str:
+        """The raylets', the driver's and sbatch's output."""
+        return f"{self.dir}/logs"
+
+    @property
+    def script(self) -> str:
+        """The cluster's sbatch script, under NeMo-Run's name for it whatever rendered it."""
+        return f"{self.dir}/ray.sub"

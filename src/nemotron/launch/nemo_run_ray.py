@@ -9,12 +9,13 @@ the executor's tunnel, `job_ids.json`), so NeMo-Run's `SlurmRayJob` status, logs
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import tempfile
 from dataclasses import dataclass
 
 from nemo_run.run.ray.slurm import SlurmRayCluster, SlurmRayJob
+
+from nemotron.launch.nemo_run_layout import RayClusterDirs
 
 __all__ = ["ScriptedSlurmRayCluster", "SlurmRayJob"]
 
@@ -25,22 +26,17 @@ class ScriptedSlurmRayCluster(SlurmRayCluster):  # type: ignore[misc]  # nemo_ru
         """Submit `script` as this cluster's `ray.sub`; return the Slurm job id."""
         tunnel = self.executor.tunnel
         tunnel.connect()
-        cluster_dir = os.path.join(tunnel.job_dir, self.name)
-        tunnel.run(f"mkdir -p {shlex.quote(cluster_dir)}/logs")
-        for name, text in (("ray.sub", script),):
-            with tempfile.NamedTemporaryFile("w", suffix=f".{name}") as f:
-                f.write(text)
-                f.flush()
-                tunnel.put(f.name, os.path.join(cluster_dir, name))
-        job_id = str(
-            tunnel.run(
-                f"sbatch --parsable {shlex.quote(os.path.join(cluster_dir, 'ray.sub'))}"
-            ).stdout.strip()
-        )
+        dirs = RayClusterDirs(tunnel.job_dir, self.name)
+        tunnel.run(f"mkdir -p {shlex.quote(dirs.logs)}")
+        with tempfile.NamedTemporaryFile("w", suffix=".ray.sub") as f:
+            f.write(script)
+            f.flush()
+            tunnel.put(f.name, dirs.script)
+        job_id = str(tunnel.run(f"sbatch --parsable {shlex.quote(dirs.script)}").stdout.strip())
         job_id = job_id.split(";")[0]  # `--parsable` may add ";cluster"
         with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
             json.dump([job_id], f)
             f.flush()
-            tunnel.put(f.name, os.path.join(cluster_dir, "job_ids.json"))  # where SlurmRayJob finds the id
+            tunnel.put(f.name, f"{dirs.dir}/job_ids.json")  # where SlurmRayJob finds the id
         self.cluster_map[self.name] = job_id
         return job_id

@@ -17,6 +17,7 @@ from typing import Any
 from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
 from nemotron.launch import slurm
+from nemotron.launch.nemo_run_layout import RayClusterDirs
 from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
 
@@ -42,7 +43,7 @@ class RayPlan(slurm.SlurmSite):
     """Everything the Ray sbatch script depends on: the one input of `render_sbatch` and `submit`."""
 
     job_id: str
-    cluster_dir: str  # NeMo-Run's dir of this Ray cluster: ray.sub and logs/ live there
+    cluster: RayClusterDirs  # named after the job
     job_dir: str  # the step's job dir on shared storage (the engine's files and the driver script)
     nodes: int
     gpus_per_node: int
@@ -50,25 +51,12 @@ class RayPlan(slurm.SlurmSite):
     files: tuple[tuple[str, str], ...] = ()  # the engine's files for the job dir
 
     @property
-    def name(self) -> str:
-        """The Ray cluster's name in NeMo-Run (its dir under the experiments root)."""
-        return self.job_id
-
-    @property
     def job_name(self) -> str:
-        return f"{slurm.JOB_NAME_PREFIX}{self.name}"  # what NeMo-Run's SlurmRayRequest.get_job_name gives
+        return f"{slurm.JOB_NAME_PREFIX}{self.cluster.name}"  # what NeMo-Run's SlurmRayRequest.get_job_name gives
 
     @property
     def role(self) -> str:
-        return f"{self.name}-driver"
-
-    @property
-    def logs(self) -> str:
-        return f"{self.cluster_dir}/logs"
-
-    @property
-    def sbatch_path(self) -> str:
-        return f"{self.cluster_dir}/ray.sub"
+        return f"{self.cluster.name}-driver"
 
 
 def plan_for(job: Job, where: Placement, launch: RayDriver) -> RayPlan:
@@ -77,7 +65,7 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> RayPlan:
     paths = slurm.cluster_paths(job, nemotron_home(), profile.python or "python")
     return RayPlan(
         job_id=job.job_id,
-        cluster_dir=f"{paths.nemorun_jobs}/{job.job_id}",
+        cluster=RayClusterDirs(paths.nemorun_jobs, job.job_id),
         job_dir=where.job_dir,
         nodes=where.nodes,
         gpus_per_node=where.gpus_per_node,
@@ -140,7 +128,7 @@ def _flags(plan: RayPlan) -> list[str]:
         "nodes": plan.nodes,
         "ntasks-per-node": 1,
         "time": plan.time,
-        "output": f"{plan.logs}/sbatch_{plan.job_name}_%j.out",
+        "output": f"{plan.cluster.logs}/sbatch_{plan.job_name}_%j.out",
         "account": plan.account,
         "partition": plan.partition,
         "cpus-per-task": plan.cpus_per_task,
@@ -185,7 +173,7 @@ def render_sbatch(plan: RayPlan) -> str:
     gpus = f" --num-gpus={plan.gpus_per_node}"
     cpus = f" --num-cpus={plan.cpus_per_task}" if plan.cpus_per_task else ""
     common = f'--temp-dir="/tmp/ray-$SLURM_JOB_ID-$i" --disable-usage-stats{gpus}{cpus} $ports --block'
-    logs = q(plan.logs)
+    logs = q(plan.cluster.logs)
     lines = [
         "#!/bin/bash",
         *_flags(plan),
@@ -205,20 +193,20 @@ def render_sbatch(plan: RayPlan) -> str:
         f'export RAY_ADDRESS="$head_ip:$((b + {GCS_OFFSET}))"',
         "",
         "# the head",
-        f'{_srun(plan, HEAD, q(f"{plan.logs}/ray-head_%j.out"))} ray start --head --node-ip-address="$head_ip" '
+        f'{_srun(plan, HEAD, q(f"{plan.cluster.logs}/ray-head_%j.out"))} ray start --head --node-ip-address="$head_ip" '
         f"--port=$((b + {GCS_OFFSET})) --ray-client-server-port=$((b + {CLIENT_OFFSET})) --include-dashboard=false {common} &",
         "raylets=($!)",
         "",
         "# one worker per other node",
         "for ((i = 1; i < ${#nodes[@]}; i++)); do",
         *("    " + line for line in _ports("i").splitlines()),
-        f"    {_srun(plan, WORKER, q(f'{plan.logs}/ray-worker-') + WORKER_INDEX + '_%j.out')} "
+        f"    {_srun(plan, WORKER, q(f'{plan.cluster.logs}/ray-worker-') + WORKER_INDEX + '_%j.out')} "
         f'ray start --address="$RAY_ADDRESS" {common} &',
         "    raylets+=($!)",
         "done",
         "",
         "# the driver, once, on the head: it waits for every node, then runs the engine's command",
-        f"{_srun(plan, HEAD, q(f'{plan.logs}/log-{slurm.JOB_NAME_PREFIX}{plan.role}_%j.out'), overlap=True)} "
+        f"{_srun(plan, HEAD, q(f'{plan.cluster.logs}/log-{slurm.JOB_NAME_PREFIX}{plan.role}_%j.out'), overlap=True)} "
         f"bash {q(f'{plan.job_dir}/{DRIVER_FILE}')}",
         "code=$?",
         "",
@@ -237,7 +225,7 @@ def render_text(plan: RayPlan) -> str:
     head = [
         f"# ---- {plan.job_dir}/{DRIVER_FILE}",
         plan.driver_script.rstrip(),
-        f"# ---- submitted with: sbatch --parsable {plan.sbatch_path}",
+        f"# ---- submitted with: sbatch --parsable {plan.cluster.script}",
     ]
     if plan.secret_names:
         head.append(
@@ -265,18 +253,18 @@ def submit(job: Job, job_dir: Path, plan: RayPlan, launch: RayDriver) -> dict[st
     with nemo_run() as run:
         from nemotron.launch.nemo_run_ray import ScriptedSlurmRayCluster
 
-        executor = slurm_executor(run, profile, str(Path(plan.cluster_dir).parent))
-        slurm_id = ScriptedSlurmRayCluster(name=plan.name, executor=executor).create_from_script(
+        executor = slurm_executor(run, profile, plan.cluster.root)
+        slurm_id = ScriptedSlurmRayCluster(name=plan.cluster.name, executor=executor).create_from_script(
             render_sbatch(plan)
         )
     return {
-        "handle": f"ray://{plan.name}",
+        "handle": f"ray://{plan.cluster.name}",
         "remote_id": slurm_id,
-        "remote_dir": plan.logs,
+        "remote_dir": plan.cluster.logs,
         "roles": [plan.role],
         "launch": "ray",
-        "ray_name": plan.name,
-        "ray_root": str(Path(plan.cluster_dir).parent),
+        "ray_name": plan.cluster.name,
+        "ray_root": plan.cluster.root,
         "register": dict(launch.outputs),
         # what status and cancel need to reach the cluster again (no secrets: job.yaml's profile is masked)
         "profile": profile.model_dump(
