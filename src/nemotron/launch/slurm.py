@@ -42,6 +42,8 @@ MACROS = {
     "node_rank_var": "SLURM_NODEID",
     "het_group_host_var": "het_group_host",
 }
+# SlurmSite's fields that NeMo-Run's SlurmExecutor takes under the same name
+EXECUTOR_FIELDS = ("account", "partition", "time", "cpus_per_task", "mem", "container_image")
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,11 @@ class SlurmSite:
     env: tuple[tuple[str, str], ...] = ()  # exported for every group; values are shell words
     setup: tuple[str, ...] = ()
     secret_names: tuple[str, ...] = ()  # variables the 0600 secrets file exports (names only)
+
+    def executor_args(self) -> dict[str, Any]:
+        """The keyword arguments of NeMo-Run's SlurmExecutor that the site sets."""
+        same = {name: getattr(self, name) for name in EXECUTOR_FIELDS}
+        return same | {"container_mounts": list(self.mounts), "setup_lines": "\n".join(self.setup) or None}
 
 
 @dataclass(frozen=True, kw_only=True)

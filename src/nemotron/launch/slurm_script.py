@@ -185,14 +185,7 @@ def executors(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> list[A
             identity=profile.identity,
         )
     base = run.SlurmExecutor(
-        account=plan.account,
-        partition=plan.partition,
-        time=plan.time,
-        cpus_per_task=plan.cpus_per_task,
-        mem=plan.mem,
-        container_image=plan.container_image,
-        container_mounts=list(plan.mounts),
-        setup_lines="\n".join(plan.setup) or None,
+        **plan.executor_args(),
         tunnel=tunnel,
         packager=run.Packager(),
         poll_estimated_start_time=False,
