@@ -31,6 +31,15 @@ if TYPE_CHECKING:
 
 INIT_SCRIPT_URL = "https://raw.githubusercontent.com/leptonai/scripts/main/lepton_env_to_pytorch.sh"
 RECORD_FILES = ("job.yaml", "config.yaml")
+# The profile's fields that NeMo-Run's LeptonExecutor takes under the same name, for a job and a Ray cluster alike
+EXECUTOR_FIELDS = {
+    "gpus_per_node",
+    "resource_shape",
+    "node_group",
+    "secret_vars",
+    "mounts",
+    "image_pull_secrets",
+}
 # Lepton job state -> ours (the API's names, leptonai.api.v1.types.job.LeptonJobState).
 STATES = {
     "Starting": "pending",
@@ -71,6 +80,21 @@ class LeptonPlan:
     def job_dir(self) -> str:
         """NeMo-Run's task dir on the mount, where its data mover copies the task: the step's job dir."""
         return self.experiment.task_dir(self.name)
+
+    def executor_args(self) -> dict[str, Any]:
+        """The keyword arguments of NeMo-Run's LeptonExecutor for this job, but its packager."""
+        p = self.profile
+        return executor_fields(p, "container_image", "nodes", "shared_memory_size") | {
+            "nemo_run_dir": self.nemo_run_dir,
+            "node_reservation": p.node_reservation or "",
+            "env_vars": dict(self.env),
+            "pre_launch_commands": list(self.setup),
+        }
+
+
+def executor_fields(profile: LeptonProfile, *more: str) -> dict[str, Any]:
+    """The profile's EXECUTOR_FIELDS and `more`, as NeMo-Run's LeptonExecutor takes them (mounts as dicts)."""
+    return profile.model_dump(by_alias=True, include=EXECUTOR_FIELDS | set(more))
 
 
 def lepton_name(job_id: str) -> str:
@@ -257,27 +281,11 @@ def submit_job(job: Job, job_dir: Path, plan: LeptonPlan) -> dict[str, Any]:
 
 
 def _submit(run: ModuleType, plan: LeptonPlan, job_dir: Path) -> str:
-    p = plan.profile
     packager = run.PatternPackager(
         include_pattern=[str(job_dir / f) for f in plan.shipped],
         relative_path=[str(job_dir)] * len(plan.shipped),
     )
-    executor = run.LeptonExecutor(
-        container_image=p.container_image,
-        nemo_run_dir=plan.nemo_run_dir,
-        nodes=p.nodes,
-        gpus_per_node=p.gpus_per_node,
-        shared_memory_size=p.shared_memory_size,
-        resource_shape=p.resource_shape,
-        node_group=p.node_group,
-        node_reservation=p.node_reservation or "",
-        secret_vars=dict(p.secret_vars),
-        mounts=[m.model_dump(by_alias=True) for m in p.mounts],
-        env_vars=dict(plan.env),
-        image_pull_secrets=list(p.image_pull_secrets),
-        pre_launch_commands=list(plan.setup),
-        packager=packager,
-    )
+    executor = run.LeptonExecutor(**plan.executor_args(), packager=packager)
     entry, *args = plan.command
     quiet = {
         "clean_mode": True,

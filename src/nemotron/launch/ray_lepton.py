@@ -20,7 +20,7 @@ from typing import Any
 from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
 from nemotron.errors import UserError
-from nemotron.launch.lepton import lepton_name, nemo_run_dir
+from nemotron.launch.lepton import executor_fields, lepton_name, nemo_run_dir
 from nemotron.launch.ray_slurm import DRIVER_FILE, driver_script, register_lines
 from nemotron.profiles import LeptonProfile
 
@@ -130,19 +130,13 @@ def render_text(plan: LeptonRayPlan) -> str:
 # ----------------------------------------------------------------------------- submission and control (NeMo-Run)
 
 
-def _executor(run: Any, plan_or_profile: LeptonProfile, nodes: int, image: str, env: dict[str, str]) -> Any:
-    p = plan_or_profile
+def _executor(run: Any, profile: LeptonProfile, nodes: int, image: str, env: dict[str, str]) -> Any:
     return run.LeptonExecutor(
+        **executor_fields(profile),
         container_image=image,
-        nemo_run_dir=nemo_run_dir(p),
+        nemo_run_dir=nemo_run_dir(profile),
         nodes=nodes - 1,
-        gpus_per_node=p.gpus_per_node,
-        resource_shape=p.resource_shape,
-        node_group=p.node_group,
-        secret_vars=dict(p.secret_vars),
-        mounts=[m.model_dump(by_alias=True) for m in p.mounts],
         env_vars=env,
-        image_pull_secrets=list(p.image_pull_secrets),
     )
 
 
