@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nemotron.compile import Job
 from nemotron.errors import UserError
@@ -18,9 +18,6 @@ from nemotron.launch.served import ServedModel
 from nemotron.paths import bundled_root
 from nemotron.profiles import SlurmProfile
 from nemotron.redact import is_secret_name
-
-if TYPE_CHECKING:
-    pass
 
 JOB_NAME_PREFIX = "nemotron."
 SECRETS_FILE = ".secrets.env"
