@@ -168,17 +168,18 @@ def fixed_cost_scorer(call_ms: float) -> Callable[[list[str]], Sequence[float]]:
 def run_mode(
     name: str, mode: str, scorer: Callable[[list[str]], Sequence[float]], args: argparse.Namespace
 ) -> Result:
+    from nemotron.reward.batcher import BatchingConfig
     from nemotron.reward.client import RewardClient
     from nemotron.reward.metrics import parse_samples
     from nemotron.reward.server import serve
 
     max_batch = 1 if mode == "batch size 1" else args.max_batch_size
-    handle = serve(
-        scorer,
+    batching = BatchingConfig(
         max_batch_size=max_batch,
         preferred_batch_size=max(1, max_batch // 2),
         max_queue_delay_ms=0.0 if max_batch == 1 else args.max_queue_delay_ms,
     )
+    handle = serve(scorer, batching=batching)
     try:
         RewardClient(handle.url).score(sentences(8, args.words, seed=-1))  # warm up
         context = multiprocessing.get_context("spawn")

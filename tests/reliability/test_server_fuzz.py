@@ -27,11 +27,12 @@ from hypothesis import strategies as st
 
 from nemotron.models.tiny import tiny_model
 from nemotron.models.tokenizer import word_tokenizer
+from nemotron.reward.batcher import BatchingConfig
 from nemotron.reward.chat_server import ChatRequest, Completion, serve_chat
 from nemotron.reward.client import RewardClient
 from nemotron.reward.scorer import Scorer, scorer_from_reward_model
 from nemotron.reward.server import serve
-from nemotron.reward.transport import ServerHandle
+from nemotron.reward.transport import HTTPSettings, ServerHandle
 
 WORDS = "the a movie film was is great good bad awful fine plot acting boring fun it and but very".split()
 VOCAB = len(WORDS) + 3  # [PAD], [UNK], [EOS] + the words: both scorers take token ids below this
@@ -82,8 +83,10 @@ class Target:
 def target(request: pytest.FixtureRequest, report: Callable[[str], None]) -> Iterator[Target]:
     torch.set_num_threads(1)
     scorer = cheap_scorer() if request.param == "cheap" else gpt2_scorer()
-    options: dict[str, Any] = {"max_queue_rows": MAX_QUEUE_ROWS, "max_body_bytes": MAX_BODY}
-    handle = serve(scorer, max_batch_size=16, max_queue_delay_ms=0.0, **options)
+    batching = BatchingConfig(
+        max_batch_size=16, preferred_batch_size=16, max_queue_delay_ms=0.0, max_queue_rows=MAX_QUEUE_ROWS
+    )
+    handle = serve(scorer, HTTPSettings(max_body_bytes=MAX_BODY), batching)
     examples = 1000 if request.param == "cheap" else 250
     probe = [scorer.score_sentences([s])[0] for s in PROBE]
     client = RewardClient(handle.url, retries=0, timeout=10)
@@ -537,7 +540,10 @@ class EchoChat:
 
 @pytest.fixture(scope="module")
 def token_servers() -> Iterator[dict[str, ServerHandle]]:
-    with serve(cheap_scorer(), token=TOKEN) as reward, serve_chat(EchoChat(), token=TOKEN) as chat:
+    with (
+        serve(cheap_scorer(), HTTPSettings(token=TOKEN)) as reward,
+        serve_chat(EchoChat(), HTTPSettings(token=TOKEN)) as chat,
+    ):
         yield {"reward": reward, "chat": chat}
 
 

@@ -18,12 +18,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from nemotron.reward.client import RewardClient
-from nemotron.reward.server import serve
+from nemotron.reward.server import FULL_BATCHES, serve
+from nemotron.reward.transport import HTTPSettings
 
 REPO = Path(__file__).resolve().parents[2]
 RSS_GROWTH_BOUND_MB = 20.0  # over ~50k requests: a leak of 400 bytes a request would show
@@ -93,9 +95,8 @@ def test_slow_clients_are_cut_off_at_the_deadline_and_do_not_block_the_batcher()
         batches.append(len(texts))
         return [float(len(t)) for t in texts]
 
-    with serve(
-        scorer, read_timeout_s=READ_TIMEOUT_S, request_deadline_s=DEADLINE_S, max_queue_delay_ms=1.0
-    ) as handle:
+    http = HTTPSettings(read_timeout_s=READ_TIMEOUT_S, request_deadline_s=DEADLINE_S)
+    with serve(scorer, http, replace(FULL_BATCHES, max_queue_delay_ms=1.0)) as handle:
         client = RewardClient(handle.url, retries=0, timeout=10)
 
         def timed() -> float:
@@ -143,7 +144,9 @@ def test_slow_clients_are_cut_off_at_the_deadline_and_do_not_block_the_batcher()
 
 def test_the_deadline_is_per_request_and_idle_time_between_requests_does_not_count() -> None:
     """A keep-alive connection may idle (under the read timeout) between requests longer than the deadline."""
-    with serve(lambda texts: [1.0] * len(texts), read_timeout_s=2.0, request_deadline_s=0.5) as handle:
+    with serve(
+        lambda texts: [1.0] * len(texts), HTTPSettings(read_timeout_s=2.0, request_deadline_s=0.5)
+    ) as handle:
         connection = http.client.HTTPConnection(handle.host, handle.port, timeout=10)
         try:
             for _ in range(2):

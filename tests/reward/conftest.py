@@ -12,6 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from nemotron.models.tiny import tiny_model
 from nemotron.models.tokenizer import word_tokenizer
+from nemotron.reward.batcher import BatchingConfig
 from nemotron.reward.scorer import Scorer, scorer_from_reward_model
 from nemotron.reward.server import serve
 from nemotron.reward.transport import ServerHandle
@@ -45,7 +46,10 @@ def model_scorer(reward_model: PreTrainedModel, tokenizer: PreTrainedTokenizerFa
 
 @pytest.fixture
 def model_server(model_scorer: Scorer) -> Iterator[ServerHandle]:
-    with serve(model_scorer, max_queue_delay_ms=20.0, preferred_batch_size=8, max_batch_size=16) as handle:
+    with serve(
+        model_scorer,
+        batching=BatchingConfig(max_batch_size=16, preferred_batch_size=8, max_queue_delay_ms=20.0),
+    ) as handle:
         yield handle
 
 

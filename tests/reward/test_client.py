@@ -12,7 +12,7 @@ import pytest
 
 from nemotron.reward.client import RewardClient, RewardServerError, normalize_url, wait_ready
 from nemotron.reward.server import serve
-from nemotron.reward.transport import ServerHandle
+from nemotron.reward.transport import HTTPSettings, ServerHandle
 
 
 def length_scorer(sentences: list[str]) -> list[float]:
@@ -79,7 +79,7 @@ def test_score_tokens_against_a_token_scorer() -> None:
 
 
 def test_reconnects_when_the_server_drops_an_idle_keep_alive_connection() -> None:
-    with serve(length_scorer, read_timeout_s=0.2) as handle:
+    with serve(length_scorer, HTTPSettings(read_timeout_s=0.2)) as handle:
         client = RewardClient(handle.url, retries=0)  # no retries: the reconnect must not need one
         assert client.score(["ab"]) == [2.0]
         time.sleep(0.5)  # the server closes the idle connection after 0.2 s
@@ -89,7 +89,7 @@ def test_reconnects_when_the_server_drops_an_idle_keep_alive_connection() -> Non
 def test_retries_until_a_late_server_comes_up() -> None:
     port = free_port()
     started: list[ServerHandle] = []
-    timer = threading.Timer(0.7, lambda: started.append(serve(length_scorer, port=port)))
+    timer = threading.Timer(0.7, lambda: started.append(serve(length_scorer, HTTPSettings(port=port))))
     timer.start()
     try:
         begun = time.monotonic()

@@ -14,7 +14,7 @@ import pytest
 
 from nemotron.reward.metrics import parse_samples
 from nemotron.reward.server import serve
-from nemotron.reward.transport import ServerHandle
+from nemotron.reward.transport import HTTPSettings, ServerHandle
 
 TOKEN = "hostile-token-123"
 
@@ -25,7 +25,7 @@ def length_scorer(texts: list[str]) -> list[float]:
 
 @pytest.fixture
 def server() -> Iterator[ServerHandle]:
-    with serve(length_scorer, max_body_bytes=4096) as handle:
+    with serve(length_scorer, HTTPSettings(max_body_bytes=4096)) as handle:
         yield handle
 
 
@@ -118,7 +118,7 @@ def test_a_huge_header_is_431_and_a_huge_request_line_414(server: ServerHandle) 
 
 
 def test_a_slowloris_head_is_cut_at_the_request_deadline() -> None:
-    with serve(length_scorer, request_deadline_s=1.0, read_timeout_s=5.0) as handle:
+    with serve(length_scorer, HTTPSettings(request_deadline_s=1.0, read_timeout_s=5.0)) as handle:
         with socket.create_connection((handle.host, handle.port), timeout=5) as sock:
             started = time.monotonic()
             closed = False
@@ -136,7 +136,7 @@ def test_a_slowloris_head_is_cut_at_the_request_deadline() -> None:
 
 
 def test_without_the_token_a_right_model_name_looks_like_a_wrong_one() -> None:
-    with serve(length_scorer, token=TOKEN) as handle:
+    with serve(length_scorer, HTTPSettings(token=TOKEN)) as handle:
         answers = {}
         for name in ("reward_model", "guess"):
             for action in ("ready", "", "config", "infer"):
@@ -156,7 +156,7 @@ def _idle_sockets(handle: ServerHandle, n: int) -> list[socket.socket]:
 
 
 def test_past_the_connection_cap_idle_connections_make_room() -> None:
-    with serve(length_scorer, max_connections=8) as handle:
+    with serve(length_scorer, HTTPSettings(max_connections=8)) as handle:
         idle = _idle_sockets(handle, 30)  # more idle sockets than the cap: the oldest are closed
         try:
             with httpx.Client(timeout=5) as client:
@@ -174,7 +174,7 @@ def test_past_the_connection_cap_idle_connections_make_room() -> None:
 
 
 def test_past_the_connection_cap_with_none_idle_a_newcomer_gets_503_at_once() -> None:
-    with serve(length_scorer, max_connections=4) as handle:
+    with serve(length_scorer, HTTPSettings(max_connections=4)) as handle:
         busy = _idle_sockets(handle, 4)
         try:
             for sock in busy:  # each has begun a request head: not idle, and not (yet) a stalled one

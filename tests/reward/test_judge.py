@@ -27,7 +27,7 @@ from nemotron.reward.judge import (
     score_choices,
 )
 from nemotron.reward.metrics import parse_samples
-from nemotron.reward.transport import ServerHandle
+from nemotron.reward.transport import HTTPSettings, ServerHandle
 
 from .test_server import http_call
 
@@ -124,7 +124,7 @@ def scripted() -> ScriptedModel:
 
 @pytest.fixture
 def scripted_server(scripted: ScriptedModel) -> Iterator[ServerHandle]:
-    with serve_chat(scripted, token="judge-token") as handle:
+    with serve_chat(scripted, HTTPSettings(token="judge-token")) as handle:
         yield handle
 
 

@@ -15,7 +15,7 @@ import torch
 
 from nemotron.reward.chat_server import ChatRequest, Completion, HFChatModel, serve_chat
 from nemotron.reward.metrics import parse_samples
-from nemotron.reward.transport import ServerHandle
+from nemotron.reward.transport import HTTPSettings, ServerHandle
 
 TOKEN = "judge-openai-token"
 
@@ -41,7 +41,7 @@ def chat() -> GatedChat:
 
 @pytest.fixture
 def server(chat: GatedChat) -> Iterator[ServerHandle]:
-    with serve_chat(chat, token=TOKEN, model_name="judge", max_queue=2) as handle:
+    with serve_chat(chat, HTTPSettings(token=TOKEN), model_name="judge", max_queue=2) as handle:
         yield handle
         chat.gate.set()
 
@@ -136,7 +136,7 @@ class StreamingScript:
 
 def test_a_streaming_model_is_streamed_as_it_generates() -> None:
     model = StreamingScript()
-    with serve_chat(model, token=TOKEN) as handle:
+    with serve_chat(model, HTTPSettings(token=TOKEN)) as handle:
         try:
             stream = client(handle).chat.completions.create(model="judge", messages=MESSAGES, stream=True)
             chunks = iter(stream)
@@ -164,7 +164,7 @@ def test_a_real_lm_streams_the_text_it_answers_without_streaming() -> None:
         vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=2, eos_token_id=2
     )
     with serve_chat(
-        HFChatModel(GPT2LMHeadModel(config).eval(), tokenizer, max_context=64), token=TOKEN
+        HFChatModel(GPT2LMHeadModel(config).eval(), tokenizer, max_context=64), HTTPSettings(token=TOKEN)
     ) as handle:
         # Sampled with a seed, so both calls draw the same tokens (a random model's greedy answer is empty).
         ask = {"model": "judge", "messages": MESSAGES, "max_tokens": 12, "temperature": 1.0, "seed": 3}
@@ -177,7 +177,7 @@ def test_a_real_lm_streams_the_text_it_answers_without_streaming() -> None:
 
 def test_a_client_that_leaves_mid_stream_frees_its_place() -> None:
     model = StreamingScript()
-    with serve_chat(model, token=TOKEN, max_queue=1) as handle:
+    with serve_chat(model, HTTPSettings(token=TOKEN), max_queue=1) as handle:
         try:
             stream = client(handle).chat.completions.create(model="judge", messages=MESSAGES, stream=True)
             next(iter(stream))

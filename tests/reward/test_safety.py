@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,12 +18,13 @@ from tritonclient.utils import InferenceServerException
 
 from nemotron.reward.client import RewardClient, RewardServerError
 from nemotron.reward.metrics import parse_samples
-from nemotron.reward.server import serve
-from nemotron.reward.transport import ServerHandle
+from nemotron.reward.server import FULL_BATCHES, serve
+from nemotron.reward.transport import HTTPSettings, ServerHandle
 
 from .test_server import http_call
 
 TOKEN = "s3cret-token"
+QUICK_BATCHES = replace(FULL_BATCHES, max_queue_delay_ms=1.0)
 
 
 def length_scorer(sentences: list[str]) -> list[float]:
@@ -31,7 +33,7 @@ def length_scorer(sentences: list[str]) -> list[float]:
 
 @pytest.fixture
 def token_server() -> Iterator[ServerHandle]:
-    with serve(length_scorer, token=TOKEN, max_queue_delay_ms=1.0) as handle:
+    with serve(length_scorer, HTTPSettings(token=TOKEN), QUICK_BATCHES) as handle:
         yield handle
 
 
@@ -77,7 +79,7 @@ def test_right_token_is_served_and_health_is_public(
 
 
 def test_body_over_the_limit_is_413_and_gzip_bombs_too() -> None:
-    with serve(length_scorer, max_body_bytes=1024) as handle:
+    with serve(length_scorer, HTTPSettings(max_body_bytes=1024)) as handle:
         big = json.dumps({"sentences": ["x" * 2000]}).encode()
         status, _, response = http_call(handle.url, "/score", big)
         assert status == 413 and "limit is 1024" in json.loads(response)["error"]
@@ -92,7 +94,7 @@ def test_body_over_the_limit_is_413_and_gzip_bombs_too() -> None:
 
 
 def test_slow_client_does_not_block_others_and_is_cut_off() -> None:
-    with serve(length_scorer, read_timeout_s=1.5, max_queue_delay_ms=1.0) as handle:
+    with serve(length_scorer, HTTPSettings(read_timeout_s=1.5), QUICK_BATCHES) as handle:
         slow = socket.create_connection((handle.host, handle.port))
         try:
             slow.sendall(
@@ -115,7 +117,7 @@ def test_scorer_crash_is_500_and_the_server_keeps_serving() -> None:
             raise RuntimeError("model exploded")
         return length_scorer(sentences)
 
-    with serve(flaky, max_queue_delay_ms=1.0) as handle:
+    with serve(flaky, batching=QUICK_BATCHES) as handle:
         status, _, response = http_call(handle.url, "/score", json.dumps({"sentences": ["boom"]}).encode())
         assert status == 500 and "model exploded" in json.loads(response)["error"]
         assert RewardClient(handle.url, retries=0).score(["abcd"]) == [4.0]
@@ -132,7 +134,7 @@ def test_stop_finishes_in_flight_requests_then_refuses() -> None:
         time.sleep(0.5)
         return length_scorer(sentences)
 
-    handle = serve(slow, max_queue_delay_ms=1.0)
+    handle = serve(slow, batching=QUICK_BATCHES)
     url = handle.url
     with ThreadPoolExecutor(2) as pool:
         in_flight = pool.submit(RewardClient(url, retries=0).score, ["abcdef"])

@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from transformers import PreTrainedTokenizerFast
 from nemotron.reward.client import RewardClient
 from nemotron.reward.metrics import parse_samples
 from nemotron.reward.scorer import Scorer
-from nemotron.reward.server import serve
+from nemotron.reward.server import FULL_BATCHES, serve
 from nemotron.reward.transport import ServerHandle
 
 TritonFactory = Callable[[ServerHandle], triton_http.InferenceServerClient]
@@ -258,7 +259,9 @@ def test_scoring_that_takes_too_long_is_504_and_the_server_keeps_serving() -> No
             time.sleep(1.0)
         return [float(len(s)) for s in sentences]
 
-    with serve(slow_for_the_first, request_timeout_s=0.3, max_queue_delay_ms=0.0) as handle:
+    with serve(
+        slow_for_the_first, batching=replace(FULL_BATCHES, max_queue_delay_ms=0.0), request_timeout_s=0.3
+    ) as handle:
         started = time.monotonic()
         status, _, body = http_call(handle.url, "/score", json.dumps({"sentences": ["slow"]}).encode())
         assert status == 504 and "score took longer than 0.3 s" in json.loads(body)["error"]

@@ -131,6 +131,7 @@ def test_rl_steps_take_the_reward_servers_token_from_a_0600_file_never_from_the_
     from nemotron.models.checkpoint import load_reward_model, load_tokenizer
     from nemotron.reward.scorer import scorer_from_reward_model
     from nemotron.reward.server import serve
+    from nemotron.reward.transport import HTTPSettings
 
     # A token on the command line is an unknown key (ps shows argv to every user), and its value is not echoed.
     for key in ("reward.server.token", "judge.token"):
@@ -143,7 +144,7 @@ def test_rl_steps_take_the_reward_servers_token_from_a_0600_file_never_from_the_
     scorer = scorer_from_reward_model(load_reward_model(rm), load_tokenizer(rm), 32)
     token_file = tmp_path / "reward.token"
     token_file.write_text("tok-from-file-77\n")
-    with serve(scorer, token="tok-from-file-77") as handle:
+    with serve(scorer, HTTPSettings(token="tok-from-file-77")) as handle:
         base = ["steps", "run", "rl/reinforce", "-c", "tiny", f"reward.server.url={handle.url}"]
         base += ["trainer.max_steps=1", "eval.num_prompts=0", f"reward.server.token_file={token_file}"]
         token_file.chmod(0o644)  # others could read it: refused before any work, saying how to fix it

@@ -31,7 +31,7 @@ from nemotron.reward.chat_model import StreamingChatModel
 from nemotron.reward.chat_model import render_messages as render_messages
 from nemotron.reward.messages import BodyStream, error_from, error_response
 from nemotron.reward.metrics import LATENCY_BUCKETS_S
-from nemotron.reward.server_options import http_limits, parse_checked, server_command_line
+from nemotron.reward.server_options import http_settings, parse_checked, server_command_line
 from nemotron.reward.transport import (
     Deferred,
     HTTPError,
@@ -366,32 +366,19 @@ def _event_stream(
 
 def serve_chat(
     model: ChatModel,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    token: str | None = None,
+    http: HTTPSettings | None = None,
     *,
     model_name: str = "judge",
     max_tokens_limit: int = 1024,
     max_queue: int = 64,
-    max_body_bytes: int = 4 * 1024 * 1024,
-    read_timeout_s: float = 30.0,
-    request_deadline_s: float = 60.0,
-    max_connections: int | None = None,
-    drain_timeout_s: float = 30.0,
 ) -> ServerHandle:
-    """Start the chat-completions server in background threads; port 0 picks a free port. Errors are
-    OpenAI's error objects, so the openai client raises its own exceptions (NotFoundError, ...)."""
+    """Start the chat-completions server in background threads; `http` unset: 127.0.0.1 on a free port, bodies
+    up to 4 MiB. Errors are OpenAI's error objects, so the openai client raises its own exceptions
+    (NotFoundError, ...)."""
     registry = CollectorRegistry()
     app = ChatApp(model, registry, model_name, max_tokens_limit, max_queue)
-    settings = HTTPSettings(
-        host=host,
-        port=port,
-        token=token,
-        max_body_bytes=max_body_bytes,
-        read_timeout_s=read_timeout_s,
-        request_deadline_s=request_deadline_s,
-        max_connections=max_connections,
-        drain_timeout_s=drain_timeout_s,
+    settings = replace(
+        http or HTTPSettings(max_body_bytes=4 * 1024 * 1024),
         metric_prefix="nemotron_judge",
         error_style="openai",
     )
@@ -420,12 +407,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = load_tokenizer(args.model)
     handle = serve_chat(
         HFChatModel(model, tokenizer, args.max_length),  # capped at the model's positions
-        args.host,
-        args.port,
-        token,
+        http_settings(args, token),
         model_name=args.model_name,
         max_queue=args.max_queue,
-        **http_limits(args),
     )
     if args.ready_file is not None:
         write_ready_file(args.ready_file, handle)

@@ -14,6 +14,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from nemotron.reward.kserve import (
     encode_infer_response,
 )
 from nemotron.reward.scorer import Scorer
-from nemotron.reward.server_options import http_limits, parse_checked, server_command_line
+from nemotron.reward.server_options import http_settings, parse_checked, server_command_line
 from nemotron.reward.transport import TOKEN_ENV as TOKEN_ENV  # launchers import it from here
 from nemotron.reward.transport import (
     Deferred,
@@ -59,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 MODEL_NAME = "reward_model"
 MODEL_VERSION = "1"
+# serve()'s default: a batch leaves when full (or when its oldest request has waited max_queue_delay_ms)
+FULL_BATCHES = BatchingConfig(max_batch_size=64, preferred_batch_size=64)
 
 
 def _decode_sentences(array: Array) -> list[str]:
@@ -330,63 +333,49 @@ def _as_scorer(scorer: Scorer | Callable[[list[str]], Sequence[float]]) -> Score
     return scorer if isinstance(scorer, Scorer) else Scorer(score_sentences=scorer)
 
 
+def batching_of(source: Any) -> BatchingConfig:
+    """The batching of a server command's parsed arguments or of rm/serve's `server` group (the same names);
+    an unset preferred_batch_size is max_batch_size."""
+    preferred = source.preferred_batch_size
+    if preferred is None:
+        preferred = source.max_batch_size
+    return BatchingConfig(source.max_batch_size, preferred, source.max_queue_delay_ms, source.max_queue_rows)
+
+
 def serve(
     scorer: Scorer | Callable[[list[str]], Sequence[float]],
-    host: str = "127.0.0.1",
-    port: int = 0,
-    token: str | None = None,
+    http: HTTPSettings | None = None,
+    batching: BatchingConfig = FULL_BATCHES,
     *,
-    max_batch_size: int = 64,
-    preferred_batch_size: int | None = None,
-    max_queue_delay_ms: float = 5.0,
-    max_queue_rows: int = 65536,
-    max_body_bytes: int = 16 * 1024 * 1024,
-    read_timeout_s: float = 30.0,
-    request_deadline_s: float = 60.0,
     request_timeout_s: float = 60.0,
-    drain_timeout_s: float = 30.0,
-    max_connections: int | None = None,
     model_name: str = MODEL_NAME,
 ) -> ServerHandle:
-    """Start the reward server in background threads; port 0 picks a free port (see `handle.url`).
+    """Start the reward server in background threads; `http` unset: 127.0.0.1 on a free port (see `handle.url`).
 
-    `preferred_batch_size` defaults to `max_batch_size`: a batch goes to the model as soon as it is full,
-    or when its oldest request has waited `max_queue_delay_ms`. A connection is dropped when it sends
-    nothing for `read_timeout_s`, or when a request has not fully arrived `request_deadline_s` after its
-    first byte; scoring a request may take `request_timeout_s` (then 504). Past `max_connections` open
+    A batch goes to the model as soon as `batching.preferred_batch_size` rows wait (by default: a full batch),
+    or when its oldest request has waited `batching.max_queue_delay_ms`. A connection is dropped when it sends
+    nothing for `http.read_timeout_s`, or when a request has not fully arrived `http.request_deadline_s` after
+    its first byte; scoring a request may take `request_timeout_s` (then 504). Past `http.max_connections` open
     connections (default: well under the open-file limit) an idle one is closed, or the newcomer gets 503.
     """
-    preferred = max_batch_size if preferred_batch_size is None else preferred_batch_size
-    batching = BatchingConfig(max_batch_size, preferred, max_queue_delay_ms, max_queue_rows)
     registry = CollectorRegistry()
     app = RewardApp(
         _as_scorer(scorer), batching, registry, model_name=model_name, request_timeout_s=request_timeout_s
     )
-    settings = HTTPSettings(
-        host=host,
-        port=port,
-        token=token,
-        max_body_bytes=max_body_bytes,
-        read_timeout_s=read_timeout_s,
-        request_deadline_s=request_deadline_s,
-        drain_timeout_s=drain_timeout_s,
-        max_connections=max_connections,
-        metric_prefix="nemotron_reward",
-    )
+    settings = replace(http or HTTPSettings(), metric_prefix="nemotron_reward")
     return ServerHandle(app, settings, registry)
 
 
 def run_forever_until_signal(
     scorer: Scorer | Callable[[list[str]], Sequence[float]],
-    host: str = "127.0.0.1",
-    port: int = 0,
-    token: str | None = None,
+    http: HTTPSettings | None = None,
+    batching: BatchingConfig = FULL_BATCHES,
     *,
     on_ready: Callable[[ServerHandle], None] | None = None,
     **options: Any,
 ) -> int:
     """Serve until SIGTERM or Ctrl-C, then finish in-flight requests and return 0. Main thread only."""
-    handle = serve(scorer, host, port, token, **options)
+    handle = serve(scorer, http, batching, **options)
     if on_ready is not None:
         on_ready(handle)
     return run_until_signal(handle)
@@ -425,15 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ready_file: Path | None = args.ready_file
     return run_forever_until_signal(
         scorer,
-        args.host,
-        args.port,
-        token,
-        max_batch_size=args.max_batch_size,
-        preferred_batch_size=args.preferred_batch_size,
-        max_queue_delay_ms=args.max_queue_delay_ms,
-        max_queue_rows=args.max_queue_rows,
+        http_settings(args, token),
+        batching_of(args),
         model_name=args.model_name,
-        **http_limits(args),
         on_ready=(lambda handle: write_ready_file(ready_file, handle)) if ready_file else None,
     )
 

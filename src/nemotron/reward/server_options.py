@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.errors import UserError
-from nemotron.reward.transport import TOKEN_ENV
+from nemotron.reward.transport import TOKEN_ENV, HTTPSettings
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 
@@ -121,10 +121,11 @@ def server_command_line(prog: str, description: str | None, model_help: str) -> 
 HTTP_LIMITS = ("max_body_bytes", "read_timeout_s", "request_deadline_s", "max_connections")
 
 
-def http_limits(source: Any) -> dict[str, Any]:
-    """The connection limits every server takes (`serve(..., **http_limits(x))`), read from a server command's
-    parsed arguments or from rm/serve's `server` group."""
-    return {name: getattr(source, name) for name in HTTP_LIMITS}
+def http_settings(source: Any, token: str | None) -> HTTPSettings:
+    """Where a server listens and its connection limits, read from a server command's parsed arguments or from
+    rm/serve's `server` group (the same names)."""
+    limits = {name: getattr(source, name) for name in HTTP_LIMITS}
+    return HTTPSettings(host=source.host, port=source.port, token=token, **limits)
 
 
 def parse_checked(

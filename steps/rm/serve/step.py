@@ -15,8 +15,8 @@ from nemotron.devices import model_dtype, runtime_device
 from nemotron.models.checkpoint import load_reward_model, load_tokenizer
 from nemotron.reward.address import announce_server
 from nemotron.reward.scorer import scorer_from_reward_model
-from nemotron.reward.server import run_forever_until_signal
-from nemotron.reward.server_options import check_bind, find_token, http_limits
+from nemotron.reward.server import batching_of, run_forever_until_signal
+from nemotron.reward.server_options import check_bind, find_token, http_settings
 from nemotron.reward.transport import ServerHandle, run_until_signal
 from nemotron.rl.prompts import model_positions
 from nemotron.runtime import StepRun, required
@@ -62,17 +62,7 @@ def main() -> int:
         max_length = min(s.max_length, model_positions(model.config) or s.max_length)
         scorer = scorer_from_reward_model(model, tokenizer, max_length)
         code = run_forever_until_signal(
-            scorer,
-            s.host,
-            s.port,
-            token,
-            on_ready=announce,
-            max_batch_size=s.max_batch_size,
-            preferred_batch_size=s.preferred_batch_size,
-            max_queue_delay_ms=s.max_queue_delay_ms,
-            max_queue_rows=s.max_queue_rows,
-            model_name=s.model_name,
-            **http_limits(s),
+            scorer, http_settings(s, token), batching_of(s), model_name=s.model_name, on_ready=announce
         )
     else:
         from nemotron.models.checkpoint import load_policy
@@ -80,15 +70,7 @@ def main() -> int:
 
         lm = load_policy(model_path, device=device, dtype=dtype)
         chat = HFChatModel(lm, tokenizer, model_positions(lm.config) or s.max_length)
-        handle = serve_chat(
-            chat,
-            s.host,
-            s.port,
-            token,
-            model_name=s.model_name,
-            max_queue=s.max_queue,
-            **http_limits(s),
-        )
+        handle = serve_chat(chat, http_settings(s, token), model_name=s.model_name, max_queue=s.max_queue)
         announce(handle)
         code = run_until_signal(handle)
     print("server stopped", flush=True)
