@@ -9,6 +9,7 @@ which makes a small or untrained judge emit parseable output.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -29,22 +30,19 @@ from nemotron.reward.chat_model import Completion as Completion
 from nemotron.reward.chat_model import HFChatModel as HFChatModel
 from nemotron.reward.chat_model import StreamingChatModel
 from nemotron.reward.chat_model import render_messages as render_messages
-from nemotron.reward.messages import BodyStream, error_from, error_response
-from nemotron.reward.metrics import LATENCY_BUCKETS_S
-from nemotron.reward.server_options import http_settings, parse_checked, server_command_line
-from nemotron.reward.transport import (
-    Deferred,
+from nemotron.reward.messages import (
+    BodyStream,
     HTTPError,
-    HTTPSettings,
     Request,
     Response,
-    Route,
-    ServerHandle,
+    error_from,
+    error_response,
     json_response,
     parse_json_body,
-    run_until_signal,
-    write_ready_file,
 )
+from nemotron.reward.metrics import LATENCY_BUCKETS_S
+from nemotron.reward.server_options import load_for_serving, run_server_command, server_command_line
+from nemotron.reward.transport import Deferred, HTTPSettings, Route, ServerHandle
 
 logger = logging.getLogger(__name__)
 
@@ -388,32 +386,24 @@ def serve_chat(
 def main(argv: Sequence[str] | None = None) -> int:
     """The same command line as `python -m nemotron.reward.server`, so one launcher starts either."""
     parser = server_command_line(
-        "python -m nemotron.reward.chat_server", __doc__, "HF causal-LM directory (safetensors)"
+        "python -m nemotron.reward.chat_server", __doc__, "HF causal-LM directory (safetensors)", "judge"
     )
-    parser.add_argument("--model-name", default="judge")
     parser.add_argument(
         "--max-queue", type=int, default=64, help="chat requests queued or running; more: 503"
     )
-    args, token = parse_checked(parser, argv)
+    return run_server_command(parser, argv, _start)
 
-    import torch
 
-    from nemotron.devices import model_dtype, runtime_device
-    from nemotron.models.checkpoint import load_policy, load_tokenizer
+def _start(args: argparse.Namespace, http: HTTPSettings) -> ServerHandle:
+    from nemotron.models.checkpoint import load_policy
 
-    torch.set_num_threads(args.threads)
-    device = runtime_device(args.device)
-    model = load_policy(args.model, device=device, dtype=model_dtype(args.precision))
-    tokenizer = load_tokenizer(args.model)
-    handle = serve_chat(
+    model, tokenizer = load_for_serving(args, load_policy)
+    return serve_chat(
         HFChatModel(model, tokenizer, args.max_length),  # capped at the model's positions
-        http_settings(args, token),
+        http,
         model_name=args.model_name,
         max_queue=args.max_queue,
     )
-    if args.ready_file is not None:
-        write_ready_file(args.ready_file, handle)
-    return run_until_signal(handle)
 
 
 if __name__ == "__main__":

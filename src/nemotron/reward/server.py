@@ -10,12 +10,12 @@ serves a saved HF reward model.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,21 +39,16 @@ from nemotron.reward.kserve import (
     decode_infer_request,
     encode_infer_response,
 )
+from nemotron.reward.messages import HTTPError, Request, Response, json_response, parse_json_body
 from nemotron.reward.scorer import Scorer
-from nemotron.reward.server_options import http_settings, parse_checked, server_command_line
+from nemotron.reward.server_options import load_for_serving, run_server_command, server_command_line
 from nemotron.reward.transport import TOKEN_ENV as TOKEN_ENV  # launchers import it from here
 from nemotron.reward.transport import (
     Deferred,
-    HTTPError,
     HTTPSettings,
-    Request,
-    Response,
     Route,
     ServerHandle,
-    json_response,
-    parse_json_body,
     run_until_signal,
-    write_ready_file,
 )
 
 logger = logging.getLogger(__name__)
@@ -383,7 +378,7 @@ def run_forever_until_signal(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = server_command_line(
-        "python -m nemotron.reward.server", __doc__, "HF reward-model directory (safetensors)"
+        "python -m nemotron.reward.server", __doc__, "HF reward-model directory (safetensors)", MODEL_NAME
     )
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--preferred-batch-size", type=int, default=None, help="default: --max-batch-size")
@@ -394,31 +389,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=65536,
         help="rows waiting for the model; more: 503 + Retry-After",
     )
-    parser.add_argument("--model-name", default=MODEL_NAME, help="the name in /v2/models/<name>/infer")
-    args, token = parse_checked(parser, argv)
+    return run_server_command(parser, argv, _start)
 
-    import torch
 
-    from nemotron.devices import model_dtype, runtime_device
-    from nemotron.models.checkpoint import load_reward_model, load_tokenizer
+def _start(args: argparse.Namespace, http: HTTPSettings) -> ServerHandle:
+    from nemotron.models.checkpoint import load_reward_model
     from nemotron.reward.scorer import scorer_from_reward_model
     from nemotron.rl.prompts import model_positions
 
-    torch.set_num_threads(args.threads)
-    device = runtime_device(args.device)
-    model = load_reward_model(args.model, device=device, dtype=model_dtype(args.precision))
-    tokenizer = load_tokenizer(args.model)
+    model, tokenizer = load_for_serving(args, load_reward_model)
     # Like rm/serve: a --max-length over the model's positions is capped, not an error.
     max_length = min(args.max_length, model_positions(model.config) or args.max_length)
     scorer = scorer_from_reward_model(model, tokenizer, max_length)
-    ready_file: Path | None = args.ready_file
-    return run_forever_until_signal(
-        scorer,
-        http_settings(args, token),
-        batching_of(args),
-        model_name=args.model_name,
-        on_ready=(lambda handle: write_ready_file(ready_file, handle)) if ready_file else None,
-    )
+    return serve(scorer, http, batching_of(args), model_name=args.model_name)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""What the server commands and rm/serve share before a server starts: the command line, where the bearer
-token comes from (an environment variable or a 0600 file, never argv: a command line is visible in `ps`), and
-the refusal to serve a non-loopback address without one.
+"""What the server commands and rm/serve share: the command line, where the bearer token comes from (an environment
+variable or a 0600 file, never argv: a command line is visible in `ps`), the refusal to serve a non-loopback
+address without one, and a command's way from its arguments to a model served until SIGTERM.
 """
 
 from __future__ import annotations
@@ -13,10 +13,19 @@ import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.errors import UserError
-from nemotron.reward.transport import TOKEN_ENV, HTTPSettings
+from nemotron.reward.transport import (
+    TOKEN_ENV,
+    HTTPSettings,
+    ServerHandle,
+    run_until_signal,
+    write_ready_file,
+)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 
@@ -79,17 +88,34 @@ class _RefuseTokenOnCommandLine(argparse.Action):
         )
 
 
-def server_command_line(prog: str, description: str | None, model_help: str) -> argparse.ArgumentParser:
-    """The options both server commands share. `parse_checked` parses them and finds the token."""
+def command_line(
+    prog: str, description: str | None, model_help: str, model_type: Callable[[str], object] = Path
+) -> argparse.ArgumentParser:
+    """What every server command takes (vllm_serve's too): the model, where to listen, where the bearer token
+    comes from, and the ready file. `parse_checked` parses them and finds the token."""
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
-    parser.add_argument("--model", type=Path, required=True, help=model_help)
+    parser.add_argument("--model", type=model_type, required=True, help=model_help)
     parser.add_argument("--host", default="127.0.0.1", help="bind address; a non-loopback one needs a token")
-    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--port", type=int, default=0, help="0: a free port")
     parser.add_argument(
         "--token-env", default=TOKEN_ENV, help="environment variable holding the bearer token"
     )
     parser.add_argument("--token-file", type=Path, help="file (mode 0600) holding the bearer token")
     parser.add_argument("--token", nargs="?", action=_RefuseTokenOnCommandLine, help=argparse.SUPPRESS)
+    parser.add_argument("--ready-file", type=Path, help='write {"url", "pid"} here once serving')
+    return parser
+
+
+def server_command_line(
+    prog: str, description: str | None, model_help: str, model_name: str
+) -> argparse.ArgumentParser:
+    """The options both of our server commands (reward and chat) share, so one launcher starts either."""
+    parser = command_line(prog, description, model_help)
+    parser.add_argument(
+        "--model-name",
+        default=model_name,
+        help="the name clients use (/v2/models/<name>/infer; a chat request's model)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument(
         "--device",
@@ -98,7 +124,6 @@ def server_command_line(prog: str, description: str | None, model_help: str) -> 
         help="auto: the GPU of LOCAL_RANK when present",
     )
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="weight dtype")
-    parser.add_argument("--ready-file", type=Path, help="write the URL here once serving")
     parser.add_argument(
         "--max-length", type=int, default=512, help="tokens per sequence, capped at the model's"
     )
@@ -116,6 +141,21 @@ def server_command_line(prog: str, description: str | None, model_help: str) -> 
         "--max-connections", type=int, default=None, help="open connections; default: under the file limit"
     )
     return parser
+
+
+def load_for_serving(
+    args: argparse.Namespace, load: Callable[..., PreTrainedModel]
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """A server command's --model by `load` (load_policy or load_reward_model) on its --device in its --precision,
+    torch using --threads, and the model's tokenizer."""
+    import torch  # not at the top: vllm_serve and the steps import this module without needing torch
+
+    from nemotron.devices import model_dtype, runtime_device
+    from nemotron.models.checkpoint import load_tokenizer
+
+    torch.set_num_threads(args.threads)
+    model = load(args.model, device=runtime_device(args.device), dtype=model_dtype(args.precision))
+    return model, load_tokenizer(args.model)
 
 
 HTTP_LIMITS = ("max_body_bytes", "read_timeout_s", "request_deadline_s", "max_connections")
@@ -138,6 +178,21 @@ def parse_checked(
     token = find_token(args.token_env, args.token_file)
     check_bind(args.host, token, args.token_env)
     return args, token
+
+
+def run_server_command(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    start: Callable[[argparse.Namespace, HTTPSettings], ServerHandle],
+) -> int:
+    """A server command from its arguments to its exit code: parse them and find the token (`parse_checked`, before
+    any model loads), `start` the server (it loads the model), write the ready file once it serves, then serve
+    until SIGTERM or Ctrl-C."""
+    args, token = parse_checked(parser, argv)
+    handle = start(args, http_settings(args, token))
+    if args.ready_file is not None:
+        write_ready_file(args.ready_file, handle)
+    return run_until_signal(handle)
 
 
 def exit_code_of(main: Callable[[], int]) -> int:

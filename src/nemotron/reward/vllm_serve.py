@@ -9,7 +9,6 @@ tokenizer has no chat template gets ours: the same `role: content` lines our cha
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -182,22 +181,20 @@ def main(argv: list[str] | None = None) -> int:
     from nemotron.errors import UserError
     from nemotron.jobs import write_atomic
     from nemotron.reward.address import Node, reachable_url
-    from nemotron.reward.server_options import parse_checked
-    from nemotron.reward.transport import TOKEN_ENV
+    from nemotron.reward.server_options import command_line, parse_checked
 
-    parser = argparse.ArgumentParser(prog="python -m nemotron.reward.vllm_serve", description=main.__doc__)
-    parser.add_argument("--model", required=True, help="the judge: a local HF checkpoint or a hub id")
-    parser.add_argument("--host", default="127.0.0.1", help="a non-loopback address needs a token")
-    parser.add_argument("--port", type=int, default=0, help="0: a free port")
-    parser.add_argument("--token-env", default=TOKEN_ENV, help="environment variable with the bearer token")
-    parser.add_argument("--token-file", type=Path, help="file (mode 0600) holding the bearer token")
+    parser = command_line(
+        "python -m nemotron.reward.vllm_serve",
+        main.__doc__,
+        "the judge: a local HF checkpoint or a hub id",
+        model_type=str,
+    )
     parser.add_argument(
         "--memory",
         type=float,
         default=0.3,
         help="vLLM's --gpu-memory-utilization: the share of the GPU's memory (CPU build: of RAM) to reserve",
     )
-    parser.add_argument("--ready-file", type=Path, help='write {"url", "pid"} here once vllm serve answers')
     parser.add_argument("--startup-timeout", type=float, default=3600.0, help="seconds to wait for /health")
     args, token = parse_checked(parser, argv)
     logging.getLogger("nemotron.reward.client").setLevel(logging.WARNING)  # else a line per /health poll
