@@ -42,7 +42,7 @@ from nemotron.reward.messages import (
 )
 from nemotron.reward.metrics import LATENCY_BUCKETS_S
 from nemotron.reward.server_options import load_for_serving, run_server_command, server_command_line
-from nemotron.reward.transport import Deferred, HTTPSettings, Route, ServerHandle
+from nemotron.reward.transport import Deferred, HTTPSettings, Route, ServerHandle, health_answer
 
 logger = logging.getLogger(__name__)
 
@@ -189,9 +189,7 @@ class ChatApp:
         return route
 
     def _health(self, _: Request) -> Response:
-        if self.closing:
-            raise HTTPError(503, "the server is shutting down")
-        return json_response({"ready": True})
+        return health_answer(self.closing)
 
     def _models(self, _: Request) -> Response:
         return json_response(

@@ -48,6 +48,7 @@ from nemotron.reward.transport import (
     HTTPSettings,
     Route,
     ServerHandle,
+    health_answer,
     run_until_signal,
 )
 
@@ -195,9 +196,7 @@ class RewardApp:
         return methods[method]
 
     def _ready(self, _: Request) -> Response:
-        if self.closing:
-            raise HTTPError(503, "the server is shutting down")
-        return json_response({"ready": True})
+        return health_answer(self.closing)
 
     def _server_metadata(self, _: Request) -> Response:
         return json_response(

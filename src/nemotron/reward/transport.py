@@ -55,6 +55,13 @@ FILES_KEPT_FREE = 64  # file descriptors left for the model, logs and threads be
 WARNING_INTERVAL_S = 60.0  # at most one warning this often about refused connections
 
 
+def health_answer(closing: bool) -> Response:
+    """What a server's health probes (HEALTH_PATHS) answer: ready, or 503 once its app is closing."""
+    if closing:
+        raise HTTPError(503, "the server is shutting down")
+    return json_response({"ready": True})
+
+
 @dataclass(frozen=True, slots=True)
 class Deferred:
     """The answer to a request that other work computes: once `future` resolves (in any thread), the
