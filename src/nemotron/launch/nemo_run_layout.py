@@ -4,9 +4,17 @@ root: $NEMORUN_HOME/experiments as the job's machines see it (a Slurm tunnel's j
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 EXPERIMENT_TITLE = "nemotron"
+RESTART = "${SLURM_RESTART_COUNT:-0}"  # the restart count in a Slurm log's name, as the shell expands it
+
+
+def srun_log(folder: str, job_name: str, suffix: str = ".out") -> str:
+    """The log NeMo-Run names for a task's srun, `'<folder>/log-<name>_%j_'${SLURM_RESTART_COUNT:-0}<suffix>`
+    (`%j`: the Slurm job id), as one shell word whatever the folder holds."""
+    return shlex.quote(f"{folder}/log-{job_name}_%j_") + RESTART + suffix
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,11 @@ only Slurm's `%j` and the restart-count variable left for the shell to see.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from nemo_run.core.execution.slurm import SlurmJobDetails
 
-RESTART = "${SLURM_RESTART_COUNT:-0}"
-
-
-def quoted_log_path(folder: str, job_name: str, suffix: str) -> str:
-    """`'<folder>/log-<name>_%j_'${SLURM_RESTART_COUNT:-0}<suffix>`: one shell word whatever the folder holds."""
-    return shlex.quote(f"{folder}/log-{job_name}_%j_") + RESTART + suffix
+from nemotron.launch.nemo_run_layout import srun_log
 
 
 @dataclass(kw_only=True)
@@ -25,9 +19,9 @@ class QuotedJobDetails(SlurmJobDetails):  # type: ignore[misc]  # nemo_run ships
     @property
     def srun_stdout(self) -> str:
         assert self.folder and self.job_name
-        return quoted_log_path(self.folder, self.job_name, ".out")
+        return srun_log(self.folder, self.job_name, ".out")
 
     @property
     def srun_stderr(self) -> str:
         assert self.folder and self.job_name
-        return quoted_log_path(self.folder, self.job_name, ".err")
+        return srun_log(self.folder, self.job_name, ".err")

@@ -18,6 +18,7 @@ from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
 from nemotron.launch import slurm
 from nemotron.launch.nemo_run_layout import RayClusterDirs
+from nemotron.launch.slurm_script import tunnel
 from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
 
@@ -275,13 +276,9 @@ def submit(job: Job, job_dir: Path, plan: RayPlan, launch: RayDriver) -> dict[st
 
 def slurm_executor(run: Any, profile: SlurmProfile, root: str) -> Any:
     """The NeMo-Run executor whose tunnel reaches the cluster; only its tunnel and job-name prefix are used."""
-    if profile.tunnel == "local":
-        tunnel = run.LocalTunnel(job_dir=root)
-    else:
-        tunnel = run.SSHTunnel(
-            host=profile.host or "", user=profile.user or "", job_dir=root, identity=profile.identity
-        )
-    return run.SlurmExecutor(account=profile.account, tunnel=tunnel, job_name_prefix=slurm.JOB_NAME_PREFIX)
+    return run.SlurmExecutor(
+        account=profile.account, tunnel=tunnel(run, profile, root), job_name_prefix=slurm.JOB_NAME_PREFIX
+    )
 
 
 _STATES = {

@@ -13,7 +13,7 @@ from typing import Any
 from nemotron.compile import Job
 from nemotron.errors import UserError
 from nemotron.launch import containers
-from nemotron.launch.nemo_run_layout import Experiment
+from nemotron.launch.nemo_run_layout import Experiment, srun_log
 from nemotron.launch.served import ServedModel
 from nemotron.paths import bundled_root
 from nemotron.profiles import SlurmProfile
@@ -132,9 +132,7 @@ class SlurmPlan(SlurmSite):
     def log_path(self, role: str) -> str:
         """The srun output of one group (`%j` is the Slurm job id), as one shell word whatever the path holds
         (nemo_run_slurm.QuotedJobDetails gives NeMo-Run the same text)."""
-        return (
-            shlex.quote(f"{self.task_dir}/log-{JOB_NAME_PREFIX}{role}_%j_") + "${SLURM_RESTART_COUNT:-0}.out"
-        )
+        return srun_log(self.task_dir, f"{JOB_NAME_PREFIX}{role}")
 
 
 # ----------------------------------------------------------------------------- planning (pure)

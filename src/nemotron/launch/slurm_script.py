@@ -171,22 +171,22 @@ def render_text(plan: SlurmPlan) -> str:
 # ----------------------------------------------------------------------------- submission (NeMo-Run)
 
 
+def tunnel(run: ModuleType, profile: SlurmProfile, job_dir: str) -> Any:
+    """NeMo-Run's way to the cluster a profile names: this machine (`tunnel: local`) or SSH, rooted at `job_dir`."""
+    if profile.tunnel == "local":
+        return run.LocalTunnel(job_dir=job_dir)
+    return run.SSHTunnel(
+        host=profile.host or "", user=profile.user or "", job_dir=job_dir, identity=profile.identity
+    )
+
+
 def executors(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> list[Any]:
     """One SlurmExecutor per group, as NeMo-Run merges them into a heterogeneous job."""
     from nemotron.launch.nemo_run_slurm import QuotedJobDetails
 
-    if profile.tunnel == "local":
-        tunnel = run.LocalTunnel(job_dir=plan.paths.nemorun_jobs)
-    else:
-        tunnel = run.SSHTunnel(
-            host=profile.host or "",
-            user=profile.user or "",
-            job_dir=plan.paths.nemorun_jobs,
-            identity=profile.identity,
-        )
     base = run.SlurmExecutor(
         **plan.executor_args(),
-        tunnel=tunnel,
+        tunnel=tunnel(run, profile, plan.paths.nemorun_jobs),
         packager=run.Packager(),
         poll_estimated_start_time=False,
         job_name_prefix=JOB_NAME_PREFIX,
@@ -260,16 +260,9 @@ def submit_job(job: Job, job_dir: Path, plan: SlurmPlan) -> dict[str, Any]:
 
 def _upload(run: ModuleType, profile: SlurmProfile, job_dir: Path, plan: SlurmPlan) -> None:
     """SSH: the step reads its record from the cluster-side job dir."""
-    tunnel = run.SSHTunnel(
-        host=profile.host or "",
-        user=profile.user or "",
-        job_dir=plan.paths.nemorun_jobs,
-        identity=profile.identity,
-    )
-    tunnel.connect()
-    tunnel.run(
-        f"mkdir -p {shlex.quote(plan.paths.job_dir)}/logs {shlex.quote(plan.paths.job_dir)}/checkpoints"
-    )
+    ssh = tunnel(run, profile, plan.paths.nemorun_jobs)
+    ssh.connect()
+    ssh.run(f"mkdir -p {shlex.quote(plan.paths.job_dir)}/logs {shlex.quote(plan.paths.job_dir)}/checkpoints")
     for path in sorted(p for p in job_dir.iterdir() if p.is_file()):
-        tunnel.put(str(path), f"{plan.paths.job_dir}/{path.name}")
-    tunnel.run(f"chmod 600 {shlex.quote(plan.paths.job_dir)}/.secrets.*")
+        ssh.put(str(path), f"{plan.paths.job_dir}/{path.name}")
+    ssh.run(f"chmod 600 {shlex.quote(plan.paths.job_dir)}/.secrets.*")
