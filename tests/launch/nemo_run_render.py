@@ -12,15 +12,9 @@ from pathlib import Path
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
 from nemotron.launch import remote, slurm_executor, slurm_script
-from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE
+from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT
 from nemotron.profiles import SlurmProfile
 
-QUIET = {
-    "clean_mode": True,
-    "enable_goodbye_message": False,
-    "skip_status_at_exit": True,
-    "log_level": "WARNING",
-}
 results = []
 with remote.nemo_run() as run:
     for step, preset, profile, extra in json.loads(sys.argv[1]):
@@ -36,7 +30,7 @@ with remote.nemo_run() as run:
         assert isinstance(job.profile, SlurmProfile)
         plan = slurm_executor.slurm_plan(job)
         executors, scripts = slurm_script.executors(run, plan, job.profile), slurm_script.scripts(run, plan)
-        with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment.id, **QUIET) as exp:
+        with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment.id, **QUIET_EXPERIMENT) as exp:
             if plan.heterogeneous:
                 exp.add(scripts, executor=executors, name=plan.task)
             else:

@@ -20,7 +20,7 @@ from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
 from nemotron.errors import UserError
 from nemotron.launch import remote
-from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, Experiment
+from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT, Experiment
 from nemotron.launch.remote import SchedulerJobs
 from nemotron.paths import bundled_root
 from nemotron.profiles import LeptonProfile
@@ -287,13 +287,7 @@ def _submit(run: ModuleType, plan: LeptonPlan, job_dir: Path) -> str:
     )
     executor = run.LeptonExecutor(**plan.executor_args(), packager=packager)
     entry, *args = plan.command
-    quiet = {
-        "clean_mode": True,
-        "enable_goodbye_message": False,
-        "skip_status_at_exit": True,
-        "log_level": "WARNING",
-    }
-    with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment.id, **quiet) as exp:
+    with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment.id, **QUIET_EXPERIMENT) as exp:
         exp.add(run.Script(path=args[0], args=args[1:], entrypoint=entry), executor=executor, name=plan.name)
         exp.run(detach=True)
     return str(exp.jobs[0].handle)

@@ -8,6 +8,13 @@ import shlex
 from dataclasses import dataclass
 
 EXPERIMENT_TITLE = "nemotron"
+# run.Experiment's options for a detached submission that prints nothing but warnings
+QUIET_EXPERIMENT = {
+    "clean_mode": True,
+    "enable_goodbye_message": False,
+    "skip_status_at_exit": True,
+    "log_level": "WARNING",
+}
 RESTART = "${SLURM_RESTART_COUNT:-0}"  # the restart count in a Slurm log's name, as the shell expands it
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
 from nemotron.errors import UserError
-from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE
+from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT
 from nemotron.launch.slurm import (
     JOB_NAME_PREFIX,
     MACROS,
@@ -221,15 +221,11 @@ def scripts(run: ModuleType, plan: SlurmPlan) -> list[Any]:
 
 def submit_plan(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> str:
     """Submit detached through NeMo-Run; return its handle (slurm_tunnel://nemo_run/<slurm id>)."""
-    quiet = {
-        "clean_mode": True,
-        "enable_goodbye_message": False,
-        "skip_status_at_exit": True,
-        "log_level": "WARNING",
-    }
     ex, tasks = executors(run, plan, profile), scripts(run, plan)
     base_dir = str(PurePosixPath(plan.paths.nemorun_jobs).parent) if profile.tunnel == "local" else None
-    with run.Experiment(EXPERIMENT_TITLE, id=plan.experiment.id, base_dir=base_dir, **quiet) as exp:
+    with run.Experiment(
+        EXPERIMENT_TITLE, id=plan.experiment.id, base_dir=base_dir, **QUIET_EXPERIMENT
+    ) as exp:
         if plan.heterogeneous:
             exp.add(tasks, executor=ex, name=plan.task)
         else:
