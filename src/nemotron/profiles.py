@@ -25,13 +25,27 @@ class _ProfileBase(BaseModel):
     artifacts_root: str | None = None  # where the artifact store lives (shared storage on clusters)
 
 
+GpuType = Literal["H100-80GB", "H200", "A100-40GB", "A100-80GB", "L40S"]
+
+
+class _GpuMemory(BaseModel):
+    """What the resource plan checks each process group against (docs/cluster.md, "The resource plan")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # the nodes' GPU model: its memory from the plan's GPU table (nemotron.resource_plan.GPU_TYPES)
+    gpu_type: GpuType | None = None
+    # memory per GPU in GiB (2^30 bytes), for a GPU the table lacks; wins over gpu_type
+    gpu_memory_gb: float | None = Field(None, gt=0)
+
+
 class LocalProfile(_ProfileBase):
     executor: Literal["local"] = "local"
     nproc_per_node: int = 1
     cpu_threads: int | None = None
 
 
-class SlurmProfile(_ProfileBase):
+class SlurmProfile(_ProfileBase, _GpuMemory):
     executor: Literal["slurm"]
     account: str | None = None
     partition: str | None = None
@@ -73,7 +87,7 @@ class LeptonMount(BaseModel):
     mount_path: str
 
 
-class LeptonProfile(_ProfileBase):
+class LeptonProfile(_ProfileBase, _GpuMemory):
     executor: Literal["lepton"]
     resource_shape: str = "cpu.small"
     node_group: str

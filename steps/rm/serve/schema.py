@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nemotron.stepconfig import ServeRuntime, Strict
+from nemotron.stepconfig import ResourcePlan, ServeRuntime, Strict
 
 
 class Inputs(Strict):
@@ -69,3 +69,5 @@ class Config(Strict):
     inputs: Inputs = Inputs()
     server: Server = Server()
     runtime: ServeRuntime = ServeRuntime()
+    plan: ResourcePlan = ResourcePlan()
+    """the resource plan's model hints and what a plan that cannot fit does"""
