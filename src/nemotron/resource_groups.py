@@ -154,7 +154,7 @@ class _Context:
         terms = {"runtime": self.runtime_mb, **{k: v for k, v in terms.items()}}
         return Group(
             name, where or self.where(), self.device, self.memory, [model_entry(s, r) for s, r in models], terms,
-            training_peak(terms) if peak is None else peak, parallelism, **extra,
+            training_peak(terms, cpu=not self.gpu) if peak is None else peak, parallelism, **extra,
         )  # fmt: skip
 
 

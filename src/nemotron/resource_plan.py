@@ -95,19 +95,21 @@ def frozen_weights_mb(parameters: int, precision: str, sharding: Sharding = Shar
     return parameters / sharding.weights * size / MiB
 
 
-def layer_elements(shape: ModelShape) -> int:
-    """Activation elements one decoder layer keeps per token for its backward pass (no checkpointing).
+def layer_bytes(shape: ModelShape, size: int) -> int:
+    """Bytes one decoder layer keeps per token for its backward pass (no checkpointing), `size` the compute dtype's.
 
-    Llama-style: two RMSNorms (input, normalised output and the fp32 upcast: 3h each); q, k and v as scaled dot-
-    product attention saves them, k and v repeated to all heads (3h) and its output (h); o_proj's input (h);
-    the gated MLP's gate, up, SiLU and product (4 x intermediate). GPT-2: two LayerNorms (2h each); q, k, v and
-    the attention output (4h); c_proj's input (h); the MLP's input (4h wide) and the four tensors its tanh GELU
-    keeps (5 x intermediate).
+    Counted from the modules, then checked against the memory a forward adds on the CPU (bench/memory_plan.py):
+    Llama-style layers keep 15 hidden-wide tensors (the residual stream, both RMSNorms' input, upcast and output;
+    q, k, v before and after the rotary embedding as attention saves them, k and v repeated to every head; the
+    attention output and o_proj's contiguous input) and 4 MLP-wide ones (gate, up, SiLU, product); under a
+    16-bit dtype 7 of the hidden-wide ones stay fp32 (RMSNorm computes in fp32). GPT-2 layers keep 11
+    hidden-wide tensors (both LayerNorms' input and output, q, k, v, the attention output, c_proj's input,
+    the residual) and 5 MLP-wide ones (c_fc's output and the four its tanh GELU keeps).
     """
     h, inter = shape.hidden, shape.intermediate
     if shape.gated_mlp:
-        return 3 * h + 3 * h + h + h + 3 * h + 4 * inter
-    return 2 * h + 2 * h + 4 * h + h + 5 * inter
+        return (15 * h + 4 * inter) * size + 7 * h * (4 - size)
+    return (11 * h + 5 * inter) * size
 
 
 def activations_mb(
@@ -120,7 +122,7 @@ def activations_mb(
 ) -> dict[str, float]:
     """Activations kept for the backward pass of one micro-batch, per device, in MiB.
 
-    Without checkpointing every layer keeps `layer_elements` per token; with it each layer keeps only its input
+    Without checkpointing every layer keeps `layer_bytes` per token; with it each layer keeps only its input
     (h per token) and one layer's full activations exist at a time, while it is recomputed. The output head's
     logits cost tokens x vocabulary x (the compute dtype + fp32 upcast + fp32 log-softmax). Tensor and context
     parallelism divide the tokens' width and the sequence; a pipeline stage holds layers / PP layers, for as
@@ -129,7 +131,7 @@ def activations_mb(
     tokens = micro_batch * seq_len / sharding.cp
     size = compute_bytes(precision)
     layers = shape.layers / sharding.pp
-    per_layer = tokens * layer_elements(shape) / sharding.tp * size
+    per_layer = tokens * layer_bytes(shape, size) / sharding.tp
     if checkpointing:
         layer_term = layers * tokens * shape.hidden * size + per_layer
     else:
@@ -169,9 +171,17 @@ class Group:
         return max(self.terms_mb, key=lambda k: self.terms_mb[k])
 
 
-def training_peak(terms: dict[str, float]) -> float:
-    """Runtime + weights + optimizer state (+ autocast copies, frozen models, caches) + max(activations and
-    logits, gradients): the two are not held at once."""
+def training_peak(terms: dict[str, float], cpu: bool = False) -> float:
+    """The peak of a training step from its terms.
+
+    On a GPU: everything held (runtime, weights, optimizer state, frozen models, caches) plus the larger of
+    activations + logits (end of the forward) and gradients (end of the backward), as gradients are freed after
+    each optimizer step and the caching allocator reuses their memory. On the CPU, where the peak is the resident
+    set: the sum of every term, because the allocator keeps the previous step's freed gradient pages resident
+    while the next forward fills its activations (measured: bench/memory_plan.py).
+    """
+    if cpu:
+        return sum(terms.values())
     held = sum(v for k, v in terms.items() if k not in ("activations", "logits", "gradients"))
     return held + max(terms.get("activations", 0.0) + terms.get("logits", 0.0), terms.get("gradients", 0.0))
 

@@ -15,7 +15,7 @@ from nemotron.resource_plan import (
     Sharding,
     activations_mb,
     kv_cache_mb,
-    layer_elements,
+    layer_bytes,
     refusal,
     render,
     train_state_mb,
@@ -51,34 +51,30 @@ def test_fsdp_and_megatron_shard_the_state() -> None:
     }  # fmt: skip
 
 
-def test_layer_elements_by_family() -> None:
-    # Llama: 3h + 3h + h + h + 3h + 4 x 16 = 11 x 8 + 64 = 152; GPT-2: 2h + 2h + 4h + h + 5 x 32 = 72 + 160 = 232
-    assert layer_elements(LLAMA) == 152
-    assert layer_elements(GPT2) == 232
+def test_layer_bytes_by_family() -> None:
+    # Llama fp32: (15 x 8 + 4 x 16) x 4 = 184 x 4 = 736; bf16: 184 x 2 + 7 x 8 x 2 (fp32 RMSNorm tensors) = 480
+    assert layer_bytes(LLAMA, 4) == 736
+    assert layer_bytes(LLAMA, 2) == 480
+    # GPT-2 fp32: (11 x 8 + 5 x 32) x 4 = 248 x 4 = 992
+    assert layer_bytes(GPT2, 4) == 992
 
 
 def test_activations_with_and_without_checkpointing() -> None:
-    # 4 sequences x 16 tokens = 64 tokens, fp32: layers 2 x 64 x 152 x 4 bytes = 77,824 bytes; logits 64 x 10 x
-    # (4 + 4 + 4) = 7,680 bytes
+    # 4 sequences x 16 tokens = 64 tokens, fp32: 2 layers x 64 x 736 = 94,208 bytes; logits 64 x 10 x (4 + 4 + 4)
+    # = 7,680 bytes
     plain = activations_mb(LLAMA, 4, 16, "fp32", False)
-    assert plain["activations"] * MiB == 77_824
+    assert plain["activations"] * MiB == 94_208
     assert plain["logits"] * MiB == 7_680
-    # checkpointing: each layer keeps its input (2 x 64 x 8 x 4 = 4,096) + one layer recomputed (38,912)
-    assert activations_mb(LLAMA, 4, 16, "fp32", True)["activations"] * MiB == 4_096 + 38_912
-    # bf16: 2-byte activations, logits 64 x 10 x (2 + 4 + 4) = 6,400
-    assert activations_mb(LLAMA, 4, 16, "bf16", False) == {"activations": 38_912 / MiB, "logits": 6_400 / MiB}
+    # checkpointing: each layer keeps its input (2 x 64 x 8 x 4 = 4,096) + one layer recomputed (47,104)
+    assert activations_mb(LLAMA, 4, 16, "fp32", True)["activations"] * MiB == 4_096 + 47_104
+    # bf16: 2 x 64 x 480 = 61,440; logits 64 x 10 x (2 + 4 + 4) = 6,400
+    assert activations_mb(LLAMA, 4, 16, "bf16", False) == {"activations": 61_440 / MiB, "logits": 6_400 / MiB}
     # TP 2 halves each token's width, CP 2 the tokens; PP 2: half the layers, two micro-batches in flight
-    assert (
-        activations_mb(LLAMA, 4, 16, "fp32", False, Sharding("megatron", 2, 2, 2))["activations"] * MiB
-        == 38_912
-    )
-    assert (
-        activations_mb(LLAMA, 4, 16, "fp32", False, Sharding("fsdp", 2, 2, cp=2))["activations"] * MiB
-        == 38_912
-    )
-    assert activations_mb(LLAMA, 4, 16, "fp32", False, Sharding("megatron", 2, 2, pp=2))[
-        "activations"
-    ] * MiB == (77_824)
+    tp2, cp2 = Sharding("megatron", 2, 2, 2), Sharding("fsdp", 2, 2, cp=2)
+    assert activations_mb(LLAMA, 4, 16, "fp32", False, tp2)["activations"] * MiB == 47_104
+    assert activations_mb(LLAMA, 4, 16, "fp32", False, cp2)["activations"] * MiB == 47_104
+    pp2 = Sharding("megatron", 2, 2, pp=2)
+    assert activations_mb(LLAMA, 4, 16, "fp32", False, pp2)["activations"] * MiB == 94_208
 
 
 def test_kv_cache() -> None:
