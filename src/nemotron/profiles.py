@@ -28,24 +28,13 @@ class _ProfileBase(BaseModel):
 GpuType = Literal["H100-80GB", "H200", "A100-40GB", "A100-80GB", "L40S"]
 
 
-class _GpuMemory(BaseModel):
-    """What the resource plan checks each process group against (docs/cluster.md, "The resource plan")."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # the nodes' GPU model: its memory from the plan's GPU table (nemotron.resource_plan.GPU_TYPES)
-    gpu_type: GpuType | None = None
-    # memory per GPU in GiB (2^30 bytes), for a GPU the table lacks; wins over gpu_type
-    gpu_memory_gb: float | None = Field(None, gt=0)
-
-
 class LocalProfile(_ProfileBase):
     executor: Literal["local"] = "local"
     nproc_per_node: int = 1
     cpu_threads: int | None = None
 
 
-class SlurmProfile(_ProfileBase, _GpuMemory):
+class SlurmProfile(_ProfileBase):
     executor: Literal["slurm"]
     account: str | None = None
     partition: str | None = None
@@ -53,6 +42,11 @@ class SlurmProfile(_ProfileBase, _GpuMemory):
     batch_partition: str | None = None  # used by -b (batch)
     nodes: int = 1
     gpus_per_node: int = 0
+    # what the resource plan checks each GPU's memory against (docs/cluster.md, "The resource plan"): the GPU
+    # model, its memory from the plan's table (nemotron.resource_plan.GPU_TYPES), or gpu_memory_gb (GiB per GPU,
+    # for a GPU the table lacks; wins over gpu_type)
+    gpu_type: GpuType | None = None
+    gpu_memory_gb: float | None = Field(None, gt=0)
     ntasks_per_node: int = 1
     cpus_per_task: int | None = None
     mem: str | None = None
@@ -87,7 +81,7 @@ class LeptonMount(BaseModel):
     mount_path: str
 
 
-class LeptonProfile(_ProfileBase, _GpuMemory):
+class LeptonProfile(_ProfileBase):
     executor: Literal["lepton"]
     resource_shape: str = "cpu.small"
     node_group: str
@@ -95,6 +89,11 @@ class LeptonProfile(_ProfileBase, _GpuMemory):
     container_image: str = "nvcr.io/nvidia/nemo:25.07"
     nodes: int = 1
     gpus_per_node: int = 0
+    # what the resource plan checks each GPU's memory against (docs/cluster.md, "The resource plan"): the GPU
+    # model, its memory from the plan's table (nemotron.resource_plan.GPU_TYPES), or gpu_memory_gb (GiB per GPU,
+    # for a GPU the table lacks; wins over gpu_type)
+    gpu_type: GpuType | None = None
+    gpu_memory_gb: float | None = Field(None, gt=0)
     shared_memory_size: int = 65536
     mounts: list[LeptonMount] = []
     workspace_url: str | None = None  # defaults to $LEPTON_WORKSPACE_URL

@@ -13,7 +13,6 @@ and profile) and its placement turned into `resource_plan.Group`s, one engine at
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from nemotron.resource_plan import (
     Sharding,
     activations_mb,
     frozen_weights_mb,
+    heap_slack_mb,
     kv_cache_mb,
     model_entry,
     train_state_mb,
@@ -78,7 +78,8 @@ class Shapes:
     """Looks up each model's shape: a readable checkpoint, the shape table for an HF id, a `plan.models` hint."""
 
     def __init__(self, job: Any) -> None:
-        self.job, self.unknown = job, []  # type: list[str]
+        self.job = job
+        self.unknown: list[str] = []
         self.hints: dict[str, str] = dict(_get(job.config, "plan.models", {}) or {})
 
     def of(self, role: str, ref: Any) -> ModelShape | None:
@@ -130,7 +131,8 @@ class _Context:
     def __init__(self, job: Any, shapes: Shapes, device: str, memory: float | None, gpu: bool, nodes: int,
                  per_node: int) -> None:  # fmt: skip
         self.job, self.shapes, self.device, self.memory, self.gpu = job, shapes, device, memory, gpu
-        self.nodes, self.per_node, self.roles = nodes, per_node, set()  # type: ignore[var-annotated]
+        self.nodes, self.per_node = nodes, per_node
+        self.roles: set[str] = set()
         runtime = job.config.get("runtime") or {}
         self.precision = str(runtime.get("precision", "fp32"))
         self.checkpointing = bool(runtime.get("gradient_checkpointing", False))
@@ -138,6 +140,12 @@ class _Context:
     def shape(self, role: str, ref: Any) -> ModelShape | None:
         self.roles.add(role)
         return self.shapes.of(role, ref)
+
+    def add_heap_slack(self, terms: dict[str, float], shape: ModelShape, rows: int, seq: int) -> None:
+        """On the CPU, the heap pages a training step frees but the allocator keeps (resource_plan.heap_slack_mb)."""
+        if not self.gpu:
+            full = activations_mb(shape, rows, seq, self.precision, False)["activations"]
+            terms["heap slack"] = heap_slack_mb(terms, full)
 
     @property
     def runtime_mb(self) -> float:
@@ -187,6 +195,7 @@ def _builtin(ctx: _Context, cfg: dict[str, Any], step: str) -> list[Group]:
         }
         if step == "rm/train":
             terms["logits"] = 0.0  # a scalar head, no vocabulary
+        ctx.add_heap_slack(terms, shape, rows, seq)
         name = "policy training" if step == "sft" else "reward model training"
         sugg = _suggest(ctx, "trainer.global_batch_size", records * world, "runtime.precision=bf16")
         return [ctx.group(name, terms, [(shape, role)], ddp, suggestions=sugg)]
@@ -254,6 +263,7 @@ def _builtin_rl(ctx: _Context, cfg: dict[str, Any], step: str, world: int, ddp: 
             **activations_mb(policy, mb, seq, p, ctx.checkpointing),
         }
         terms["reference policy"] = frozen_weights_mb(policy.parameters, p)
+        ctx.add_heap_slack(terms, policy, mb, seq)
         models = [(policy, "policy"), (policy, "reference")]
         if step == "rl/ppo" and rm is not None:
             critic = train_state_mb(rm.parameters, p)
@@ -426,8 +436,3 @@ def _nemo_aligner(ctx: _Context, cfg: dict[str, Any]) -> list[Group]:
         groups.append(ctx.group("reward model (server)", terms, [(rm, "reward_model")], "Megatron TP 1 x PP 1",
                                 peak=sum(terms.values()) + ctx.runtime_mb, where="a node of its own"))  # fmt: skip
     return groups
-
-
-def environment_ram_mb() -> float | None:
-    """This machine's RAM (for tests)."""
-    return _ram_mb() if os.path.exists("/proc/meminfo") else None

@@ -98,17 +98,18 @@ def frozen_weights_mb(parameters: int, precision: str, sharding: Sharding = Shar
 def layer_bytes(shape: ModelShape, size: int) -> int:
     """Bytes one decoder layer keeps per token for its backward pass (no checkpointing), `size` the compute dtype's.
 
-    Counted from the modules, then checked against the memory a forward adds on the CPU (bench/memory_plan.py):
-    Llama-style layers keep 15 hidden-wide tensors (the residual stream, both RMSNorms' input, upcast and output;
-    q, k, v before and after the rotary embedding as attention saves them, k and v repeated to every head; the
-    attention output and o_proj's contiguous input) and 4 MLP-wide ones (gate, up, SiLU, product); under a
-    16-bit dtype 7 of the hidden-wide ones stay fp32 (RMSNorm computes in fp32). GPT-2 layers keep 11
-    hidden-wide tensors (both LayerNorms' input and output, q, k, v, the attention output, c_proj's input,
-    the residual) and 5 MLP-wide ones (c_fc's output and the four its tanh GELU keeps).
+    Counted from the modules, then checked against the memory one forward adds on the CPU (bench/memory_plan.py):
+    Llama and Mistral layers keep 15 hidden-wide tensors (the residual stream, both RMSNorms' input, upcast and
+    output; q, k and v before and after the rotary embedding as attention saves them; the attention output and
+    o_proj's contiguous input) and 4 MLP-wide ones (gate, up, SiLU, product); Qwen2's attention keeps 6 fewer
+    hidden-wide ones (measured: 9). Under a 16-bit dtype 7 of the hidden-wide ones stay fp32 (RMSNorm computes in
+    fp32). GPT-2 layers keep 11 hidden-wide tensors (both LayerNorms' input and output, q, k, v, the attention
+    output, c_proj's input, the residual) and 5 MLP-wide ones (c_fc's output and the four its tanh GELU keeps).
     """
     h, inter = shape.hidden, shape.intermediate
     if shape.gated_mlp:
-        return (15 * h + 4 * inter) * size + 7 * h * (4 - size)
+        wide = 9 if shape.family == "qwen2" else 15
+        return (wide * h + 4 * inter) * size + 7 * h * (4 - size)
     return (11 * h + 5 * inter) * size
 
 
@@ -171,19 +172,30 @@ class Group:
         return max(self.terms_mb, key=lambda k: self.terms_mb[k])
 
 
+# On the CPU the resident set also keeps heap pages a step freed but glibc could not return (the dynamic mmap
+# threshold puts tensors up to 32 MiB on the heap): measured 15 to 40% of the bytes a step allocates and frees
+# (its gradients and every layer's activations, recomputed or not); the plan adds a quarter (bench/memory_plan.py).
+CPU_HEAP_SLACK = 0.25
+
+
 def training_peak(terms: dict[str, float], cpu: bool = False) -> float:
     """The peak of a training step from its terms.
 
     On a GPU: everything held (runtime, weights, optimizer state, frozen models, caches) plus the larger of
     activations + logits (end of the forward) and gradients (end of the backward), as gradients are freed after
     each optimizer step and the caching allocator reuses their memory. On the CPU, where the peak is the resident
-    set: the sum of every term, because the allocator keeps the previous step's freed gradient pages resident
-    while the next forward fills its activations (measured: bench/memory_plan.py).
+    set, every term adds up (a step's freed gradient pages stay resident while the next forward fills its
+    activations), with the `heap slack` term.
     """
     if cpu:
         return sum(terms.values())
     held = sum(v for k, v in terms.items() if k not in ("activations", "logits", "gradients"))
     return held + max(terms.get("activations", 0.0) + terms.get("logits", 0.0), terms.get("gradients", 0.0))
+
+
+def heap_slack_mb(terms: dict[str, float], full_activations: float) -> float:
+    """CPU only: CPU_HEAP_SLACK x (gradients + logits + the activations of every layer without checkpointing)."""
+    return CPU_HEAP_SLACK * (terms.get("gradients", 0.0) + terms.get("logits", 0.0) + full_activations)
 
 
 def model_entry(shape: ModelShape, role: str) -> dict[str, Any]:

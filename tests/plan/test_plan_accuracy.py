@@ -95,3 +95,27 @@ def test_the_predicted_peak_is_within_a_quarter_of_the_measured_one(
     assert int(result["parameters"]) >= 50_000_000  # type: ignore[call-overload]
     error = float(result["predicted_mb"]) / float(result["measured_mb"]) - 1  # type: ignore[arg-type]
     assert abs(error) <= memory_plan.TOLERANCE, json.dumps(result)
+
+
+@pytest.mark.slow
+def test_the_bench_script_runs_at_its_smallest_size(tmp_path: Path) -> None:
+    """bench/memory_plan.py as a user runs it: one tiny configuration, its result written as JSON."""
+    import subprocess
+
+    out = tmp_path / "out.json"
+    args = [
+        "--families",
+        "llama",
+        "--sizes",
+        "tiny",
+        "--precisions",
+        "fp32",
+        "--checkpointing",
+        "off",
+        "--json",
+    ]
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "memory_plan.py"), *args, str(out)],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (result,) = json.loads(out.read_text())
+    assert result["family"] == "llama" and float(result["measured_mb"]) > 100

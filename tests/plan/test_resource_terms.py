@@ -4,6 +4,7 @@ against values worked out by hand in the comments."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from nemotron.resource_plan import (
     Plan,
     Sharding,
     activations_mb,
+    heap_slack_mb,
     kv_cache_mb,
     layer_bytes,
     refusal,
@@ -57,6 +59,13 @@ def test_layer_bytes_by_family() -> None:
     assert layer_bytes(LLAMA, 2) == 480
     # GPT-2 fp32: (11 x 8 + 5 x 32) x 4 = 248 x 4 = 992
     assert layer_bytes(GPT2, 4) == 992
+    # Qwen2's attention keeps 9 hidden-wide tensors: (9 x 8 + 4 x 16) x 4 = 136 x 4 = 544
+    assert layer_bytes(replace(LLAMA, family="qwen2"), 4) == 544
+
+
+def test_the_cpu_heap_slack_is_a_quarter_of_what_a_step_frees() -> None:
+    # 0.25 x (gradients 4 + logits 1 + un-checkpointed activations 10) = 3.75
+    assert heap_slack_mb({"gradients": 4.0, "logits": 1.0, "activations": 2.0}, 10.0) == 3.75
 
 
 def test_activations_with_and_without_checkpointing() -> None:
