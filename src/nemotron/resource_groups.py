@@ -34,6 +34,7 @@ from nemotron.resource_plan import (
 )
 from nemotron.resource_shapes import ModelShape, known_shape, shape_from_arch, shape_from_checkpoint
 
+PLANNED_STEPS = ("sft", "rm/train", "rm/serve", "rl/reinforce", "rl/ppo", "rl/rlhf")
 TOKENIZER_VOCAB_CEILING = 4096  # a tokenizer trained on the data (no inputs.init_from) has at most this many
 DEFAULT_PROMPT_TOKENS = (
     512  # the builtin engine's prompt budget for the plan (NeMo-RL: nemo_rl.max_prompt_tokens)
@@ -108,6 +109,8 @@ class Shapes:
 def plan_job(job: Any, nodes: int, gpus_per_node: int) -> Plan:
     """The resource plan of a compiled job on `nodes` nodes of `gpus_per_node` GPUs (0: CPU)."""
     backend = str(job.config.get("backend") or "builtin")
+    if job.step_id not in PLANNED_STEPS:  # data/prep and user steps run no model the plan knows
+        return Plan([], str(_get(job.config, "plan.on_no_fit", "refuse")))
     shapes = Shapes(job)
     cfg, step = job.step_config, job.step_id
     name, memory, gpu = device_memory(job.profile)
@@ -163,6 +166,7 @@ class _Context:
         return Group(
             name, where or self.where(), self.device, self.memory, [model_entry(s, r) for s, r in models], terms,
             training_peak(terms, cpu=not self.gpu) if peak is None else peak, parallelism, **extra,
+            enforced=self.gpu,
         )  # fmt: skip
 
 

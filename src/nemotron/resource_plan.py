@@ -162,6 +162,9 @@ class Group:
     parallelism: str  # "DDP over 16 GPUs", "FSDP over 8 GPUs, TP 1", ...
     notes: list[str] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)  # keys that would make it fit
+    # a GPU's memory is the profile's word; a machine's RAM is shared with everything else on it and backed by
+    # swap, so overflowing it is a warning, never a refusal
+    enforced: bool = True
 
     @property
     def fits(self) -> bool:
@@ -224,12 +227,17 @@ class Plan:
     def overflows(self) -> list[Group]:
         return [g for g in self.groups if not g.fits]
 
+    def refused(self) -> list[Group]:
+        """The groups that stop the job: over an enforced device, with on_no_fit refuse."""
+        return [g for g in self.overflows() if g.enforced] if self.on_no_fit == "refuse" else []
+
 
 def refusal(group: Group) -> str:
     """The one line a plan that cannot fit is refused with."""
     term = group.largest_term
     return (
-        f"resource plan: {group.name} ({group.nodes}) needs {group.peak_mb / 1024:.1f} GiB per {group.device}, "
+        f"resource plan: {group.name} ({group.nodes}) needs {group.peak_mb / 1024:.1f} GiB per device "
+        f"({group.device}), "
         f"which has {(group.available_mb or 0) / 1024:.1f} GiB; the largest term is {term} "
         f"({group.terms_mb[term] / 1024:.1f} GiB). To fit: {'; '.join(group.suggestions)} "
         "(or plan.on_no_fit=warn to submit anyway)"

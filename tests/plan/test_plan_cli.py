@@ -18,9 +18,13 @@ gpu_memory_gb = 24
 """
 
 
-def test_the_dry_run_shows_the_plan_per_gpu(home: Path, run_cli: Any) -> None:
-    r = run_cli("steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run")
+def test_the_dry_run_shows_the_plan_per_gpu(home: Path, run_cli_imports: Any) -> None:
+    r, imported = run_cli_imports("steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run")
     assert r.code == 0, r.err
+    assert (
+        "nemotron.resource_plan" in imported
+    )  # planned on the dry-run's path, still without torch or NeMo-Run
+    assert not {"torch", "nemo_run", "transformers", "safetensors"} & imported
     plan = r.out.split("## resource plan")[1].split("## launch")[0]
     rows = {line.split("  ")[0]: line for line in plan.splitlines()[1:] if line and not line.startswith("#")}
     assert set(rows) == {"group", "policy training", "reward model"}
@@ -95,8 +99,8 @@ def test_a_local_job_dir_holds_plan_json(home: Path, run_cli: Any) -> None:
     assert group["models"][0]["source"] == "model.*" and group["peak_mb"] > 0
     metrics = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
     measured = max(m["peak_memory_mb"] for m in metrics if "peak_memory_mb" in m)
-    # the tiny model is all runtime: the plan is within a quarter of the measured peak even here
-    assert abs(group["peak_mb"] / measured - 1) < 0.25, (group["peak_mb"], measured)
+    # model.*'s vocabulary is the trained tokenizer's ceiling (4,096; the tiny data gives 476): an upper bound
+    assert group["peak_mb"] >= 0.9 * measured, (group["peak_mb"], measured)
 
 
 @pytest.mark.slurm
@@ -115,3 +119,11 @@ def test_a_slurm_job_dir_holds_plan_json(home: Path, slurm_cluster: Any) -> None
         subprocess.run(
             [sys.executable, "-m", "nemotron", "jobs", "cancel", job_id], capture_output=True, timeout=60
         )
+
+
+def test_a_local_plan_over_this_machines_ram_warns_and_runs_the_dry_run(home: Path, run_cli: Any) -> None:
+    """RAM is shared and backed by swap: a local plan over it is a warning (a GPU's memory is a refusal)."""
+    r = run_cli("steps", "run", "rl/ppo", "-c", "default", "plan.models.policy=meta-llama/Llama-3.3-70B-Instruct",
+                "--dry-run")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "warning: resource plan: policy training (this machine)" in r.out and "per device (RAM)" in r.out

@@ -43,9 +43,9 @@ def resource_plan(job: Job, where: Placement) -> Plan:
     from nemotron.resource_groups import plan_job
 
     planned = plan_job(job, where.nodes, where.gpus_per_node)
-    over = planned.overflows()
-    if over and planned.on_no_fit == "refuse":
-        raise UserError(refusal(over[0]))
+    refused = planned.refused()
+    if refused:
+        raise UserError(refusal(refused[0]))
     return planned
 
 
