@@ -14,7 +14,7 @@ and profile) and its placement turned into `resource_plan.Group`s, one engine at
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.errors import UserError
 from nemotron.resource_plan import (
@@ -33,6 +33,9 @@ from nemotron.resource_plan import (
     training_peak,
 )
 from nemotron.resource_shapes import ModelShape, known_shape, shape_from_arch, shape_from_checkpoint
+
+if TYPE_CHECKING:
+    from nemotron.compile import Job
 
 PLANNED_STEPS = ("sft", "rm/train", "rm/serve", "rl/reinforce", "rl/ppo", "rl/rlhf")
 TOKENIZER_VOCAB_CEILING = 4096  # a tokenizer trained on the data (no inputs.init_from) has at most this many
@@ -78,7 +81,7 @@ def _get(tree: dict[str, Any], dotted: str, default: Any = None) -> Any:
 class Shapes:
     """Looks up each model's shape: a readable checkpoint, the shape table for an HF id, a `plan.models` hint."""
 
-    def __init__(self, job: Any) -> None:
+    def __init__(self, job: Job) -> None:
         self.job = job
         self.unknown: list[str] = []
         self.hints: dict[str, str] = dict(_get(job.config, "plan.models", {}) or {})
@@ -106,7 +109,7 @@ class Shapes:
         return None
 
 
-def plan_job(job: Any, nodes: int, gpus_per_node: int) -> Plan:
+def plan_job(job: Job, nodes: int, gpus_per_node: int) -> Plan:
     """The resource plan of a compiled job on `nodes` nodes of `gpus_per_node` GPUs (0: CPU)."""
     backend = str(job.config.get("backend") or "builtin")
     if job.step_id not in PLANNED_STEPS:  # data/prep and user steps run no model the plan knows
@@ -131,7 +134,7 @@ def plan_job(job: Any, nodes: int, gpus_per_node: int) -> Plan:
 
 
 class _Context:
-    def __init__(self, job: Any, shapes: Shapes, device: str, memory: float | None, gpu: bool, nodes: int,
+    def __init__(self, job: Job, shapes: Shapes, device: str, memory: float | None, gpu: bool, nodes: int,
                  per_node: int) -> None:  # fmt: skip
         self.job, self.shapes, self.device, self.memory, self.gpu = job, shapes, device, memory, gpu
         self.nodes, self.per_node = nodes, per_node
