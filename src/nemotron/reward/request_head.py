@@ -35,13 +35,13 @@ def too_long(head: bytes | bytearray) -> HTTPError | None:
     return HTTPError(431, f"the request headers are larger than {MAX_HEAD_BYTES} bytes")
 
 
-def folded(head: bytes) -> HTTPError | None:
+def folded(head: bytes | bytearray) -> HTTPError | None:
     if _OBS_FOLD.search(head):
         return HTTPError(400, "obsolete line folding in a header (RFC 9112 5.2); send one line per header")
     return None
 
 
-def framing_error(head: bytes) -> str | None:
+def framing_error(head: bytes | bytearray) -> str | None:
     """Why the body of the request with this head has no single length, or None when it has one (RFC 9112 6.1,
     6.3): Content-Length and Transfer-Encoding together, in any spelling or case; Transfer-Encoding in HTTP/1.0,
     repeated, or anything but `chunked`; a Content-Length repeated or other than one non-negative integer.
