@@ -9,6 +9,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,49 @@ def test_the_same_tokens_saved_again_train(resaved: Path, home: Path, run_cli: A
     )  # fmt: skip
     assert r.code == 0, r.err[-3000:]
     assert "tiny_reinforce_policy:v1" in r.out + r.err
+
+
+@pytest.fixture(scope="module")
+def small_reward_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A reward model whose embedding has 100 rows: the shipped policy's ids go up to 475."""
+    from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
+    from nemotron.models.tiny import build_model
+
+    tokenizer = load_tokenizer(TINY / "reward_model")
+    model = build_model("reward_model", 100, 1, 16, 2, 64, 0, pad_token_id=0, eos_token_id=1)
+    return save_checkpoint(model, tmp_path_factory.mktemp("models") / "small_rm", tokenizer)
+
+
+@pytest.mark.slow
+def test_ids_outside_the_served_vocabulary_are_bad_input_not_an_unreachable_server(
+    small_reward_model: Path, home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    """reward.server.url names a server that serves another model than inputs.reward_model, so the preflight sees
+    matching tokenizers; the server answers 400 and the step says so (exit 2), with the server's reason."""
+    ready = tmp_path / "ready.json"
+    serve = ["--model", str(small_reward_model), "--port", "0", "--threads", "1", "--ready-file", str(ready)]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "nemotron.reward.server", *serve],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert server.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        url = json.loads(ready.read_text())["url"]
+        r = run_cli(
+            "steps", "run", "rl/reinforce", "-c", "tiny", f"reward.server.url={url}", "trainer.max_steps=1",
+            "trainer.num_prompts_per_step=4", "eval.num_prompts=0", "reward.server.retries=3", timeout=600,
+        )  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert r.code == 2, r.err[-3000:]
+    assert "Traceback" not in r.err
+    (line,) = [ln for ln in r.err.splitlines() if ln.startswith("error:")]
+    assert f"the reward model at {url} refused the request as bad input (HTTP 400)" in line, line
+    assert "has a token id outside [0, 100)" in line, line
+    assert "unreachable" not in r.err.lower() and "resume" not in r.err
+    assert "known error Token ids outside the reward model's vocabulary" in r.err
