@@ -34,16 +34,21 @@ SPECIAL_FILES = ("special_tokens_map.json", "tokenizer_config.json")
 class _Bound(Protocol):
     """What the check reads of a compile binding (nemotron.compile.Binding)."""
 
-    name: str
-    path: str | None
+    @property
+    def name(self) -> str: ...
+    @property
+    def path(self) -> str | None: ...
 
 
 class _Consumed(Protocol):
     """What the check reads of a manifest [[consumes]] entry (nemotron.catalog.Consumes)."""
 
-    name: str
-    reads_token_ids_of: str
-    text_when: dict[str, Any]
+    @property
+    def name(self) -> str: ...
+    @property
+    def reads_token_ids_of(self) -> str: ...
+    @property
+    def text_when(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
