@@ -80,6 +80,10 @@ def test_what_cannot_be_read_here_is_not_compared(tmp_path: Path) -> None:
     (tmp_path / "no_tokenizer").mkdir()
     (tmp_path / "no_tokenizer" / "config.json").write_text("{}")
     assert read_tokenizer(tmp_path / "not_a_tar.nemo") is None
+    plain = _nemo(tmp_path / "plain.nemo", sentencepiece_model(["<unk>", "▁a"]))
+    with tarfile.open(tmp_path / "gz.nemo", "w:gz") as gz:
+        gz.add(plain, arcname="inner")  # compressed: listing it would mean decompressing it whole
+    assert read_tokenizer(plain) is not None and read_tokenizer(tmp_path / "gz.nemo") is None
     assert read_tokenizer(tmp_path / "no_tokenizer") is None
     assert read_tokenizer(tmp_path / "absent") is None
 

@@ -235,7 +235,9 @@ def _from_nemo(path: Path) -> TokenizerFiles | None:
     """A .nemo (NeMo's tar of model_config.yaml and weights): its `tokenizer:` section names the vocabulary as
     `nemo:FILE` members (a SentencePiece `model`, or a `vocab_file`); a tokenizer named only by a hub id is not
     read."""
-    with tarfile.open(path) as tar:
+    # "r:": a plain tar, as NeMo writes; a compressed archive would be decompressed whole to list it, so it is
+    # left unread (ReadError) rather than slow every dry-run down.
+    with tarfile.open(path, "r:") as tar:
         members = {m.name.removeprefix("./"): m for m in tar.getmembers() if m.isfile()}
 
         def member(name: str) -> bytes | None:
