@@ -148,3 +148,37 @@ def test_nemo_aligner_ppo_is_refused_when_the_nemo_tokenizers_differ(
     same = _nemo(tmp_path / "rm_same.nemo", sentencepiece_model(["<unk>", "<s>", "</s>", "▁a", "▁b"]))
     r = run_cli(*args, f"inputs.policy={policy}", f"inputs.reward_model={same}", "--dry-run")
     assert r.code == 0, r.err[-2000:]
+
+
+def _cached(cache: Path, repo_id: str, tokenizer: dict[str, Any]) -> Path:
+    """A model as a download leaves it in the Hugging Face cache: refs/main names the snapshot."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    (snapshot / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return snapshot
+
+
+def test_a_hub_policy_is_compared_from_the_local_hugging_face_cache(
+    home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    shipped = json.loads((SHIPPED / "sft_policy" / "tokenizer.json").read_text())
+    swapped = json.loads(json.dumps(shipped))
+    vocab = swapped["model"]["vocab"]
+    three, four = (next(t for t, i in vocab.items() if i == n) for n in (3, 4))
+    vocab[three], vocab[four] = 4, 3
+    cache = tmp_path / "hf"
+    snapshot = _cached(cache, "acme/swapped", swapped)
+    _cached(cache, "acme/same", shipped)
+    env = {"HF_HUB_CACHE": str(cache)}
+    args = ["steps", "run", "rl/reinforce", "-c", "tiny", "--dry-run"]
+    r = run_cli(*args, "inputs.policy=acme/swapped", env=env)
+    assert r.code == 2, r.err[-2000:]
+    assert f"{snapshot}/tokenizer.json vs {SHIPPED / 'reward_model' / 'tokenizer.json'}" in r.err
+    assert f"token id 3 is {four!r} vs {three!r}" in r.err
+    for cached_or_not in ("acme/same", "acme/not-downloaded"):
+        r = run_cli(*args, f"inputs.policy={cached_or_not}", env=env)
+        assert r.code == 0, r.err[-2000:]
+    assert not home.exists()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,10 @@ class _Bound(Protocol):
 
     @property
     def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def ref(self) -> str: ...
     @property
     def path(self) -> str | None: ...
 
@@ -265,6 +270,28 @@ def _from_nemo(path: Path) -> TokenizerFiles | None:
     return None
 
 
+def hub_snapshot(repo_id: str) -> Path | None:
+    """The snapshot of a hub model that a download left in this machine's Hugging Face cache (what its `main` named
+    then), or None. Read from the cache's layout, so the compile path imports no huggingface_hub."""
+    home = os.environ.get("HF_HOME") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface"
+    )
+    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(home) / "hub").expanduser()
+    repo = cache / ("models--" + repo_id.removeprefix("hf://").replace("/", "--"))
+    try:
+        commit = (repo / "refs" / "main").read_text().strip()
+    except OSError:
+        return None
+    snapshot = repo / "snapshots" / commit
+    return snapshot if commit and snapshot.is_dir() else None
+
+
+def _local(binding: _Bound) -> Path | None:
+    if binding.path:
+        return Path(binding.path)
+    return hub_snapshot(binding.ref) if binding.kind == "hub" else None
+
+
 # ----------------------------------------------------------------------------- comparing two
 
 
@@ -308,9 +335,9 @@ def check_token_ids_meet(
     consumes: Sequence[_Consumed], config: Mapping[str, Any], bindings: Sequence[_Bound]
 ) -> None:
     """Refuse (exit 2, one line per pair) a job in which an input reads the token ids of another input whose
-    tokenizer differs from its own. Inputs that are not here (hub ids, paths on a cluster, unreadable archives)
-    are not compared."""
-    paths = {b.name: Path(b.path) for b in bindings if b.path}
+    tokenizer differs from its own. A hub id is read from the local Hugging Face cache when a download left it
+    there; inputs that are not here (other hub ids, paths on a cluster, unreadable archives) are not compared."""
+    paths = {b.name: p for b in bindings if (p := _local(b)) is not None}
     problems = []
     for consumed in consumes:
         sender = consumed.reads_token_ids_of
