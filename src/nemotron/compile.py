@@ -29,6 +29,7 @@ from nemotron.catalog import Catalog, Resources, Step
 from nemotron.configtree import deep_merge, flatten, get_dotted, set_dotted, unflatten
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.models.layout import CONFIG_FILE, describe
+from nemotron.models.tokenizer_match import check_token_ids_meet
 from nemotron.paths import artifacts_dir
 from nemotron.profiles import (
     DEFAULT_PROFILE,
@@ -405,6 +406,7 @@ def compile_job(
     by_name = {c.name: c for c in step.manifest.consumes}
     for b in bindings:
         set_dotted(step_config, by_name[b.name].config_key, b.path or b.ref)
+    check_token_ids_meet(step.manifest.consumes, config, bindings)
     _refuse_mismatched_resume(step.id, config, bindings)
     backend = str(config.get("backend") or "builtin")
     outputs = {
