@@ -162,6 +162,8 @@ class ArtifactStore:
         conn = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
         try:
             conn.execute("PRAGMA busy_timeout=60000")
+            if not write:
+                conn = self._readable(conn)
             if (
                 not write
                 and not conn.execute(
@@ -175,6 +177,21 @@ class ArtifactStore:
             yield conn
         finally:
             conn.close()
+
+    def _readable(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        """`conn`, or where it cannot read, the file as it is. A reader of a WAL database creates its shared-memory
+        index (index.sqlite-shm) first, which fails on a full or read-only filesystem as `disk I/O error`: with no
+        committed transaction waiting in the WAL the main file holds everything, so it is read as immutable (no
+        -shm, no locks; nothing can write it meanwhile, since no write fits either)."""
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+            return conn
+        except sqlite3.OperationalError:
+            wal = Path(f"{self.db_path}-wal")
+            if wal.is_file() and wal.stat().st_size > 0:
+                raise
+            conn.close()
+            return sqlite3.connect(f"file:{self.db_path}?immutable=1", uri=True, isolation_level=None)
 
     @staticmethod
     def _row(row: Sequence[Any]) -> Artifact:
