@@ -56,8 +56,8 @@ class DiskFull(ServiceError):
 
 # What a full disk says when the errno does not survive: safetensors' Rust writer, SQLite, torch's zip writer.
 _FULL_WORDS = ("no space left on device", "disk quota exceeded", "database or disk is full", "os error 28")
-# torch.save's writer reports a failed write without its errno: taken for a full disk when `where` is (nearly) full.
-_TORCH_WRITER = ("inline_container.cc", "iostream error", "file write failed")
+# Failed writes that say nothing of why (torch.save's zip writer, SQLite's IOERR): a full disk when `where` is full.
+_UNSPECIFIC = ("inline_container.cc", "iostream error", "file write failed", "disk I/O error")
 
 
 def disk_full(err: BaseException, where: str | os.PathLike[str] | None = None) -> DiskFull | None:
@@ -75,7 +75,7 @@ def disk_full(err: BaseException, where: str | os.PathLike[str] | None = None) -
             return DiskFull(f"disk full: {_what(filename or where)}")
         if (
             where is not None
-            and any(word in str(cause) for word in _TORCH_WRITER)
+            and any(word in str(cause) for word in _UNSPECIFIC)
             and _nearly_full(Path(where))
         ):
             return DiskFull(f"disk full: {_what(where)}")

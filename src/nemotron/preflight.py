@@ -72,8 +72,10 @@ def check(
         for g in parallel_groups(catalog, step_id, config, profile, bindings)
         if (p := g.problem(profile.name)) is not None
     ]
+    if len(problems) == 1:
+        raise UserError(problems[0])
     if problems:
-        raise UserError(f"preflight refused '{step_id}' before anything was written:", problems)
+        raise UserError(f"{len(problems)} problems with '{step_id}', found before anything was written:", problems)
 
 
 # ----------------------------------------------------------------------------- parallelism

@@ -177,6 +177,8 @@ def load_profile(name: str) -> LocalProfile | SlurmProfile | LeptonProfile:
             # numbers only: a mistyped env_vars value may be a secret
             got = f" (got {err['input']!r})" if type(err["input"]) in (int, float) else ""
             problems.append(f"{'.'.join(loc) or '(profile)'}: {err['msg']}{got}")
+        if len(problems) == 1:
+            raise UserError(f"profile '{name}' in {source} is invalid: {problems[0]}") from None
         raise UserError(f"profile '{name}' in {source} is invalid:", problems) from None
 
 

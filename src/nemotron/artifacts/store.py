@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nemotron.errors import NotFound, did_you_mean
+from nemotron.errors import NotFound, did_you_mean, disk_full, disk_full_while
 from nemotron.paths import writable_dir
 
 SCHEMA_VERSION = 2  # PRAGMA user_version of a store with this schema
@@ -144,6 +144,21 @@ class ArtifactStore:
 
     @contextmanager
     def _connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        if not write:
+            with self._open(False) as conn:
+                yield conn
+            return
+        try:
+            with self._open(True) as conn:
+                yield conn
+        except sqlite3.OperationalError as err:
+            # SQLite says `disk I/O error` or `database or disk is full`: name the store and the space left
+            if disk_full(err, self.root) is not None:
+                raise disk_full_while("the artifact store", self.db_path) from err
+            raise
+
+    @contextmanager
+    def _open(self, write: bool) -> Iterator[sqlite3.Connection]:
         if write:
             writable_dir(self.root, "artifact store")
         elif not self.exists():
