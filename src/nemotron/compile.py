@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
+from nemotron import preflight
 from nemotron.artifacts.refs import check_artifact_name, parse_ref
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.artifacts.typecheck import conforms, detect_type, validate_records
@@ -397,6 +398,7 @@ def compile_job(
     )
     here = isinstance(profile, LocalProfile)  # remote profiles' paths live on their cluster
     bindings = bind_inputs(catalog, step, config, store, remote=not here or dry_run)
+    preflight.check(catalog, step.id, config, profile, bindings)  # parallelism, loadable inputs
     warnings = tuple(
         f"input '{b.name}': {b.ref} does not exist here; running this job would refuse it"
         for b in bindings

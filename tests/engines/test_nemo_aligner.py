@@ -11,6 +11,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,17 @@ CONF, KEYS, MIRROR, SCRIPTS, TAG = tag.CONF, tag.KEYS, tag.MIRROR, tag.SCRIPTS, 
 
 STEPS = ("rl/reinforce", "rl/ppo", "rm/serve")
 ROLES = {"rl/reinforce": ["reward", "actor"], "rl/ppo": ["critic", "reward", "actor"], "rm/serve": ["reward"]}
+
+
+def _nemo_file(path: Path, tensor: int = 1, pipeline: int = 1) -> Path:
+    """A .nemo as far as preflight reads one: a tar holding model_config.yaml with the parallel sizes."""
+    config = path.parent / "model_config.yaml"
+    config.write_text(
+        yaml.safe_dump({"tensor_model_parallel_size": tensor, "pipeline_model_parallel_size": pipeline})
+    )
+    with tarfile.open(path, "w") as tar:
+        tar.add(config, arcname="./model_config.yaml")
+    return path
 
 
 def _job(step: str, *extra: str, profile: str = "local_slurm", dry_run: bool = False) -> Job:
@@ -149,9 +161,9 @@ def test_nemo_checkpoints_are_their_own_type(home: Path, tmp_path: Path) -> None
     hf = tmp_path / "hf"
     hf.mkdir()
     (hf / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
-    (hf / "model.safetensors").write_bytes(b"")
-    nemo = tmp_path / "rm.nemo"
-    nemo.write_bytes(b"tar")
+    (hf / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")  # a header, no tensors
+    (hf / "tokenizer.json").write_text("{}")
+    nemo = _nemo_file(tmp_path / "rm.nemo")
     with pytest.raises(UserError, match="expected type checkpoint_nemo, got checkpoint_hf"):
         _job("rl/reinforce", f"inputs.policy={hf}")
     job = _job("rl/reinforce", f"inputs.policy={nemo}", f"inputs.reward_model={nemo}")
@@ -182,8 +194,7 @@ def test_dry_run_and_submit_send_one_plan_and_outputs_register_with_lineage(
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "hi"}\n')
-    nemo = tmp_path / "sft.nemo"
-    nemo.write_bytes(b"tar")
+    nemo = _nemo_file(tmp_path / "sft.nemo")
     job = _job("rl/ppo", f"inputs.prompts={prompts}", f"inputs.policy={nemo}", f"inputs.reward_model={nemo}")
     shown = submit.dry_run(job)
     sent: list[slurm.SlurmPlan] = []
