@@ -182,3 +182,29 @@ def test_a_hub_policy_is_compared_from_the_local_hugging_face_cache(
         r = run_cli(*args, f"inputs.policy={cached_or_not}", env=env)
         assert r.code == 0, r.err[-2000:]
     assert not home.exists()
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        '{"model": {"vocab": {"a": 0',
+        '{"model": {"vocab": [1]}}',
+        "[1, 2]",
+        '{"model": {"vocab": {"a": "x"}}}',
+    ],
+)
+def test_a_malformed_tokenizer_file_is_left_to_the_loadable_inputs_check(tmp_path: Path, broken: str) -> None:
+    """No traceback from the comparison: whether the checkpoint loads is another preflight's to say."""
+    from nemotron.catalog import Catalog
+    from nemotron.compile import Binding
+
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "tokenizer.json").write_text(broken)
+    consumes = Catalog().get("rl/reinforce").manifest.consumes
+    rm = str(SHIPPED / "reward_model")
+    bindings = [
+        Binding("policy", "checkpoint_hf", str(policy), "path", str(policy)),
+        Binding("reward_model", "reward_model_hf", rm, "path", rm),
+    ]
+    tokenizer_match.check_token_ids_meet(consumes, {"backend": "builtin"}, bindings)

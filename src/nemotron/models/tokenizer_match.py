@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,15 +211,22 @@ def _specials_and_added(configs: Sequence[bytes]) -> tuple[dict[str, str], dict[
     return specials, added
 
 
+# What a malformed tokenizer file raises while it is read or parsed. Such a pair is not compared: whether the
+# checkpoint loads at all is the loadable-inputs preflight's to say.
+_MALFORMED = (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError, yaml.YAMLError)
+
+
 def read_tokenizer(path: Path) -> TokenizerFiles | None:
     """The tokenizer of an HF checkpoint directory or a .nemo archive; None when none can be read here (no
     tokenizer files, a hub id, an unreadable archive): the check then has nothing to compare."""
+    import tarfile  # here, not at the top: most runs read directories, and the dry-run's start-up counts
+
     try:
         if path.is_dir():
             return _from_directory(path)
         if path.is_file() and tarfile.is_tarfile(path):
             return _from_nemo(path)
-    except (OSError, ValueError, tarfile.TarError, yaml.YAMLError):
+    except (*_MALFORMED, tarfile.TarError):
         return None
     return None
 
@@ -242,6 +248,8 @@ def _from_nemo(path: Path) -> TokenizerFiles | None:
     read."""
     # "r:": a plain tar, as NeMo writes; a compressed archive would be decompressed whole to list it, so it is
     # left unread (ReadError) rather than slow every dry-run down.
+    import tarfile
+
     with tarfile.open(path, "r:") as tar:
         members = {m.name.removeprefix("./"): m for m in tar.getmembers() if m.isfile()}
 
@@ -348,7 +356,10 @@ def check_token_ids_meet(
         theirs, ours = read_tokenizer(paths[sender]), read_tokenizer(paths[consumed.name])
         if theirs is None or ours is None:
             continue
-        what = difference(theirs, ours)
+        try:
+            what = difference(theirs, ours)
+        except _MALFORMED:
+            continue
         if what is not None:
             problems.append(
                 f"input '{consumed.name}' is given the token ids of input '{sender}', but their tokenizers "
