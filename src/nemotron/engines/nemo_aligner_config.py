@@ -96,7 +96,9 @@ class Env:
     @property
     def text(self) -> str:
         env = f"${{oc.env:{self.name}}}"
-        return f"${{oc.decode:{env}}}" if self.integer else env
+        # Hydra's override grammar reads a bare interpolation only up to its first `}`: a nested one must be a
+        # quoted string (whose `${` OmegaConf still resolves; `_quoted` would escape it).
+        return f"'${{oc.decode:{env}}}'" if self.integer else env
 
 
 # ----------------------------------------------------------------------------- shared mappings
