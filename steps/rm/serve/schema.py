@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nemotron.stepconfig import ServeRuntime, Strict
+from nemotron.stepconfig import ServerBind, ServeRuntime, Strict
 
 
 class Inputs(Strict):
@@ -14,19 +14,10 @@ class Inputs(Strict):
     """reward_model_hf (or, for mode=chat, a causal LM checkpoint_hf)"""
 
 
-class Server(Strict):
+class Server(ServerBind):
     """The HTTP server: KServe v2 (Triton's protocol) for mode=reward, OpenAI chat completions for
     mode=chat."""
 
-    host: str = "127.0.0.1"
-    """bind address; loopback unless told otherwise. Any other address (0.0.0.0) needs a bearer token, else
-    the step refuses to start (exit 2)"""
-    port: int = Field(8000, ge=0, le=65535)
-    """TCP port; 0 = a free port (written to the job's server.json)"""
-    token_file: str | None = None
-    """file (mode 0600) holding the bearer token that every request but the health probes must carry; unset:
-    the token is $NEMOTRON_REWARD_TOKEN (on Slurm: a profile env_var, kept in the job's 0600 secrets file);
-    neither: no auth. Never the token itself: a command line is visible in ps"""
     mode: Literal["reward", "chat"] = "reward"
     """reward: score sequences with a reward model (KServe v2); chat: an OpenAI-compatible
     /v1/chat/completions judge from a causal LM"""
