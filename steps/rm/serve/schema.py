@@ -24,11 +24,13 @@ class Server(ServerBind):
     model_name: str = "reward_model"
     """the model name clients use (/v2/models/<name>/infer; the chat request's model)"""
     max_batch_size: int = Field(64, ge=1)
-    """reward: requests are cut into chunks of at most this many sequences; an upper bound of
-    preferred_batch_size"""
+    """reward: the most sequences in one forward pass; a batch takes at most preferred_batch_size from each
+    request, so it passes preferred_batch_size (up to this) only when several requests share it"""
     preferred_batch_size: int = Field(64, ge=1)
-    """reward: the batcher runs as soon as this many sequences wait, and scores at most this many per forward
-    pass; at most max_batch_size (Triton: preferred_batch_size)"""
+    """reward: the batcher runs as soon as this many sequences wait, and takes at most this many from any one
+    request per forward pass, the requests with the fewest sequences scored so far first: a large request is
+    scored a slice at a time, and others' sequences go between its slices. At most max_batch_size (Triton:
+    preferred_batch_size)"""
     max_queue_delay_ms: float = Field(5.0, ge=0)
     """reward: longest a request waits for others to fill a batch, in ms (Triton: max_queue_delay_microseconds
     / 1000)"""
