@@ -35,7 +35,12 @@ class Server(ServerBind):
     """reward: longest a request waits for others to fill a batch, in ms (Triton: max_queue_delay_microseconds
     / 1000)"""
     max_queue_rows: int = Field(65536, ge=1)
-    """reward: sequences waiting for the model; a request that would queue more gets 503 with Retry-After"""
+    """reward: sequences waiting for the model; a request that would queue more gets 503 with Retry-After, and
+    one of more sequences than this gets 413 before its data is decoded"""
+    max_request_tokens: int = Field(1 << 20, ge=1)
+    """reward: token ids one request may carry (a 'tokens' input's rows x tokens, as declared by its shape);
+    more gets 413 naming this key, before the data is decoded. Sentences are bounded by max_body_bytes, each
+    cut to its last (max_length + 1) x (the tokenizer's longest token) characters before tokenising"""
     max_queue: int = Field(64, ge=1)
     """chat: requests queued or generating; one more gets 503 with Retry-After"""
     read_timeout_s: float = Field(30.0, gt=0)
