@@ -41,6 +41,7 @@ from nemotron.profiles import (
     load_profile,
 )
 from nemotron.redact import MASK, is_secret_name
+from nemotron.reward.bind import refuse_open_servers
 
 AnyProfile = LocalProfile | SlurmProfile | LeptonProfile
 
@@ -397,6 +398,9 @@ def compile_job(
         Path(profile.artifacts_root).expanduser() if profile.artifacts_root else artifacts_dir()
     )
     here = isinstance(profile, LocalProfile)  # remote profiles' paths live on their cluster
+    refuse_open_servers(
+        step.config_schema(), config, env_vars=profile.env_vars, here=here, profile=profile.name
+    )
     bindings = bind_inputs(catalog, step, config, store, remote=not here or dry_run)
     preflight.check(catalog, step.id, config, profile, bindings)  # parallelism, loadable inputs
     warnings = tuple(
