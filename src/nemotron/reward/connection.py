@@ -271,7 +271,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._start()
         refusal = too_long(self.head_seen)
-        framing = framing_error(self.head_seen)
+        framing = framing_error(head_of(self.head_seen))
         if refusal is not None or exc.error_status_hint == 431:
             refusal = refusal or HTTPError(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes")
             self._fail(error_from(refusal, self.settings.error_style))
