@@ -51,16 +51,20 @@ PIPELINE_BUFFER = 256 * 1024  # read no further ahead than this while a request 
 
 
 class State(enum.Enum):
-    """What a connection waits for. `Connection.due` is the state's one deadline; `_on_timer` acts on it."""
+    """What a connection waits for. `Connection.due` is the state's one deadline; when it passes (`_on_timer`):
 
-    IDLE = (
-        "idle"  # a request's first byte; read_timeout_s after the last read or answer: closed, nothing lost
-    )
-    HEAD = (
-        "head"  # the rest of its head; the request deadline, or read_timeout_s of silence: closed unanswered
-    )
-    BODY = "body"  # its body; the same deadline: 408, closed
-    ANSWER = "answer"  # the server's answer, computed then sent; the route's timeout_s, if any: 504
+    - IDLE, a request's first byte: due read_timeout_s after the last read or answer; closed, nothing is lost.
+    - HEAD, the rest of its head: due at the request deadline, or as IDLE if sooner; closed, unanswered.
+    - BODY, its body: due as HEAD; 408, then closed.
+    - ANSWER, the server's answer, computed and then sent: due at the route's timeout_s, if it has one; 504.
+
+    Apart from these, a client that reads none of our answers for read_timeout_s is cut off (`write_stall`).
+    """
+
+    IDLE = "idle"
+    HEAD = "head"
+    BODY = "body"
+    ANSWER = "answer"
     CLOSED = "closed"
 
 
@@ -271,7 +275,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._start()
         refusal = too_long(self.head_seen)
-        framing = framing_error(self.head_seen)
+        framing = framing_error(head_of(self.head_seen))
         if refusal is not None or exc.error_status_hint == 431:
             refusal = refusal or HTTPError(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes")
             self._fail(error_from(refusal, self.settings.error_style))

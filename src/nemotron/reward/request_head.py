@@ -15,7 +15,11 @@ MAX_HEADERS = 100  # more: 431
 
 HEAD_END = re.compile(rb"\n\r?\n")
 _OBS_FOLD = re.compile(rb"\n[ \t]")  # a header line that continues the one before it (RFC 9112 5.2)
-_FRAMING = (b"content-length", b"transfer-encoding")
+# A framing header's line, its name spelled as some proxy might still read it: any case, "_" for "-", blanks
+# around the name (one of those makes it no valid header, so h11 and the proxy may not agree on it).
+_FRAMING_LINE = re.compile(
+    rb"\n([ \t]*)(content[-_]length|transfer[-_]encoding)([ \t]*):([^\r\n]*)", re.IGNORECASE
+)
 
 
 def head_of(data: bytes | bytearray) -> bytes:
@@ -41,30 +45,25 @@ def folded(head: bytes | bytearray) -> HTTPError | None:
     return None
 
 
-def framing_error(head: bytes | bytearray) -> str | None:
-    """Why the body of the request with this head has no single length, or None when it has one (RFC 9112 6.1,
-    6.3): Content-Length and Transfer-Encoding together, in any spelling or case; Transfer-Encoding in HTTP/1.0,
-    repeated, or anything but `chunked`; a Content-Length repeated or other than one non-negative integer.
+def framing_error(head: bytes) -> str | None:
+    """Why the body of the request with this head (cut by `head_of`) has no single length, or None when it has
+    one (RFC 9112 6.1, 6.3): Content-Length and Transfer-Encoding together, in any spelling or case;
+    Transfer-Encoding in HTTP/1.0, repeated, or anything but `chunked`; a Content-Length repeated or other than one
+    non-negative integer.
 
     A front proxy that reads the other length would take the rest of this body for a request of its own
     (request smuggling), so the connection answers 400 and closes rather than guess.
     """
-    request_line, *lines = head_of(head).split(b"\n")
     lengths: list[bytes] = []
     codings: list[bytes] = []
-    for line in lines:
-        name, _, value = line.partition(b":")
-        key = name.lower()
-        if key != (spelled := key.strip().replace(b"_", b"-")) and spelled in _FRAMING:
-            # "Transfer_Encoding", " Content-Length": a proxy may read either as the real header
-            return f"the header {name.decode('latin-1')!r} looks like {spelled.decode()} but is not"
-        if key == b"content-length":
-            lengths.append(value.strip())
-        elif key == b"transfer-encoding":
-            codings.append(value.strip())
+    for before, name, after, value in _FRAMING_LINE.findall(head):
+        if before or after or b"_" in name:  # a proxy may read it as the real header, or h11 not
+            spelled = name.lower().replace(b"_", b"-").decode()
+            return f"the header {(before + name + after).decode()!r} looks like {spelled} but is not"
+        (codings if name.lower().startswith(b"t") else lengths).append(value.strip())
     if codings and lengths:
         return "Content-Length and Transfer-Encoding together (RFC 9112 6.1); send one of them"
-    if codings and request_line.rstrip(b"\r").endswith(b"HTTP/1.0"):
+    if codings and head.split(b"\n", 1)[0].rstrip(b"\r").endswith(b"HTTP/1.0"):
         return "Transfer-Encoding in an HTTP/1.0 request (RFC 9112 6.1); send Content-Length"
     if len(codings) > 1 or (codings and codings[0].lower() != b"chunked"):
         listed = ", ".join(c.decode("latin-1") for c in codings)
