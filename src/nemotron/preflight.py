@@ -75,7 +75,9 @@ def check(
     if len(problems) == 1:
         raise UserError(problems[0])
     if problems:
-        raise UserError(f"{len(problems)} problems with '{step_id}', found before anything was written:", problems)
+        raise UserError(
+            f"{len(problems)} problems with '{step_id}', found before anything was written:", problems
+        )
 
 
 # ----------------------------------------------------------------------------- parallelism
@@ -84,8 +86,9 @@ def check(
 def parallel_groups(
     catalog: Catalog, step_id: str, config: dict[str, Any], profile: AnyProfile, bindings: Sequence[Binding]
 ) -> list[Group]:
-    """The GPU groups of the job on this profile. None on a profile without GPUs: the engines already note that
-    their workers need GPUs, and the local profile refuses the cluster engines outright."""
+    """The GPU groups of the job on this profile; none on a profile without GPUs (the engines already note that
+    their workers need GPUs, and the local profile refuses the cluster engines outright) or on the built-in engine,
+    which is data parallel only: one process per GPU (nemotron.launch.slurm.plan_slurm), nothing to divide."""
     nodes, gpus = getattr(profile, "nodes", 1), getattr(profile, "gpus_per_node", 0)
     if gpus < 1:
         return []
@@ -112,9 +115,8 @@ def _nemo_rl_groups(step_id: str, config: dict[str, Any], nodes: int, gpus: int)
     nemo = config.get("nemo_rl") or {}
     megatron = nemo.get("policy_backend") == "megatron"
     tp, cp = int(nemo.get("tensor_parallel_size", 1)), int(nemo.get("context_parallel_size", 1))
-    pp = (
-        int(nemo.get("pipeline_parallel_size", 1)) if megatron else 1
-    )  # dtensor + PP is refused by the engine
+    # DTensor takes no PP (lm_policy.py:162); dtensor with pipeline_parallel_size > 1 is refused by the engine
+    pp = int(nemo.get("pipeline_parallel_size", 1)) if megatron else 1
     gym = bool((config.get("env") or {}).get("should_use_nemo_gym"))
     groups: list[Group] = []
     policy_gpus, where = nodes * gpus, shape(nodes, gpus)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +17,24 @@ from nemotron.errors import DiskFull, disk_full
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 3 MiB tmpfs, unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip() or 'mount failed'})")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """small_disk(MIB): a tmpfs of that size, unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def mount(mib: int) -> Path:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={mib}m", "tmpfs", str(where)], capture_output=True
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip() or 'mount failed'})")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def _fill(disk: Path, leave: int) -> Path:
@@ -55,11 +62,12 @@ def _one_error_line(err: str) -> str:
 
 @pytest.mark.slow
 def test_a_run_that_fills_the_disk_is_one_line_exit_3_and_finishes_once_space_is_freed(
-    small_disk: Path, run_cli: Any
+    small_disk: Callable[[int], Path], run_cli: Any
 ) -> None:
-    home = small_disk / "home"
+    disk = small_disk(3)
+    home = disk / "home"
     home.mkdir()
-    filler = _fill(small_disk, leave=400 * 1024)  # the run's records fit, its 518 KiB checkpoint does not
+    filler = _fill(disk, leave=400 * 1024)  # the run's records fit, its 518 KiB checkpoint does not
     run = ("steps", "run", "sft", "-c", "tiny", "trainer.max_steps=5")
     r = run_cli(*run, env=_env(home), timeout=300)
     assert r.code == 3, r.err[-3000:]
@@ -84,15 +92,41 @@ def test_a_run_that_fills_the_disk_is_one_line_exit_3_and_finishes_once_space_is
     assert "tiny_sft_policy:v1" in listed.out
 
 
-def test_with_no_byte_free_reads_answer_and_a_run_is_refused_in_one_line(
-    small_disk: Path, run_cli: Any
+@pytest.mark.slow
+def test_an_rl_run_stopped_by_a_full_disk_resumes_from_its_last_whole_checkpoint(
+    small_disk: Callable[[int], Path], run_cli: Any
 ) -> None:
-    home = small_disk / "home"
+    disk = small_disk(8)
+    home = disk / "home"
+    home.mkdir()
+    filler = _fill(disk, leave=2400 * 1024)  # room for the step-5 checkpoint (1.6 MiB), not for step 10's
+    run = ("steps", "run", "rl/reinforce", "-c", "tiny", "trainer.max_steps=15", "checkpoint.save_interval=5")
+    r = run_cli(*run, env=_env(home), timeout=600)
+    assert r.code == 3, r.err[-3000:]
+    line = _one_error_line(r.err)
+    assert line.startswith("error: disk full: cannot write the checkpoint of step 10 "), line
+    assert "/checkpoints/step_000010 (no space left, needs about 1.6 MiB; " in line, line
+    job = next((home / "jobs").iterdir())
+    assert sorted(p.name for p in (job / "checkpoints").iterdir()) == ["latest", "step_000005"]  # no torn one
+    assert run_cli("jobs", "status", job.name, env=_env(home)).out.strip() == f"{job.name}: failed (exit 3)"
+
+    filler.unlink()
+    again = run_cli(*run, "checkpoint.resume=true", env=_env(home), timeout=600)
+    assert again.code == 0, again.err[-3000:]
+    assert f"resumed from {job}/checkpoints/step_000005 at step 5" in again.err
+    assert "tiny_reinforce_policy:v1" in run_cli("artifacts", "ls", env=_env(home)).out
+
+
+def test_with_no_byte_free_reads_answer_and_a_run_is_refused_in_one_line(
+    small_disk: Callable[[int], Path], run_cli: Any
+) -> None:
+    disk = small_disk(3)
+    home = disk / "home"
     made = run_cli("steps", "run", "data/prep", "-c", "tiny", env=_env(home), timeout=300)
     assert made.code == 0, made.err[-2000:]
     job = next((home / "jobs").iterdir()).name
-    _fill(small_disk, leave=0)
-    assert os.statvfs(small_disk).f_bavail == 0
+    _fill(disk, leave=0)
+    assert os.statvfs(disk).f_bavail == 0
     for args in (
         ("artifacts", "ls"),
         ("artifacts", "show", "tiny_prompts:v1"),
