@@ -6,8 +6,9 @@
 Starts `python -m nemotron.reward.server` on the shipped tiny reward model with a 1,024-file limit (soft and hard,
 so it cannot raise it) and a 5 s request deadline, and `python -m nemotron.reward.chat_server` on the shipped tiny
 SFT policy, then: opens 3,000 idle sockets and times 4 normal requests beside them; drips a request head and a
-request body a byte every 0.5 s; sends malformed, oversized and chunked requests; asks for a model's readiness
-without the token under the right and a wrong name; and sends 500 concurrent n=8 chat requests.
+request body a byte every 0.5 s; sends malformed, oversized and chunked requests, and to both servers each
+request-smuggling form with a GET hidden behind its body; asks for a model's readiness without the token under the
+right and a wrong name; and sends 500 concurrent n=8 chat requests.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -100,6 +102,70 @@ def drip(url: str, prefix: bytes, data: bytes, interval: float) -> tuple[int | N
             except (BrokenPipeError, ConnectionResetError):
                 return None, time.monotonic() - started
     return -1, time.monotonic() - started  # never cut
+
+
+def answers(url: str, data: bytes) -> dict[str, Any]:
+    """Send `data` on a fresh connection and read until the server closes it: the statuses of every answer."""
+    host, port = url.removeprefix("http://").split(":")
+    started, received, closed = time.monotonic(), b"", False
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(data)
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+            closed = True
+        except (ConnectionResetError, TimeoutError):
+            pass
+    statuses = [int(s) for s in re.findall(rb"HTTP/1\.1 (\d{3}) ", received)]
+    close = b"connection: close" in received.lower()
+    return {
+        "answers": statuses,
+        "connection_close": close,
+        "closed": closed,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+# Answered 404 if the server reads the body another way than a proxy in front of it might.
+SMUGGLED = b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n"
+HIDDEN = b"0\r\n\r\n" + SMUGGLED
+FRAMING_FORMS = {  # each: header lines, body, HTTP version
+    "CL.TE": ([b"Content-Length: %d" % len(HIDDEN), b"Transfer-Encoding: chunked"], HIDDEN, b"1.1"),
+    "TE.CL": (
+        [b"Transfer-Encoding: chunked", b"Content-Length: 3"],
+        b"%x\r\nabc%s\r\n0\r\n\r\n" % (len(SMUGGLED) + 3, SMUGGLED),
+        b"1.1",
+    ),
+    "CL.TE, a tab before the TE value": (
+        [b"Content-Length: %d" % len(HIDDEN), b"Transfer-Encoding:\tchunked"],
+        HIDDEN,
+        b"1.1",
+    ),
+    "CL.TE, upper case": (
+        [b"CONTENT-LENGTH: %d" % len(HIDDEN), b"TRANSFER-ENCODING: CHUNKED"],
+        HIDDEN,
+        b"1.1",
+    ),
+    "TE twice": ([b"Transfer-Encoding: chunked"] * 2, HIDDEN, b"1.1"),
+    "TE: gzip, chunked": ([b"Transfer-Encoding: gzip, chunked"], HIDDEN, b"1.1"),
+    "TE on HTTP/1.0": ([b"Transfer-Encoding: chunked"], HIDDEN, b"1.0"),
+    "chunk size zz": ([b"Transfer-Encoding: chunked"], b"zz\r\nabc\r\n" + HIDDEN, b"1.1"),
+    "Content-Length: 1, 1": ([b"Content-Length: 1, 1"], b"a" + SMUGGLED, b"1.1"),
+    "Content-Length twice": ([b"Content-Length: 1"] * 2, b"a" + SMUGGLED, b"1.1"),
+}
+
+
+def framing_cases(url: str, path: str) -> dict[str, Any]:
+    """Each request-smuggling form, with a GET hidden behind the body: what the server answered before it closed."""
+    figures = {}
+    for name, (lines, body, version) in FRAMING_FORMS.items():
+        head = b"POST %s HTTP/%s\r\nHost: x\r\nAuthorization: Bearer %s\r\n" % (
+            path.encode(),
+            version,
+            TOKEN.encode(),
+        )
+        figures[name] = answers(url, head + b"".join(line + b"\r\n" for line in lines) + b"\r\n" + body)
+    return figures
 
 
 def idle_sockets(url: str, count: int) -> dict[str, Any]:
@@ -201,6 +267,7 @@ def main() -> int:
         try:
             figures["idle sockets at a 1,024-file limit"] = idle_sockets(url, 3000)
             figures["requests"] = reward_cases(url)
+            figures["request smuggling, reward server"] = framing_cases(url, "/score")
         finally:
             reward.terminate()
             reward.wait(60)
@@ -208,6 +275,7 @@ def main() -> int:
         figures["reward server log"] = {"bytes": len(log), "tracebacks": log.count("Traceback")}
         chat, chat_url = start("chat_server", "sft_policy", work, "--max-queue", "64")
         try:
+            figures["request smuggling, chat server"] = framing_cases(chat_url, "/v1/chat/completions")
             figures["500 concurrent n=8 chat requests, max_queue 64"] = chat_burst(chat_url, 500)
         finally:
             chat.terminate()

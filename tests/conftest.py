@@ -132,10 +132,24 @@ script_figures = _helper_fixture(recorded_figures)
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`scripts/test.sh` runs `-n 2 --dist loadgroup`) the tests marked `slurm` share one worker:
-    the local cluster has two nodes, and a heterogeneous job waiting for a node another test holds would time out."""
+    the local cluster has two nodes, and a heterogeneous job waiting for a node another test holds would time out.
+    Tests marked `gpu` are skipped where torch sees no CUDA device, those marked `no_gpu` where it sees one."""
     for item in items:
         if item.get_closest_marker("slurm") is not None:
             item.add_marker(pytest.mark.xdist_group("slurm"))
+    marked = [item for item in items if item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu")]
+    if not marked:
+        return  # torch is imported only when a collected test asks about the GPU
+    import torch
+
+    has_gpu = torch.cuda.is_available()
+    for item in marked:
+        if item.get_closest_marker("gpu") is not None and not has_gpu:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device; torch sees none here"))
+        if item.get_closest_marker("no_gpu") is not None and has_gpu:
+            item.add_marker(
+                pytest.mark.skip(reason="checks a machine without CUDA; torch sees a device here")
+            )
 
 
 SLURM_UP = REPO / "scripts" / "slurm-up.sh"

@@ -46,6 +46,11 @@ class Consumes(_Strict):
     description: str = ""
     key: str = ""  # config key holding the reference; default inputs.<name>
     backend_types: dict[str, str] = {}  # backend -> the type that backend reads instead (nemo_aligner: .nemo)
+    # Another input whose token ids this model is given (the policy's, for a reward model): compile refuses the
+    # pair when their tokenizers differ (models.tokenizer_match).
+    reads_token_ids_of: str = ""
+    # Config key -> value under which this input is given decoded text instead, scored with its own tokenizer.
+    text_when: dict[str, Any] = {}
 
     @property
     def config_key(self) -> str:
@@ -111,6 +116,17 @@ class Manifest(_Strict):
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
             raise ValueError(f"duplicate names {sorted(dupes)}")
+        return v
+
+    @field_validator("consumes")
+    @classmethod
+    def _token_ids_from_an_input(cls, v: list[Consumes]) -> list[Consumes]:
+        names = {c.name for c in v}
+        for c in v:
+            if c.reads_token_ids_of and c.reads_token_ids_of not in names - {c.name}:
+                raise ValueError(
+                    f"{c.name}: reads_token_ids_of names no other input: {c.reads_token_ids_of!r}"
+                )
         return v
 
 

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
+from nemotron import preflight
 from nemotron.artifacts.refs import check_artifact_name, parse_ref
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.artifacts.typecheck import conforms, detect_type, validate_records
@@ -29,6 +30,7 @@ from nemotron.catalog import Catalog, Resources, Step
 from nemotron.configtree import deep_merge, flatten, get_dotted, set_dotted, unflatten
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.models.layout import CONFIG_FILE, describe
+from nemotron.models.tokenizer_match import check_token_ids_meet
 from nemotron.paths import artifacts_dir
 from nemotron.profiles import (
     DEFAULT_PROFILE,
@@ -39,6 +41,7 @@ from nemotron.profiles import (
     load_profile,
 )
 from nemotron.redact import MASK, is_secret_name
+from nemotron.reward.bind import refuse_open_servers
 
 AnyProfile = LocalProfile | SlurmProfile | LeptonProfile
 
@@ -395,7 +398,11 @@ def compile_job(
         Path(profile.artifacts_root).expanduser() if profile.artifacts_root else artifacts_dir()
     )
     here = isinstance(profile, LocalProfile)  # remote profiles' paths live on their cluster
+    refuse_open_servers(
+        step.config_schema(), config, env_vars=profile.env_vars, here=here, profile=profile.name
+    )
     bindings = bind_inputs(catalog, step, config, store, remote=not here or dry_run)
+    preflight.check(catalog, step.id, config, profile, bindings)  # parallelism, loadable inputs
     warnings = tuple(
         f"input '{b.name}': {b.ref} does not exist here; running this job would refuse it"
         for b in bindings
@@ -405,6 +412,7 @@ def compile_job(
     by_name = {c.name: c for c in step.manifest.consumes}
     for b in bindings:
         set_dotted(step_config, by_name[b.name].config_key, b.path or b.ref)
+    check_token_ids_meet(step.manifest.consumes, config, bindings)
     _refuse_mismatched_resume(step.id, config, bindings)
     backend = str(config.get("backend") or "builtin")
     outputs = {

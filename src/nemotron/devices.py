@@ -85,9 +85,18 @@ def autocast(device: torch.device, precision: str) -> Iterator[None]:
 
 
 def peak_memory_mb(device: torch.device) -> float:
-    """Peak memory so far: CUDA max allocated on a GPU, the process's peak resident set size on the CPU."""
+    """Peak memory so far, in MiB: CUDA max allocated on a GPU, the process's peak resident set size on the CPU."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        # Linux's ru_maxrss carries the peak of the process that forked this one across exec (a step started by
+        # a large parent would report the parent's memory); VmHWM is this program's own peak.
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**10  # kB (KiB)
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import errno
+import os
+import shutil
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -43,3 +47,78 @@ def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
     if not close:
         return ""
     return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+
+
+class DiskFull(ServiceError):
+    """The filesystem a step or command writes to is full (or over quota): exit code 3 like a failed service, since
+    it is no mistake in the input, and the job's last checkpoint resumes once space is freed."""
+
+
+# What a full disk says when the errno does not survive: safetensors' Rust writer, SQLite, torch's zip writer.
+_FULL_WORDS = ("no space left on device", "disk quota exceeded", "database or disk is full", "os error 28")
+# Failed writes that say nothing of why (torch.save's zip writer, SQLite's IOERR): a full disk when `where` is full.
+_UNSPECIFIC = ("inline_container.cc", "iostream error", "file write failed", "disk I/O error")
+
+
+def disk_full(err: BaseException, where: str | os.PathLike[str] | None = None) -> DiskFull | None:
+    """A DiskFull naming the path and the free space when `err` (or an exception it was raised from) is a full
+    disk; None otherwise. `where` stands for the path when the error names none (e.g. the job dir)."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, DiskFull):
+            return cause
+        full = isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT)
+        if full or any(word in str(cause).lower() for word in _FULL_WORDS):
+            filename = getattr(cause, "filename", None) if isinstance(cause, OSError) else None
+            return DiskFull(f"disk full: {_what(filename or where)}")
+        if (
+            where is not None
+            and any(word in str(cause) for word in _UNSPECIFIC)
+            and _nearly_full(Path(where))
+        ):
+            return DiskFull(f"disk full: {_what(where)}")
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _nearly_full(path: Path) -> bool:
+    place = next((p for p in (path, *path.parents) if p.exists()), None)
+    try:
+        return place is not None and shutil.disk_usage(place).free < 2**20
+    except OSError:
+        return False
+
+
+def disk_full_while(what: str, path: str | os.PathLike[str], needed: int | None = None) -> DiskFull:
+    """The DiskFull of writing `what` at `path`, with the bytes it needed when known."""
+    need = f", needs about {human_bytes(needed)}" if needed else ""
+    return DiskFull(f"disk full: cannot write {what} {_what(path, need)}")
+
+
+def _what(path: str | os.PathLike[str] | None, need: str = "") -> str:
+    if path is None:
+        return "no space left on device"
+    return f"{path} (no space left{need}; {_free(Path(path))})"
+
+
+def _free(path: Path) -> str:
+    for place in (path, *path.parents):
+        if place.exists():
+            try:
+                usage = shutil.disk_usage(place)
+            except OSError:
+                break
+            return f"{human_bytes(usage.free)} free of {human_bytes(usage.total)} there"
+    return "free space unknown"
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> "1.5 KiB"."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from nemotron.errors import NotFound, did_you_mean
+from nemotron.errors import NotFound, did_you_mean, disk_full
 from nemotron.jobrecord import JobRecord, load_record, parse_record
 from nemotron.paths import jobs_dir, writable_dir
 from nemotron.redact import redact_tree, redact_values, secret_values
@@ -82,6 +82,11 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename is None:  # a failed write names no file: name it, so a full disk says where
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -213,9 +218,28 @@ def read_status(job_dir: Path) -> dict[str, Any]:
 def update_status(job_dir: Path, **fields: Any) -> dict[str, Any]:
     status = read_status(job_dir)
     status.update(fields)
-    write_atomic(job_dir / "status.json", json.dumps(status))
+    text = json.dumps(status)
+    try:
+        write_atomic(job_dir / "status.json", text)
+    except OSError as err:
+        if disk_full(err) is None or not _overwrite_in_place(job_dir / "status.json", text):
+            raise
     _index_job(job_dir, status)
     return status
+
+
+def _overwrite_in_place(path: Path, text: str) -> bool:
+    """On a full disk a new file has no room, but a small one's own block does: write over it and cut it to length,
+    so a job that stopped for want of space still records how it ended. False where that does not fit either."""
+    try:
+        with path.open("r+b") as f:
+            f.write(text.encode())
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        return False
+    return True
 
 
 def read_metrics(job_dir: Path) -> list[dict[str, Any]]:

@@ -30,8 +30,8 @@ GpuType = Literal["H100-80GB", "H200", "A100-40GB", "A100-80GB", "L40S"]
 
 class LocalProfile(_ProfileBase):
     executor: Literal["local"] = "local"
-    nproc_per_node: int = 1
-    cpu_threads: int | None = None
+    nproc_per_node: int = Field(1, ge=1)  # data-parallel processes (torchrun) on this machine
+    cpu_threads: int | None = Field(None, ge=1)
 
 
 class SlurmProfile(_ProfileBase):
@@ -40,15 +40,16 @@ class SlurmProfile(_ProfileBase):
     partition: str | None = None
     run_partition: str | None = None  # used by -r (attached)
     batch_partition: str | None = None  # used by -b (batch)
-    nodes: int = 1
-    gpus_per_node: int = 0
+    # refused below 1 here, so `#SBATCH --nodes=0` is never rendered; 0 GPUs is a CPU cluster
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0)
     # what the resource plan checks each GPU's memory against (docs/cluster.md, "The resource plan"): the GPU
     # model, its memory from the plan's table (nemotron.resource_plan.GPU_TYPES), or gpu_memory_gb (GiB per GPU,
     # for a GPU the table lacks; wins over gpu_type)
     gpu_type: GpuType | None = None
     gpu_memory_gb: float | None = Field(None, gt=0)
-    ntasks_per_node: int = 1
-    cpus_per_task: int | None = None
+    ntasks_per_node: int = Field(1, ge=1)
+    cpus_per_task: int | None = Field(None, ge=1)
     mem: str | None = None
     time: str = "01:00:00"
     container_image: str | None = None
@@ -87,14 +88,14 @@ class LeptonProfile(_ProfileBase):
     node_group: str
     node_reservation: str | None = None
     container_image: str = "nvcr.io/nvidia/nemo:25.07"
-    nodes: int = 1
-    gpus_per_node: int = 0
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0)
     # what the resource plan checks each GPU's memory against (docs/cluster.md, "The resource plan"): the GPU
     # model, its memory from the plan's table (nemotron.resource_plan.GPU_TYPES), or gpu_memory_gb (GiB per GPU,
     # for a GPU the table lacks; wins over gpu_type)
     gpu_type: GpuType | None = None
     gpu_memory_gb: float | None = Field(None, gt=0)
-    shared_memory_size: int = 65536
+    shared_memory_size: int = Field(65536, ge=1)
     mounts: list[LeptonMount] = []
     workspace_url: str | None = None  # defaults to $LEPTON_WORKSPACE_URL
     # Where NeMo-Run copies the job on shared storage (default: <first mount>/nemorun); the step's job dir is there.
@@ -186,7 +187,11 @@ def load_profile(name: str) -> LocalProfile | SlurmProfile | LeptonProfile:
         problems = []
         for err in e.errors():
             loc = [str(p) for p in err["loc"] if p not in ("local", "slurm", "lepton")]
-            problems.append(f"{'.'.join(loc) or '(profile)'}: {err['msg']}")
+            # numbers only: a mistyped env_vars value may be a secret
+            got = f" (got {err['input']!r})" if type(err["input"]) in (int, float) else ""
+            problems.append(f"{'.'.join(loc) or '(profile)'}: {err['msg']}{got}")
+        if len(problems) == 1:
+            raise UserError(f"profile '{name}' in {source} is invalid: {problems[0]}") from None
         raise UserError(f"profile '{name}' in {source} is invalid:", problems) from None
 
 

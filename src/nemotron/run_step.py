@@ -1,13 +1,13 @@
 """`python -m nemotron.run_step STEP.py --job-dir DIR`: run a flat step script as __main__, turning user mistakes
-into one clear line and exit code 2 (no traceback), a failed service (reward server, judge) into exit code 3, and
-SIGTERM/Ctrl-C into exit code 130."""
+into one clear line and exit code 2 (no traceback), a failed service (reward server, judge) or a full disk into exit
+code 3, and SIGTERM/Ctrl-C into exit code 130."""
 
 from __future__ import annotations
 
 import runpy
 import sys
 
-from nemotron.errors import ServiceError, UserError
+from nemotron.errors import DiskFull, ServiceError, UserError, disk_full
 
 
 def main() -> int:
@@ -21,6 +21,8 @@ def main() -> int:
     except UserError as e:
         print(f"error: {e.render()}", file=sys.stderr, flush=True)
         return 2
+    except DiskFull as e:
+        return _disk_full(e)
     except ServiceError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         print(
@@ -32,7 +34,31 @@ def main() -> int:
     except KeyboardInterrupt:
         print("stopped (SIGTERM or Ctrl-C)", file=sys.stderr, flush=True)
         return 130
+    except Exception as e:
+        full = disk_full(e, _job_dir())
+        if full is None:
+            raise
+        return _disk_full(full)
     return 0
+
+
+RESUME = "a step with checkpoint.resume=true goes on from its last checkpoint"
+
+
+def _job_dir() -> str | None:
+    """The step's --job-dir: where it writes, so the path a full disk is named by when the error names none."""
+    args = sys.argv
+    return next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--job-dir"), None)
+
+
+def _disk_full(e: DiskFull) -> int:
+    """One line, exit 3: the step's last checkpoint resumes once there is space (nothing half-written was
+    registered: outputs are registered after they are complete)."""
+    try:
+        print(f"error: {e}; free space, then run it again ({RESUME})", file=sys.stderr, flush=True)
+    except OSError:
+        pass  # stderr is a file on the same full disk
+    return DiskFull.exit_code
 
 
 if __name__ == "__main__":

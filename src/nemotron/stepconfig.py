@@ -133,6 +133,22 @@ class Checkpointing(Strict):
     """resume even if the checkpoint's model or config differs"""
 
 
+class ServerBind(Strict):
+    """Where a server the step starts listens, and where its bearer token comes from. The compiler finds every
+    group of this type in a step's schema and refuses a non-loopback host without a token before a job exists
+    (nemotron.reward.bind); the server refuses it again when it starts."""
+
+    host: str = "127.0.0.1"
+    """bind address; loopback unless told otherwise. Any other address (0.0.0.0) needs a bearer token, else
+    the step refuses to start (exit 2, before a job directory is written)"""
+    port: int = Field(8000, ge=0, le=65535)
+    """TCP port; 0 = a free port (written to the job's server.json)"""
+    token_file: str | None = None
+    """file (mode 0600) holding the bearer token that every request but the health probes must carry; unset:
+    the token is $NEMOTRON_REWARD_TOKEN (on Slurm: a profile env_var, kept in the job's 0600 secrets file);
+    neither: no auth. Never the token itself: a command line is visible in ps"""
+
+
 class RewardServer(Strict):
     """Where the reward model is served. With no url, local runs start rm/serve beside the trainer."""
 

@@ -68,12 +68,28 @@ BASE_KEYS: dict[str, dict[str, Any]] = {
 }
 
 
+# The YAML at the tag that writes each key NeMo-RL reads (REQUIRED below): the algorithm's base (BASES), except the
+# keys under these prefixes, which the bases leave out. test_data_matches_the_tag walks every dotted key there.
+KEY_YAMLS = {
+    "env.reward_model": "examples/configs/grpo_rm_1B.yaml",  # the reward-model environment's example
+    "env.nemo_gym": "examples/nemo_gym/grpo_workplace_assistant_nemotron_nano_v2_9b.yaml",  # NeMo-Gym's example
+    "policy.generation.vllm_cfg.expose_http_server": "examples/nemo_gym/grpo_workplace_assistant_nemotron_nano_v2_9b.yaml",
+}
+
+
+def yaml_of(dotted: str, alg: str) -> str:
+    """The YAML at the tag that writes `dotted` (KEY_YAMLS by the longest prefix, else the algorithm's base)."""
+    prefixes = [p for p in KEY_YAMLS if dotted == p or dotted.startswith(p + ".")]
+    return KEY_YAMLS[max(prefixes, key=len)] if prefixes else BASES[alg]
+
+
 def _in(file: str, *refs: tuple[str, int]) -> list[tuple[str, str, int]]:
     """(dotted key, file, line) of each (dotted key, line) read in `file`."""
     return [(key, file, line) for key, line in refs]
 
 
-# (dotted key, file, line): a key NeMo-RL indexes unconditionally on our path. The line holds the last key part.
+# (dotted key, file, line): a key NeMo-RL indexes unconditionally on our path. The line reads the key's last part, as
+# the end of a chain of subscripts (`cfg["vllm_cfg"]["precision"]`, `.get("...")`) that is a suffix of the dotted key.
 _RUN = _in(
     "examples/run_grpo.py",
     ("logger.log_dir", 90),

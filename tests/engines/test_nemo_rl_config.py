@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import importlib.util
 import re
@@ -420,6 +421,155 @@ def _show(path: str) -> str:
     ).stdout
 
 
+def walks(tree: Any, dotted: str) -> bool:
+    """Whether the YAML tree has the key at this very dotted path (its value may be null)."""
+    node = tree
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+# NeMo-RL's whole config: `master_config` everywhere, `config` in the example scripts (as `config.policy`).
+ROOT = "master_config"
+SCRIPT_ROOT = "config"
+Chain = tuple[tuple[str, ...], bool]  # (keys, outermost last; whether the first key is a top-level section)
+
+
+def _chain(node: ast.AST, names: dict[str, Chain]) -> Chain:
+    """The keys an expression reads: `master_config.policy["generation"]` -> (("policy", "generation"), True);
+    `cfg["a"]` -> (("a",), False) for a `cfg` not assigned from the config in this function."""
+    if isinstance(node, ast.Name):
+        return names.get(node.id, ((), node.id == ROOT))
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        if node.value.id in (ROOT, SCRIPT_ROOT):
+            return (node.attr,), True
+        return (), False
+    if isinstance(node, ast.Subscript):
+        keys, rooted = _chain(node.value, names)
+        key = node.slice.value if isinstance(node.slice, ast.Constant) else None
+        return (*keys, key if isinstance(key, str) else "*"), rooted
+    if isinstance(node, ast.Call) and _is_get(node):
+        assert isinstance(node.func, ast.Attribute) and isinstance(node.args[0], ast.Constant)
+        keys, rooted = _chain(node.func.value, names)
+        return (*keys, str(node.args[0].value)), rooted
+    return (), False
+
+
+def _is_get(node: ast.Call) -> bool:
+    return (isinstance(node.func, ast.Attribute) and node.func.attr == "get" and bool(node.args)
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str))  # fmt: skip
+
+
+def _last_key_line(node: ast.AST) -> int | None:
+    """The line of the last key `node` reads, when it reads one."""
+    if isinstance(node, ast.Subscript):
+        return node.slice.lineno
+    if isinstance(node, ast.Call) and _is_get(node):
+        return node.args[0].lineno
+    if (
+        isinstance(node, ast.Compare)
+        and isinstance(node.ops[0], ast.In)
+        and isinstance(node.left, ast.Constant)
+    ):
+        return node.left.lineno if isinstance(node.left.value, str) else None
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return node.target.lineno  # a field of a config class
+    return None
+
+
+class _KeyReads(ast.NodeVisitor):
+    """Every key read in a module, by the line of its last key, with names resolved within their function: a name
+    assigned (only) from a chain rooted at the config stands for that chain (`grpo_config = master_config.grpo`)."""
+
+    def __init__(self) -> None:
+        self.names: list[dict[str, Chain]] = [{}]
+        self.by_line: dict[int, list[Chain]] = {}
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        found: dict[str, set[Chain]] = {}
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
+                chain = _chain(sub.value, self.names[-1])
+                if chain[1]:
+                    found.setdefault(sub.targets[0].id, set()).add(chain)
+        self.names.append({**self.names[-1], **{n: next(iter(c)) for n, c in found.items() if len(c) == 1}})
+        self.generic_visit(node)
+        self.names.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def generic_visit(self, node: ast.AST) -> None:
+        line = _last_key_line(node)
+        if line is not None:
+            names = self.names[-1]
+            if isinstance(node, ast.Compare):  # `"b" in cfg[k]` reads b of cfg[k]
+                keys, rooted = _chain(node.comparators[0], names)
+                chain: Chain = ((*keys, str(node.left.value)), rooted)  # type: ignore[attr-defined]
+            elif isinstance(node, ast.AnnAssign):
+                chain = ((node.target.id,), False)  # type: ignore[union-attr]
+            else:
+                chain = _chain(node, names)
+            self.by_line.setdefault(line, []).append(chain)
+        super().generic_visit(node)
+
+
+def keys_read_on(module: ast.Module, line: int) -> list[Chain]:
+    """Every chain of keys whose last key is read on `line` of the parsed source."""
+    visitor = _KeyReads()
+    visitor.visit(module)
+    return visitor.by_line.get(line, [])
+
+
+def reads(chain: Chain, dotted: str) -> bool:
+    """Whether a chain read in the source is the dotted key: all of it when the chain starts at the config's top,
+    else its end ("*" stands for any one part)."""
+    keys, rooted = chain
+    parts = dotted.split(".")
+    if rooted and len(keys) != len(parts):
+        return False
+    tail = parts[-len(keys) :] if keys else []
+    return 0 < len(keys) <= len(parts) and all(k in ("*", p) for k, p in zip(keys, tail, strict=True))
+
+
+def test_the_source_reading_rules_tell_a_wrong_path() -> None:
+    """The rules test_data_matches_the_tag applies to the tag's files, on lines written here: a key is matched by
+    its whole chain and its whole dotted path, never by its last part alone."""
+    source = """
+def setup(master_config, cfg):
+    grpo_config = master_config.grpo
+    gen = master_config.policy["generation"]
+    a = gen["vllm_cfg"]["precision"]
+    b = cfg["vllm_cfg"].get(
+        "expose"
+    )
+    c = "env_name" in cfg[key]
+    d = grpo_config["seed"]
+class C:
+    cliprange: float = 0.2
+"""
+    module = ast.parse(source)
+    (precision,) = [c for c in keys_read_on(module, 5) if c[0][-1] == "precision"]
+    assert precision == (("policy", "generation", "vllm_cfg", "precision"), True)
+    assert reads(precision, "policy.generation.vllm_cfg.precision")
+    assert not reads(precision, "policy.generation.precision") and not reads(
+        precision, "value.generation.vllm_cfg.precision"
+    )
+    assert (("vllm_cfg", "expose"), False) in keys_read_on(module, 7)
+    assert reads((("vllm_cfg", "expose"), False), "policy.generation.vllm_cfg.expose")
+    assert not reads((("vllm_cfg", "expose"), False), "policy.vllm.expose")
+    assert (("*", "env_name"), False) in keys_read_on(module, 9)
+    assert reads((("*", "env_name"), False), "data.default.env_name")
+    assert keys_read_on(module, 10) == [(("grpo", "seed"), True)] and not reads(
+        (("grpo", "seed"), True), "ppo.seed"
+    )
+    assert keys_read_on(module, 12) == [(("cliprange",), False)]
+    tree = {"policy": {"generation": {"vllm_cfg": {"precision": None}}}}
+    assert walks(tree, "policy.generation.vllm_cfg.precision")
+    assert not walks(tree, "policy.generation.precision") and not walks(tree, "policy.vllm_cfg.precision")
+
+
 def test_data_matches_the_tag() -> None:
     if not tag.MIRROR.exists():
         pytest.skip("no NeMo-RL mirror on this machine; the data-encoded tests above still ran")
@@ -435,10 +585,23 @@ def test_data_matches_the_tag() -> None:
     for alg, base in tag.BASES.items():
         real = dict(flatten(yaml.safe_load(_show(base))))
         assert {k: real.get(k, "<absent>") for k in tag.BASE_KEYS[alg]} == tag.BASE_KEYS[alg]
-    for refs in tag.REQUIRED.values():
+    yamls: dict[str, Any] = {}
+    sources: dict[str, ast.Module] = {}
+    wrong: list[tuple[str, str]] = []
+    for combo, refs in tag.REQUIRED.items():
+        alg = combo.split("+")[0]
         for dotted, path, line in refs:
-            text = _show(path).splitlines()[line - 1]
-            assert dotted.split(".")[-1] in text, (dotted, path, line, text)
+            written = tag.yaml_of(dotted, alg)
+            if written not in yamls:
+                yamls[written] = yaml.safe_load(_show(written))
+            if not walks(yamls[written], dotted):
+                wrong.append((dotted, f"not in {written}"))
+            if path not in sources:
+                sources[path] = ast.parse(_show(path))
+            chains = keys_read_on(sources[path], line)
+            if not any(reads(chain, dotted) for chain in chains):
+                wrong.append((dotted, f"{path}:{line} reads {chains}"))
+    assert wrong == []
     loss = _show("nemo_rl/algorithms/loss/loss_functions.py")
     for field in tag.LOSS_FIELDS:
         assert re.search(rf"^    {field}: ", loss, flags=re.M), field

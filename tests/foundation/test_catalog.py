@@ -3,11 +3,13 @@ exist in the step's schema with the same defaults, entry files that exist."""
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from nemotron.catalog import Catalog
+from nemotron.catalog import Catalog, Manifest
 from nemotron.compile import _model_at, compose_config
 from nemotron.configtree import get_dotted
 from nemotron.paths import bundled_root
@@ -87,6 +89,32 @@ def test_consumes_and_produces_keys_exist_in_schema(step_id: str) -> None:
         *parent, leaf = key.split(".")
         owner = _model_at(schema, parent)
         assert owner is not None and leaf in owner.model_fields, f"{step_id}: {key} not in the schema"
+
+
+@pytest.mark.parametrize("step_id", sorted(CATALOG.steps))
+def test_text_when_names_settings_the_schema_has(step_id: str) -> None:
+    """A misspelt `text_when` key would never match, and the tokenizer check would refuse runs that send text."""
+    step = CATALOG.get(step_id)
+    schema = step.config_schema()
+    for c in step.manifest.consumes:
+        for key, value in c.text_when.items():
+            *parent, leaf = key.split(".")
+            owner = _model_at(schema, parent)
+            assert owner is not None and leaf in owner.model_fields, (
+                f"{step_id}: text_when {key} not in the schema"
+            )
+            assert value in typing.get_args(owner.model_fields[leaf].annotation), (
+                f"{step_id}: {key}={value!r}"
+            )
+
+
+def test_reads_token_ids_of_names_another_input() -> None:
+    manifest = {
+        "step": {"id": "x", "name": "x", "description": "x", "category": "x"},
+        "consumes": [{"name": "reward_model", "type": "reward_model_hf", "reads_token_ids_of": "polcy"}],
+    }
+    with pytest.raises(ValidationError, match="reads_token_ids_of names no other input: 'polcy'"):
+        Manifest.model_validate(manifest)
 
 
 @pytest.mark.parametrize(

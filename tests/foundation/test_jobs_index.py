@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +77,6 @@ def test_a_state_change_is_written_through(home: Path, monkeypatch: pytest.Monke
 
 
 def test_an_older_index_version_is_rebuilt(home: Path) -> None:
-    import sqlite3
-
     make_job(home, "sft-20260101-000001-aaaa")
     conn = sqlite3.connect(home / "jobs.sqlite")
     conn.executescript("CREATE TABLE jobs (id TEXT); PRAGMA user_version=0;")
@@ -126,15 +125,32 @@ def test_jobs_ls_on_an_empty_home_creates_nothing(home: Path, run_cli: Any) -> N
     assert r.code == 0 and json.loads(r.out) == [] and not home.exists()
 
 
-def test_a_page_is_read_in_index_order_without_sorting(home: Path) -> None:
-    import sqlite3
+class TracedIndex(JobsIndex):
+    """The index, recording every statement its connections run (with the bound values written in)."""
 
-    make_job(home, "sft-20260101-000001-aaaa")
-    JobsIndex().page(1)
+    def __init__(self) -> None:
+        super().__init__()
+        self.statements: list[str] = []
+
+    def _open_file(self) -> sqlite3.Connection:
+        conn = super()._open_file()
+        conn.set_trace_callback(self.statements.append)
+        return conn
+
+
+def test_a_page_is_read_in_index_order_without_sorting(home: Path) -> None:
+    make_job(home, "sft-20260101-000001-aaaa", state="failed")
+    make_job(home, "sft-20260102-000001-bbbb", state="failed")
+    make_job(home, "rl-ppo-20260103-000001-cccc", step="rl/ppo")
     conn = sqlite3.connect(home / "jobs.sqlite")
-    for where, args in (("", ()), (" AND step=?", ("sft",)), (" AND state=?", ("failed",))):
-        plan = " ".join(r[3] for r in conn.execute(
-            f"EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE listed=1{where} ORDER BY stamp DESC, created DESC, id DESC"
-            " LIMIT 50", args))  # fmt: skip
-        assert "USING" in plan and "INDEX" in plan and "TEMP B-TREE" not in plan, plan
+    for filters in ({}, {"step": "sft"}, {"state": "failed"}, {"since": "2026-01-01"}):
+        index = TracedIndex()
+        rows, more = index.page(1, **filters)
+        assert len(rows) == 1 and more >= 1, filters  # a page of one with more: the page and its count ran
+        listing = [q for q in index.statements if q.startswith("SELECT") and " ORDER BY " in q]
+        counts = [q for q in index.statements if q.startswith("SELECT COUNT(*)")]
+        assert len(listing) == len(counts) == 1, index.statements
+        for query in listing + counts:
+            plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {query}"))
+            assert "USING" in plan and "INDEX" in plan and "TEMP B-TREE" not in plan, (filters, query, plan)
     conn.close()

@@ -29,7 +29,10 @@ def _reward_model_dir(root: Path) -> Path:
     (d / "config.json").write_text(
         json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": 64})
     )
-    (d / "model.safetensors").write_bytes(b"")
+    (d / "model.safetensors").write_bytes(
+        b"\x02\x00\x00\x00\x00\x00\x00\x00{}"
+    )  # a safetensors header, no tensors
+    (d / "tokenizer.json").write_text("{}")  # preflight asks for the tokenizer file
     return d
 
 

@@ -35,7 +35,10 @@ def test_rendered_sbatch_equals_what_nemo_run_writes(home: Path, tmp_path: Path)
     (rm / "config.json").write_text(
         json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": 32})
     )
-    (rm / "model.safetensors").write_bytes(b"")
+    (rm / "model.safetensors").write_bytes(
+        b"\x02\x00\x00\x00\x00\x00\x00\x00{}"
+    )  # a safetensors header, no tensors
+    (rm / "tokenizer.json").write_text("{}")  # preflight asks for the tokenizer file
     cases = [
         ["test/served", "tiny", "local_slurm", [f"inputs.reward_model={rm}"]],  # hetjob, no container
         [

@@ -42,7 +42,10 @@ def reward_model_dir(root: Path, positions: int = 48) -> Path:
     (d / "config.json").write_text(
         json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": positions})
     )
-    (d / "model.safetensors").write_bytes(b"")
+    (d / "model.safetensors").write_bytes(
+        b"\x02\x00\x00\x00\x00\x00\x00\x00{}"
+    )  # a safetensors header, no tensors
+    (d / "tokenizer.json").write_text("{}")  # preflight asks for the tokenizer file
     return d
 
 

@@ -62,14 +62,27 @@ def test_reward_model_and_critic_round_trip(
         torch.testing.assert_close(loaded_critic(IDS, mask), loaded_critic(IDS, mask))
 
 
+def _listing(path: Path) -> dict[str, bytes]:
+    """Every file under `path` by its relative path, with its bytes."""
+    return {f.relative_to(path).as_posix(): f.read_bytes() for f in sorted(path.rglob("*")) if f.is_file()}
+
+
 def test_saving_over_a_checkpoint_replaces_it_and_leaves_nothing_behind(
-    policy: GPT2LMHeadModel, reward_model: GPT2ForSequenceClassification, tmp_path: Path
+    policy: GPT2LMHeadModel,
+    reward_model: GPT2ForSequenceClassification,
+    tokenizer: PreTrainedTokenizerFast,
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "ckpt"
-    save_checkpoint(policy, path)
+    # The old checkpoint has files the new one lacks (tokenizer files, weight shards and their index).
+    save_checkpoint(policy, path, tokenizer, max_shard_size="100KB")
+    old = _listing(path)
+    assert "model.safetensors.index.json" in old and "tokenizer.json" in old
     save_checkpoint(reward_model, path)
+    fresh = save_checkpoint(reward_model, tmp_path / "fresh" / "ckpt")
+    assert _listing(path) == _listing(fresh)  # exactly what a save into an empty place writes, nothing kept
     assert isinstance(load_reward_model(path), GPT2ForSequenceClassification)
-    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "fresh"]
 
 
 def test_a_crash_while_saving_keeps_the_old_checkpoint(

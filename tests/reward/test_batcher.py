@@ -68,13 +68,68 @@ def test_concurrent_callers_get_their_own_rows_in_order(
     assert sum(sizes) == sum(len(r) for r in requests)  # every row scored exactly once
 
 
-def test_a_request_larger_than_max_batch_is_split(
+def test_a_large_request_is_scored_in_slices_of_the_preferred_batch_size(
     batcher: DynamicBatcher, recording: RecordingScorer
 ) -> None:
     items = list(range(20))
     assert batcher.score("n", items, timeout=10) == [10.0 * x for x in items]
-    # 20 rows in chunks of at most 8: 8 + 8 + 4, each call never above max_batch_size.
-    assert [len(c) for c in recording.calls] == [8, 8, 4]
+    # 20 rows alone in the queue: slices of preferred_batch_size (6), the rest last.
+    assert recording.calls == [items[0:6], items[6:12], items[12:18], items[18:20]]
+
+
+def test_a_small_request_is_scored_between_the_slices_of_a_large_one() -> None:
+    """Order of the model's calls, not wall-clock: under first-come-first-served the one-row request would be
+    scored after every slice of the 40-row request that came before it."""
+    gate, _scored, gated = _gated_scorer()
+    calls: list[list[int]] = []
+
+    def recorded(items: list[int]) -> list[float]:
+        calls.append(list(items))
+        return gated(items)
+
+    b = _started({"n": recorded}, max_batch_size=4, preferred_batch_size=4, max_queue_delay_ms=0.0)
+    try:
+        finished: list[str] = []
+        large = b.submit("n", list(range(40)))  # ten slices of 4; the worker holds the first at the gate
+        large.add_done_callback(lambda _: finished.append("large"))
+        small = b.submit("n", [1000])
+        small.add_done_callback(lambda _: finished.append("small"))
+        gate.set()
+        assert small.result(10) == [1000.0] and large.result(10) == [float(x) for x in range(40)]
+        assert finished == ["small", "large"]
+        # The one row rides in the first or second call (beside a slice of the large request), never later.
+        assert 1000 in calls[0] + calls[1]
+        assert [x for call in calls for x in call if x != 1000] == list(range(40))  # its rows in order
+        assert max(len(call) for call in calls) <= 4
+    finally:
+        gate.set()
+        b.close(5.0)
+
+
+def test_two_large_requests_take_turns() -> None:
+    gate, scored, gated = _gated_scorer()
+    busy = threading.Event()
+
+    def entered(items: list[int]) -> list[float]:
+        busy.set()
+        return gated(items)
+
+    b = _started({"n": entered}, max_batch_size=4, preferred_batch_size=4, max_queue_delay_ms=0.0)
+    try:
+        blocker = b.submit("n", [-1])  # holds the worker while both large requests queue whole
+        assert busy.wait(10)
+        first = b.submit("n", list(range(0, 12)))
+        second = b.submit("n", list(range(100, 112)))
+        gate.set()
+        assert blocker.result(10) == [-1.0]
+        assert first.result(10) == [float(x) for x in range(12)]
+        assert second.result(10) == [float(x) for x in range(100, 112)]
+        # One slice each in turn (a slice fills a whole batch here), oldest first.
+        assert scored[1:] == [*range(0, 4), *range(100, 104), *range(4, 8), *range(104, 108),
+                              *range(8, 12), *range(108, 112)]  # fmt: skip
+    finally:
+        gate.set()
+        b.close(5.0)
 
 
 def test_a_full_preferred_batch_does_not_wait_for_the_delay(recording: RecordingScorer) -> None:
@@ -155,7 +210,7 @@ def test_one_bad_request_does_not_fail_its_batch_mates() -> None:
 )
 def test_unusable_scorer_output_is_a_scorer_failure(output: list[float], message: str) -> None:
     b = _started(
-        {"s": lambda items: output}, max_batch_size=4, preferred_batch_size=1, max_queue_delay_ms=0.0
+        {"s": lambda items: output}, max_batch_size=4, preferred_batch_size=2, max_queue_delay_ms=0.0
     )
     try:
         with pytest.raises(ScorerFailed, match=message):
@@ -259,12 +314,12 @@ def test_a_cancelled_submission_is_never_scored() -> None:
     try:
         running = b.submit("n", [1])
         time.sleep(0.2)  # the worker holds [1] at the gate
-        waiting = b.submit("n", [2, 3, 4, 5, 6])  # three chunks: [2, 3], [4, 5], [6]
+        waiting = b.submit("n", [2, 3, 4, 5, 6])  # queued whole: the worker takes it a slice at a time
         assert waiting.cancel()
         gate.set()
         assert running.result(10) == [1.0]
         b.close(5.0)
-        assert scored == [1]  # the chunks of the cancelled request were dropped
+        assert scored == [1]  # the rows of the cancelled request were dropped
     finally:
         gate.set()
         b.close(5.0)
@@ -289,13 +344,13 @@ def test_a_failed_chunk_fails_its_request_and_drops_the_rest() -> None:
     try:
         blocker = b.submit("g", ["x"])  # keeps the worker busy while the next request queues up whole
         time.sleep(0.2)
-        future = b.submit("s", ["bad", "a", "b", "c"])  # chunks ["bad", "a"] and ["b", "c"]
+        future = b.submit("s", ["bad", "a", "b", "c"])  # slices of preferred_batch_size: one row each
         gate.set()
         with pytest.raises(ScorerFailed, match="cannot score 'bad'"):
             future.result(10)
         assert blocker.result(10) == [1.0]
         b.close(5.0)
-        assert ["b", "c"] not in calls  # the failure cancelled the chunk still queued
+        assert calls == [["bad"]]  # the failure dropped the request's rows still queued
     finally:
         gate.set()
         b.close(5.0)

@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from nemotron.reward.client import RewardClient, RewardServerError, normalize_url, wait_ready
+from nemotron.errors import UserError
+from nemotron.reward.client import RequestRejected, RewardClient, RewardServerError, normalize_url, wait_ready
 from nemotron.reward.server import serve
 from nemotron.reward.transport import HTTPSettings, ServerHandle
 
@@ -129,11 +130,28 @@ def test_5xx_is_retried_then_reported() -> None:
 
 
 def test_4xx_is_not_retried() -> None:
-    server = FakeServer(400, b'{"error": "bad shape"}')
+    server = FakeServer(401, b'{"error": "wrong token"}')
     try:
-        with pytest.raises(RewardServerError, match="HTTP 400: bad shape"):
+        with pytest.raises(RewardServerError, match="HTTP 401: wrong token") as caught:
+            RewardClient(server.url, retries=3, backoff=0.01).score(["a"])
+        assert server.count == 1 and caught.value.exit_code == 3  # the service is misconfigured
+    finally:
+        server.close()
+
+
+def test_400_is_bad_input_with_the_servers_reason() -> None:
+    """The server read the request and refuses its content: exit 2, as run_step maps a UserError."""
+    server = FakeServer(400, b'{"error": "sequence 0 has a token id outside [0, 100)"}')
+    try:
+        with pytest.raises(RequestRejected) as caught:
             RewardClient(server.url, retries=3, backoff=0.01).score(["a"])
         assert server.count == 1
+        assert isinstance(caught.value, UserError) and isinstance(caught.value, RewardServerError)
+        assert caught.value.exit_code == 2 and caught.value.status == 400
+        assert caught.value.render() == (
+            f"the reward model at {server.url} refused the request as bad input (HTTP 400): "
+            "sequence 0 has a token id outside [0, 100)"
+        )
     finally:
         server.close()
 

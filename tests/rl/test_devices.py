@@ -1,9 +1,13 @@
-"""runtime.device, runtime.precision and runtime.gradient_checkpointing: the rules unit-tested on this CPU-only
-machine (device choice is a pure function of what was asked and what the machine has), and the CLI's refusal of
-`cuda` where there is none."""
+"""runtime.device, runtime.precision and runtime.gradient_checkpointing: the rules unit-tested on any machine
+(device choice is a pure function of what was asked and what the machine has); what `auto` picks and what
+`peak_memory_mb` reports on this machine (tests marked `no_gpu` run where there is no CUDA device, those marked
+`gpu` where there is one); and the CLI's refusal of `cuda` where there is none."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,7 @@ from nemotron.devices import (
     model_dtype,
     peak_memory_mb,
     process_group_backend,
+    runtime_device,
 )
 from nemotron.errors import UserError
 from nemotron.models.tiny import build_policy
@@ -49,11 +54,22 @@ def test_cuda_without_a_gpu_and_a_rank_without_its_own_gpu_are_usage_errors() ->
         choose_device("tpu", 0)
 
 
-def test_auto_is_the_cpu_here_and_nccl_goes_only_with_cuda_tensors() -> None:
-    assert not torch.cuda.is_available()  # this machine, and CI's
-    assert choose_device("auto", torch.cuda.device_count()) == "cpu"
+def test_nccl_goes_only_with_cuda_tensors() -> None:
     assert process_group_backend(torch.device("cpu")) == "gloo"
     assert process_group_backend(torch.device("cuda:3")) == "nccl"
+
+
+@pytest.mark.no_gpu
+def test_auto_is_the_cpu_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert runtime_device("auto") == torch.device("cpu")
+
+
+@pytest.mark.gpu
+def test_auto_is_the_first_gpu_where_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert runtime_device("auto") == torch.device("cuda:0")
+    assert torch.cuda.current_device() == 0
 
 
 def test_precision_dtypes_and_autocast() -> None:
@@ -107,22 +123,82 @@ def test_gradient_checkpointing_gives_the_same_gradients_and_leaves_the_lean_gpt
     assert torch.allclose(grads[0], grads[1], atol=1e-5)
 
 
+def _proc_status_mib(field: str) -> float:
+    """A memory line of /proc/self/status (`VmHWM`: the peak resident set; `VmRSS`: the current one), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            value, unit = line.split()[1:3]
+            assert unit == "kB"  # the kernel's kB are KiB
+            return int(value) / 2**10
+    raise AssertionError(f"no {field} in /proc/self/status")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux's /proc/self/status")
 def test_peak_memory_is_the_resident_set_on_the_cpu() -> None:
     before = peak_memory_mb(torch.device("cpu"))
-    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
-    assert float(block.sum()) > 0
+    assert before == pytest.approx(_proc_status_mib("VmHWM"), abs=8)
+    # Enough to lift the peak well above the one already reached, whatever this process did before.
+    grow = 256
+    size = _proc_status_mib("VmHWM") - _proc_status_mib("VmRSS") + grow
+    block = torch.ones(int(size * 2**20) // 4)  # float32, every page touched
+    assert float(block[:: 2**10].sum()) > 0
     after = peak_memory_mb(torch.device("cpu"))
-    assert after >= before and after > 64
+    assert after == pytest.approx(_proc_status_mib("VmHWM"), abs=8)  # MiB, read from the kernel's own count
+    assert after - before > 0.9 * grow
+    del block
 
 
+CHILD_PEAK = """
+import json
+import torch
+from nemotron.devices import peak_memory_mb
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print(json.dumps([peak_memory_mb(torch.device("cpu")), int(status["VmHWM"].split()[0]) / 2**10]))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux's /proc/self/status")
+def test_a_step_started_by_a_large_parent_reports_its_own_peak() -> None:
+    """A step process is forked from the CLI, a launcher or a test runner: Linux's ru_maxrss carries the parent's
+    peak across exec, so a step started by a 1 GiB parent would report 1 GiB it never used."""
+    parent = torch.ones(2**30 // 4)  # 1 GiB, touched
+    assert float(parent[:: 2**10].sum()) > 0
+    parent_peak = _proc_status_mib("VmHWM")
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_PEAK],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    reported, own = json.loads(done.stdout)
+    assert reported == pytest.approx(own, abs=8)
+    assert reported < parent_peak - 512, (reported, parent_peak)
+    del parent
+
+
+@pytest.mark.gpu
+def test_peak_memory_is_cudas_max_allocated_on_a_gpu() -> None:
+    device = torch.device("cuda:0")
+    torch.cuda.reset_peak_memory_stats(device)
+    block = torch.ones(256 * 2**20 // 4, device=device)  # 256 MiB
+    peak = peak_memory_mb(device)
+    assert peak == torch.cuda.max_memory_allocated(device) / 2**20 and peak >= 256
+    del block
+
+
+@pytest.mark.no_gpu
 def test_cuda_here_is_exit_2_in_one_line_and_writes_nothing(home: Path, run_cli: Any) -> None:
     for extra in ([], ["--dry-run"]):
         r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", "runtime.device=cuda", *extra)
         assert r.code == 2, r.err
+        # torch sees no CUDA device here: a CPU build, or no driver (the message names the driver's absence).
+        driver = "" if Path("/dev/nvidiactl").exists() else ", no NVIDIA driver"
         assert r.err.strip().splitlines() == [
             "error: runtime.device=cuda, but this machine has no CUDA device (torch "
             + torch.__version__
-            + ", no NVIDIA driver): use runtime.device=auto or cpu, or submit to a GPU profile (-b PROFILE)"
+            + driver
+            + "): use runtime.device=auto or cpu, or submit to a GPU profile (-b PROFILE)"
         ]
         assert "Traceback" not in r.err + r.out
     assert not (home / "jobs").exists() or not list((home / "jobs").iterdir())

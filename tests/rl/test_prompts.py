@@ -61,3 +61,25 @@ def test_a_long_prompt_run_warns_and_trains_instead_of_failing_mid_rollout(
     )
     assert too_many.returncode == 2 and "leaves no room for a prompt" in too_many.stderr
     assert "Traceback" not in too_many.stderr
+
+
+def test_the_first_rollout_shows_the_tokens_read_without_padding() -> None:
+    """Row 0 of a left-padded batch: its 2 prompt tokens (not the pad before them), its response up to EOS."""
+    import torch
+
+    from nemotron.models.checkpoint import load_tokenizer
+    from nemotron.paths import shipped_root
+    from nemotron.rl.experience import Experience
+    from nemotron.rl.stages import first_rollout
+
+    tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    the, movie, was, great = tokenizer.convert_tokens_to_ids(["▁the", "▁movie", "▁was", "▁great"])
+    # prompt width 3: row 0 is [pad, the, movie], row 1 [the, movie, was]; row 0 answers "great <eos>", then pad
+    sequences = torch.tensor([[pad, the, movie, great, eos, pad], [the, movie, was, great, great, eos]])
+    attention = torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]])
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    zeros = torch.zeros(2, 3)
+    exp = Experience(sequences, attention, 3, mask, mask.all(1), torch.arange(2), zeros, zeros, torch.zeros(2),
+                     ["", ""], ["", ""], {})  # fmt: skip
+    assert first_rollout(exp, tokenizer) == "prompt 'the movie' (2 tokens), response 'great<eos>'"

@@ -1,14 +1,21 @@
 """Every training step runs on any Hugging Face causal LM: tiny random Llama, Qwen2 and Mistral checkpoints in HF
 layout (the Mistral one sharded, with an index), built from configs with the shipped tokenizer.
 
-Each step runs a few steps through the real CLI and must register an output of the right transformers class whose
-weights moved; the reward-rising tests live in test_rl_steps.py (GPT-2) and test_llama_training below.
+`test_every_step_trains_every_family` runs each step two steps through the real CLI: it must register an output of the
+right transformers class whose weights moved. That is loading and saving, not learning; learning is
+`test_rl_raises_the_reward_on_other_families` (Llama on rl/reinforce and rl/ppo, Qwen2 on rl/rlhf, each policy first
+fine-tuned by the real sft step, as the tiny pipeline does) and, on GPT-2, test_rl_steps.py and test_pipeline.py.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,12 +129,10 @@ def test_every_step_trains_every_family(
     shared = [k for k in after if k in start and after[k].shape == start[k].shape]
     assert shared, "no weights in common with the starting policy"
     assert any(not bool((after[k] == start[k]).all()) for k in shared), "no starting weight moved"
-    if family == "mistral":  # the output is written in shards like its input (same max size as transformers')
-        assert weight_files(out_dir)
     rows = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
     trained = [m for m in rows if "grad_norm" in m]
     assert len(trained) == 2
-    assert all(math.isfinite(m["grad_norm"]) and m["peak_memory_mb"] > 10 for m in trained)
+    assert all(math.isfinite(m["grad_norm"]) for m in trained)
     if step_id == "rl/ppo":
         critic = json.loads((job_dir / "outputs" / "critic" / "config.json").read_text())
         assert critic["architectures"] == [CLASSES[family] + "ForTokenClassification"]
@@ -140,6 +145,92 @@ def _weights(path: Path) -> dict[str, Any]:
     for file in weight_files(path):
         out.update(load_file(str(file)))
     return out
+
+
+# ----------------------------------------------------------------------------- learning on other families
+
+SFT_STEPS = 80  # val_loss falls from ln(476) = 6.2 to about 2.1 (the grammar's entropy is about 1.8)
+# Short RL runs from the fine-tuned policy, judged by the shipped tiny reward model; the learning rates are higher
+# than the tiny presets' so that 15-20 steps move the reward model's score by well over the margin asserted.
+LEARN = {
+    "rl/reinforce": ["trainer.max_steps=15", "reward.source=in_process"],
+    "rl/ppo": [
+        "trainer.max_steps=20",
+        "trainer.num_prompts_per_step=16",
+        "optim.lr=2e-3",
+        "reward.source=in_process",
+    ],
+    "rl/rlhf": ["grpo.max_num_steps=20", "policy.optimizer.lr=1e-3"],
+}
+
+
+@pytest.fixture(scope="module")
+def sft_policy(
+    family_models: dict[str, tuple[Path, Path]], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Path]:
+    """family -> its random policy after SFT_STEPS steps of the real sft step on the tiny SFT data, run once per
+    family in this module (in its own home: `home` is per test)."""
+    done: dict[str, Path] = {}
+
+    def fine_tuned(family: str) -> Path:
+        if family in done:
+            return done[family]
+        root = tmp_path_factory.mktemp(f"sft-{family}")
+        env = {k: v for k, v in os.environ.items() if k not in ("NEMOTRON_ENV_FILE", "NEMOTRON_STEPS_PATH")}
+        env.update(NEMOTRON_HOME=str(root / "home"), NEMOTRON_CACHE_DIR=str(root / "cache"))
+        argv = ["steps", "run", "sft", "-c", "tiny", f"inputs.init_from={family_models[family][0]}",
+                f"trainer.max_steps={SFT_STEPS}", f"trainer.log_interval={SFT_STEPS}"]  # fmt: skip
+        done_sft = subprocess.run(
+            [sys.executable, "-m", "nemotron", *argv],
+            env=env,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done_sft.returncode == 0, done_sft.stderr[-3000:]
+        (job_dir,) = (root / "home" / "jobs").iterdir()
+        rows = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+        (val_loss,) = [m["val_loss"] for m in rows if "val_loss" in m]
+        assert val_loss < 2.6, f"{family}: sft did not learn the tiny task (held-out loss {val_loss:.3f})"
+        done[family] = job_dir / "outputs" / "policy"
+        return done[family]
+
+    return fine_tuned
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("family", "step_id"),
+    [
+        # one worker fine-tunes the Llama policy once for both of its runs (CI runs `-n 2 --dist loadgroup`)
+        pytest.param("llama", "rl/reinforce", marks=pytest.mark.xdist_group("llama_sft")),
+        pytest.param("llama", "rl/ppo", marks=pytest.mark.xdist_group("llama_sft")),
+        ("qwen2", "rl/rlhf"),
+    ],
+)
+def test_rl_raises_the_reward_on_other_families(
+    family: str, step_id: str, sft_policy: Callable[[str], Path], home: Path, run_cli: Any
+) -> None:
+    """The reward model's score of the policy's answers to the same 32 prompts with the same sampling seed
+    (eval_rm_before / eval_rm_after) rises by more than 0.5, and so does the training reward from the first
+    quarter of the steps to the last: a policy-gradient sign flip lowers both."""
+    policy = sft_policy(family)
+    given = f"policy.model_name={policy}" if step_id == "rl/rlhf" else f"inputs.policy={policy}"
+    job_dir = _run(
+        run_cli, home, step_id, given, *LEARN[step_id], "eval.num_prompts=32", "checkpoint.save_interval=0"
+    )
+    config = json.loads((job_dir / "outputs" / "policy" / "config.json").read_text())
+    assert config["architectures"] == [CLASSES[family] + "ForCausalLM"]
+    rows = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = {k: v for m in rows for k, v in m.items() if k.startswith("eval_rm_")}
+    assert evals["eval_rm_after"] > evals["eval_rm_before"] + 0.5, f"{family} {step_id}: {evals}"
+    rewards = [m["rewards"] for m in rows if "rewards" in m]
+    q = len(rewards) // 4
+    first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
+    assert last > first + 0.5, (
+        f"{family} {step_id}: reward first quarter {first:.3f}, last quarter {last:.3f}"
+    )
 
 
 @pytest.mark.slow
@@ -198,11 +289,22 @@ def test_a_llama_ppo_run_resumes_exactly(
             assert resumed[step][key] == pytest.approx(value, rel=1e-5, abs=1e-6), f"step {step} {key}"
 
 
+# A template unlike the plain-text prompt (`role: content` turns, then " =>"), so raw text cannot pass for it.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }} {% endfor %}"
+    "{% if add_generation_prompt %}[assistant]{% endif %}"
+)
+FIRST_ROLLOUT = re.compile(r"first rollout, as the policy reads it: prompt (.+) \((\d+) tokens\), response ")
+
+
 @pytest.mark.slow
 def test_conversation_prompts_train_through_the_chat_template(
     family_models: dict[str, tuple[Path, Path]], home: Path, run_cli: Any, tmp_path: Path
 ) -> None:
-    """A Qwen2 checkpoint whose tokenizer has a chat template, and prompts given as conversations."""
+    """A Qwen2 checkpoint whose tokenizer has a chat template, and prompts given as conversations: the prompt of the
+    first rollout the step trained on (its log shows row 0's tokens, padding dropped) is the template's rendering of
+    one of the conversations, token for token in number and text."""
+    import ast
     import shutil
 
     from nemotron.data.jsonl import read_jsonl
@@ -213,20 +315,25 @@ def test_conversation_prompts_train_through_the_chat_template(
     shutil.copytree(policy, chat)
     config_file = chat / "tokenizer_config.json"
     tokenizer_config = json.loads(config_file.read_text())
-    tokenizer_config["chat_template"] = (
-        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant:{% endif %}"
-    )
+    tokenizer_config["chat_template"] = CHAT_TEMPLATE
     config_file.write_text(json.dumps(tokenizer_config))
     prompts = tmp_path / "chat_prompts.jsonl"
     texts = [r.prompt for r in read_jsonl(TINY / "prompts.jsonl", PromptRecord)][:16]
-    prompts.write_text("".join(
-        json.dumps({"prompt": [{"role": "system", "content": "review"}, {"role": "user", "content": t}]}) + "\n"
-        for t in texts
-    ))  # fmt: skip
+    conversations = [[{"role": "system", "content": "review"}, {"role": "user", "content": t}] for t in texts]
+    prompts.write_text("".join(json.dumps({"prompt": c}) + "\n" for c in conversations))
     job_dir = _run(run_cli, home, "rl/reinforce", f"inputs.policy={chat}", f"inputs.reward_model={rm}",
                    f"inputs.prompts={prompts}", *SHORT["rl/reinforce"])  # fmt: skip
-    assert (job_dir / "outputs" / "policy" / "config.json").is_file()
+
+    tokenizer = load_tokenizer(chat)
+    rendered = [
+        tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in conversations
+    ]
+    expected = {
+        tokenizer.decode(ids): len(ids) for ids in tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    }
+    (shown,) = FIRST_ROLLOUT.findall((job_dir / "logs" / "step.log").read_text())
+    prompt, count = ast.literal_eval(shown[0]), int(shown[1])
+    assert prompt in expected and count == expected[prompt], (prompt, count, sorted(expected)[:3])
 
     # The same prompts with the plain shipped tokenizer (no template): exit 2, one line, nothing trained.
     r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", f"inputs.policy={policy}", f"inputs.reward_model={rm}",

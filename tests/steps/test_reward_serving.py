@@ -110,13 +110,62 @@ def test_rm_serve_answers_tritonclient_and_stops_on_ctrl_c(home: Path) -> None:
     assert "server stopped" in (job_dir / "logs" / "step.log").read_text()
 
 
-def test_rm_serve_refuses_a_public_address_without_a_token_and_a_token_on_the_command_line(
-    home: Path,
+REFUSAL = (
+    "error: refusing to serve on 0.0.0.0 without a bearer token: set $NEMOTRON_REWARD_TOKEN or give a token file "
+    "(mode 0600), or bind 127.0.0.1"
+)
+CLUSTER_PROFILES = """
+[cluster]
+executor = "slurm"
+partition = "batch"
+
+[cluster_with_token]
+extends = "cluster"
+env_vars = { NEMOTRON_REWARD_TOKEN = "tok-from-the-profile" }
+"""
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+def test_rm_serve_refuses_a_public_address_without_a_token_when_it_compiles(
+    home: Path, tmp_path: Path, dry_run: bool
 ) -> None:
-    proc = _start(["steps", "run", "rm/serve", "-c", "tiny", "server.host=0.0.0.0", "server.port=0"], home)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2, err
-    assert "refusing to serve on 0.0.0.0 without a bearer token" in err and "Traceback" not in err
+    """As a user runs it: exit 2, one line, and nothing written (no job directory, no model loaded), dry-run or
+    not; the step itself would only refuse after its job directory exists and its model has loaded."""
+    args = ["steps", "run", "rm/serve", "-c", "tiny", "server.host=0.0.0.0", "server.port=0"]
+    proc = _start([*args, *(["--dry-run"] if dry_run else [])], home)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, out, err.strip().splitlines()) == (2, "", [REFUSAL])
+    assert not home.exists() or list(home.rglob("*")) == []  # no job dir, no index, no store
+
+    # A token file that others can read is refused the same way, before anything exists.
+    loose = tmp_path / "token"
+    loose.write_text("tok-123456789\n")
+    loose.chmod(0o644)
+    proc = _start([*args, f"server.token_file={loose}"], home)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and len(err.strip().splitlines()) == 1 and "chmod 600" in err, err
+    assert not home.exists() or list(home.rglob("*")) == []
+
+
+def test_a_cluster_profile_needs_the_token_among_its_env_vars(home: Path, tmp_path: Path) -> None:
+    """A Slurm job does not see this shell's environment: the token must be in the profile (or a token file on
+    the cluster). Dry-runs, so no cluster is needed."""
+    (tmp_path / "env.toml").write_text(CLUSTER_PROFILES)
+    args = ["steps", "run", "rm/serve", "-c", "tiny", "server.host=0.0.0.0", "--dry-run"]
+    proc = _start([*args, "-b", "cluster"], home, NEMOTRON_REWARD_TOKEN="tok-in-this-shell-only")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and out == "", err
+    assert err.strip().splitlines() == [
+        "error: refusing to serve on 0.0.0.0 without a bearer token: set NEMOTRON_REWARD_TOKEN in profile "
+        "'cluster' env_vars or give server.token_file (mode 0600), or bind 127.0.0.1"
+    ]
+    for accepted in (["-b", "cluster_with_token"], ["-b", "cluster", "server.token_file=/on/the/cluster"]):
+        proc = _start([*args, *accepted], home)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and "server:" in out, err
+
+
+def test_rm_serve_refuses_a_token_on_the_command_line(home: Path) -> None:
     proc = _start(
         ["steps", "run", "rm/serve", "-c", "tiny", "server.port=0", "server.token=tok-123456789"], home
     )

@@ -58,23 +58,41 @@ def test_rollout_layout_and_logprobs_match_the_trainer(llama_dir: Path, backend:
     )
 
 
-def test_greedy_matches_our_sampler_and_eos_and_stop_strings_end_responses(
-    llama_dir: Path, backend: object
-) -> None:
+def test_greedy_matches_our_sampler_and_eos(llama_dir: Path, backend: object) -> None:
     policy = load_policy(llama_dir)
     ours = generate(policy, PROMPTS, _params(greedy=True), None)
     theirs = backend.generate(policy, PROMPTS, _params(greedy=True), None)  # type: ignore[attr-defined]
     assert torch.equal(theirs.sequences, ours.sequences) and torch.equal(theirs.is_end, ours.is_end)
+
+
+def test_a_stop_string_ends_each_row_where_its_unstopped_run_first_contains_it(
+    llama_dir: Path, backend: object
+) -> None:
+    policy = load_policy(llama_dir)
     tokenizer = load_tokenizer(llama_dir)
-    stop = _params(stop_strings=("e",), decode=lambda ids: str(tokenizer.decode(ids)), temperature=1.0)
-    rollout = backend.generate(policy, PROMPTS, stop, torch.Generator().manual_seed(3))  # type: ignore[attr-defined]
-    for row in range(3):
-        text = tokenizer.decode(rollout.responses[row][rollout.response_mask[row]].tolist())
-        if rollout.is_end[row]:  # ended on the token completing "e" (kept), or on EOS
-            assert (
-                "e" in text
-                or rollout.responses[row][rollout.response_lengths[row] - 1] == tokenizer.eos_token_id
-            )
+    decode = lambda ids: str(tokenizer.decode(ids))  # noqa: E731
+    prompts = [*PROMPTS, [14], [20, 21, 22, 23], [30, 31]]
+    width = 12
+    free = backend.generate(policy, prompts, _params(temperature=1.0), torch.Generator().manual_seed(3))  # type: ignore[attr-defined]
+    rows = [free.responses[r][free.response_mask[r]].tolist() for r in range(len(prompts))]
+    stop = decode(rows[1][3:5])  # two tokens of row 1's text
+    # Each row draws from its own seed, so a stopped row is its unstopped run up to the token completing the first
+    # match (kept), or the whole run where the text never contains it (ending on EOS or at max_new_tokens).
+    expected = [
+        next((k for k in range(1, len(ids) + 1) if stop in decode(ids[:k])), len(ids)) for ids in rows
+    ]
+    matched = [stop in decode(ids) for ids in rows]
+    assert any(matched) and not all(matched), "the seed should leave rows with and without a match"
+    params = _params(temperature=1.0, stop_strings=(stop,), decode=decode)
+    out = backend.generate(policy, prompts, params, torch.Generator().manual_seed(3))  # type: ignore[attr-defined]
+    assert out.response_lengths.tolist() == expected, (stop, [decode(ids) for ids in rows])
+    for row, ids in enumerate(rows):
+        got = out.responses[row][out.response_mask[row]].tolist()
+        assert got == ids[: expected[row]]
+        # a stopped row ends on the stop string; any other ended as its unstopped run did (EOS or the length cap)
+        assert bool(out.is_end[row]) == (matched[row] or bool(free.is_end[row]))
+        if not matched[row]:
+            assert stop not in decode(got) and expected[row] == len(ids) <= width
 
 
 def test_weights_change_inside_the_engine_after_an_optimizer_step(llama_dir: Path, backend: object) -> None:

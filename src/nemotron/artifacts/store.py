@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nemotron.errors import NotFound, did_you_mean
+from nemotron.errors import NotFound, did_you_mean, disk_full, disk_full_while
 from nemotron.paths import writable_dir
 
 SCHEMA_VERSION = 2  # PRAGMA user_version of a store with this schema
@@ -144,6 +144,21 @@ class ArtifactStore:
 
     @contextmanager
     def _connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        if not write:
+            with self._open(False) as conn:
+                yield conn
+            return
+        try:
+            with self._open(True) as conn:
+                yield conn
+        except sqlite3.OperationalError as err:
+            # SQLite says `disk I/O error` or `database or disk is full`: name the store and the space left
+            if disk_full(err, self.root) is not None:
+                raise disk_full_while("the artifact store", self.db_path) from err
+            raise
+
+    @contextmanager
+    def _open(self, write: bool) -> Iterator[sqlite3.Connection]:
         if write:
             writable_dir(self.root, "artifact store")
         elif not self.exists():
@@ -162,6 +177,8 @@ class ArtifactStore:
         conn = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
         try:
             conn.execute("PRAGMA busy_timeout=60000")
+            if not write:
+                conn = self._readable(conn)
             if (
                 not write
                 and not conn.execute(
@@ -175,6 +192,21 @@ class ArtifactStore:
             yield conn
         finally:
             conn.close()
+
+    def _readable(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        """`conn`, or where it cannot read, the file as it is. A reader of a WAL database creates its shared-memory
+        index (index.sqlite-shm) first, which fails on a full or read-only filesystem as `disk I/O error`: with no
+        committed transaction waiting in the WAL the main file holds everything, so it is read as immutable (no
+        -shm, no locks; nothing can write it meanwhile, since no write fits either)."""
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+            return conn
+        except sqlite3.OperationalError:
+            wal = Path(f"{self.db_path}-wal")
+            if wal.is_file() and wal.stat().st_size > 0:
+                raise
+            conn.close()
+            return sqlite3.connect(f"file:{self.db_path}?immutable=1", uri=True, isolation_level=None)
 
     @staticmethod
     def _row(row: Sequence[Any]) -> Artifact:

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from nemotron.errors import UserError, did_you_mean
+from nemotron.errors import UserError, did_you_mean, disk_full
+from nemotron.paths import nemotron_home
 
 # Command groups, imported only when used: `nemotron steps list` loads nemotron.cli.steps alone (docs/benchmarks.md).
 GROUPS: dict[str, str] = {
@@ -126,6 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit:
         raise
     except Exception as e:
+        full = disk_full(e, nemotron_home())
+        if full is not None:  # one line, exit 3: nothing half-written is registered (outputs register last)
+            from rich.text import Text
+
+            err.print(Text("error: ", style="bold red") + Text(str(full)), soft_wrap=True)
+            sys.exit(full.exit_code)
         shown = usage_error_lines(e)
         if shown is None:
             raise

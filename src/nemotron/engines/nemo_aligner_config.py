@@ -96,7 +96,9 @@ class Env:
     @property
     def text(self) -> str:
         env = f"${{oc.env:{self.name}}}"
-        return f"${{oc.decode:{env}}}" if self.integer else env
+        # Hydra's override grammar reads a bare interpolation only up to its first `}`: a nested one must be a
+        # quoted string (whose `${` OmegaConf still resolves; `_quoted` would escape it).
+        return f"'${{oc.decode:{env}}}'" if self.integer else env
 
 
 # ----------------------------------------------------------------------------- shared mappings
@@ -351,6 +353,7 @@ def compile_serve(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int,
         ("server.token_file", "PyTriton takes no token"),
         ("server.max_batch_size", "PyTriton's batcher is sized by inference.inference_micro_batch_size"),
         ("server.max_queue_rows", "PyTriton has no such limit"),
+        ("server.max_request_tokens", "PyTriton has no such limit"),
         ("server.max_queue", "PyTriton has no such limit"),
         ("server.read_timeout_s", "PyTriton has no such limit"),
         ("server.request_deadline_s", "PyTriton has no such limit"),

@@ -87,12 +87,19 @@ def run_step_process(
     stdout = proc.stdout
     assert stdout is not None
     with log_path.open("ab") as log:
+        logging = [True]
 
         def pump() -> None:
             for raw in iter(stdout.readline, b""):
                 line = redact_text(raw.decode("utf-8", "replace"), secrets)  # a step that prints a secret
-                log.write(line.encode())
-                log.flush()
+                if logging[0]:
+                    try:
+                        log.write(line.encode())
+                        log.flush()
+                    except (
+                        OSError
+                    ):  # a full disk: keep draining the pipe (the step would block) and streaming
+                        logging[0] = False
                 if on_line is not None:
                     on_line(line.rstrip("\n"))
 

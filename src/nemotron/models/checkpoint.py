@@ -35,6 +35,7 @@ from transformers.models.auto.modeling_auto import (
     MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
 )
 
+from nemotron.errors import disk_full, disk_full_while
 from nemotron.models.layout import (
     INDEX_FILE,
     WEIGHTS_FILE,
@@ -112,11 +113,21 @@ def save_checkpoint(
         else:
             os.replace(tmp, path)
         _fsync_dir(path.parent)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if disk_full(err, path.parent) is not None:
+            raise disk_full_while("the checkpoint", path, _state_bytes(model)) from err
         raise
     log.info("saved checkpoint %s", path)
     return path
+
+
+def _state_bytes(model: PreTrainedModel) -> int:
+    """The bytes of the model's tensors (a tied weight once): about what its safetensors take."""
+    seen: dict[int, int] = {}
+    for tensor in model.state_dict().values():
+        seen[tensor.data_ptr()] = tensor.numel() * tensor.element_size()
+    return sum(seen.values())
 
 
 def load_policy(path: PathArg, *, device: Device = None, dtype: torch.dtype | None = None) -> PreTrainedModel:

@@ -1,9 +1,11 @@
 """Dynamic batching: requests from many callers wait briefly in one queue and go through the model together.
 
-One worker thread owns the model. Each request is cut into chunks of at most `max_batch_size` rows; the
-worker takes the oldest chunk, waits until `preferred_batch_size` rows of the same kind are queued or the
-oldest has waited `max_queue_delay_ms`, then scores up to `preferred_batch_size` rows (never more than
-`max_batch_size`) in one call and hands each caller its own rows, in order.
+One worker thread owns the model. It picks the waiting request that has had the fewest rows scored so far
+(then the oldest), waits until `preferred_batch_size` rows of its kind are queued or it has waited
+`max_queue_delay_ms`, then fills one batch from the requests of that kind in the same order, at most
+`preferred_batch_size` rows from each and never more than `max_batch_size` in all, and hands each caller its own
+rows, in order. So a large request goes through a slice per batch, and a small one that arrives meanwhile is in
+the next batch: it waits about one batch's compute, not the whole of the large request.
 
 `submit` returns a Future at once (the HTTP transport answers from it without a thread per request);
 `score` blocks until the scores are there.
@@ -11,13 +13,15 @@ oldest has waited `max_queue_delay_ms`, then scores up to `preferred_batch_size`
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -83,7 +87,7 @@ class BatcherMetrics:
             ),
             queue_seconds=Histogram(
                 f"{prefix}_queue_seconds",
-                "Time a chunk waited in the batching queue.",
+                "Time a request waited in the batching queue before its first rows went to the model.",
                 buckets=LATENCY_BUCKETS_S,
                 registry=registry,
             ),
@@ -103,16 +107,42 @@ class BatcherMetrics:
         )
 
 
-@dataclass
-class _Chunk:
+@dataclass(eq=False)
+class _Request:
+    """One caller's rows, taken by the worker a slice at a time; its place in the queue is how many of its rows
+    went to the model already (`taken`), then when it came (`seq`)."""
+
     kind: str
     items: list[Any]
     future: Future[list[float]]
     enqueued: float
+    seq: int
+    taken: int = 0
+    scores: list[float] = field(default_factory=list)
+    dropped: bool = False  # cancelled or failed with rows still queued; those rows are no longer counted
+
+    @property
+    def left(self) -> int:
+        return len(self.items) - self.taken
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return self.taken, self.seq
+
+
+@dataclass(frozen=True)
+class _Slice:
+    request: _Request
+    items: list[Any]
 
 
 class DynamicBatcher:
-    """Queue + one worker thread calling `functions[kind](items) -> scores`, batching across callers."""
+    """Queue + one worker thread calling `functions[kind](items) -> scores`, batching across callers.
+
+    Fair: each batch is filled from the waiting requests that have had the fewest rows scored so far (then the
+    oldest), at most `preferred_batch_size` rows from each. A large request is thus scored a slice per batch,
+    and a request that arrives meanwhile joins the next batch instead of waiting for all of the large one.
+    """
 
     def __init__(
         self,
@@ -123,8 +153,10 @@ class DynamicBatcher:
         self.functions = dict(functions)
         self.config = config or BatchingConfig()
         self.metrics = metrics or BatcherMetrics.register(CollectorRegistry(), "batcher")
-        self._queue: list[_Chunk] = []
-        self._queued_rows_by_kind: dict[str, int] = {}  # rows waiting, per kind (the worker batches one kind)
+        # Per kind (the worker batches one kind at a time), a heap of (taken, seq, request).
+        self._waiting: dict[str, list[tuple[int, int, _Request]]] = {kind: [] for kind in self.functions}
+        self._queued_rows_by_kind: dict[str, int] = dict.fromkeys(self.functions, 0)
+        self._seq = itertools.count()
         self._closed = False
         self._cond = threading.Condition()
         self._worker = threading.Thread(target=self._run, name="reward-inference", daemon=True)
@@ -140,29 +172,29 @@ class DynamicBatcher:
         """
         if kind not in self.functions:
             raise KeyError(kind)
+        future: Future[list[float]] = Future()
         if not items:
-            empty: Future[list[float]] = Future()
-            empty.set_result([])
-            return empty
-        step = self.config.max_batch_size
-        now = time.monotonic()
-        chunks = [_Chunk(kind, list(items[i : i + step]), Future(), now) for i in range(0, len(items), step)]
+            future.set_result([])
+            return future
         with self._cond:
             if self._closed:
                 raise BatcherClosed("the server is shutting down")
             queued = sum(self._queued_rows_by_kind.values())
             if queued + len(items) > self.config.max_queue_rows:
                 raise QueueFull(f"{queued} rows already queued; the limit is {self.config.max_queue_rows}")
-            self._queue += chunks
-            rows_of_kind = self._queued_rows_by_kind.get(kind, 0) + len(items)
+            was_empty = queued == 0
+            request = _Request(kind, list(items), future, time.monotonic(), next(self._seq))
+            heapq.heappush(self._waiting[kind], (*request.order, request))
+            rows_of_kind = self._queued_rows_by_kind[kind] + len(items)
             self._queued_rows_by_kind[kind] = rows_of_kind
             self.metrics.queued_rows.set(queued + len(items))
-            # Wake the worker only when that lets it start sooner: it waits for a first chunk, or for a
+            # Wake the worker only when that lets it start sooner: it waits for a first request, or for a
             # preferred batch to fill (until then the queue delay, its own timeout, wakes it). Waking it for
             # every request would cost a thread switch each, fighting the HTTP thread for the GIL.
-            if len(self._queue) == len(chunks) or rows_of_kind >= self.config.preferred_batch_size:
+            if was_empty or rows_of_kind >= self.config.preferred_batch_size:
                 self._cond.notify()
-        return chunks[0].future if len(chunks) == 1 else _joined([c.future for c in chunks])
+        future.add_done_callback(lambda _: self._drop(request))
+        return future
 
     def score(self, kind: str, items: Sequence[Any], timeout: float | None = None) -> list[float]:
         """Score `items` with `functions[kind]`, batched with other callers'. Blocks until done."""
@@ -170,7 +202,7 @@ class DynamicBatcher:
         try:
             return future.result(timeout)
         except TimeoutError:
-            future.cancel()  # chunks not yet running are dropped by the worker
+            future.cancel()  # rows not yet taken by the worker are dropped
             raise
 
     def close(self, timeout: float | None = None) -> None:
@@ -181,58 +213,73 @@ class DynamicBatcher:
         if self._worker.is_alive():
             self._worker.join(timeout)
 
+    def _drop(self, request: _Request) -> None:
+        """A request that ended (cancelled, failed) with rows still queued: stop counting them."""
+        with self._cond:
+            if request.left and not request.dropped:
+                request.dropped = True
+                self._queued_rows_by_kind[request.kind] -= request.left
+                self.metrics.queued_rows.set(sum(self._queued_rows_by_kind.values()))
+
     def _run(self) -> None:
         while True:
             batch = self._next_batch()
             if batch is None:
                 return
-            started = time.monotonic()
-            for chunk in batch:
-                self.metrics.queue_seconds.observe(started - chunk.enqueued)
-            self._execute(batch)
+            self._execute([s for s in batch if not s.request.future.done()])  # cancelled meanwhile: skip
 
-    def _ready_rows(self, kind: str) -> int:
-        return self._queued_rows_by_kind.get(kind, 0)
+    def _head(self) -> _Request | None:
+        """The request whose rows go next: the fewest rows scored so far, then the oldest, over all kinds."""
+        best: _Request | None = None
+        for heap in self._waiting.values():
+            while heap and heap[0][2].dropped:
+                heapq.heappop(heap)
+            if heap and (best is None or heap[0][2].order < best.order):
+                best = heap[0][2]
+        return best
 
-    def _next_batch(self) -> list[_Chunk] | None:
+    def _next_batch(self) -> list[_Slice] | None:
+        config = self.config
         with self._cond:
-            while not self._queue:
+            while (first := self._head()) is None:
                 if self._closed:
                     return None
                 self._cond.wait()
-            first = self._queue[0]
-            deadline = first.enqueued + self.config.max_queue_delay_ms / 1000.0
+            kind = first.kind
+            deadline = first.enqueued + config.max_queue_delay_ms / 1000.0
             # While closing, run what is queued at once instead of waiting for company.
-            while not self._closed and self._ready_rows(first.kind) < self.config.preferred_batch_size:
+            while not self._closed and self._queued_rows_by_kind[kind] < config.preferred_batch_size:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
-            batch: list[_Chunk] = []
-            rows = 0
-            for chunk in self._queue:
-                if chunk.kind != first.kind:
+            heap, batch, rows, again = self._waiting[kind], [], 0, []
+            started = time.monotonic()
+            while heap and rows < config.preferred_batch_size:
+                request = heapq.heappop(heap)[2]
+                if request.dropped:
                     continue
-                if rows + len(chunk.items) > self.config.max_batch_size:
-                    break
-                batch.append(chunk)
-                rows += len(chunk.items)
-                if rows >= self.config.preferred_batch_size:
-                    break
-            taken = {id(c) for c in batch}
-            self._queue = [c for c in self._queue if id(c) not in taken]
-            self._queued_rows_by_kind[first.kind] -= rows
+                n = min(request.left, config.preferred_batch_size, config.max_batch_size - rows)
+                if request.taken == 0:
+                    self.metrics.queue_seconds.observe(started - request.enqueued)
+                batch.append(_Slice(request, request.items[request.taken : request.taken + n]))
+                request.taken += n
+                rows += n
+                if request.left:
+                    again.append(request)
+            for request in again:  # back in line, behind those with fewer rows scored
+                heapq.heappush(heap, (*request.order, request))
+            self._queued_rows_by_kind[kind] -= rows
             self.metrics.queued_rows.set(sum(self._queued_rows_by_kind.values()))
-        # A caller that timed out cancelled its chunks; skip them.
-        return [c for c in batch if c.future.set_running_or_notify_cancel()]
+        return batch
 
-    def _execute(self, batch: list[_Chunk]) -> None:
+    def _execute(self, batch: list[_Slice]) -> None:
         if not batch:
             return
-        items = [item for chunk in batch for item in chunk.items]
+        items = [item for piece in batch for item in piece.items]
         started = time.perf_counter()
         try:
-            scores = [float(s) for s in self.functions[batch[0].kind](items)]
+            scores = [float(s) for s in self.functions[batch[0].request.kind](items)]
             if len(scores) != len(items):
                 raise ScorerFailed(f"the scorer returned {len(scores)} scores for {len(items)} inputs")
             if not all(math.isfinite(s) for s in scores):
@@ -240,52 +287,37 @@ class DynamicBatcher:
         except Exception as exc:
             self.metrics.scorer_failures.inc()
             if len(batch) > 1:
-                # One bad request must not fail its batch-mates: rerun each chunk alone.
+                # One bad request must not fail its batch-mates: rerun each slice alone.
                 logger.warning("batch of %d requests failed (%s); retrying them one by one", len(batch), exc)
-                for chunk in batch:
-                    self._execute([chunk])
+                for piece in batch:
+                    self._execute([piece])
                 return
             if isinstance(exc, UnscorableInput):
                 logger.info("refused %d rows: %s", len(items), exc)  # the caller's fault, not the model's
-                batch[0].future.set_exception(exc)
+                _settle(batch[0].request.future, exc)
                 return
             logger.exception("scoring %d rows failed", len(items))
             error = exc if isinstance(exc, ScorerFailed) else ScorerFailed(f"{type(exc).__name__}: {exc}")
-            batch[0].future.set_exception(error)
+            _settle(batch[0].request.future, error)  # its rows still queued are dropped with it
             return
         self.metrics.inference_seconds.observe(time.perf_counter() - started)
         self.metrics.batch_size.observe(len(items))
         self.metrics.samples.inc(len(items))
         offset = 0
-        for chunk in batch:
-            chunk.future.set_result(scores[offset : offset + len(chunk.items)])
-            offset += len(chunk.items)
+        for piece in batch:
+            request = piece.request
+            request.scores += scores[offset : offset + len(piece.items)]
+            offset += len(piece.items)
+            if len(request.scores) == len(request.items):
+                _settle(request.future, request.scores)
 
 
-def _joined(futures: list[Future[list[float]]]) -> Future[list[float]]:
-    """One Future for a request cut into chunks: all their scores in order, or the first failure.
-
-    Cancelling it cancels the chunks; a failed chunk cancels the others (their caller gets an error anyway).
-    """
-    joined: Future[list[float]] = Future()
-
-    def on_chunk(_: Future[list[float]]) -> None:
-        if joined.done():
-            return
-        failed = [f for f in futures if f.done() and not f.cancelled() and f.exception() is not None]
-        try:
-            if failed:
-                joined.set_exception(failed[0].exception())
-            elif all(f.done() and not f.cancelled() for f in futures):
-                joined.set_result([score for f in futures for score in f.result()])
-        except InvalidStateError:  # cancelled meanwhile, from another thread
-            pass
-
-    def on_joined(_: Future[list[float]]) -> None:
-        for future in futures:
-            future.cancel()  # no-op for chunks already scored or running
-
-    for future in futures:
-        future.add_done_callback(on_chunk)
-    joined.add_done_callback(on_joined)
-    return joined
+def _settle(future: Future[list[float]], outcome: list[float] | BaseException) -> None:
+    """Resolve a request's Future, unless its caller cancelled it meanwhile (from another thread)."""
+    try:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except InvalidStateError:
+        pass

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from nemotron.reward.messages import HTTPError
+from nemotron.reward.scorer import longest_token_chars
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -54,6 +55,24 @@ class StreamingChatModel(Protocol):
     def complete_streaming(self, request: ChatRequest, emit: Callable[[str], None]) -> Completion: ...
 
 
+def keep_last_chars(
+    messages: Sequence[tuple[str, str]], budget: int, per_message: int
+) -> list[tuple[str, str]]:
+    """The conversation's end, within `budget` characters: the latest messages whole, the one that straddles
+    the budget without its start, the earlier ones dropped. Each message is also charged `per_message`, the
+    characters of one token (its role and the template's marks around it are at least that), so a flood of
+    empty messages is cut too."""
+    kept: list[tuple[str, str]] = []
+    left = budget
+    for role, content in reversed(messages):
+        if left <= 0:
+            break
+        content = content[-left:] if len(content) > left else content
+        kept.append((role, content))
+        left -= len(content) + per_message
+    return kept[::-1]
+
+
 def render_messages(messages: Sequence[tuple[str, str]]) -> str:
     """A plain chat layout for tokenizers without a chat template: 'role: content' lines, then 'assistant:'."""
     return "".join(f"{role}: {content}\n" for role, content in messages) + "assistant:"
@@ -75,8 +94,14 @@ class HFChatModel:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
             raise ValueError("the tokenizer has neither a pad nor an eos token")
+        # Only the prompt's last max_context tokens are used: the text of more than those can span is cut before
+        # it is tokenised, so a 3 MB message costs its tail, not ~600 MB of token objects (docs/reward-server.md).
+        self.token_chars = longest_token_chars(tokenizer)
+        self.prompt_chars = (self.max_context + 1) * self.token_chars
 
     def prompt_ids(self, messages: Sequence[tuple[str, str]]) -> list[int]:
+        """The prompt's token ids; at least its last max_context tokens are those of the whole conversation."""
+        messages = keep_last_chars(messages, self.prompt_chars, self.token_chars)
         if getattr(self.tokenizer, "chat_template", None):
             conversation = [{"role": r, "content": c} for r, c in messages]
             encoded: Any = self.tokenizer.apply_chat_template(

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from nemotron.errors import ServiceError
+from nemotron.errors import ServiceError, UserError
 from nemotron.reward.kserve import (
     HEADER_LENGTH,
     Array,
@@ -49,6 +49,30 @@ class RewardServerError(ServiceError):
     ) -> None:
         super().__init__(f"{service} at {url}: {detail}" if url else detail)
         self.detail, self.url, self.status = detail, url, status
+
+
+class RequestRejected(UserError, RewardServerError):
+    """The server answered 400: it read the request and says its content is wrong, e.g. a token id outside the
+    reward model's vocabulary (the policy's tokenizer is not the reward model's). That is bad input (exit 2), not a
+    service failure (exit 3): re-sending, or a resume against the same server, would get the same answer.
+
+    Still a `RewardServerError`, so code that handles any failure of the server handles this one too."""
+
+    exit_code = 2
+
+    def __init__(self, detail: str, *, url: str, status: int, service: str) -> None:
+        RewardServerError.__init__(self, detail, url=url, status=status, service=service)
+        who = _REJECTED_BY.get(service, service)
+        # Worded apart from "reward server ...", which the manifests' "unreachable" known errors match.
+        self.message = f"the {who} at {url} refused the request as bad input (HTTP {status}): {detail}"
+        self.problems, self.hint = [], None
+        self.args = (self.message,)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+_REJECTED_BY = {"reward server": "reward model", "judge server": "judge"}
 
 
 def normalize_url(url: str) -> str:
@@ -176,6 +200,8 @@ class RetryingHTTPClient:
             detail = _error_message(data)
             if response.status in _RETRYABLE_STATUS:
                 raise _RetryableError(f"HTTP {response.status}: {detail}", response.status)
+            if response.status == 400:
+                raise RequestRejected(detail, url=self.url, status=response.status, service=self.service)
             raise self.error(f"HTTP {response.status}: {detail}", response.status)
         return response_headers, data
 

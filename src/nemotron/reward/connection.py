@@ -1,17 +1,17 @@
 """One client connection of the servers' HTTP/1.1 transport: an asyncio protocol around an h11 state machine.
 
 h11 parses and renders HTTP/1.1 (heads, Content-Length and chunked bodies, keep-alive, HEAD). This protocol
-keeps what h11 leaves to its user: the size limits (head, body, decompressed body), the read timeout and the
-per-request deadline (slowloris), a request at a time with pipelined ones waiting in h11's buffer, auth before
-routing, and the hand-off of each request to its route.
+keeps what h11 leaves to its user: the size limits (head, body, decompressed body), a body framed one way only,
+the timeouts (each `State` has one deadline), a request at a time with pipelined ones waiting in h11's buffer,
+auth before routing, and the hand-off of each request to its route.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import math
-import re
 import socket
 import time
 from concurrent.futures import Future
@@ -19,7 +19,6 @@ from email.utils import formatdate
 from functools import cache, partial
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import h11
 
@@ -32,22 +31,43 @@ from nemotron.reward.messages import (
     error_from,
     error_response,
 )
+from nemotron.reward.request_head import (
+    MAX_HEAD_BYTES,
+    MAX_HEADERS,
+    folded,
+    framing_error,
+    head_of,
+    split_target,
+    too_long,
+)
 
 if TYPE_CHECKING:
     from nemotron.reward.transport import Deferred, Route, ServerCore
 
 logger = logging.getLogger(__name__)
 
-MAX_HEAD_BYTES = 65536  # request line and headers together; more: 431 (414 while the request line has no end)
-MAX_HEADERS = 100  # more: 431
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE"})  # any other method: 501
 PIPELINE_BUFFER = 256 * 1024  # read no further ahead than this while a request is being answered
 
-# What a connection is doing: waiting for a request head, for its body, or for its answer; or it is closed.
-HEAD, BODY, BUSY, CLOSED = "head", "body", "busy", "closed"
 
-_HEAD_END = re.compile(rb"\n\r?\n")
-_OBS_FOLD = re.compile(rb"\n[ \t]")  # a header line that continues the one before it (RFC 9112 5.2)
+class State(enum.Enum):
+    """What a connection waits for. `Connection.due` is the state's one deadline; when it passes (`_on_timer`):
+
+    - IDLE, a request's first byte: due read_timeout_s after the last read or answer; closed, nothing is lost.
+    - HEAD, the rest of its head: due at the request deadline, or as IDLE if sooner; closed, unanswered.
+    - BODY, its body: due as HEAD; 408, then closed.
+    - ANSWER, the server's answer, computed and then sent: due at the route's timeout_s, if it has one; 504.
+
+    Apart from these, a client that reads none of our answers for read_timeout_s is cut off (`write_stall`).
+    """
+
+    IDLE = "idle"
+    HEAD = "head"
+    BODY = "body"
+    ANSWER = "answer"
+    CLOSED = "closed"
+
+
 _date = ("", -1)
 
 
@@ -67,28 +87,6 @@ def reason_phrase(status: int) -> bytes:
         return b""
 
 
-def split_target(target: str) -> tuple[str, str]:
-    """A request target -> (path, query); HTTP 400 for one urlsplit refuses (e.g. "http://[::1/score")."""
-    if target.startswith("//"):  # a path, not a network location: never read "//host/x" as host "host"
-        target = "/" + target.lstrip("/")
-    try:
-        url = urlsplit(target)
-    except ValueError as exc:
-        raise HTTPError(400, f"bad request target: {exc}") from exc
-    return url.path, url.query
-
-
-def _too_long(head: bytes | bytearray) -> HTTPError | None:
-    """414 or 431 when a request head (complete or not) is over the limit; h11 checks only incomplete ones."""
-    end = _HEAD_END.search(head)
-    size = end.start() if end is not None else len(head)
-    if size <= MAX_HEAD_BYTES:
-        return None
-    if head.find(b"\n", 0, MAX_HEAD_BYTES) < 0:
-        return HTTPError(414, f"the request line is longer than {MAX_HEAD_BYTES} bytes")
-    return HTTPError(431, f"the request headers are larger than {MAX_HEAD_BYTES} bytes")
-
-
 class Connection(asyncio.BufferedProtocol):
     """The protocol of one accepted socket; every method runs on the event loop except where noted.
 
@@ -100,73 +98,60 @@ class Connection(asyncio.BufferedProtocol):
         self.core, self.settings, self.loop = core, core.settings, core.loop
         self.transport: asyncio.Transport | None = None
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-        self.state = HEAD
+        self.state = State.IDLE
+        self.due = math.inf  # when the state times out
+        self.request_due = math.inf  # the current request's head and body must have arrived by then
+        # One timer per connection, re-armed only when it fires early (a read moved `due` on).
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = math.inf
+        self.write_stall: asyncio.TimerHandle | None = None  # while the client reads none of our answers
         self.head_seen = bytearray()  # bytes of the coming request head (h11 keeps no raw head to check)
         self.read_ahead = 0  # bytes that arrived while a request was being answered
+        self.reading_paused = self.advancing = False
         # The request being served: from its head until its answer is written.
-        self.open = False
-        self.method = ""
-        self.path = self.query = ""
+        self.started: float | None = None  # None: no request is counted in flight
+        self.method = self.path = self.query = ""
         self.headers: dict[str, str] = {}
         self.route: Route | None = None
         self.endpoint = "unknown"
-        self.started = 0.0
         self.body = bytearray()
         self.pending: Deferred | None = None  # the answer being computed elsewhere
         self.streaming: BodyStream | None = None  # the body of the answer being sent in parts
-        self.refusal: Response | None = (
-            None  # the error to answer once a refused request's (empty) body is read
-        )
-        # Timeouts are checked lazily: one timer per connection, re-armed only when it fires early.
-        self.last_activity = 0.0  # the last byte read, or the last answer written: idle time counts from it
-        self.deadline: float | None = None  # the current request's head and body must arrive by then
-        self.answer_deadline: float | None = None
-        self.writing_paused_at: float | None = None
-        self.reading_paused = False
-        self.timer: asyncio.TimerHandle | None = None
-        self.timer_at = math.inf
-        self.advancing = False
-
-    @property
-    def idle(self) -> bool:
-        """Between requests with no byte of the next one: closing it loses nothing (RFC 9112 9.5)."""
-        return self.state == HEAD and not self.open and not self.head_seen
 
     # --- asyncio callbacks ---------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.last_activity = time.monotonic()
         if not self.core.admit(self):
-            self.state = CLOSED
+            self.state = State.CLOSED
             return
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # A response must not wait for the client's delayed ACK of the previous one (~40 ms on Linux).
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._arm(self.last_activity + self.settings.read_timeout_s)
+        self._enter(State.IDLE, time.monotonic() + self.settings.read_timeout_s)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.core.receive_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self.state == CLOSED:
+        if self.state is State.CLOSED:
             return
-        now = self.last_activity = time.monotonic()
+        now = time.monotonic()
         data = bytes(self.core.receive_buffer[:nbytes])
-        if self.state == HEAD and not self.open:
-            if not self.head_seen:
-                data = data.lstrip(b"\r\n")  # blank lines before a request line are allowed (RFC 9112 2.2)
-                if not data:
-                    return
-                if self.deadline is None:  # the request's deadline runs from its first byte
-                    self.deadline = now + self.settings.request_deadline_s
-                    self._arm(self.deadline)
-            if len(self.head_seen) <= MAX_HEAD_BYTES:
-                self.head_seen += data
+        if self.state is State.IDLE:
+            data = data.lstrip(b"\r\n")  # blank lines before a request line are allowed (RFC 9112 2.2)
+            if not data:
+                self.due = now + self.settings.read_timeout_s
+                return
+            self._start_head(now)
+        if self.state is State.HEAD and len(self.head_seen) <= MAX_HEAD_BYTES:
+            self.head_seen += data
+        if self.state in (State.HEAD, State.BODY):
+            self.due = min(self.request_due, now + self.settings.read_timeout_s)
         self.h11.receive_data(data)
-        if self.state == BUSY or self.writing_paused_at is not None:
+        if self.state is State.ANSWER or self.write_stall is not None:
             self.read_ahead += len(data)
             if self.read_ahead > PIPELINE_BUFFER and self.transport is not None and not self.reading_paused:
                 self.reading_paused = True
@@ -175,32 +160,34 @@ class Connection(asyncio.BufferedProtocol):
         self._advance()
 
     def eof_received(self) -> bool:
-        if self.state != CLOSED:
+        if self.state is not State.CLOSED:
             self.h11.receive_data(b"")
-            if self.state != BUSY:
+            if self.state is not State.ANSWER:
                 self._advance()
         return True  # keep the socket open to write the answers to what already arrived
 
     def pause_writing(self) -> None:
-        self.writing_paused_at = time.monotonic()
-        self._arm(self.writing_paused_at + self.settings.read_timeout_s)
+        # A client that reads none of its answers for read_timeout_s is cut off, whatever the state.
+        self.write_stall = self.loop.call_later(self.settings.read_timeout_s, self.abort)
 
     def resume_writing(self) -> None:
-        self.writing_paused_at = None
-        self._arm(self._expiry())
-        if self.state in (HEAD, BODY):
+        if self.write_stall is not None:
+            self.write_stall.cancel()
+            self.write_stall = None
+        self._arm(self.due)  # the state's deadline waited while writing was paused
+        if self.state in (State.IDLE, State.HEAD, State.BODY):
             self._advance()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        busy = self.state == BUSY
-        self.state = CLOSED
+        answering = self.state is State.ANSWER
+        self.state = State.CLOSED
         if self.streaming is not None:
             self.streaming.cancel()  # nobody reads the rest: its producer may stop
         self.core.forget(self)
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        if not busy:  # the body never fully came; a busy request is finished by answer()
+        for timer in (self.timer, self.write_stall):
+            if timer is not None:
+                timer.cancel()
+        if not answering:  # the body never fully came; an answer in progress is finished by answer()
             self._finish(400)
 
     # --- called by the server ------------------------------------------------------------------------------
@@ -210,7 +197,7 @@ class Connection(asyncio.BufferedProtocol):
         pending = self.pending
         if pending is None or future is not pending.future:
             return  # answered already: it timed out
-        self.pending = self.answer_deadline = None
+        self.pending, self.due = None, math.inf  # a streamed answer has no deadline but the write stall
         try:
             response = pending.respond(future)
         except HTTPError as exc:
@@ -222,13 +209,13 @@ class Connection(asyncio.BufferedProtocol):
         self._advance()
 
     def close_if_idle(self) -> None:
-        if self.idle:
+        if self.state is State.IDLE:  # between requests with no byte of the next: nothing lost (RFC 9112 9.5)
             self.close()
 
     def close(self) -> None:
         """Close once what is buffered is sent."""
-        if self.transport is not None and self.state != CLOSED:
-            self.state = CLOSED
+        if self.transport is not None and self.state is not State.CLOSED:
+            self.state = State.CLOSED
             self.transport.close()
 
     def abort(self) -> None:
@@ -243,7 +230,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         self.advancing = True
         try:
-            while self.writing_paused_at is None and self.state in (HEAD, BODY):
+            while self.write_stall is None and self.state in (State.IDLE, State.HEAD, State.BODY):
                 try:
                     event = self.h11.next_event()
                 except h11.RemoteProtocolError as exc:
@@ -268,9 +255,14 @@ class Connection(asyncio.BufferedProtocol):
             self.reading_paused = False
             self.transport.resume_reading()
 
+    def _start_head(self, now: float) -> None:
+        """A request's first byte is here: its head and body must arrive by the request deadline."""
+        self.request_due = now + self.settings.request_deadline_s
+        self._enter(State.HEAD, min(self.request_due, now + self.settings.read_timeout_s))
+
     def _protocol_error(self, exc: h11.RemoteProtocolError) -> None:
-        """What h11 refused: a bad head (400), one too long (414/431), a body cut short by the client."""
-        if self.state == BODY:
+        """What h11 refused: a bad head (400), one too long (414/431), a bad chunk or a body cut short (400)."""
+        if self.state is State.BODY:
             if self.h11.their_state is h11.ERROR and "without sending complete" in str(exc):
                 length = self.headers.get("content-length")
                 whole = f" of {length}" if length else ""
@@ -278,20 +270,22 @@ class Connection(asyncio.BufferedProtocol):
             else:
                 self._fail(self._error(400, f"bad request body: {exc}"))
             return
-        if not self.head_seen:
+        if self.state is State.IDLE:
             self.close()  # an end of input between requests: nothing to answer
             return
         self._start()
-        too_long = _too_long(self.head_seen)
-        if too_long is not None or exc.error_status_hint == 431:
-            too_long = too_long or HTTPError(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes")
-            self._fail(error_from(too_long, self.settings.error_style))
-        else:
-            self._fail(self._error(exc.error_status_hint, f"bad request: {exc}"))
+        refusal = too_long(self.head_seen)
+        framing = framing_error(head_of(self.head_seen))
+        if refusal is not None or exc.error_status_hint == 431:
+            refusal = refusal or HTTPError(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes")
+            self._fail(error_from(refusal, self.settings.error_style))
+        else:  # h11 answers 501 to a Transfer-Encoding it does not know; it is a framing error like the others
+            self._fail(
+                self._error(400 if framing else exc.error_status_hint, framing or f"bad request: {exc}")
+            )
 
     def _start(self) -> None:
-        self.open, self.route, self.endpoint = True, None, "unknown"
-        self.body = bytearray()
+        self.route, self.endpoint, self.body = None, "unknown", bytearray()
         self.started = time.perf_counter()
         self.core.request_started()
 
@@ -301,18 +295,14 @@ class Connection(asyncio.BufferedProtocol):
         self._start()
         self.method = event.method.decode("ascii")
         self.headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
-        end = _HEAD_END.search(self.head_seen)
-        head = self.head_seen[: end.start() + 1] if end is not None else self.head_seen
-        self.head_seen = bytearray()
+        head, self.head_seen = head_of(self.head_seen), bytearray()
         core = self.core
         try:
-            too_long = _too_long(head)
-            if too_long is not None:
-                raise too_long
-            if _OBS_FOLD.search(head):
-                raise HTTPError(
-                    400, "obsolete line folding in a header (RFC 9112 5.2); send one line per header"
-                )
+            refusal = too_long(head) or folded(head)
+            if refusal is not None:
+                raise refusal
+            if (framing := framing_error(head)) is not None:
+                raise HTTPError(400, framing)  # h11 would read the body one way; a proxy may read it another
             if len(event.headers) > MAX_HEADERS:
                 raise HTTPError(431, f"more than {MAX_HEADERS} request headers")
             if self.method not in METHODS:
@@ -330,12 +320,12 @@ class Connection(asyncio.BufferedProtocol):
             self.endpoint = self.route.name
             length = self.headers.get("content-length")
             limit = self.settings.max_body_bytes
-            if length is not None and int(length) > limit:  # h11 checked that it is a number
+            if length is not None and int(length) > limit:  # framing_error checked that it is a number
                 raise HTTPError(413, f"the body has {length} bytes; the limit is {limit}")
         except HTTPError as exc:
             self._fail(error_from(exc, self.settings.error_style))
             return
-        self.state = BODY
+        self.state = State.BODY  # under the same deadline as the head
         if self.h11.they_are_waiting_for_100_continue and self.transport is not None:
             self.transport.write(
                 self.h11.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue"))
@@ -349,8 +339,7 @@ class Connection(asyncio.BufferedProtocol):
             )
 
     def _on_end(self) -> None:
-        self.deadline = None  # the request has arrived; what remains is the server's time
-        self.state = BUSY
+        self._enter(State.ANSWER, math.inf)  # the request has arrived; what remains is the server's time
         self._dispatch(bytes(self.body))
 
     # --- answering -----------------------------------------------------------------------------------------
@@ -387,8 +376,7 @@ class Connection(asyncio.BufferedProtocol):
             self.answer(pending.future)
             return
         if route.timeout_s is not None:
-            self.answer_deadline = time.monotonic() + route.timeout_s
-            self._arm(self.answer_deadline)
+            self._enter(State.ANSWER, time.monotonic() + route.timeout_s)
         pending.future.add_done_callback(partial(self.core.answer_when_done, self))
 
     def _fail(self, response: Response) -> None:
@@ -411,7 +399,7 @@ class Connection(asyncio.BufferedProtocol):
     def _respond(self, response: Response, close: bool = False) -> None:
         close = close or self.core.draining
         transport = self.transport
-        if self.state != CLOSED and transport is not None:
+        if self.state is not State.CLOSED and transport is not None:
             try:
                 event = self._response_event(response, close)
             except h11.LocalProtocolError as exc:  # e.g. a header with a line break: the handler's bug
@@ -436,18 +424,18 @@ class Connection(asyncio.BufferedProtocol):
             except h11.LocalProtocolError as exc:  # h11 is in no state to answer (a broken request)
                 logger.debug("closing without an answer: %s", exc)
                 transport.abort()
-                self.state = CLOSED
+                self.state = State.CLOSED
         self._answered(response.status)
 
     def _send_part(self, data: bytes) -> None:
-        if self.state == CLOSED or self.transport is None or self.streaming is None:
+        if self.state is State.CLOSED or self.transport is None or self.streaming is None:
             return
         if data:
             self.transport.write(self.h11.send(h11.Data(data=data)))
 
     def _end_stream(self, status: int) -> None:
         self.streaming = None
-        if self.state != CLOSED and self.transport is not None:
+        if self.state is not State.CLOSED and self.transport is not None:
             self.transport.write(self.h11.send(h11.EndOfMessage()))
         self._answered(status)
         self._advance()
@@ -456,72 +444,55 @@ class Connection(asyncio.BufferedProtocol):
         """The answer is written: count it, then close, or wait for the next request."""
         self._finish(status)
         self.method = ""
-        if self.state == CLOSED:
+        if self.state is State.CLOSED:
             return
         if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
             self.close()  # Connection: close, HTTP/1.0, or an error before the request was read
             return
         self.h11.start_next_cycle()
-        self.state, self.route, self.read_ahead = HEAD, None, 0
+        self.route, self.read_ahead = None, 0
         self.head_seen = bytearray(self.h11.trailing_data[0][: MAX_HEAD_BYTES + 1])
-        # Idle from now: answering may have taken longer than the read timeout.
-        self.last_activity = now = time.monotonic()
-        self.deadline = None
-        self._arm(now + self.settings.read_timeout_s)
-        if self.head_seen:  # a pipelined request: its deadline runs from now
-            self.deadline = now + self.settings.request_deadline_s
-            self._arm(self.deadline)
+        now = time.monotonic()  # deadlines run from now: answering may have taken longer than they allow
+        if self.head_seen:
+            self._start_head(now)  # a pipelined request
+        else:
+            self._enter(State.IDLE, now + self.settings.read_timeout_s)
 
     def _finish(self, status: int) -> None:
-        if self.open:
-            self.open = False
+        if self.started is not None:
             self.core.request_finished(self.endpoint, status, time.perf_counter() - self.started)
+            self.started = None
 
-    # --- timeouts ------------------------------------------------------------------------------------------
+    # --- timeouts: each state's one deadline ---------------------------------------------------------------
+
+    def _enter(self, state: State, due: float) -> None:
+        self.state, self.due = state, due
+        self._arm(due)
 
     def _arm(self, at: float) -> None:
-        if at < self.timer_at and self.state != CLOSED:
+        if at < self.timer_at and self.state is not State.CLOSED:
             if self.timer is not None:
                 self.timer.cancel()
             self.timer_at = at
             self.timer = self.loop.call_at(at, self._on_timer)  # loop.time() is time.monotonic()
 
-    def _expiry(self) -> float:
-        """When the connection's next timeout is due: a client that stopped reading its answers, an answer
-        that takes too long, or a request that does not arrive (between reads, or in all)."""
-        read_timeout = self.settings.read_timeout_s
-        if self.writing_paused_at is not None:
-            due = self.writing_paused_at + read_timeout
-            return min(due, self.answer_deadline) if self.answer_deadline is not None else due
-        if self.state == BUSY:
-            return math.inf if self.answer_deadline is None else self.answer_deadline
-        due = self.last_activity + read_timeout
-        return due if self.deadline is None else min(due, self.deadline)
-
     def _on_timer(self) -> None:
         self.timer, self.timer_at = None, math.inf
-        if self.state == CLOSED or self.transport is None:
-            return
-        now = time.monotonic()
-        if now < self._expiry():
-            self._arm(self._expiry())  # it fired early: a read or an answer came since it was set
-        elif (
-            self.writing_paused_at is not None
-            and now >= self.writing_paused_at + self.settings.read_timeout_s
-        ):
-            logger.debug("closing a connection whose client stopped reading")
-            self.transport.abort()
-        elif self.state == BUSY:
-            self._time_out_answer()
-        elif self.state == BODY:
+        if self.state is State.CLOSED or self.write_stall is not None:
+            return  # while the client reads none of our answers only the write stall counts; resume re-arms
+        if time.monotonic() < self.due:
+            self._arm(self.due)  # it fired early: a read moved the deadline on since it was set
+        elif self.state is State.BODY:
             self._fail(self._error(408, "timed out reading the request body"))
+        elif self.state is State.ANSWER:
+            self._time_out_answer()
         else:
-            self.close()  # idle, or a head that did not arrive in time (slowloris): nothing to answer
+            self.close()  # IDLE, or a HEAD that did not arrive in time (slowloris): nothing to answer
 
     def _time_out_answer(self) -> None:
         pending, route = self.pending, self.route
         assert pending is not None and route is not None
-        self.pending = self.answer_deadline = None
+        self.pending, self.due = None, math.inf
         pending.future.cancel()  # work not yet started is dropped
         self._respond(self._error(504, f"{route.name} took longer than {route.timeout_s} s"))
         self._advance()

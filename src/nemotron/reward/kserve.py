@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,8 +150,14 @@ def _shape(entry: Mapping[str, Any], where: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _decode_tensor(entry: object, kind: str, binary: memoryview, offset: int) -> tuple[str, Array, int]:
-    """One JSON tensor entry (+ its slice of the binary section) -> (name, array, next binary offset)."""
+ShapeCheck = Callable[[str, str, tuple[int, ...]], None]
+
+
+def _decode_tensor(
+    entry: object, kind: str, binary: memoryview, offset: int, check: ShapeCheck | None = None
+) -> tuple[str, Array, int]:
+    """One JSON tensor entry (+ its slice of the binary section) -> (name, array, next binary offset). `check`
+    sees (name, datatype, shape) before the data is decoded, and may raise to refuse it."""
     if not isinstance(entry, dict):
         raise KServeError(f"each {kind} must be a JSON object, got {type(entry).__name__}")
     name = entry.get("name")
@@ -162,6 +168,8 @@ def _decode_tensor(entry: object, kind: str, binary: memoryview, offset: int) ->
     if not isinstance(datatype, str) or datatype not in DTYPES:  # a list here is unhashable: check first
         raise KServeError(f"{where}: unsupported datatype {datatype!r} (supported: {', '.join(DTYPES)})")
     shape = _shape(entry, where)
+    if check is not None:
+        check(name, datatype, shape)
     count = math.prod(shape)
     parameters = entry.get("parameters") or {}
     if not isinstance(parameters, dict):
@@ -220,13 +228,15 @@ def _split_body(body: bytes, header_length: int | None) -> tuple[dict[str, Any],
     return header, memoryview(body)[header_length:]
 
 
-def _decode_tensors(entries: object, kind: str, binary: memoryview) -> dict[str, Array]:
+def _decode_tensors(
+    entries: object, kind: str, binary: memoryview, check: ShapeCheck | None = None
+) -> dict[str, Array]:
     if not isinstance(entries, list):
         raise KServeError(f"'{kind}s' must be a list")
     tensors: dict[str, Array] = {}
     offset = 0
     for entry in entries:
-        name, array, offset = _decode_tensor(entry, kind, binary, offset)
+        name, array, offset = _decode_tensor(entry, kind, binary, offset, check)
         if name in tensors:
             raise KServeError(f"{kind} {name!r} is given twice")
         tensors[name] = array
@@ -235,12 +245,15 @@ def _decode_tensors(entries: object, kind: str, binary: memoryview) -> dict[str,
     return tensors
 
 
-def decode_infer_request(body: bytes, header_length: int | None = None) -> InferRequest:
-    """Parse an inference request body (JSON, or JSON header + binary tensors)."""
+def decode_infer_request(
+    body: bytes, header_length: int | None = None, check: ShapeCheck | None = None
+) -> InferRequest:
+    """Parse an inference request body (JSON, or JSON header + binary tensors). `check(name, datatype, shape)`
+    runs for each input before its data is decoded (a server's size limits: refuse before the memory is spent)."""
     header, binary = _split_body(body, header_length)
     if "inputs" not in header:
         raise KServeError("the request has no 'inputs'")
-    inputs = _decode_tensors(header["inputs"], "input", binary)
+    inputs = _decode_tensors(header["inputs"], "input", binary, check)
     parameters = header.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise KServeError("'parameters' must be an object")

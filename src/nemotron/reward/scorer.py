@@ -58,6 +58,9 @@ def scorer_from_reward_model(
     model.eval()  # type: ignore[no-untyped-call]
     device = model.device
     encode = batch_encoder(tokenizer, add_special_tokens)
+    # Only a sentence's last max_length tokens are scored: tokenise no more text than those can span, so a
+    # megabyte sentence costs its tail, not its whole token list (~70 bytes a character in the fast tokenizer).
+    keep_chars = (max_length + 1) * longest_token_chars(tokenizer)
 
     def score_tokens(rows: list[list[int]]) -> list[float]:
         """rows: B lists of token ids, each non-empty -> B rewards (the model's logit at the last token)."""
@@ -78,9 +81,19 @@ def scorer_from_reward_model(
         return [float(x) for x in logits[:, 0].float().tolist()]
 
     def score_sentences(sentences: list[str]) -> list[float]:
-        return score_tokens(encode(sentences))
+        return score_tokens(encode([text[-keep_chars:] for text in sentences]))
 
     return Scorer(score_sentences, score_tokens, vocab_size=int(model.config.vocab_size))
+
+
+def longest_token_chars(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The most characters of text one token of `tokenizer` can stand for: its longest vocabulary entry (a
+    byte-level entry spells one character per byte, so it over-counts, never under-counts).
+
+    N tokens thus span at most N x this many characters, and the last N tokens of a text are those of its last
+    N x this (+1 token's worth, for a merge across the cut) characters. Not so for a tokenizer whose unknown
+    token stands for a whole word of any length (word-level): there the cut text may give fewer tokens."""
+    return max((len(token) for token in tokenizer.get_vocab()), default=1)
 
 
 def batch_encoder(

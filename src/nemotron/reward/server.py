@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -58,6 +59,9 @@ MODEL_NAME = "reward_model"
 MODEL_VERSION = "1"
 # serve()'s default: a batch leaves when full (or when its oldest request has waited max_queue_delay_ms)
 FULL_BATCHES = BatchingConfig(max_batch_size=64, preferred_batch_size=64)
+# Token ids one request may carry: what 8 MiB of binary INT64 holds. Decoded they cost ~40 bytes each (numpy, then
+# Python ints), so one request stays within ~50 MB, and JSON (2 bytes a token) cannot carry 4x as many.
+MAX_REQUEST_TOKENS = 1 << 20
 
 
 def _decode_sentences(array: Array) -> list[str]:
@@ -134,11 +138,15 @@ class RewardApp:
         *,
         model_name: str = MODEL_NAME,
         request_timeout_s: float = 60.0,
+        max_request_tokens: int = MAX_REQUEST_TOKENS,
     ) -> None:
+        if max_request_tokens < 1:
+            raise ValueError(f"max_request_tokens must be >= 1, got {max_request_tokens}")
         self.scorer = scorer
         self.batching = batching
         self.model_name = model_name
         self.request_timeout_s = request_timeout_s
+        self.max_request_tokens = max_request_tokens
         functions: dict[str, Callable[[list[Any]], Sequence[float]]] = {"sentences": scorer.score_sentences}
         if scorer.score_tokens is not None:
             functions["tokens"] = scorer.score_tokens
@@ -256,11 +264,31 @@ class RewardApp:
             }
         )
 
+    def _check_rows(self, rows: int) -> None:
+        """413 for more rows than the queue holds: it would never fit, and a 503 would have the client retry in
+        vain."""
+        limit = self.batching.max_queue_rows
+        if rows > limit:
+            raise HTTPError(
+                413, f"the request has {rows} rows; this server takes at most {limit} (max_queue_rows)"
+            )
+
+    def _check_input(self, name: str, datatype: str, shape: tuple[int, ...]) -> None:
+        """The per-request budgets, from an input's declared shape before its data is decoded: rows (the first
+        dimension) and elements (a 'tokens' input's rows x tokens), so an oversized request costs no memory."""
+        self._check_rows(shape[0] if shape else 1)
+        elements = math.prod(shape)
+        if elements > self.max_request_tokens:
+            what = "token ids" if name == "tokens" else "elements"
+            raise HTTPError(
+                413,
+                f"input {name!r} has shape {list(shape)}, {elements} {what}; this server takes at most "
+                f"{self.max_request_tokens} per request (max_request_tokens)",
+            )
+
     def _submit(self, kind: str, items: list[Any]) -> Future[list[float]]:
         """Queue `items` for scoring, or HTTPError now (413, 503)."""
-        limit = self.batching.max_queue_rows
-        if len(items) > limit:  # it would never fit the queue: a 503 would have the client retry in vain
-            raise HTTPError(413, f"the request has {len(items)} rows; this server takes at most {limit}")
+        self._check_rows(len(items))
         try:
             return self.batcher.submit(kind, items)
         except (QueueFull, BatcherClosed) as exc:
@@ -274,7 +302,7 @@ class RewardApp:
             except ValueError as exc:
                 raise HTTPError(400, f"bad {HEADER_LENGTH} header") from exc
         try:
-            infer = decode_infer_request(request.body, header_length)
+            infer = decode_infer_request(request.body, header_length, self._check_input)
         except KServeError as exc:
             raise HTTPError(400, str(exc)) from exc
         for output in infer.outputs or ():
@@ -301,6 +329,8 @@ class RewardApp:
         if not isinstance(payload, dict) or set(payload) != {"sentences"}:
             raise HTTPError(400, 'expected {"sentences": ["...", ...]}')
         sentences = payload["sentences"]
+        if isinstance(sentences, list):
+            self._check_rows(len(sentences))
         if not isinstance(sentences, list) or not all(isinstance(s, str) and s for s in sentences):
             raise HTTPError(400, "'sentences' must be a list of non-empty strings")
         for i, sentence in enumerate(sentences):
@@ -343,6 +373,7 @@ def serve(
     *,
     request_timeout_s: float = 60.0,
     model_name: str = MODEL_NAME,
+    max_request_tokens: int = MAX_REQUEST_TOKENS,
 ) -> ServerHandle:
     """Start the reward server in background threads; `http` unset: 127.0.0.1 on a free port (see `handle.url`).
 
@@ -350,11 +381,18 @@ def serve(
     or when its oldest request has waited `batching.max_queue_delay_ms`. A connection is dropped when it sends
     nothing for `http.read_timeout_s`, or when a request has not fully arrived `http.request_deadline_s` after
     its first byte; scoring a request may take `request_timeout_s` (then 504). Past `http.max_connections` open
-    connections (default: well under the open-file limit) an idle one is closed, or the newcomer gets 503.
+    connections (default: well under the open-file limit) an idle one is closed, or the newcomer gets 503. A request
+    of more than `batching.max_queue_rows` rows, or with an input of more than `max_request_tokens` elements (a
+    'tokens' input's rows x tokens), is 413 before its data is decoded.
     """
     registry = CollectorRegistry()
     app = RewardApp(
-        _as_scorer(scorer), batching, registry, model_name=model_name, request_timeout_s=request_timeout_s
+        _as_scorer(scorer),
+        batching,
+        registry,
+        model_name=model_name,
+        request_timeout_s=request_timeout_s,
+        max_request_tokens=max_request_tokens,
     )
     settings = replace(http or HTTPSettings(), metric_prefix="nemotron_reward")
     return ServerHandle(app, settings, registry)
@@ -386,7 +424,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--max-queue-rows",
         type=int,
         default=65536,
-        help="rows waiting for the model; more: 503 + Retry-After",
+        help="rows waiting for the model; more: 503 + Retry-After (a request of more rows: 413)",
+    )
+    parser.add_argument(
+        "--max-request-tokens",
+        type=int,
+        default=MAX_REQUEST_TOKENS,
+        help="token ids (rows x tokens of a 'tokens' input) one request may carry; more: 413",
     )
     return run_server_command(parser, argv, _start)
 
@@ -400,7 +444,13 @@ def _start(args: argparse.Namespace, http: HTTPSettings) -> ServerHandle:
     # Like rm/serve: a --max-length over the model's positions is capped, not an error.
     max_length = min(args.max_length, model_positions(model.config) or args.max_length)
     scorer = scorer_from_reward_model(model, tokenizer, max_length)
-    return serve(scorer, http, batching_of(args), model_name=args.model_name)
+    return serve(
+        scorer,
+        http,
+        batching_of(args),
+        model_name=args.model_name,
+        max_request_tokens=args.max_request_tokens,
+    )
 
 
 if __name__ == "__main__":

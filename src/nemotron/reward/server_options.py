@@ -6,16 +6,17 @@ address without one, and a command's way from its arguments to a model served un
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
-import os
-import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nemotron.errors import UserError
+from nemotron.reward.bind import check_bind as check_bind
+from nemotron.reward.bind import find_token as find_token
+from nemotron.reward.bind import is_loopback as is_loopback
+from nemotron.reward.bind import read_token_file
 from nemotron.reward.transport import (
     TOKEN_ENV,
     HTTPSettings,
@@ -27,58 +28,11 @@ from nemotron.reward.transport import (
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
-
-
-def is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost: it may resolve to anything
-
-
-def read_token_file(path: Path) -> str:
-    """The token in `path`, a file only its owner can read (mode 0600 or 0400); else UserError (exit 2)."""
-    try:
-        info = path.stat()
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise UserError(f"cannot read the token file {path}: {exc.strerror}") from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise UserError(f"the token file {path} is not a regular file")
-    if info.st_mode & 0o077:
-        raise UserError(
-            f"the token file {path} has mode {stat.S_IMODE(info.st_mode):04o}; others could read the token: "
-            f"chmod 600 {path}"
-        )
-    if not text:
-        raise UserError(f"the token file {path} is empty")
-    return text
-
 
 def token_from_file(path: str | None) -> str | None:
     """A client's token: the one in the 0600 file `path` (a step's `token_file` key), None when unset (the client
     then falls back to $NEMOTRON_REWARD_TOKEN)."""
     return read_token_file(Path(path)) if path else None
-
-
-def find_token(token_env: str = TOKEN_ENV, token_file: Path | None = None) -> str | None:
-    """The bearer token: from `token_file` when given, else from the variable `token_env`; None when neither."""
-    if token_file is not None:
-        return read_token_file(token_file)
-    return os.environ.get(token_env) or None
-
-
-def check_bind(host: str, token: str | None, token_env: str = TOKEN_ENV) -> None:
-    """Refuse (UserError, exit 2) to serve a non-loopback address without a token: anyone who can reach it
-    could use the model."""
-    if token is None and not is_loopback(host):
-        raise UserError(
-            f"refusing to serve on {host} without a bearer token: set ${token_env} or give a token file "
-            "(mode 0600), or bind 127.0.0.1"
-        )
 
 
 class _RefuseTokenOnCommandLine(argparse.Action):

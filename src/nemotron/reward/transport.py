@@ -34,7 +34,7 @@ import h11
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from nemotron.errors import UserError
-from nemotron.reward.connection import Connection
+from nemotron.reward.connection import Connection, State
 from nemotron.reward.messages import ErrorStyle, error_response
 from nemotron.reward.messages import HTTPError as HTTPError
 from nemotron.reward.messages import Request as Request
@@ -266,20 +266,18 @@ class ServerCore:
     def _make_room(self) -> bool:
         """Close the connection that waited longest for its next request; else the one whose request head
         has taken longest, if over a second (a slowloris client: a real head arrives in milliseconds)."""
-        idle = [c for c in self.connections if c.idle]
+        idle = [c for c in self.connections if c.state is State.IDLE]
         if idle:
-            victim = min(idle, key=lambda c: c.last_activity)
+            victim = min(idle, key=lambda c: c.due)  # the idle deadline runs from the last read or answer
         else:
             # A head that started over a second ago has a deadline before this.
             started_before = time.monotonic() + self.settings.request_deadline_s - 1.0
             stalled = [
-                c
-                for c in self.connections
-                if c.state == "head" and not c.open and c.deadline is not None and c.deadline < started_before
+                c for c in self.connections if c.state is State.HEAD and c.request_due < started_before
             ]
             if not stalled:
                 return False
-            victim = min(stalled, key=lambda c: c.deadline or 0.0)
+            victim = min(stalled, key=lambda c: c.request_due)
         del self.connections[victim]
         victim.abort()
         self.evicted.inc()

@@ -121,6 +121,7 @@ class Rollouts:
     world: World
     seed: int
     position: int = 0
+    shown_first: bool = False
 
     @classmethod
     def build(
@@ -194,6 +195,10 @@ class Rollouts:
                 score,
             )
         exp.group = self.plan.tensor(batch).repeat_interleave(self.n)
+        if self.world.is_main and not self.shown_first:
+            # What a chat template or a prompt cut made of the data shows here, before it shows in the rewards.
+            log.info("first rollout, as the policy reads it: %s", first_rollout(exp, self.tokenizer))
+            self.shown_first = True
         return exp
 
     def metrics(
@@ -215,6 +220,17 @@ class Rollouts:
             exp.engine_stats,
             *more,
         )
+
+
+def first_rollout(exp: Experience, tokenizer: Any) -> str:
+    """Row 0 of a rollout as the policy read and wrote it: the prompt's tokens (padding dropped) and the response's,
+    decoded with their special tokens, and the prompt's length in tokens."""
+    width = exp.prompt_width
+    prompt = exp.sequences[0, :width][exp.attention_mask[0, :width].bool()].tolist()
+    response = exp.sequences[0, width:][exp.mask[0]].tolist()
+    return (
+        f"prompt {tokenizer.decode(prompt)!r} ({len(prompt)} tokens), response {tokenizer.decode(response)!r}"
+    )
 
 
 def validation_prompts(path: str | None, rollouts: Rollouts) -> PromptSet | None:

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
-from nemotron.errors import UserError
+from nemotron.errors import UserError, disk_full, disk_full_while
 from nemotron.faults import inject
 from nemotron.resume import (
     PREFIX,
@@ -75,6 +75,50 @@ def save(
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _write(tmp, step, modules, optimizers, ranks, data_position, meta, world)
+    except Exception as err:
+        if disk_full(err, root) is None:
+            raise
+        shutil.rmtree(
+            tmp, ignore_errors=True
+        )  # the space it took goes back; `latest` still names a whole one
+        needed = sum(_tensor_bytes(m.state_dict()) for m in modules.values())
+        needed += sum(_tensor_bytes(o.state_dict()) for o in optimizers.values())
+        raise disk_full_while(f"the checkpoint of step {step}", final, needed) from err
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    latest_tmp = root / ".latest.tmp"
+    latest_tmp.write_text(final.name)
+    os.replace(latest_tmp, root / "latest")
+    for old in sorted(root.glob(f"{PREFIX}*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _tensor_bytes(tree: Any) -> int:
+    """The bytes of every tensor in a (nested) state dict."""
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(_tensor_bytes(v) for v in tree.values())
+    if isinstance(tree, list | tuple):
+        return sum(_tensor_bytes(v) for v in tree)
+    return 0
+
+
+def _write(
+    tmp: Path,
+    step: int,
+    modules: dict[str, torch.nn.Module],
+    optimizers: dict[str, torch.optim.Optimizer],
+    ranks: Any,
+    data_position: int,
+    meta: dict[str, Any],
+    world: World,
+) -> None:
+    """Every file of the checkpoint into `tmp`, flushed to disk."""
     tmp.mkdir()
     for name, module in modules.items():
         # Hugging Face format (config.json + model.safetensors): any checkpoint loads with from_pretrained.
@@ -91,15 +135,6 @@ def save(
         if f.is_file():
             with f.open("rb") as fh:
                 os.fsync(fh.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    latest_tmp = root / ".latest.tmp"
-    latest_tmp.write_text(final.name)
-    os.replace(latest_tmp, root / "latest")
-    for old in sorted(root.glob(f"{PREFIX}*"))[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def load(

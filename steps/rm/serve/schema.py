@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nemotron.stepconfig import ResourcePlan, ServeRuntime, Strict
+from nemotron.stepconfig import ResourcePlan, ServerBind, ServeRuntime, Strict
 
 
 class Inputs(Strict):
@@ -14,35 +14,33 @@ class Inputs(Strict):
     """reward_model_hf (or, for mode=chat, a causal LM checkpoint_hf)"""
 
 
-class Server(Strict):
+class Server(ServerBind):
     """The HTTP server: KServe v2 (Triton's protocol) for mode=reward, OpenAI chat completions for
     mode=chat."""
 
-    host: str = "127.0.0.1"
-    """bind address; loopback unless told otherwise. Any other address (0.0.0.0) needs a bearer token, else
-    the step refuses to start (exit 2)"""
-    port: int = Field(8000, ge=0, le=65535)
-    """TCP port; 0 = a free port (written to the job's server.json)"""
-    token_file: str | None = None
-    """file (mode 0600) holding the bearer token that every request but the health probes must carry; unset:
-    the token is $NEMOTRON_REWARD_TOKEN (on Slurm: a profile env_var, kept in the job's 0600 secrets file);
-    neither: no auth. Never the token itself: a command line is visible in ps"""
     mode: Literal["reward", "chat"] = "reward"
     """reward: score sequences with a reward model (KServe v2); chat: an OpenAI-compatible
     /v1/chat/completions judge from a causal LM"""
     model_name: str = "reward_model"
     """the model name clients use (/v2/models/<name>/infer; the chat request's model)"""
     max_batch_size: int = Field(64, ge=1)
-    """reward: requests are cut into chunks of at most this many sequences; an upper bound of
-    preferred_batch_size"""
+    """reward: the most sequences in one forward pass; a batch takes at most preferred_batch_size from each
+    request, so it passes preferred_batch_size (up to this) only when several requests share it"""
     preferred_batch_size: int = Field(64, ge=1)
-    """reward: the batcher runs as soon as this many sequences wait, and scores at most this many per forward
-    pass; at most max_batch_size (Triton: preferred_batch_size)"""
+    """reward: the batcher runs as soon as this many sequences wait, and takes at most this many from any one
+    request per forward pass, the requests with the fewest sequences scored so far first: a large request is
+    scored a slice at a time, and others' sequences go between its slices. At most max_batch_size (Triton:
+    preferred_batch_size)"""
     max_queue_delay_ms: float = Field(5.0, ge=0)
     """reward: longest a request waits for others to fill a batch, in ms (Triton: max_queue_delay_microseconds
     / 1000)"""
     max_queue_rows: int = Field(65536, ge=1)
-    """reward: sequences waiting for the model; a request that would queue more gets 503 with Retry-After"""
+    """reward: sequences waiting for the model; a request that would queue more gets 503 with Retry-After, and
+    one of more sequences than this gets 413 before its data is decoded"""
+    max_request_tokens: int = Field(1 << 20, ge=1)
+    """reward: token ids one request may carry (a 'tokens' input's rows x tokens, as declared by its shape);
+    more gets 413 naming this key, before the data is decoded. Sentences are bounded by max_body_bytes, each
+    cut to its last (max_length + 1) x (the tokenizer's longest token) characters before tokenising"""
     max_queue: int = Field(64, ge=1)
     """chat: requests queued or generating; one more gets 503 with Retry-After"""
     read_timeout_s: float = Field(30.0, gt=0)

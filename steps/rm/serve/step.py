@@ -62,7 +62,12 @@ def main() -> int:
         max_length = min(s.max_length, model_positions(model.config) or s.max_length)
         scorer = scorer_from_reward_model(model, tokenizer, max_length)
         code = run_forever_until_signal(
-            scorer, http_settings(s, token), batching_of(s), model_name=s.model_name, on_ready=announce
+            scorer,
+            http_settings(s, token),
+            batching_of(s),
+            model_name=s.model_name,
+            on_ready=announce,
+            max_request_tokens=s.max_request_tokens,
         )
     else:
         from nemotron.models.checkpoint import load_policy

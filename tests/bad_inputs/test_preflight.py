@@ -1,0 +1,110 @@
+"""Preflight (issue 29) beyond the corpus in cases.toml: NeMo-Aligner's parallel sizes read from the .nemo itself,
+configurations that divide are accepted (so the refusals are not blanket), and a refusal is one line with the
+numbers, the same in dry-run and submit, with $NEMOTRON_HOME left untouched."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+
+def _nemo(path: Path, tensor: int, pipeline: int = 1) -> Path:
+    """A .nemo as NeMo saves one, as far as the sizes go: a tar holding model_config.yaml."""
+    config = path.with_suffix(".yaml")
+    config.write_text(
+        yaml.safe_dump({"tensor_model_parallel_size": tensor, "pipeline_model_parallel_size": pipeline})
+    )
+    with tarfile.open(path, "w") as tar:
+        tar.add(config, arcname="./model_config.yaml")
+    return path
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+def _aligner_ppo(nemo: Path, *extra: str) -> tuple[str, ...]:
+    ref = f"inputs.reward_model={nemo}"
+    return (
+        "steps",
+        "run",
+        "rl/ppo",
+        "-c",
+        "default",
+        "backend=nemo_aligner",
+        f"inputs.policy={nemo}",
+        ref,
+        *extra,
+    )
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "submit"])
+def test_nemo_aligner_sizes_come_from_the_nemo_and_must_divide_each_groups_gpus(
+    home: Path, tmp_path: Path, run_cli: Any, dry_run: bool
+) -> None:
+    nemo = _nemo(tmp_path / "m.nemo", tensor=16)
+    r = run_cli(*_aligner_ppo(nemo, "-b", "slurm_rlhf", *(["--dry-run"] if dry_run else [])))
+    assert r.code == 2, r.err[-2000:]
+    assert "Traceback" not in r.err
+    where = "1 node × 8 GPUs of the profile's 2 nodes × 8 GPUs, profile slurm_rlhf"
+    for group in ("actor (policy)", "reward model server", "critic server"):
+        line = f"  - {group} ({nemo}'s model_config.yaml): tensor 16 × pipeline 1 × context 1 = 16 does not divide 8 GPUs ({where})"
+        assert line in r.err.splitlines(), r.err
+    assert _files(home) == []  # no job dir, no store, no external record
+
+
+def test_parallel_sizes_that_divide_are_accepted(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    nemo = _nemo(tmp_path / "m.nemo", tensor=4, pipeline=2)
+    r = run_cli(*_aligner_ppo(nemo, "-b", "slurm_rlhf", "--dry-run"))
+    assert r.code == 0, r.err[-2000:]
+    assert "trainer.devices=8" in r.out
+    (tmp_path / "env.toml").write_text("[one8]\nextends = 'slurm_rlhf'\nnodes = 1\n")
+    megatron = (
+        "nemo_rl.policy_backend=megatron",
+        "nemo_rl.tensor_parallel_size=4",
+        "nemo_rl.pipeline_parallel_size=2",
+    )
+    r = run_cli("steps", "run", "rl/rlhf", *megatron, "-b", "one8", "--dry-run")
+    assert r.code == 0, r.err[-2000:]
+    assert "tensor_model_parallel_size: 4" in r.out
+
+
+def test_a_nemo_that_is_no_tar_cannot_load(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    broken = tmp_path / "broken.nemo"
+    broken.write_bytes(b"not a tar at all" * 64)
+    r = run_cli(*_aligner_ppo(broken, "-b", "slurm_rlhf", "--dry-run"))
+    assert r.code == 2
+    assert "input 'policy' (" in r.err and "cannot load: not a readable .nemo" in r.err, r.err
+    assert "Traceback" not in r.err
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+def test_a_broken_checkpoint_is_one_line_and_leaves_no_record(
+    home: Path, tmp_path: Path, run_cli: Any, dry_run: bool
+) -> None:
+    from nemotron.paths import shipped_root
+
+    ck = tmp_path / "policy"
+    ck.mkdir()
+    for f in (shipped_root() / "tiny" / "sft_policy").iterdir():
+        if f.name != "tokenizer.json":
+            (ck / f.name).write_bytes(f.read_bytes())
+    r = run_cli(
+        "steps",
+        "run",
+        "rl/reinforce",
+        "-c",
+        "tiny",
+        f"inputs.policy={ck}",
+        *(["--dry-run"] if dry_run else []),
+    )
+    assert r.code == 2
+    assert r.err == (
+        f"error: input 'policy' ({ck}) cannot load: no tokenizer (tokenizer.json); the checkpoint was saved without it\n"
+    )
+    assert r.out == ""
+    assert _files(home) == []
