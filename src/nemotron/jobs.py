@@ -118,8 +118,9 @@ def job_record(job: Job, rendered: str) -> JobRecord:
     )
 
 
-def create_job_dir(job: Job, rendered: str) -> Path:
-    """Write the record into a temporary dir, then rename: a job dir is either complete or absent."""
+def create_job_dir(job: Job, rendered: str, files: dict[str, str] | None = None) -> Path:
+    """Write the record (and `files`: name -> text, e.g. the resource plan's plan.json) into a temporary dir,
+    then rename: a job dir is either complete or absent."""
     root = writable_dir(jobs_dir(), "jobs directory")
     final = root / job.job_id
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{job.job_id}."))
@@ -134,6 +135,8 @@ def create_job_dir(job: Job, rendered: str) -> Path:
         (tmp / "logs").mkdir()
         (tmp / "checkpoints").mkdir()
         write_atomic(tmp / "status.json", json.dumps({"state": "pending", "created_at": now()}))
+        for name, text in (files or {}).items():
+            write_atomic(tmp / name, text)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -25,6 +25,9 @@ class _ProfileBase(BaseModel):
     artifacts_root: str | None = None  # where the artifact store lives (shared storage on clusters)
 
 
+GpuType = Literal["H100-80GB", "H200", "A100-40GB", "A100-80GB", "L40S"]
+
+
 class LocalProfile(_ProfileBase):
     executor: Literal["local"] = "local"
     nproc_per_node: int = Field(1, ge=1)  # data-parallel processes (torchrun) on this machine
@@ -40,6 +43,11 @@ class SlurmProfile(_ProfileBase):
     # refused below 1 here, so `#SBATCH --nodes=0` is never rendered; 0 GPUs is a CPU cluster
     nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)
+    # what the resource plan checks each GPU's memory against (docs/cluster.md, "The resource plan"): the GPU
+    # model, its memory from the plan's table (nemotron.resource_plan.GPU_TYPES), or gpu_memory_gb (GiB per GPU,
+    # for a GPU the table lacks; wins over gpu_type)
+    gpu_type: GpuType | None = None
+    gpu_memory_gb: float | None = Field(None, gt=0)
     ntasks_per_node: int = Field(1, ge=1)
     cpus_per_task: int | None = Field(None, ge=1)
     mem: str | None = None
@@ -82,6 +90,11 @@ class LeptonProfile(_ProfileBase):
     container_image: str = "nvcr.io/nvidia/nemo:25.07"
     nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)
+    # what the resource plan checks each GPU's memory against (docs/cluster.md, "The resource plan"): the GPU
+    # model, its memory from the plan's table (nemotron.resource_plan.GPU_TYPES), or gpu_memory_gb (GiB per GPU,
+    # for a GPU the table lacks; wins over gpu_type)
+    gpu_type: GpuType | None = None
+    gpu_memory_gb: float | None = Field(None, gt=0)
     shared_memory_size: int = Field(65536, ge=1)
     mounts: list[LeptonMount] = []
     workspace_url: str | None = None  # defaults to $LEPTON_WORKSPACE_URL

@@ -33,6 +33,18 @@ class ModelArch(Strict):
     max_position_embeddings)"""
 
 
+class ResourcePlan(Strict):
+    """The resource plan: memory per device of each process group, checked before anything is submitted
+    (docs/cluster.md, "The resource plan")."""
+
+    on_no_fit: Literal["refuse", "warn"] = "refuse"
+    """refuse: a plan whose peak exceeds a device's memory is exit 2 before anything is written, naming the
+    keys that would make it fit; warn: print that as a warning and submit anyway"""
+    models: dict[str, str] = {}
+    """role (policy, reward_model, judge) -> a Hugging Face id from the plan's shape table, for a model whose
+    checkpoint is not readable here (a path on the cluster); a readable checkpoint's own config wins"""
+
+
 class SupervisedTrainer(Strict):
     """The training loop of sft and rm/train: each optimizer step learns from a random global batch of the
     training records (sft examples, rm/train preference pairs); a seeded share is held out."""
@@ -322,3 +334,5 @@ class RLConfig(Strict):
     eval: Evaluation = Evaluation()
     runtime: TrainRuntime = TrainRuntime()
     nemo_rl: NemoRL = NemoRL()
+    plan: ResourcePlan = ResourcePlan()
+    """the resource plan's model hints and what a plan that cannot fit does"""

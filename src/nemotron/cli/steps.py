@@ -147,12 +147,17 @@ def run(
     force_squash: Annotated[
         bool, typer.Option("--force-squash", help="re-import the container image into .sqsh")
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="with --dry-run: the resource plan and the launch as JSON")
+    ] = False,
 ) -> None:
     """Compile STEP + preset + profile + overrides into a job and run it (args after `--` go to the step)."""
     if run_profile and batch_profile:
         raise UserError(
             "-r/--run and -b/--batch are mutually exclusive: -r runs attached, -b submits detached"
         )
+    if as_json and not dry_run:
+        raise UserError("--json goes with --dry-run (it prints the plan instead of submitting)")
     if config and len(config) > 1:
         raise UserError(
             f"-c given {len(config)} times ({', '.join(config)}): give one preset; to combine them, write a "
@@ -174,6 +179,9 @@ def run(
         argv=["nemotron", *sys.argv[1:]],
         dry_run=dry_run,
     )
+    if dry_run and as_json:
+        print(json.dumps(submit.dry_run_json(job), indent=2))
+        return
     if dry_run:
         sys.stdout.write(submit.dry_run(job))
         return

@@ -72,8 +72,11 @@ def local_launch(job: Job, job_dir: str, python: str = "python") -> str:
     return exports + shlex.join(local_command(job, job_dir, python))
 
 
-def dry_run_text(job: Job, launch_text: str, job_dir: str, secrets: Iterable[str] = ()) -> str:
-    """Everything `--dry-run` prints: the config with sources, the input bindings, and the rendered launch."""
+def dry_run_text(
+    job: Job, launch_text: str, job_dir: str, secrets: Iterable[str] = (), resource_plan: str = ""
+) -> str:
+    """Everything `--dry-run` prints: the config with sources, the input bindings, the resource plan (memory per
+    device of each process group), and the rendered launch."""
     header = (
         f"# step: {job.step_id}   preset: {job.preset}   profile: {job.profile.name} ({job.profile.executor})"
         f"   mode: {job.mode}\n# job dir: {job_dir}"
@@ -94,6 +97,9 @@ def dry_run_text(job: Job, launch_text: str, job_dir: str, secrets: Iterable[str
                 f"{name:<14} {type_:<18} -> {art}:v<next>" for name, (art, type_) in job.outputs.items()
             )
             or "(none)",
+            "",
+            "## resource plan (memory per device; docs/cluster.md)",
+            resource_plan or "(none)",
             "",
             "## launch",
             launch_text,

@@ -3,14 +3,20 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
+from typing import Any
 
 from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, RayDriver, engine_for
+from nemotron.errors import UserError
 from nemotron.launch import render
 from nemotron.launch.executor import Executor, executor_for
 from nemotron.paths import jobs_dir
-from nemotron.redact import secret_values
+from nemotron.redact import redact_text, secret_values
+from nemotron.resource_plan import Plan, refusal
+from nemotron.resource_plan import render as render_plan
 
 
 def _secrets(job: Job) -> set[str]:
@@ -31,8 +37,37 @@ def rendered_launch(job: Job) -> str:
     return plan(job)[3]
 
 
+def resource_plan(job: Job, where: Placement) -> Plan:
+    """The job's resource plan on its placement; a plan that cannot fit is refused here (exit 2, naming the
+    process group, the device, the memory and the keys that would make it fit) unless plan.on_no_fit=warn."""
+    from nemotron.resource_groups import plan_job
+
+    planned = plan_job(job, where.nodes, where.gpus_per_node)
+    refused = planned.refused()
+    if refused:
+        raise UserError(refusal(refused[0]))
+    return planned
+
+
 def dry_run(job: Job) -> str:
-    return render.dry_run_text(job, rendered_launch(job), str(jobs_dir() / job.job_id), _secrets(job))
+    _, where, _, text = plan(job)
+    planned = resource_plan(job, where)
+    warnings = [f"warning: {refusal(g)}" for g in planned.overflows()]
+    table = "\n".join([render_plan(planned), *warnings])
+    return render.dry_run_text(job, text, str(jobs_dir() / job.job_id), _secrets(job), table)
+
+
+def dry_run_json(job: Job) -> dict[str, Any]:
+    """What `--dry-run --json` prints: the job's identity, its resource plan and the rendered launch."""
+    _, where, _, text = plan(job)
+    return {
+        "step": job.step_id,
+        "preset": job.preset,
+        "profile": job.profile.name,
+        "job_dir": str(jobs_dir() / job.job_id),
+        "resource_plan": resource_plan(job, where).as_json(),
+        "launch": redact_text(text, _secrets(job)),
+    }
 
 
 def submit(job: Job) -> int:
@@ -42,7 +77,10 @@ def submit(job: Job) -> int:
     from nemotron.paths import artifacts_dir
 
     executor, where, launch, text = plan(job)  # every refusal happens here, before anything is written
+    planned = resource_plan(job, where)
+    for group in planned.overflows():  # plan.on_no_fit=warn: the user knows better
+        print(f"warning: {refusal(group)}", file=sys.stderr, flush=True)
     root = job.profile.artifacts_root
     job = register_path_inputs(job, ArtifactStore(Path(root).expanduser() if root else artifacts_dir()))
-    job_dir = create_job_dir(job, text)
+    job_dir = create_job_dir(job, text, {"plan.json": json.dumps(planned.as_json(), indent=2) + "\n"})
     return executor.submit(job, job_dir, where, launch)

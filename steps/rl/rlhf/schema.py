@@ -12,6 +12,7 @@ from nemotron.stepconfig import (
     KLEstimator,
     NemoRL,
     Optim,
+    ResourcePlan,
     Strict,
     TrainRuntime,
     backend_field,
@@ -226,6 +227,8 @@ class Config(Strict):
     eval: Evaluation = Evaluation()
     runtime: TrainRuntime = TrainRuntime()
     nemo_rl: NemoRL = NemoRL()
+    plan: ResourcePlan = ResourcePlan()
+    """the resource plan's model hints and what a plan that cannot fit does"""
 
     @model_validator(mode="after")
     def _nemo_gym_runs_under_nemo_rl(self) -> "Config":

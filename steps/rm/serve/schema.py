@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nemotron.stepconfig import ServerBind, ServeRuntime, Strict
+from nemotron.stepconfig import ResourcePlan, ServerBind, ServeRuntime, Strict
 
 
 class Inputs(Strict):
@@ -67,3 +67,5 @@ class Config(Strict):
     inputs: Inputs = Inputs()
     server: Server = Server()
     runtime: ServeRuntime = ServeRuntime()
+    plan: ResourcePlan = ResourcePlan()
+    """the resource plan's model hints and what a plan that cannot fit does"""

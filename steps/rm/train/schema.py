@@ -1,6 +1,6 @@
 """Config schema of rm/train: a Bradley-Terry reward model trained on preference pairs."""
 
-from nemotron.stepconfig import ModelArch, Optim, Strict, SupervisedTrainer, TrainRuntime
+from nemotron.stepconfig import ModelArch, Optim, ResourcePlan, Strict, SupervisedTrainer, TrainRuntime
 
 
 class Inputs(Strict):
@@ -31,3 +31,5 @@ class Config(Strict):
     optim: Optim = Optim(lr=1e-3, warmup_steps=20, min_lr_ratio=0.1)
     """the reward model's optimizer"""
     runtime: TrainRuntime = TrainRuntime()
+    plan: ResourcePlan = ResourcePlan()
+    """the resource plan's model hints and what a plan that cannot fit does"""

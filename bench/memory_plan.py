@@ -1,0 +1,175 @@
+"""The resource plan against measured memory (issue 30): for each configuration, one real `nemotron steps run sft`
+on the CPU from a checkpoint directory, its `peak_memory_mb` (the step process's peak resident set, as every
+step reports it) against the plan's predicted peak for the policy's training process (`plan.json` in the same
+job directory). Every sequence is max_length tokens long, so the plan's upper bound is the real shape.
+
+Run: python bench/memory_plan.py                      (3 families x tiny/small x fp32/bf16 x checkpointing off/on:
+                                                       24 runs, ~10 min on 2 cores; writes the table in
+                                                       docs/benchmarks.md between its markers)
+     python bench/memory_plan.py --families llama --sizes small --json out.json   (a subset, no docs edit)
+     python bench/memory_plan.py --table-from out.json [--replan]                 (the docs table from a run;
+                                                       --replan: the plan of this code against those measurements)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- memory-plan:begin -->", "<!-- memory-plan:end -->"
+# (layers, hidden, heads): tiny is the tiny preset's shape; small is >= 50M parameters in every family
+SIZES = {"tiny": (2, 64, 4), "small": (16, 512, 8)}
+FAMILIES = ("gpt2", "llama", "qwen2")
+PRECISIONS = ("fp32", "bf16")
+MAX_LENGTH, BATCH = 128, 16  # 2,048 tokens per step, in one forward/backward (sft has no micro-batches)
+TOLERANCE = 0.25
+
+
+def write_data(root: Path) -> Path:
+    """SFT records whose prompt + response exceed MAX_LENGTH tokens of the shipped tokenizer (cut to it)."""
+    tiny = [
+        json.loads(line) for line in (REPO / "src/nemotron/shipped/tiny/sft.jsonl").read_text().splitlines()
+    ]
+    words = " ".join(r["response"] for r in tiny).split()
+    path = root / "long_sft.jsonl"
+    with path.open("w") as f:
+        for i in range(64):
+            response = " ".join(words[(i * 7 + j) % len(words)] for j in range(2 * MAX_LENGTH))
+            f.write(json.dumps({"prompt": tiny[i % len(tiny)]["prompt"], "response": response}) + "\n")
+    return path
+
+
+def write_checkpoint(root: Path, family: str, size: str) -> Path:
+    layers, hidden, heads = SIZES[size]
+    out = root / f"{family}-{size}"
+    if not out.exists():
+        subprocess.run(
+            [sys.executable, "-m", "nemotron.models.tiny", str(out), "--family", family, "--layers", str(layers),
+             "--hidden", str(hidden), "--heads", str(heads), "--positions", str(MAX_LENGTH)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    return out
+
+
+def sft_args(root: Path, family: str, size: str, precision: str, checkpointing: bool) -> list[str]:
+    return [
+        "steps", "run", "sft", "-c", "tiny", f"inputs.init_from={write_checkpoint(root, family, size)}",
+        f"inputs.data={root / 'long_sft.jsonl'}", "trainer.max_steps=2", "trainer.log_interval=2",
+        f"trainer.global_batch_size={BATCH}", f"trainer.max_length={MAX_LENGTH}", "trainer.validation_fraction=0.02",
+        f"runtime.precision={precision}", f"runtime.gradient_checkpointing={str(checkpointing).lower()}",
+    ]  # fmt: skip
+
+
+def replan(root: Path, result: dict[str, object]) -> dict[str, object]:
+    """`result` with the plan of the code here (no run): the measured peak does not depend on the plan's code."""
+    from nemotron.catalog import Catalog
+    from nemotron.compile import compile_job
+    from nemotron.resource_groups import plan_job
+
+    args = sft_args(root, str(result["family"]), str(result["size"]), str(result["precision"]),
+                    bool(result["checkpointing"]))  # fmt: skip
+    job = compile_job(Catalog(), "sft", "tiny", overrides=args[5:], dry_run=True)
+    group = plan_job(job, 1, 0).groups[0]
+    terms = {k: round(v, 1) for k, v in group.terms_mb.items()}
+    return {**result, "predicted_mb": round(group.peak_mb, 1), "terms_mb": terms}
+
+
+def measure(root: Path, family: str, size: str, precision: str, checkpointing: bool) -> dict[str, object]:
+    """One sft run of 2 steps: the measured peak and the plan's prediction, in MiB."""
+    home = root / "home"
+    before = set((home / "jobs").iterdir()) if (home / "jobs").exists() else set()
+    args = sft_args(root, family, size, precision, checkpointing)
+    env = {**os.environ, "NEMOTRON_HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    (job,) = set((home / "jobs").iterdir()) - before
+    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    measured = max(r["peak_memory_mb"] for r in rows if "peak_memory_mb" in r)
+    plan = json.loads((job / "plan.json").read_text())
+    group = plan["groups"][0]
+    return {
+        "family": family,
+        "size": size,
+        "parameters": group["models"][0]["parameters"],
+        "precision": precision,
+        "checkpointing": checkpointing,
+        "predicted_mb": round(group["peak_mb"], 1),
+        "measured_mb": round(measured, 1),
+        "terms_mb": {k: round(v, 1) for k, v in group["terms_mb"].items()},
+    }
+
+
+def table(results: list[dict[str, object]]) -> str:
+    lines = [
+        "| model | parameters | precision | activation checkpointing | predicted MiB | measured MiB | error |",
+        "|---|---:|---|---|---:|---:|---:|",
+    ]
+    for r in results:
+        error = float(r["predicted_mb"]) / float(r["measured_mb"]) - 1  # type: ignore[arg-type]
+        lines.append(
+            f"| {r['family']} {r['size']} | {int(r['parameters']):,} | {r['precision']} | "  # type: ignore[call-overload]
+            f"{'on' if r['checkpointing'] else 'off'} | {r['predicted_mb']:,.0f} | {r['measured_mb']:,.0f} | "
+            f"{error:+.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
+    parser.add_argument("--checkpointing", nargs="+", default=["off", "on"], choices=["off", "on"])
+    parser.add_argument(
+        "--json", type=Path, help="write the results here instead of editing docs/benchmarks.md"
+    )
+    parser.add_argument("--table-from", type=Path, help="write docs/benchmarks.md's table from a --json file")
+    parser.add_argument(
+        "--replan", action="store_true", help="with --table-from: the predictions of this code"
+    )
+    args = parser.parse_args(argv)
+    if args.table_from:
+        results: list[dict[str, object]] = json.loads(args.table_from.read_text())
+        if args.replan:
+            with tempfile.TemporaryDirectory() as tmp:
+                write_data(Path(tmp))
+                results = [replan(Path(tmp), r) for r in results]
+    else:
+        results = run(args)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    else:
+        text = DOC.read_text()
+        head, _, rest = text.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        DOC.write_text(f"{head}{BEGIN}\n{table(results)}\n{END}{tail}")
+    worst = max(abs(float(r["predicted_mb"]) / float(r["measured_mb"]) - 1) for r in results)  # type: ignore[arg-type]
+    print(f"worst error {worst:+.0%} (tolerance ±{TOLERANCE:.0%})")
+    return 0 if worst <= TOLERANCE else 1
+
+
+def run(args: argparse.Namespace) -> list[dict[str, object]]:
+    """Every configuration the arguments name, one sft run each."""
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_data(root)
+        for family, size, precision, ckpt in itertools.product(
+            args.families, args.sizes, args.precisions, args.checkpointing
+        ):
+            results.append(measure(root, family, size, precision, ckpt == "on"))
+            print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,445 @@
+"""Which process groups a job runs, on which devices, holding which models: the compiled Job (its step, config
+and profile) and its placement turned into `resource_plan.Group`s, one engine at a time.
+
+- builtin: one trainer process per device (DDP: every device holds the whole model, its gradients and optimizer
+  state), the reference policy, rl/ppo's critic and an in-process reward model beside it, rollouts by our KV-cache
+  sampler or a colocated vLLM that keeps its memory share the whole run; a served reward model on its own node
+  (Slurm) or beside the trainer (local).
+- nemo_rl: DTensor (FSDP over every training GPU, TP, CP) or Megatron (TP x PP, distributed optimizer), with
+  vLLM colocated: generation and training take turns (vLLM sleeps while the policy trains, the policy's optimizer
+  leaves the GPU while vLLM generates), the reference policy and the critic are swapped in for their passes.
+- nemo_aligner: the hetjob's actor, critic and reward-model servers, Megatron with NeMo-Aligner's TP = PP = 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nemotron.errors import UserError
+from nemotron.resource_plan import (
+    CPU_RUNTIME_MB,
+    GPU_RUNTIME_MB,
+    GPU_TYPES,
+    Group,
+    Plan,
+    Sharding,
+    activations_mb,
+    frozen_weights_mb,
+    heap_slack_mb,
+    kv_cache_mb,
+    model_entry,
+    train_state_mb,
+    training_peak,
+)
+from nemotron.resource_shapes import ModelShape, known_shape, shape_from_arch, shape_from_checkpoint
+
+if TYPE_CHECKING:
+    from nemotron.compile import Job
+
+PLANNED_STEPS = ("sft", "rm/train", "rm/serve", "rl/reinforce", "rl/ppo", "rl/rlhf")
+TOKENIZER_VOCAB_CEILING = 4096  # a tokenizer trained on the data (no inputs.init_from) has at most this many
+DEFAULT_PROMPT_TOKENS = (
+    512  # the builtin engine's prompt budget for the plan (NeMo-RL: nemo_rl.max_prompt_tokens)
+)
+
+
+def device_memory(profile: Any) -> tuple[str, float | None, bool]:
+    """(the device's name, its memory in MiB or None when unknown, whether it is a GPU)."""
+    gpus = int(getattr(profile, "gpus_per_node", 0) or 0)
+    gpu_type, gpu_gb = getattr(profile, "gpu_type", None), getattr(profile, "gpu_memory_gb", None)
+    if gpus > 0 or gpu_type or gpu_gb:
+        if gpu_gb:
+            return f"GPU (gpu_memory_gb = {gpu_gb:g})", float(gpu_gb) * 1024, True
+        if gpu_type:
+            return f"{gpu_type} ({GPU_TYPES[gpu_type] / 1024:.0f} GiB)", float(GPU_TYPES[gpu_type]), True
+        return "GPU (memory unknown: set the profile's gpu_type or gpu_memory_gb)", None, True
+    if getattr(profile, "executor", "local") == "local":
+        return "RAM", _ram_mb(), False
+    return "RAM of a node (unknown)", None, False
+
+
+def _ram_mb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _get(tree: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+class Shapes:
+    """Looks up each model's shape: a readable checkpoint, the shape table for an HF id, a `plan.models` hint."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.unknown: list[str] = []
+        self.hints: dict[str, str] = dict(_get(job.config, "plan.models", {}) or {})
+
+    def of(self, role: str, ref: Any) -> ModelShape | None:
+        hint = self.hints.get(role)
+        if ref:
+            found = shape_from_checkpoint(Path(str(ref)).expanduser()) or known_shape(str(ref))
+            if found:
+                return found
+        if hint:
+            found = known_shape(hint)
+            if found is None:
+                from nemotron.resource_shapes import KNOWN_MODELS
+
+                raise UserError(
+                    f"plan.models.{role}={hint!r}: not in the shape table; use one of: "
+                    + ", ".join(sorted(k for k in KNOWN_MODELS if "Instruct" in k))
+                )
+            return found
+        self.unknown.append(
+            f"{role}: {ref or '(not set)'} is not a checkpoint readable here and not in the shape table; set "
+            f"plan.models.{role}=<a Hugging Face id from docs/cluster.md's shape table>"
+        )
+        return None
+
+
+def plan_job(job: Job, nodes: int, gpus_per_node: int) -> Plan:
+    """The resource plan of a compiled job on `nodes` nodes of `gpus_per_node` GPUs (0: CPU)."""
+    backend = str(job.config.get("backend") or "builtin")
+    if job.step_id not in PLANNED_STEPS:  # data/prep and user steps run no model the plan knows
+        return Plan([], str(_get(job.config, "plan.on_no_fit", "refuse")))
+    shapes = Shapes(job)
+    cfg, step = job.step_config, job.step_id
+    name, memory, gpu = device_memory(job.profile)
+    ctx = _Context(job, shapes, name, memory, gpu, nodes, max(gpus_per_node, 1))
+    if backend == "nemo_rl":
+        groups = _nemo_rl(ctx, cfg)
+    elif backend == "nemo_aligner":
+        groups = _nemo_aligner(ctx, cfg)
+    else:
+        groups = _builtin(ctx, cfg, step)
+    unused = set(shapes.hints) - ctx.roles
+    if unused:
+        raise UserError(
+            f"plan.models names {', '.join(sorted(unused))}, which {step} does not run here; its models: "
+            + ", ".join(sorted(ctx.roles))
+        )
+    return Plan(groups, str(_get(job.config, "plan.on_no_fit", "refuse")), shapes.unknown)
+
+
+class _Context:
+    def __init__(self, job: Job, shapes: Shapes, device: str, memory: float | None, gpu: bool, nodes: int,
+                 per_node: int) -> None:  # fmt: skip
+        self.job, self.shapes, self.device, self.memory, self.gpu = job, shapes, device, memory, gpu
+        self.nodes, self.per_node = nodes, per_node
+        self.roles: set[str] = set()
+        runtime = job.config.get("runtime") or {}
+        self.precision = str(runtime.get("precision", "fp32"))
+        self.checkpointing = bool(runtime.get("gradient_checkpointing", False))
+
+    def shape(self, role: str, ref: Any) -> ModelShape | None:
+        self.roles.add(role)
+        return self.shapes.of(role, ref)
+
+    def add_heap_slack(self, terms: dict[str, float], shape: ModelShape, rows: int, seq: int) -> None:
+        """On the CPU, the heap pages a training step frees but the allocator keeps (resource_plan.heap_slack_mb)."""
+        if not self.gpu:
+            full = activations_mb(shape, rows, seq, self.precision, False)["activations"]
+            terms["heap slack"] = heap_slack_mb(terms, full)
+
+    @property
+    def runtime_mb(self) -> float:
+        return GPU_RUNTIME_MB if self.gpu else CPU_RUNTIME_MB
+
+    def where(self, first: int = 0, count: int | None = None) -> str:
+        count = self.nodes if count is None else count
+        if getattr(self.job.profile, "executor", "local") == "local":
+            return "this machine"
+        return f"node {first}" if count == 1 else f"nodes {first}-{first + count - 1}"
+
+    def group(self, name: str, terms: dict[str, float], models: list[tuple[ModelShape, str]], parallelism: str,
+              peak: float | None = None, where: str | None = None, **extra: Any) -> Group:  # fmt: skip
+        terms = {"runtime": self.runtime_mb, **{k: v for k, v in terms.items()}}
+        return Group(
+            name, where or self.where(), self.device, self.memory, [model_entry(s, r) for s, r in models], terms,
+            training_peak(terms, cpu=not self.gpu) if peak is None else peak, parallelism, **extra,
+            enforced=self.gpu,
+        )  # fmt: skip
+
+
+def _suggest(ctx: _Context, mb_key: str, mb: int, *more: str) -> list[str]:
+    out = [] if ctx.checkpointing else ["runtime.gradient_checkpointing=true"]
+    if mb > 1:
+        out.append(f"{mb_key}={max(1, mb // 2)} (now {mb})")
+    return [*out, *more]
+
+
+# ---- builtin ----------------------------------------------------------------------------------------------------
+
+
+def _builtin(ctx: _Context, cfg: dict[str, Any], step: str) -> list[Group]:
+    world = ctx.nodes * (ctx.per_node if ctx.gpu else int(getattr(ctx.job.profile, "nproc_per_node", 1) or 1))
+    ddp = f"DDP over {world} {'GPUs' if ctx.gpu else 'processes'}" if world > 1 else "one process"
+    p = ctx.precision
+    if step in ("sft", "rm/train"):
+        role = "policy" if step == "sft" else "reward_model"
+        ref = _get(cfg, "inputs.init_from")
+        shape = ctx.shape(role, ref) if ref else _arch(ctx, role, cfg)
+        if shape is None:
+            return []
+        records = max(1, int(_get(cfg, "trainer.global_batch_size", 1)) // world)
+        rows = records * (2 if step == "rm/train" else 1)  # rm/train: chosen and rejected in one pass
+        seq = int(_get(cfg, "trainer.max_length", 32))
+        terms = {
+            **train_state_mb(shape.parameters, p),
+            **activations_mb(shape, rows, seq, p, ctx.checkpointing),
+        }
+        if step == "rm/train":
+            terms["logits"] = 0.0  # a scalar head, no vocabulary
+        ctx.add_heap_slack(terms, shape, rows, seq)
+        name = "policy training" if step == "sft" else "reward model training"
+        sugg = _suggest(ctx, "trainer.global_batch_size", records * world, "runtime.precision=bf16")
+        return [ctx.group(name, terms, [(shape, role)], ddp, suggestions=sugg)]
+    if step == "rm/serve":
+        shape = ctx.shape("reward_model", _get(cfg, "inputs.reward_model"))
+        if shape is None:
+            return []
+        sp = str(_get(cfg, "runtime.precision", "fp32"))
+        batch, seq = int(_get(cfg, "server.max_batch_size", 64)), int(_get(cfg, "server.max_length", 128))
+        terms = {"weights": frozen_weights_mb(shape.parameters, sp), **_inference_mb(shape, batch, seq, sp)}
+        sugg = [f"server.max_batch_size={max(1, batch // 2)} (now {batch})", "runtime.precision=bf16"]
+        return [ctx.group("reward model (server)", terms, [(shape, "reward_model")], "one server per node",
+                          peak=sum(terms.values()) + ctx.runtime_mb, suggestions=sugg)]  # fmt: skip
+    return _builtin_rl(ctx, cfg, step, world, ddp)
+
+
+def _arch(ctx: _Context, role: str, cfg: dict[str, Any]) -> ModelShape | None:
+    ctx.roles.add(role)
+    return shape_from_arch(_Attrs(cfg.get("model") or {}), TOKENIZER_VOCAB_CEILING)
+
+
+class _Attrs:
+    def __init__(self, tree: dict[str, Any]) -> None:
+        self.family = tree.get("family", "gpt2")
+        self.n_layer, self.n_embd = tree.get("n_layer", 2), tree.get("n_embd", 64)
+        self.n_head, self.n_positions = tree.get("n_head", 4), tree.get("n_positions", 64)
+
+
+def _inference_mb(shape: ModelShape, rows: int, seq: int, precision: str) -> dict[str, float]:
+    """A forward without gradients holds about one layer's activations at a time (the hidden states in, the
+    widest intermediate out) and no logits for a scalar head."""
+    size = 2 if precision != "fp32" else 4
+    return {"activations": rows * seq * (2 * shape.hidden + 2 * shape.intermediate) * size / 2**20}
+
+
+def _rl_refs(cfg: dict[str, Any], step: str) -> tuple[Any, Any, str, int, int, int]:
+    """(policy ref, reward/judge ref, micro-batch key, micro-batch, responses per step, max new tokens)."""
+    if step == "rl/rlhf":
+        judge = _get(cfg, "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model")
+        return (_get(cfg, "policy.model_name"), judge, "policy.train_micro_batch_size",
+                int(_get(cfg, "policy.train_micro_batch_size", 1)),
+                int(_get(cfg, "grpo.num_prompts_per_step", 1)) * int(_get(cfg, "grpo.num_generations_per_prompt", 1)),
+                int(_get(cfg, "policy.generation.max_new_tokens", 16)))  # fmt: skip
+    algo = cfg.get("ppo") or cfg.get("reinforce") or {}
+    return (_get(cfg, "inputs.policy"), _get(cfg, "inputs.reward_model"), "trainer.micro_batch_size",
+            int(_get(cfg, "trainer.micro_batch_size", 1)),
+            int(_get(cfg, "trainer.num_prompts_per_step", 1)) * int(algo.get("num_rollouts_per_prompt", 1)),
+            int(_get(cfg, "generation.max_new_tokens", 16)))  # fmt: skip
+
+
+def _seq(shape: ModelShape, max_new: int, prompt: int = DEFAULT_PROMPT_TOKENS) -> int:
+    return min(shape.context, prompt + max_new) if shape.context else prompt + max_new
+
+
+def _builtin_rl(ctx: _Context, cfg: dict[str, Any], step: str, world: int, ddp: str) -> list[Group]:
+    p = ctx.precision
+    policy_ref, rm_ref, mb_key, mb, responses, max_new = _rl_refs(cfg, step)
+    judge_role = "judge" if step == "rl/rlhf" and _get(cfg, "judge.kind") == "generative" else "reward_model"
+    policy, rm = ctx.shape("policy", policy_ref), ctx.shape(judge_role, rm_ref)
+    groups: list[Group] = []
+    if policy is not None:
+        seq = _seq(policy, max_new)
+        terms = {
+            **train_state_mb(policy.parameters, p),
+            **activations_mb(policy, mb, seq, p, ctx.checkpointing),
+        }
+        terms["reference policy"] = frozen_weights_mb(policy.parameters, p)
+        ctx.add_heap_slack(terms, policy, mb, seq)
+        models = [(policy, "policy"), (policy, "reference")]
+        if step == "rl/ppo" and rm is not None:
+            critic = train_state_mb(rm.parameters, p)
+            acts = activations_mb(rm, mb, seq, p, ctx.checkpointing)
+            terms.update({f"critic {k}": v for k, v in critic.items()})
+            terms["activations"] += acts["activations"]  # the critic's pass follows the actor's, not at once
+            models.append((rm, "critic"))
+        if _get(cfg, "reward.source") == "in_process" and rm is not None:
+            terms["reward model"] = frozen_weights_mb(rm.parameters, p)
+            models.append((rm, "reward_model"))
+        util = float(_get(cfg, "generation.vllm_gpu_memory_utilization", 0.3))
+        notes, sugg = [], _suggest(ctx, mb_key, mb, "runtime.precision=bf16", "backend=nemo_rl (FSDP shards "
+                                    "weights, gradients and optimizer over the GPUs)")  # fmt: skip
+        if _get(cfg, "generation.backend") == "vllm" and ctx.memory:
+            terms["vLLM (colocated)"] = util * ctx.memory
+            notes.append(f"vLLM keeps {util:.0%} of the device for weights and KV cache the whole run; the "
+                         f"trainer has the other {1 - util:.0%}")  # fmt: skip
+            sugg.append(f"generation.vllm_gpu_memory_utilization={util / 2:g} (now {util:g})")
+        else:
+            per_rank = max(1, responses // world)
+            terms["generation KV cache"] = kv_cache_mb(policy, per_rank, seq, p)
+        groups.append(ctx.group("policy training", terms, models, ddp, notes=notes, suggestions=sugg))
+    served = step != "rl/rlhf" and _get(cfg, "reward.source", "server") == "server"
+    if rm is not None and (served or step == "rl/rlhf"):
+        local = getattr(ctx.job.profile, "executor", "local") == "local"
+        terms = {
+            "weights": frozen_weights_mb(rm.parameters, p),
+            **_inference_mb(rm, 64, _seq(rm, max_new), p),
+        }
+        where = "this machine" if local else f"node {ctx.nodes} (a node of its own)"
+        groups.append(ctx.group("reward model" if judge_role == "reward_model" else "judge", terms,
+                                [(rm, judge_role)], "one server", peak=sum(terms.values()) + ctx.runtime_mb,
+                                where=where))  # fmt: skip
+    return groups
+
+
+# ---- nemo_rl ----------------------------------------------------------------------------------------------------
+
+
+def _nemo_rl(ctx: _Context, cfg: dict[str, Any]) -> list[Group]:
+    nemo = cfg.get("nemo_rl") or {}
+    tp, pp, cp = (int(nemo.get(k, 1)) for k in ("tensor_parallel_size", "pipeline_parallel_size",
+                                                  "context_parallel_size"))  # fmt: skip
+    megatron = nemo.get("policy_backend") == "megatron"
+    step = ctx.job.step_id
+    policy_ref, rm_ref, mb_key, mb, _, max_new = _rl_refs(cfg, step)
+    judge_role = "judge" if step == "rl/rlhf" and _get(cfg, "judge.kind") == "generative" else "reward_model"
+    policy, rm = ctx.shape("policy", policy_ref), ctx.shape(judge_role, rm_ref)
+    total = ctx.nodes * ctx.per_node
+    rm_gpus = int(nemo.get("reward_model_gpus", 1)) if rm is not None and judge_role == "reward_model" else 0
+    own_node = ctx.nodes > 1 and rm_gpus > 0
+    world = total - (ctx.per_node if own_node else rm_gpus)
+    if megatron:
+        sharding = Sharding("megatron", tp * pp, world, tp, cp, pp)
+        par = f"Megatron TP {tp} x PP {pp} x CP {cp}, distributed optimizer over {world} GPUs"
+    else:
+        sharding = Sharding("fsdp", world, world, tp, cp)
+        par = f"DTensor FSDP over {world} GPUs, TP {tp}, CP {cp}"
+    p = "bf16-mixed" if ctx.precision != "fp32" else "fp32"
+    seq = int(nemo.get("max_prompt_tokens", DEFAULT_PROMPT_TOKENS)) + max_new
+    train_nodes = ctx.nodes - 1 if own_node else ctx.nodes
+    where = ctx.where(0, train_nodes)
+    groups: list[Group] = []
+    more = [
+        f"more GPUs (the profile's nodes, now {ctx.nodes})",
+        f"nemo_rl.tensor_parallel_size={tp * 2} (now {tp})",
+    ]
+    if megatron:
+        more.append(f"nemo_rl.pipeline_parallel_size={pp * 2} (now {pp})")
+    if policy is not None:
+        state = train_state_mb(policy.parameters, p, sharding)
+        if not megatron:
+            state["bf16 weight copies"] = _gathered_layers_mb(
+                policy
+            )  # FSDP all-gathers a layer or two at a time
+        terms = {**state, **activations_mb(policy, mb, seq, "bf16", ctx.checkpointing, sharding)}
+        groups.append(ctx.group("policy training", terms, [(policy, "policy")], par, where=where,
+                                suggestions=_suggest(ctx, mb_key, mb, *more)))  # fmt: skip
+        ref = {
+            "weights": state["weights"],
+            "logits": activations_mb(policy, mb, seq, "bf16", False, sharding)["logits"],
+        }
+        groups.append(ctx.group("reference policy", ref, [(policy, "reference")], par + "; swapped in for its logprobs",
+                                peak=sum(ref.values()) + ctx.runtime_mb, where=where))  # fmt: skip
+        util = float(nemo.get("gpu_memory_utilization", 0.6))
+        gen_tp = int(nemo.get("generation_tensor_parallel_size", 1))
+        if ctx.memory:
+            vllm = {
+                "vLLM share (weights + KV cache)": util * ctx.memory,
+                "policy weights (resident)": state["weights"],
+            }
+            weights = policy.parameters * 2 / gen_tp / 2**20
+            kv_one = kv_cache_mb(policy, 1, seq, "bf16", gen_tp)
+            notes = [f"vLLM at {util:.0%}: bf16 weights {weights / 1024:.1f} GiB per GPU (TP {gen_tp}), "
+                     f"{(util * ctx.memory - weights) / 1024:.1f} GiB left for KV cache, "
+                     f"{kv_one / 1024:.2f} GiB per {seq}-token sequence; colocated: vLLM sleeps while the policy "
+                     "trains, the policy's optimizer leaves the GPU while vLLM generates"]  # fmt: skip
+            peak = sum(vllm.values()) + ctx.runtime_mb
+            if weights + kv_one > util * ctx.memory:
+                peak = max(
+                    peak, (ctx.memory or 0) + weights + kv_one
+                )  # vLLM cannot start: no room for one sequence
+                notes.append("vLLM's share cannot hold its weights and one sequence's KV cache")
+            groups.append(ctx.group("vLLM generation", vllm, [(policy, "generation")], f"vLLM TP {gen_tp}, colocated",
+                                    peak=peak, where=where, notes=notes,
+                                    suggestions=[f"nemo_rl.gpu_memory_utilization (now {util:g})",
+                                                 f"nemo_rl.generation_tensor_parallel_size={gen_tp * 2} (now {gen_tp})"]))  # fmt: skip
+    if step == "rl/ppo" and rm is not None:
+        state = train_state_mb(rm.parameters, p, sharding)
+        if not megatron:
+            state["bf16 weight copies"] = _gathered_layers_mb(rm)
+        terms = {**state, **activations_mb(rm, mb, seq, "bf16", ctx.checkpointing, sharding)}
+        terms["logits"] = 0.0  # a value head
+        groups.append(ctx.group("critic", terms, [(rm, "critic")], par + "; swapped in for its passes", where=where,
+                                suggestions=_suggest(ctx, mb_key, mb, *more)))  # fmt: skip
+    if rm is not None and judge_role == "judge":
+        ctx.shapes.unknown.append(
+            f"judge: {rm.name} runs in NeMo-Gym's own vLLM server, outside the policy's GPUs"
+        )
+    if rm is not None and judge_role == "reward_model":
+        rm_sh = Sharding("fsdp", rm_gpus, rm_gpus)
+        terms = {
+            "weights": frozen_weights_mb(rm.parameters, "bf16", rm_sh),
+            **_inference_mb(rm, mb, seq, "bf16"),
+        }
+        rm_where = ctx.where(ctx.nodes - 1, 1) if own_node else ctx.where(0, 1)
+        groups.append(ctx.group("reward model", terms, [(rm, "reward_model")], f"FSDP over {rm_gpus} GPUs",
+                                peak=sum(terms.values()) + ctx.runtime_mb, where=rm_where))  # fmt: skip
+    return groups
+
+
+def _gathered_layers_mb(shape: ModelShape) -> float:
+    per_layer = (shape.parameters - shape.vocab * shape.hidden * (1 if shape.tied else 2)) / shape.layers
+    return 2 * per_layer * 2 / 2**20  # the layer computing and the one prefetched, in bf16
+
+
+# ---- nemo_aligner -----------------------------------------------------------------------------------------------
+
+
+def _nemo_aligner(ctx: _Context, cfg: dict[str, Any]) -> list[Group]:
+    step = ctx.job.step_id
+    groups: list[Group] = []
+    if step == "rm/serve":
+        shape = ctx.shape("reward_model", _get(cfg, "inputs.reward_model"))
+        if shape:
+            terms = {"weights": frozen_weights_mb(shape.parameters, "bf16", Sharding("megatron"))}
+            groups.append(ctx.group("reward model (server)", terms, [(shape, "reward_model")], "Megatron TP 1 x PP 1",
+                                    peak=sum(terms.values()) + ctx.runtime_mb))  # fmt: skip
+        return groups
+    policy_ref, rm_ref, mb_key, mb, _, max_new = _rl_refs(cfg, step)
+    policy, rm = ctx.shape("policy", policy_ref), ctx.shape("reward_model", rm_ref)
+    world = ctx.nodes * ctx.per_node
+    sharding = Sharding("megatron", 1, world)
+    seq = DEFAULT_PROMPT_TOKENS + max_new
+    par = f"Megatron TP 1 x PP 1 (the .nemo's), distributed optimizer over {world} GPUs"
+    if policy is not None:
+        terms = {**train_state_mb(policy.parameters, "bf16-mixed", sharding),
+                 **activations_mb(policy, mb, seq, "bf16", ctx.checkpointing, sharding),
+                 "reference policy": frozen_weights_mb(policy.parameters, "bf16", sharding)}  # fmt: skip
+        groups.append(ctx.group("policy training (actor)", terms, [(policy, "policy"), (policy, "reference")], par,
+                                suggestions=_suggest(ctx, mb_key, mb, "more nodes (the profile's nodes)")))  # fmt: skip
+    if rm is not None:
+        if step == "rl/ppo":
+            terms = {**train_state_mb(rm.parameters, "bf16-mixed", Sharding("megatron", 1, ctx.per_node)),
+                     **activations_mb(rm, mb, seq, "bf16", ctx.checkpointing)}  # fmt: skip
+            terms["logits"] = 0.0
+            groups.append(ctx.group("critic (server)", terms, [(rm, "critic")], "Megatron TP 1 x PP 1, one node",
+                                    where="a node of its own"))  # fmt: skip
+        terms = {"weights": frozen_weights_mb(rm.parameters, "bf16", Sharding("megatron"))}
+        groups.append(ctx.group("reward model (server)", terms, [(rm, "reward_model")], "Megatron TP 1 x PP 1",
+                                peak=sum(terms.values()) + ctx.runtime_mb, where="a node of its own"))  # fmt: skip
+    return groups

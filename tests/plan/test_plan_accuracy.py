@@ -1,0 +1,121 @@
+"""The plan is measured, not guessed.
+
+- Weights, gradients and AdamW state against `accelerate estimate-memory`'s own functions (the CLI's
+  `calculate_maximum_sizes` on the model built empty from the same config.json, then `estimate_training_usage`;
+  the CLI itself needs the hub to fetch a config, which is unreachable here).
+- The predicted peak of a training step against the `peak_memory_mb` a real `nemotron steps run sft` reports, within
+  ±25%: a representative subset here (each case one subprocess, ~1 min on 2 cores); `python bench/memory_plan.py`
+  runs the whole matrix (3 families x tiny/small x fp32/bf16 x checkpointing off/on) and writes the table in
+  docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
+from nemotron.models.tiny import build_policy
+from nemotron.paths import shipped_root
+from nemotron.resource_plan import MiB, train_state_mb
+from nemotron.resource_shapes import shape_from_checkpoint
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen2"])
+def test_train_state_agrees_with_accelerate_estimate_memory(family: str, tmp_path: Path) -> None:
+    accelerate = pytest.importorskip("accelerate")
+    from accelerate.commands.estimate import estimate_training_usage
+    from accelerate.utils import calculate_maximum_sizes
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
+    model = build_policy(len(tokenizer), 3, 96, 4, 64, 0, family=family, pad_token_id=0, eos_token_id=1)
+    path = save_checkpoint(model, tmp_path / family, tokenizer)
+    shape = shape_from_checkpoint(path)  # the plan's input: config.json and the safetensors headers
+    assert shape is not None
+
+    with accelerate.init_empty_weights():
+        empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    assert empty.config.tie_word_embeddings
+    total_bytes, _ = calculate_maximum_sizes(empty)
+    # accelerate sums module sizes, so a tied output head (one tensor with the input embedding) counts twice
+    # there; in memory it is one tensor, as the safetensors header stores it
+    if empty.config.tie_word_embeddings:
+        total_bytes -= empty.get_input_embeddings().weight.numel() * 4
+    fp32 = estimate_training_usage(total_bytes, "float32")
+    ours = train_state_mb(shape.parameters, "fp32")
+    # accelerate also counts buffers (rotary frequencies: a few hundred bytes); to 0.5%
+    assert ours["weights"] == pytest.approx(fp32["model"] / MiB, rel=5e-3)
+    assert ours["gradients"] == pytest.approx(fp32["gradients"] / MiB, rel=5e-3)
+    assert ours["optimizer"] == pytest.approx(fp32["optimizer"] / MiB, rel=5e-3)
+    # accelerate's bfloat16 row is mixed precision (fp32 masters): our bf16-mixed, its autocast copies counted
+    # by accelerate under gradients ("weight gradient + computation")
+    mixed, bf16 = (
+        estimate_training_usage(total_bytes, "bfloat16"),
+        train_state_mb(shape.parameters, "bf16-mixed"),
+    )
+    assert bf16["weights"] == pytest.approx(mixed["model"] / MiB, rel=5e-3)
+    assert bf16["gradients"] + bf16["bf16 weight copies"] == pytest.approx(mixed["gradients"] / MiB, rel=5e-3)
+    assert bf16["optimizer"] == pytest.approx(mixed["optimizer"] / MiB, rel=5e-3)
+
+
+# One case per family, both precisions and both checkpointing settings among them, small (>= 50M) models.
+SUBSET = [
+    ("llama", "small", "fp32", False),
+    ("qwen2", "small", "bf16", True),
+    ("gpt2", "small", "fp32", True),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "size", "precision", "checkpointing"), SUBSET)
+def test_the_predicted_peak_is_within_a_quarter_of_the_measured_one(
+    family: str,
+    size: str,
+    precision: str,
+    checkpointing: bool,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import memory_plan
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    root = tmp_path_factory.getbasetemp() / "memory_plan"
+    root.mkdir(exist_ok=True)
+    if not (root / "long_sft.jsonl").exists():
+        memory_plan.write_data(root)
+    result = memory_plan.measure(root, family, size, precision, checkpointing)
+    assert int(result["parameters"]) >= 50_000_000  # type: ignore[call-overload]
+    error = float(result["predicted_mb"]) / float(result["measured_mb"]) - 1  # type: ignore[arg-type]
+    assert abs(error) <= memory_plan.TOLERANCE, json.dumps(result)
+
+
+@pytest.mark.slow
+def test_the_bench_script_runs_at_its_smallest_size(tmp_path: Path) -> None:
+    """bench/memory_plan.py as a user runs it: one tiny configuration, its result written as JSON."""
+    import subprocess
+
+    out = tmp_path / "out.json"
+    args = [
+        "--families",
+        "llama",
+        "--sizes",
+        "tiny",
+        "--precisions",
+        "fp32",
+        "--checkpointing",
+        "off",
+        "--json",
+    ]
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "memory_plan.py"), *args, str(out)],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (result,) = json.loads(out.read_text())
+    assert result["family"] == "llama" and float(result["measured_mb"]) > 100

@@ -1,0 +1,129 @@
+"""The resource plan as users meet it: the table in --dry-run (and its JSON), the refusal of a plan that cannot fit
+(exit 2, one line, nothing written), plan.on_no_fit=warn, plan.models hints, and plan.json in every job dir."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SMALL_GPUS = """
+[small_gpus]
+extends = "slurm_rlhf"
+gpu_memory_gb = 24
+"""
+
+
+def test_the_dry_run_shows_the_plan_per_gpu(home: Path, run_cli_imports: Any) -> None:
+    r, imported = run_cli_imports("steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run")
+    assert r.code == 0, r.err
+    assert (
+        "nemotron.resource_plan" in imported
+    )  # planned on the dry-run's path, still without torch or NeMo-Run
+    assert not {"torch", "nemo_run", "transformers", "safetensors"} & imported
+    plan = r.out.split("## resource plan")[1].split("## launch")[0]
+    rows = {line.split("  ")[0]: line for line in plan.splitlines()[1:] if line and not line.startswith("#")}
+    assert set(rows) == {"group", "policy training", "reward model"}
+    assert "H100-80GB (80 GiB)" in rows["policy training"] and "79.6 GiB" in rows["policy training"]
+    assert " yes " in rows["policy training"]
+    assert "DDP over 16 GPUs" in plan  # 2 nodes x 8 GPUs of the profile, the built-in engine's parallelism
+    assert "meta-llama/Llama-3.2-1B-Instruct (1.24B, shape table)" in plan  # the preset's plan.models hint
+    assert not home.exists()
+
+
+def test_a_plan_that_cannot_fit_is_exit_2_in_one_line_and_writes_nothing(
+    home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    (tmp_path / "env.toml").write_text(SMALL_GPUS)
+    for mode in (["--dry-run"], []):  # refused the same in dry-run and submit, before anything is written
+        r = run_cli("steps", "run", "rl/ppo", "-c", "default", "-b", "small_gpus", *mode)
+        assert r.code == 2, r.err
+        (line,) = r.err.strip().splitlines()
+        for words in ("policy training", "GPU (gpu_memory_gb = 24)", "which has 24.0 GiB", "largest term is",
+                      "runtime.gradient_checkpointing=true", "trainer.micro_batch_size=1", "plan.on_no_fit=warn"):  # fmt: skip
+            assert words in line, line
+        assert "Traceback" not in r.err
+        assert not home.exists()
+
+
+def test_on_no_fit_warn_turns_the_refusal_into_a_warning(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    (tmp_path / "env.toml").write_text(SMALL_GPUS)
+    r = run_cli(
+        "steps", "run", "rl/ppo", "-c", "default", "-b", "small_gpus", "plan.on_no_fit=warn", "--dry-run"
+    )
+    assert r.code == 0, r.err
+    assert "warning: resource plan: policy training" in r.out
+    assert " NO " in r.out.split("## resource plan")[1]
+
+
+def test_the_dry_run_json_holds_the_plan(home: Path, run_cli: Any) -> None:
+    r = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", "slurm_rlhf", "--dry-run", "--json")
+    assert r.code == 0, r.err
+    plan = json.loads(r.out)["resource_plan"]
+    names = [g["name"] for g in plan["groups"]]
+    assert names == ["policy training", "reference policy", "vLLM generation"]
+    training = plan["groups"][0]
+    assert training["fits"] and training["available_mb"] == 81559
+    assert training["parallelism"] == "DTensor FSDP over 16 GPUs, TP 1, CP 1"
+    assert plan["unknown"] and "judge" in plan["unknown"][0]  # NeMo-Gym's judge server is not planned
+    assert run_cli("steps", "run", "sft", "-c", "tiny", "--json").code == 2  # --json only with --dry-run
+
+
+def test_plan_models_hints_are_checked(home: Path, run_cli: Any) -> None:
+    base = ("steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run")
+    r = run_cli(*base, "plan.models.policy=Qwen/Qwen2.5-0.5B")
+    assert r.code == 0, r.err
+    assert "policy Qwen/Qwen2.5-0.5B (494M, shape table)" in r.out
+    # an 8B policy on the built-in engine's DDP: every GPU would hold all of its optimizer state
+    big = run_cli(*base, "plan.models.policy=meta-llama/Llama-3.1-8B-Instruct")
+    assert big.code == 2 and "the largest term is optimizer (59.8 GiB)" in big.err
+    bad = run_cli(*base, "plan.models.policy=acme/unknown-7b")
+    assert bad.code == 2 and "not in the shape table" in bad.err
+    unused = run_cli(*base, "plan.models.judge=meta-llama/Llama-3.1-8B-Instruct")
+    assert unused.code == 2 and "plan.models names judge" in unused.err
+
+
+def test_a_local_job_dir_holds_plan_json(home: Path, run_cli: Any) -> None:
+    r = run_cli("steps", "run", "sft", "-c", "tiny", "trainer.max_steps=2", timeout=300)
+    assert r.code == 0, r.err[-2000:]
+    (job_dir,) = (home / "jobs").iterdir()
+    plan = json.loads((job_dir / "plan.json").read_text())
+    (group,) = plan["groups"]
+    assert (
+        group["name"] == "policy training" and group["device"] == "RAM" and group["nodes"] == "this machine"
+    )
+    assert group["models"][0]["source"] == "model.*" and group["peak_mb"] > 0
+    metrics = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+    measured = max(m["peak_memory_mb"] for m in metrics if "peak_memory_mb" in m)
+    # model.*'s vocabulary is the trained tokenizer's ceiling (4,096; the tiny data gives 476): an upper bound
+    assert group["peak_mb"] >= 0.9 * measured, (group["peak_mb"], measured)
+
+
+@pytest.mark.slurm
+def test_a_slurm_job_dir_holds_plan_json(home: Path, slurm_cluster: Any) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "nemotron", "steps", "run", "sft", "-c", "tiny", "trainer.max_steps=1", "-b",
+         "local_slurm"], capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    job_id = done.stdout.strip().splitlines()[-1]
+    try:
+        plan = json.loads((home / "jobs" / job_id / "plan.json").read_text())
+        assert [g["name"] for g in plan["groups"]] == ["policy training"]
+        assert plan["groups"][0]["nodes"] == "node 0"
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "nemotron", "jobs", "cancel", job_id], capture_output=True, timeout=60
+        )
+
+
+def test_a_local_plan_over_this_machines_ram_warns_and_runs_the_dry_run(home: Path, run_cli: Any) -> None:
+    """RAM is shared and backed by swap: a local plan over it is a warning (a GPU's memory is a refusal)."""
+    r = run_cli("steps", "run", "rl/ppo", "-c", "default", "plan.models.policy=meta-llama/Llama-3.3-70B-Instruct",
+                "--dry-run")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "warning: resource plan: policy training (this machine)" in r.out and "per device (RAM)" in r.out
