@@ -388,6 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=65536,
         help="rows waiting for the model; more: 503 + Retry-After",
     )
+    from nemotron import preempt
+
+    preempt.ignore()  # in a Slurm hetjob, the time-limit warning is for the step beside this server
     return run_server_command(parser, argv, _start)
 
 

@@ -1,0 +1,117 @@
+"""Preemption on the real local Slurm: a built-in job requeued mid-run (`scontrol requeue`, what preemption with
+requeue does) resumes from its own newest checkpoint and ends bitwise equal to an uninterrupted run; the same
+job requeued after it finished trains nothing and registers no second version."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+# in_process rewards locally, the served reward model on Slurm: both score alike, so the weights must agree
+ARGS = (
+    "rl/reinforce -c tiny trainer.max_steps=8 checkpoint.save_interval=3 reward.source=in_process "
+    "trainer.num_prompts_per_step=8 eval.num_prompts=0"
+).split()
+
+
+def nemotron(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
+
+
+def policy_sha(env: dict[str, str]) -> str:
+    shown = nemotron(env, "artifacts", "show", "tiny_reinforce_policy:latest", "--json")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    return str(json.loads(shown.stdout)["sha256"])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_sha(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The same run, uninterrupted, on this machine."""
+    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path_factory.mktemp("ref") / "home")}
+    done = nemotron(env, "steps", "run", *ARGS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return policy_sha(env)
+
+
+def requeue_now(slurm_id: str) -> None:
+    """`scontrol requeue`, then start it at once: Slurm holds a requeued job for about two minutes otherwise
+    (its BeginTime), which a real preemption waits out too."""
+    subprocess.run(["scontrol", "requeue", slurm_id], check=True, capture_output=True)
+
+    def pending() -> bool:  # back in the queue: only then does a new StartTime hold
+        state = subprocess.run(["squeue", "-h", "-j", slurm_id, "-o", "%T"], capture_output=True, text=True)
+        return "PENDING" in state.stdout
+
+    wait_for(pending, 60, "the requeued job pending")
+    subprocess.run(
+        ["scontrol", "update", f"jobid={slurm_id}", "StartTime=now"], check=True, capture_output=True
+    )
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(0.5)
+
+
+def steps_logged(job_dir: Path) -> list[int]:
+    path = job_dir / "metrics.jsonl"
+    return [json.loads(x)["step"] for x in path.read_text().splitlines()] if path.is_file() else []
+
+
+@pytest.fixture
+def submitted(home: Path) -> Iterator[list[str]]:
+    """Slurm ids of the jobs a test submitted, cancelled at teardown whatever happened (the cluster is shared)."""
+    ids: list[str] = []
+    yield ids
+    for slurm_id in ids:
+        subprocess.run(["scancel", slurm_id], capture_output=True)
+
+
+def test_a_requeued_job_resumes_from_its_checkpoint_and_a_finished_one_is_not_retrained(
+    home: Path, slurm_cluster: Any, uninterrupted_sha: str, submitted: list[str]
+) -> None:
+    env = {**os.environ, "NEMOTRON_FAULT": "stall@5", "NEMOTRON_FAULT_STALL_S": "300"}
+    done = nemotron(env, "steps", "run", *ARGS, "-b", "local_slurm")
+    assert done.returncode == 0, done.stderr[-3000:]
+    job_id = done.stdout.strip().splitlines()[-1]
+    job_dir = home / "jobs" / job_id
+    slurm_id = str(json.loads((job_dir / "status.json").read_text())["remote_id"])
+    submitted.append(slurm_id)
+
+    # step 3's checkpoint is written and the run hangs in step 5 (on its first start only): requeue it there
+    wait_for(lambda: 4 in steps_logged(job_dir), 240, "the run reaching step 4")
+    requeue_now(slurm_id)
+    assert slurm_cluster.final_state(slurm_id, timeout_s=240) == "COMPLETED"
+    env = {k: v for k, v in env.items() if not k.startswith("NEMOTRON_FAULT")}
+    assert json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] == "succeeded"
+    assert steps_logged(job_dir) == list(range(1, 9))  # resumed after step 3, not from step 1, no step twice
+    assert policy_sha(env) == uninterrupted_sha
+
+    # requeued once finished: the restart sees its registered output and exits 0 without training
+    logs = Path(json.loads((job_dir / "status.json").read_text())["remote_dir"])
+    requeue_now(slurm_id)
+    wait_for(
+        lambda: any("already finished and registered" in p.read_text() for p in logs.glob("log-*_2.out")),
+        180,
+        "the second restart",
+    )
+    assert slurm_cluster.final_state(slurm_id, timeout_s=120) == "COMPLETED"
+    versions = json.loads(nemotron(env, "artifacts", "ls", "--json").stdout)
+    assert [a["ref"] for a in versions if a["ref"].startswith("tiny_reinforce_policy:")] == [
+        "tiny_reinforce_policy:v1"
+    ]
+    assert steps_logged(job_dir) == list(range(1, 9))
