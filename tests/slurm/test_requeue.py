@@ -115,3 +115,57 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_a_finished_one_is_not_re
         "tiny_reinforce_policy:v1"
     ]
     assert steps_logged(job_dir) == list(range(1, 9))
+
+
+FAKE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "fake_nemo_rl"
+
+
+def test_a_requeued_nemo_rl_job_resumes_from_its_newest_step(
+    home: Path, tmp_path: Path, slurm_cluster: Any, submitted: list[str]
+) -> None:
+    """backend=nemo_rl: the requeued job runs the same driver with the same checkpointing.checkpoint_dir, where
+    NeMo-RL's CheckpointManager finds the newest step_N and continues after it (the fake driver does the same:
+    tests/fixtures/fake_nemo_rl). One checkpoint every 2 steps, one second a step."""
+    path = f"{FAKE / 'bin'}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+    (tmp_path / "env.toml").write_text(f"""
+[ray2_steps]
+extends = "local_slurm"
+nodes = 2
+cpus_per_task = 1
+nemo_rl_image = ""
+nemo_rl_dir = "{FAKE}"
+env_vars = {{ PATH = "{path}", FAKE_NEMO_RL_STEP_S = "1" }}
+""")
+    env = {**os.environ, "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml")}
+    args = [
+        "rl/reinforce",
+        "-c",
+        "tiny",
+        "backend=nemo_rl",
+        "eval.task=null",
+        "reinforce.kl_in=reward_sequence_mean",
+    ]
+    done = nemotron(
+        env, "steps", "run", *args, "trainer.max_steps=12", "checkpoint.save_interval=2", "-b", "ray2_steps"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    job_id = done.stdout.strip().splitlines()[-1]
+    job_dir = home / "jobs" / job_id
+    status = json.loads((job_dir / "status.json").read_text())
+    slurm_id = str(status["remote_id"])
+    submitted.append(slurm_id)
+    checkpoints = job_dir / "checkpoints" / "nemo_rl"
+
+    wait_for(lambda: (checkpoints / "step_4").is_dir(), 240, "NeMo-RL's step_4")
+    requeue_now(slurm_id)
+    assert slurm_cluster.final_state(slurm_id, timeout_s=240) == "COMPLETED"
+    shown = json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)
+    assert shown["state"] == "succeeded" and shown["registered"] == ["tiny_reinforce_policy:v1"], shown
+
+    log = "".join(p.read_text() for p in Path(status["remote_dir"]).glob("log-*driver*.out"))
+    resumed = int(log.rsplit("resuming from step_", 1)[1].split()[0])
+    assert resumed >= 4
+    after = log.rsplit("resuming from step_", 1)[1]
+    ran = [int(line.split()[1].split("/")[0]) for line in after.splitlines() if line.startswith("step ")]
+    assert ran == list(range(resumed + 1, 13))  # the rest, not from step 1
+    assert (checkpoints / "step_12" / "training_info.json").is_file()

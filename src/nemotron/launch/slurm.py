@@ -372,8 +372,19 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
         cpus_per_task=p.cpus_per_task or job.resources.cpus,
         notes=tuple(notes),
         signal=time_limit_signal(p),
-        **fields,
+        **watched(fields, job, paths, groups),
     )
+
+
+def watched(
+    fields: dict[str, Any], job: Job, paths: ClusterPaths, groups: Sequence[SrunGroup]
+) -> dict[str, Any]:
+    """`shared_fields` with the heartbeats and the watchdog (launch/liveness.py) after the setup lines, when the
+    job spans more than one node."""
+    from nemotron.launch import liveness
+
+    live = liveness.for_job(slurm_profile(job), paths.job_dir, tuple(g.nodes for g in groups))
+    return fields | {"setup": (*fields["setup"], *liveness.lines(live))}
 
 
 def time_limit_signal(p: SlurmProfile) -> str | None:
