@@ -50,7 +50,7 @@ class SlurmProfile(_ProfileBase):
     # a multi-node job's nodes each touch a heartbeat file this often; the sbatch script fails the job once one
     # is silent longer than heartbeat_timeout_s (docs/cluster.md, "Liveness")
     heartbeat_interval_s: int = Field(default=30, ge=1)
-    heartbeat_timeout_s: int = Field(default=120, ge=2)
+    heartbeat_timeout_s: int = Field(default=90, ge=2)
     container_image: str | None = None
     mounts: list[str] = []
     setup: list[str] = []

@@ -34,7 +34,7 @@ class Liveness:
     job_dir: str  # the step's job dir on shared storage
     groups: tuple[int, ...]  # the nodes of each srun group (one group unless a hetjob)
     interval_s: int = 30
-    timeout_s: int = 120
+    timeout_s: int = 90
 
     @property
     def beats(self) -> str:
