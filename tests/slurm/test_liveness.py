@@ -42,6 +42,11 @@ cpus_per_task = 1
 heartbeat_interval_s = {INTERVAL_S}
 heartbeat_timeout_s = {TIMEOUT_S}
 
+[watched_hetjob]
+extends = "local_slurm"
+heartbeat_interval_s = {INTERVAL_S}
+heartbeat_timeout_s = {TIMEOUT_S}
+
 [ray2_slow]
 extends = "watched"
 nemo_rl_image = ""
@@ -185,3 +190,18 @@ def test_builtin_torchrun_across_two_nodes_fails_within_the_bound_when_node2_die
     # killed, rank 0's collective may fail by itself first (gloo sees the closed socket); frozen, it waits
     # forever, and only the watchdog ends the job
     _check_failed_in_bound(env, home, job_id, slurm_id, broke_at, watchdog=sig == signal.SIGSTOP)
+
+
+def test_a_hetjob_fails_within_the_bound_when_node2_hangs(
+    env: dict[str, str], home: Path, cleanup: list[str]
+) -> None:
+    """The step beside its reward server (group 0 on node1, group 1 on node2): each group's nodes beat, and the
+    watchdog cancels the steps of both groups. The step stalls at step 2 so that only the watchdog can end it."""
+    env = {**env, "NEMOTRON_FAULT": "stall@2", "NEMOTRON_FAULT_STALL_S": "300"}
+    args = ["rl/reinforce", "-c", "tiny", "trainer.max_steps=4", "eval.num_prompts=0"]
+    job_id, slurm_id = _submit(env, home, "watched_hetjob", *args)
+    cleanup.append(slurm_id)
+    wait_for(lambda: "stalling at step 2" in _logs(home, job_id), 180, "the step to reach step 2")
+    broke_at = time.time()
+    signal_all(processes_on(slurm_id, "node2"), signal.SIGSTOP)
+    _check_failed_in_bound(env, home, job_id, slurm_id, broke_at)
