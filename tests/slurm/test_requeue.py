@@ -169,3 +169,36 @@ env_vars = {{ PATH = "{path}", FAKE_NEMO_RL_STEP_S = "1" }}
     ran = [int(line.split()[1].split("/")[0]) for line in after.splitlines() if line.startswith("step ")]
     assert ran == list(range(resumed + 1, 13))  # the rest, not from step 1
     assert (checkpoints / "step_12" / "training_info.json").is_file()
+
+
+def test_the_time_limit_warning_checkpoints_requeues_and_the_job_resumes(
+    home: Path, slurm_cluster: Any, uninterrupted_sha: str, submitted: list[str]
+) -> None:
+    """What `#SBATCH --signal=USR1@N` does before the time limit, sent now (`scancel --signal=USR1`, to the job's
+    steps as Slurm does): the step saves at the end of the step it is in (5: no periodic save there), requeues its
+    own job, and the restart resumes there; the reward server beside it ignores the signal."""
+    env = {**os.environ, "NEMOTRON_FAULT": "stall@5", "NEMOTRON_FAULT_STALL_S": "15"}
+    done = nemotron(env, "steps", "run", *ARGS, "-b", "local_slurm")
+    assert done.returncode == 0, done.stderr[-3000:]
+    job_id = done.stdout.strip().splitlines()[-1]
+    job_dir = home / "jobs" / job_id
+    slurm_id = str(json.loads((job_dir / "status.json").read_text())["remote_id"])
+    submitted.append(slurm_id)
+
+    wait_for(lambda: 4 in steps_logged(job_dir), 240, "the run reaching step 4")
+    subprocess.run(["scancel", "--signal=USR1", slurm_id], check=True, capture_output=True)
+
+    def requeued() -> bool:
+        state = subprocess.run(["squeue", "-h", "-j", slurm_id, "-o", "%T"], capture_output=True, text=True)
+        return "PENDING" in state.stdout
+
+    wait_for(requeued, 120, "the job to requeue itself")
+    assert (job_dir / "checkpoints" / "step_000005" / "state.json").is_file()
+    subprocess.run(
+        ["scontrol", "update", f"jobid={slurm_id}", "StartTime=now"], check=True, capture_output=True
+    )
+    assert slurm_cluster.final_state(slurm_id, timeout_s=240) == "COMPLETED"
+    env = {k: v for k, v in env.items() if not k.startswith("NEMOTRON_FAULT")}
+    assert json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] == "succeeded"
+    assert steps_logged(job_dir) == list(range(1, 9))
+    assert policy_sha(env) == uninterrupted_sha
