@@ -52,6 +52,14 @@ class SlurmProfile(_ProfileBase):
     cpus_per_task: int | None = Field(None, ge=1)
     mem: str | None = None
     time: str = "01:00:00"
+    # seconds before `time` runs out at which Slurm warns the job (`#SBATCH --signal=USR1@N`): a built-in step
+    # saves a checkpoint at the end of its current training step and requeues the job, which resumes from it
+    # (docs/cluster.md, "Preemption and resume"); 0: no warning
+    time_limit_signal_s: int = Field(default=300, ge=0)
+    # a multi-node job's nodes each touch a heartbeat file this often; the sbatch script fails the job once one
+    # is silent longer than heartbeat_timeout_s (docs/cluster.md, "Liveness")
+    heartbeat_interval_s: int = Field(default=30, ge=1)
+    heartbeat_timeout_s: int = Field(default=90, ge=2)
     container_image: str | None = None
     mounts: list[str] = []
     setup: list[str] = []

@@ -60,6 +60,12 @@ def latest(root: Path) -> Path | None:
     return path if (path / "state.json").is_file() else None
 
 
+def own_checkpoint(job_dir: Path) -> Path | None:
+    """The newest complete checkpoint this job wrote itself: present only when the job runs again in the same job
+    dir (a Slurm requeue, a preemption, a restart after its time limit)."""
+    return latest(job_dir / "checkpoints")
+
+
 def check_compatible(path: Path, expect: dict[str, Any], force: bool = False) -> None:
     """Refuse a checkpoint whose recorded fingerprints differ from this run's, unless forced."""
     info = json.loads((path / "state.json").read_text())

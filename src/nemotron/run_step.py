@@ -7,6 +7,7 @@ from __future__ import annotations
 import runpy
 import sys
 
+from nemotron import preempt
 from nemotron.errors import DiskFull, ServiceError, UserError, disk_full
 
 
@@ -15,6 +16,7 @@ def main() -> int:
         print("usage: python -m nemotron.run_step STEP.py --job-dir DIR [args...]", file=sys.stderr)
         return 2
     script = sys.argv[1]
+    preempt.install()  # Slurm's time-limit warning must find a handler even while the step still imports torch
     sys.argv = sys.argv[1:]
     try:
         runpy.run_path(script, run_name="__main__")

@@ -78,7 +78,22 @@ class StepRun(Generic[C]):
         record = load_record(job_dir)
         rank = int(os.environ.get("RANK", "0"))
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        return cls(job_dir, config, record, rest, rank, world)  # type: ignore[arg-type]
+        run = cls(job_dir, config, record, rest, rank, world)  # type: ignore[arg-type]
+        run.exit_if_finished()
+        return run
+
+    def exit_if_finished(self) -> None:
+        """A job that already registered its outputs and starts again (Slurm requeued it after it finished) has
+        nothing to do: exit 0 before training, so it never trains twice nor registers a second version."""
+        store = self.store()
+        done = store.by_job(self.record.job_id) if store.exists() else []
+        if done:
+            refs = ", ".join(a.ref for a in done)
+            print(
+                f"nemotron: {self.record.job_id} already finished and registered {refs}; nothing to do",
+                flush=True,
+            )
+            raise SystemExit(0)
 
     @property
     def is_main(self) -> bool:
@@ -100,6 +115,21 @@ class StepRun(Generic[C]):
         if self._metrics is None:
             self._metrics = MetricsLogger(self.job_dir)
         self._metrics.log(step, metrics)
+
+    def rewind_metrics(self, step: int) -> None:
+        """Drop metrics.jsonl rows after `step`: a restarted job resumes there, and the rows its lost run wrote
+        after that checkpoint would otherwise appear twice."""
+        if not self.is_main:
+            return
+        path = self.job_dir / "metrics.jsonl"
+        if not path.is_file():
+            return
+        lines = path.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
+        if len(kept) != len(lines):
+            tmp = path.with_name(".metrics.jsonl.tmp")
+            tmp.write_text("".join(kept))
+            os.replace(tmp, path)
 
     def report(
         self, step: int, total: int, metrics: dict[str, float], keys: tuple[str, ...], every: int = 1

@@ -193,7 +193,8 @@ def test_torchrun_steps_run_one_launcher_per_node(profiles: Path) -> None:
     policy = plan.groups[1]
     assert policy.nodes == 2 and policy.ntasks_per_node == 1  # slurm_rlhf: 2 nodes x 8 GPUs
     inner = policy.command.args[0]
-    assert "-m torch.distributed.run --nnodes 2 --nproc-per-node 8" in inner
+    # torchrun's agent, with Slurm's time-limit warning ignored (it would die of it)
+    assert "-m nemotron.launch.torchrun_agent --nnodes 2 --nproc-per-node 8" in inner
     assert "--rdzv-endpoint $NEMOTRON_RDZV_HOST:29500" in inner
     assert dict(policy.env)["NEMOTRON_RDZV_HOST"] == '"${het_group_host_1}"'
 
@@ -211,7 +212,7 @@ def test_a_server_step_runs_one_task_per_node_whatever_the_profile_asks(profiles
     (serve,) = [
         line for line in script.splitlines() if line.startswith("srun ") and "rm/serve/step.py" in line
     ]
-    assert "--ntasks" not in serve and " -n " not in serve and "torch.distributed.run" not in serve
+    assert "--ntasks" not in serve and " -n " not in serve and "torchrun_agent" not in serve
     # so each node has one process on the preset's port
     assert j.step_config["server"]["port"] == 5555
     text = submit.dry_run(j)
@@ -273,7 +274,7 @@ def test_a_one_process_torchrun_step_is_not_copied_per_task(profiles: Path, tmp_
     )
     (group,) = slurm_executor.slurm_plan(job("sft", "one_gpu", preset="tiny")).groups
     assert (group.nodes, group.ntasks_per_node) == (1, 1)
-    assert "torch.distributed.run" not in " ".join(group.command.words())
+    assert "torchrun_agent" not in " ".join(group.command.words())
 
 
 def test_the_judge_s_vllm_memory_share_reaches_group_0_and_is_refused_without_vllm(home: Path) -> None:
@@ -285,3 +286,16 @@ def test_the_judge_s_vllm_memory_share_reaches_group_0_and_is_refused_without_vl
         UserError, match=r"judge\.vllm_gpu_memory_utilization acts only with judge\.server=vllm"
     ):
         job("rl/rlhf", "local_slurm", *base, "judge.vllm_gpu_memory_utilization=0.8")
+
+
+def test_time_limit_warning_reaches_our_steps_only(profiles: Path, tmp_path: Path) -> None:
+    """`#SBATCH --signal=USR1@N` for our own steps (they checkpoint and requeue on it), none when the profile turns
+    it off, none for NeMo-Aligner's hetjob (its processes would die of SIGUSR1)."""
+    script = slurm_script.render_sbatch(slurm_executor.slurm_plan(job("rl/reinforce", "gpu")))
+    assert script.count("#SBATCH --signal=USR1@300\n") == 2  # each group of the hetjob
+    (tmp_path / "env.toml").write_text(PROFILES + '\n[quiet]\nextends = "gpu"\ntime_limit_signal_s = 0\n')
+    assert "--signal" not in slurm_script.render_sbatch(
+        slurm_executor.slurm_plan(job("rl/reinforce", "quiet"))
+    )
+    aligner = submit.dry_run(job("rl/reinforce", "gpu", "backend=nemo_aligner"))
+    assert "#SBATCH hetjob" in aligner and "--signal" not in aligner

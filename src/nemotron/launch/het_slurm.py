@@ -61,5 +61,5 @@ def plan_het(job: Job, launch: HetJob) -> slurm.SlurmPlan:
         groups=tuple(groups),
         paths=paths,
         cpus_per_task=profile.cpus_per_task or job.resources.cpus,
-        **slurm.shared_fields(job, paths, launch.image or None, ports),
+        **slurm.watched(slurm.shared_fields(job, paths, launch.image or None, ports), job, paths, groups),
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
-from nemotron.launch import slurm
+from nemotron.launch import liveness, slurm
 from nemotron.launch.nemo_run_layout import RayClusterDirs
 from nemotron.launch.slurm_script import tunnel
 from nemotron.paths import nemotron_home
@@ -50,6 +50,9 @@ class RayPlan(slurm.SlurmSite):
     gpus_per_node: int
     driver_script: str = ""  # the text of <job dir>/ray_driver.sh
     files: tuple[tuple[str, str], ...] = ()  # the engine's files for the job dir
+    liveness: liveness.Liveness | None = (
+        None  # heartbeats and watchdog (launch/liveness.py); None on one node
+    )
 
     @property
     def job_name(self) -> str:
@@ -76,6 +79,7 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> RayPlan:
             launch.command, register_lines(profile.python or "python", where.job_dir, launch.outputs)
         ),
         files=launch.files,
+        liveness=liveness.for_job(profile, where.job_dir, (where.nodes,)),
         **slurm.shared_fields(job, paths, launch.image or None),
     )
 
@@ -125,6 +129,7 @@ set -e
 
 def _flags(plan: RayPlan) -> list[str]:
     values: dict[str, Any] = {
+        "requeue": True,  # preempted, it comes back; NeMo-RL resumes from the newest step_N (docs/cluster.md)
         "job-name": plan.job_name,
         "nodes": plan.nodes,
         "ntasks-per-node": 1,
@@ -136,7 +141,11 @@ def _flags(plan: RayPlan) -> list[str]:
         "mem": plan.mem,
         "gpus-per-node": plan.gpus_per_node or None,
     }
-    return [f"#SBATCH --{k}={shlex.quote(str(v))}" for k, v in values.items() if v is not None]
+    return [
+        f"#SBATCH --{k}" if v is True else f"#SBATCH --{k}={shlex.quote(str(v))}"
+        for k, v in values.items()
+        if v is not None
+    ]
 
 
 def _srun(plan: RayPlan, where: str, log: str, *, overlap: bool = False) -> str:
@@ -206,6 +215,8 @@ def render_sbatch(plan: RayPlan) -> str:
         "    raylets+=($!)",
         "done",
         "",
+        *liveness.lines(plan.liveness),
+        "",
         "# the driver, once, on the head: it waits for every node, then runs the engine's command",
         f"{_srun(plan, HEAD, q(f'{plan.cluster.logs}/log-{slurm.JOB_NAME_PREFIX}{plan.role}_%j.out'), overlap=True)} "
         f"bash {q(f'{plan.job_dir}/{DRIVER_FILE}')}",
@@ -213,6 +224,7 @@ def render_sbatch(plan: RayPlan) -> str:
         "",
         "# stop the raylets (their sruns end with them), so the job ends now rather than at its time limit",
         'kill "${raylets[@]}" 2>/dev/null',
+        *([liveness.stop_line(plan.liveness)] if plan.liveness else []),
         "for _ in $(seq 30); do jobs -r | grep -q . || break; sleep 1; done",
         'echo "job exited with code $code"',
         "exit $code",

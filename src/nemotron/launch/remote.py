@@ -8,6 +8,7 @@ run does not register its own outputs (`RayDriver`), `register` (output name -> 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -193,7 +194,23 @@ def refresh_status(job_dir: Path, scheduler: Scheduler) -> dict[str, Any]:
             fields["exit_code"] = 0
         if state == "succeeded" and status.get("register"):
             fields |= _register_outputs(job_dir, dict(status["register"]))
+        if state == "failed":
+            fields |= _liveness_failure(job_dir)
     return update_status(job_dir, **fields)
+
+
+def _liveness_failure(job_dir: Path) -> dict[str, Any]:
+    """What the job's watchdog saw when it failed the job (launch/liveness.py), as the status's `error`."""
+    from nemotron.launch.liveness import RECORD_FILE
+
+    try:
+        seen = json.loads((job_dir / RECORD_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {
+        "error": f"node {seen.get('node')} stopped answering: {seen.get('seen')} (bound {seen.get('bound_s')} s)",
+        "liveness": seen,
+    }
 
 
 def _register_outputs(job_dir: Path, paths: dict[str, str]) -> dict[str, Any]:

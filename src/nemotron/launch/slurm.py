@@ -40,7 +40,7 @@ MACROS = {
     "het_group_host_var": "het_group_host",
 }
 # SlurmSite's fields that NeMo-Run's SlurmExecutor takes under the same name
-EXECUTOR_FIELDS = ("account", "partition", "time", "cpus_per_task", "mem", "container_image")
+EXECUTOR_FIELDS = ("account", "partition", "time", "cpus_per_task", "mem", "container_image", "signal")
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,9 @@ class SlurmSite:
     env: tuple[tuple[str, str], ...] = ()  # exported for every group; values are shell words
     setup: tuple[str, ...] = ()
     secret_names: tuple[str, ...] = ()  # variables the 0600 secrets file exports (names only)
+    # `#SBATCH --signal`: Slurm's warning before the time limit (`USR1@300`), for jobs whose every process
+    # survives it (our own steps: nemotron.preempt); None for engines that would die of it
+    signal: str | None = None
 
     def executor_args(self) -> dict[str, Any]:
         """The keyword arguments of NeMo-Run's SlurmExecutor that the site sets."""
@@ -224,7 +227,11 @@ def step_command(job: Job, paths: ClusterPaths, nodes: int, nproc: int, rdzv_hos
             "$SLURM_JOB_ID",
         )
         return Command(
-            paths.python, "torch.distributed.run", (*head, "-m", "nemotron.run_step", *args), module=True
+            # torchrun's agent, with Slurm's time-limit warning ignored (it would die of it; nemotron.preempt)
+            paths.python,
+            "nemotron.launch.torchrun_agent",
+            (*head, "-m", "nemotron.run_step", *args),
+            module=True,
         )
     return Command(paths.python, "nemotron.run_step", args, module=True)
 
@@ -252,6 +259,8 @@ def after_server_is_ready(command: Command, paths: ClusterPaths, what: str = "th
     ready = ready or f"[ -s {shlex.quote(f'{paths.job_dir}/{READY_FILE}')} ]"
     run = " ".join(command.words())
     inner = (
+        # the time-limit warning (nemotron.preempt) must not end this shell; the step catches it itself
+        "trap '' USR1; "
         f"for i in $(seq {timeout_s}); do {ready} && break; sleep 1; done; "
         f'{ready} || {{ echo "nemotron: {what} was not ready after {timeout_s} s" >&2; exit 1; }}; '
         + (f"{run}; code=$?; if [ $code -eq 0 ]; then\n{then}fi; exit $code" if then else f"exec {run}")
@@ -362,8 +371,28 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
         paths=paths,
         cpus_per_task=p.cpus_per_task or job.resources.cpus,
         notes=tuple(notes),
-        **fields,
+        signal=time_limit_signal(p),
+        **watched(fields, job, paths, groups),
     )
+
+
+def watched(
+    fields: dict[str, Any], job: Job, paths: ClusterPaths, groups: Sequence[SrunGroup]
+) -> dict[str, Any]:
+    """`shared_fields` with the heartbeats and the watchdog (launch/liveness.py) after the setup lines, when the
+    job spans more than one node."""
+    from nemotron.launch import liveness
+
+    live = liveness.for_job(slurm_profile(job), paths.job_dir, tuple(g.nodes for g in groups))
+    return fields | {"setup": (*fields["setup"], *liveness.lines(live))}
+
+
+def time_limit_signal(p: SlurmProfile) -> str | None:
+    """`USR1@N`: Slurm sends SIGUSR1 to every process of the job's steps N s before its time limit; the built-in
+    engine then saves a checkpoint and requeues the job (nemotron.preempt). 0 turns it off."""
+    from nemotron.preempt import SIGNAL_NAME
+
+    return f"{SIGNAL_NAME}@{p.time_limit_signal_s}" if p.time_limit_signal_s else None
 
 
 def step_shape(job: Job, p: SlurmProfile, distributed: bool) -> tuple[int, int, list[str]]:

@@ -62,6 +62,7 @@ def _sbatch_flags(plan: SlurmPlan) -> list[str]:
         "open_mode": "append",
         "output": output,
         "partition": plan.partition,
+        "signal": plan.signal,
         "time": plan.time,
     }
     params = {k: v for k, v in params.items() if v is not None}

@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.memory <= 1:
         raise UserError(f"--memory must be in (0, 1], got {args.memory}")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    from nemotron import preempt
+
+    preempt.ignore()  # Slurm's time-limit warning is for the step beside it; vllm serve inherits the ignore
     port = args.port or free_port()
     try:
         with vllm_process(args.model, port=port, token=token, memory=args.memory, host=args.host,

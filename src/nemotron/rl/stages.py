@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from nemotron import preempt
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PromptRecord, prompt_text
 from nemotron.devices import DevicePlan
@@ -315,6 +316,7 @@ class Checkpoints:
     rollouts: Rollouts
     modules: dict[str, torch.nn.Module]
     optimizers: dict[str, torch.optim.Optimizer]
+    started_at: int = 0  # the step this run resumed from (0: a fresh start)
 
     def __post_init__(self) -> None:
         self.expect = trainstate.fingerprints(self.run.record.config, self.rollouts.policy_path)
@@ -322,8 +324,9 @@ class Checkpoints:
         self.world = self.rollouts.world
 
     def resume(self) -> tuple[int, int]:
-        """(start step, data position): (0, 0) for a fresh run."""
-        return trainstate.maybe_resume(
+        """(start step, data position): (0, 0) for a fresh run. A restarted job (requeued, preempted) continues
+        from its own newest checkpoint, and its metrics.jsonl drops the rows the lost run wrote after it."""
+        start, position = trainstate.maybe_resume(
             self.run.job_dir,
             self.run.record.step,
             self.checkpoint_cfg,
@@ -333,12 +336,19 @@ class Checkpoints:
             self.expect,
             self.world,
         )
+        self.started_at = start
+        if start:
+            self.run.rewind_metrics(start)
+        return start, position
 
     def maybe_save(self, step: int, position: int) -> Path | None:
+        """Save every `checkpoint.save_interval` steps, and at once when Slurm warned of the time limit (then
+        requeue the job: its next start resumes here)."""
         interval = self.checkpoint_cfg.save_interval
-        if not (interval and step % interval == 0):
+        warned = self._warned()
+        if not (interval and step % interval == 0) and not warned:
             return None
-        return trainstate.save(
+        path = trainstate.save(
             self.run.checkpoint_dir,
             step,
             self.modules,
@@ -348,6 +358,22 @@ class Checkpoints:
             self.expect,
             world=self.world,
         )
+        if warned:
+            preempt.handled()
+        if warned and step > self.started_at and self.world.is_main:
+            # Only a run that made progress requeues, so a time limit shorter than one step cannot loop forever.
+            log.info("time limit near: saved %s; requeueing the job to continue from it", path)
+            preempt.requeue_self()
+        return path
+
+    def _warned(self) -> bool:
+        """Whether any rank got Slurm's time-limit warning (ranks get it at slightly different moments; all must
+        save together, since saving is a collective)."""
+        if self.world.size == 1:
+            return preempt.warned()
+        device = next(next(iter(self.modules.values())).parameters()).device  # NCCL reduces CUDA tensors only
+        mine = torch.tensor([1.0 if preempt.warned() else 0.0], device=device)
+        return bool(distributed.all_reduce_sum(mine, self.world).item() > 0)
 
 
 def save_and_register(

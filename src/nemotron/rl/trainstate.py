@@ -25,6 +25,7 @@ from nemotron.resume import (
     config_fingerprint,
     latest,
     model_fingerprint,
+    own_checkpoint,
     resume_checkpoint,
 )
 from nemotron.rl.distributed import World
@@ -234,10 +235,16 @@ def maybe_resume(
     expect: dict[str, Any],
     world: World | None = None,
 ) -> tuple[int, int]:
-    """(start step, data position): (0, 0) for a fresh run, else where the resumed checkpoint left off."""
-    if not (checkpoint.resume or checkpoint.resume_from):
+    """(start step, data position): (0, 0) for a fresh run, else where the resumed checkpoint left off. A job
+    whose own dir holds a checkpoint is a restart of itself (Slurm requeued or preempted it, or it requeued itself
+    before its time limit): it continues from there, whatever `checkpoint.resume` says."""
+    source = own_checkpoint(job_dir)
+    if source is not None:
+        log.info("this job ran before (a requeue or restart): continuing from its own checkpoint")
+    elif not (checkpoint.resume or checkpoint.resume_from):
         return 0, 0
-    source = resume_checkpoint(job_dir, step_id, checkpoint.resume_from)
+    else:
+        source = resume_checkpoint(job_dir, step_id, checkpoint.resume_from)
     resumed = load(source, modules, optimizers, generators, expect, checkpoint.force, world)
     log.info("resumed from %s at step %d", source, resumed.step)
     return resumed.step, resumed.data_position

@@ -1,0 +1,207 @@
+"""Liveness on the real local 2-node Slurm: a multi-node job whose worker node dies (its processes killed) or hangs
+(its processes stopped, SIGSTOP, as a hung node that does not exit) ends `failed` within the bound, says which
+node and what was seen, releases its allocation and registers nothing; `jobs ls` and `jobs status` agree.
+
+The heartbeat interval and bound are seconds here (the profile's heartbeat_interval_s / heartbeat_timeout_s;
+30 s / 120 s by default)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE = REPO / "tests" / "fixtures" / "fake_nemo_rl"
+STEPS = Path(__file__).resolve().parent / "steproot"
+INTERVAL_S, TIMEOUT_S = 2, 8
+# the bound a user can count on: the silence bound, one check interval, Slurm's KillWait (5 s here) to end the
+# steps, and a margin for this loaded machine (sacct's End has whole seconds)
+BOUND_S = TIMEOUT_S + INTERVAL_S + 5 + 10
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def env(home: Path, tmp_path: Path) -> dict[str, str]:
+    path = f"{FAKE / 'bin'}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+    (tmp_path / "env.toml").write_text(f"""
+[watched]
+extends = "local_slurm"
+nodes = 2
+cpus_per_task = 1
+heartbeat_interval_s = {INTERVAL_S}
+heartbeat_timeout_s = {TIMEOUT_S}
+
+[watched_hetjob]
+extends = "local_slurm"
+heartbeat_interval_s = {INTERVAL_S}
+heartbeat_timeout_s = {TIMEOUT_S}
+
+[ray2_slow]
+extends = "watched"
+nemo_rl_image = ""
+nemo_rl_dir = "{FAKE}"
+env_vars = {{ PATH = "{path}", FAKE_NEMO_RL_SLEEP_S = "300" }}
+""")
+    return {
+        **os.environ,
+        "COLUMNS": "200",
+        "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml"),
+        "NEMOTRON_STEPS_PATH": str(STEPS),
+    }
+
+
+def nemotron(env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(0.5)
+
+
+def processes_on(slurm_id: str, node: str) -> list[int]:
+    """The job's processes on one node: the tasks slurmstepd started there and their children (their
+    environment names the job and the node; both nodes share this host)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"SLURM_JOB_ID={slurm_id}".encode() in environ and f"SLURMD_NODENAME={node}".encode() in environ:
+            found.append(int(proc.name))
+    return found
+
+
+def signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[str]]:
+    """Slurm ids to cancel at teardown, and stopped processes to continue first (the cluster is shared)."""
+    ids: list[str] = []
+    yield ids
+    for slurm_id in ids:
+        signal_all(processes_on(slurm_id, "node2"), signal.SIGCONT)
+        subprocess.run(["scancel", slurm_id], capture_output=True)
+
+
+def _submit(env: dict[str, str], home: Path, profile: str, *args: str) -> tuple[str, str]:
+    done = nemotron(env, "steps", "run", *args, "-b", profile)
+    assert done.returncode == 0, done.stderr[-4000:]
+    job_id = done.stdout.strip().splitlines()[-1]
+    status = json.loads((home / "jobs" / job_id / "status.json").read_text())
+    return job_id, str(status["remote_id"])
+
+
+def _logs(home: Path, job_id: str) -> str:
+    remote = Path(json.loads((home / "jobs" / job_id / "status.json").read_text())["remote_dir"])
+    return "".join(p.read_text(errors="replace") for p in remote.glob("*.out")) if remote.is_dir() else ""
+
+
+def slurm_end(slurm_id: str) -> float:
+    """When Slurm ended the job (sacct's End, epoch seconds), once it has."""
+    end = ""
+
+    def ended() -> bool:
+        nonlocal end
+        out = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State,End"], capture_output=True, text=True
+        ).stdout.split("\n")[0]
+        state, _, end = out.partition("|")
+        return state.split(" ")[0] in ("FAILED", "COMPLETED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+
+    wait_for(ended, BOUND_S + 60, "Slurm to end the job")
+    return datetime.fromisoformat(end).timestamp()
+
+
+def _check_failed_in_bound(
+    env: dict[str, str], home: Path, job_id: str, slurm_id: str, broke_at: float, watchdog: bool = True
+) -> None:
+    """Slurm ended the job within BOUND_S of the break (sacct's End: what `jobs status` reports later depends on
+    how often one asks), `jobs status` and `jobs ls` both say failed, nothing registered; `watchdog`: the
+    watchdog must be what ended it, naming node2."""
+    took = slurm_end(slurm_id) - broke_at
+    shown = json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)
+    assert shown["state"] == "failed", shown
+    assert took <= BOUND_S, f"ended {took:.0f} s after the break, bound {BOUND_S} s"
+    if watchdog:
+        assert shown["liveness"]["node"] == "node2" and "no heartbeat" in shown["error"], shown
+        assert "nemotron: liveness: node node2 sent no heartbeat" in _logs(home, job_id)
+    assert "registered" not in shown
+    (row,) = [r for r in json.loads(nemotron(env, "jobs", "ls", "--json").stdout) if r["job_id"] == job_id]
+    assert row["state"] == "failed"
+    # the allocation is released: Slurm has nothing of the job running
+    squeue = ["squeue", "-h", "-j", slurm_id]
+    wait_for(
+        lambda: not subprocess.run(squeue, capture_output=True, text=True).stdout.strip(), 30, "the release"
+    )
+    print(f"Slurm ended the job {took:.0f} s after the break (bound {BOUND_S} s)")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_nemo_rl_on_ray_fails_within_the_bound_when_node2_dies_or_hangs(
+    env: dict[str, str], home: Path, sig: signal.Signals, cleanup: list[str]
+) -> None:
+    job_id, slurm_id = _submit(
+        env, home, "ray2_slow", "rl/rlhf", "-c", "tiny", "backend=nemo_rl", "eval.task=null"
+    )
+    cleanup.append(slurm_id)
+    wait_for(lambda: "alive Ray nodes" in _logs(home, job_id), 150, "the driver to start")
+    wait_for(lambda: processes_on(slurm_id, "node2"), 30, "the job's processes on node2")
+    broke_at = time.time()
+    signal_all(processes_on(slurm_id, "node2"), sig)
+    _check_failed_in_bound(env, home, job_id, slurm_id, broke_at)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_builtin_torchrun_across_two_nodes_fails_within_the_bound_when_node2_dies_or_hangs(
+    env: dict[str, str], home: Path, sig: signal.Signals, cleanup: list[str]
+) -> None:
+    job_id, slurm_id = _submit(
+        env, home, "watched", "test/ranks", "-c", "tiny", "rounds=100000", "sleep_s=0.2"
+    )
+    cleanup.append(slurm_id)
+    wait_for(lambda: "2 ranks agree" in _logs(home, job_id), 150, "both ranks to run")
+    broke_at = time.time()
+    signal_all(processes_on(slurm_id, "node2"), sig)
+    # killed, rank 0's collective may fail by itself first (gloo sees the closed socket); frozen, it waits
+    # forever, and only the watchdog ends the job
+    _check_failed_in_bound(env, home, job_id, slurm_id, broke_at, watchdog=sig == signal.SIGSTOP)
+
+
+def test_a_hetjob_fails_within_the_bound_when_node2_hangs(
+    env: dict[str, str], home: Path, cleanup: list[str]
+) -> None:
+    """The step beside its reward server (group 0 on node1, group 1 on node2): each group's nodes beat, and the
+    watchdog cancels the steps of both groups. The step stalls at step 2 so that only the watchdog can end it."""
+    env = {**env, "NEMOTRON_FAULT": "stall@2", "NEMOTRON_FAULT_STALL_S": "300"}
+    args = ["rl/reinforce", "-c", "tiny", "trainer.max_steps=4", "eval.num_prompts=0"]
+    job_id, slurm_id = _submit(env, home, "watched_hetjob", *args)
+    cleanup.append(slurm_id)
+    wait_for(lambda: "stalling at step 2" in _logs(home, job_id), 180, "the step to reach step 2")
+    broke_at = time.time()
+    signal_all(processes_on(slurm_id, "node2"), signal.SIGSTOP)
+    _check_failed_in_bound(env, home, job_id, slurm_id, broke_at)
