@@ -18,6 +18,7 @@ from nemotron.launch.served import ServedModel
 from nemotron.paths import bundled_root
 from nemotron.profiles import SlurmProfile
 from nemotron.redact import is_secret_name
+from nemotron.reward.bind import TOKEN_ENV as REWARD_TOKEN_ENV
 
 JOB_NAME_PREFIX = "nemotron."
 SECRETS_FILE = ".secrets.env"
@@ -25,7 +26,6 @@ READY_FILE = "logs/reward_server.json"
 READY_TIMEOUT_S = 3600  # loading a large reward model can take minutes
 REWARD_PORT_ENV = "NEMOTRON_REWARD_PORT"
 REWARD_URL_ENV = "NEMOTRON_REWARD_URL"
-REWARD_TOKEN_ENV = "NEMOTRON_REWARD_TOKEN"
 RDZV_HOST_ENV = "NEMOTRON_RDZV_HOST"
 SBATCH_COMMAND = ("sbatch", "--requeue", "--parsable")
 RUNDIR = (

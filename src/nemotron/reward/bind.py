@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from nemotron.errors import UserError
 from nemotron.stepconfig import ServerBind
 
+# The bearer token reaches a server process through this variable, never its command line (visible in ps).
 TOKEN_ENV = "NEMOTRON_REWARD_TOKEN"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 

@@ -34,6 +34,7 @@ import h11
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from nemotron.errors import UserError
+from nemotron.reward.bind import TOKEN_ENV as TOKEN_ENV
 from nemotron.reward.connection import Connection, State
 from nemotron.reward.messages import ErrorStyle, error_response
 from nemotron.reward.messages import HTTPError as HTTPError
@@ -45,8 +46,6 @@ from nemotron.reward.metrics import CONTENT_TYPE, LATENCY_BUCKETS_S, exposition
 
 logger = logging.getLogger(__name__)
 
-# The bearer token reaches a server process through this variable, never its command line (visible in ps).
-TOKEN_ENV = "NEMOTRON_REWARD_TOKEN"
 LISTEN_BACKLOG = 1024  # 64+ clients connect at once in the benchmark
 # Answered without the bearer token, so that probes need no secret. Nothing else is: an unauthenticated
 # request gets 401 before routing, whatever its path or model name.
