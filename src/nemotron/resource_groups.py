@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nemotron.configtree import get_dotted
 from nemotron.errors import UserError
 from nemotron.resource_plan import (
     CPU_RUNTIME_MB,
@@ -70,12 +71,9 @@ def _ram_mb() -> float | None:
 
 
 def _get(tree: dict[str, Any], dotted: str, default: Any = None) -> Any:
-    node: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
+    """A key of the job's config, or `default` where the step has no such key (or leaves it unset)."""
+    value = get_dotted(tree, dotted)
+    return default if value is None else value
 
 
 class Shapes:
