@@ -21,7 +21,6 @@ from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT
 from nemotron.launch.slurm import (
     JOB_NAME_PREFIX,
     MACROS,
-    REWARD_TOKEN_ENV,
     RUNDIR,
     SBATCH_COMMAND,
     SECRETS_FILE,
@@ -31,6 +30,7 @@ from nemotron.launch.slurm import (
     write_secrets,
 )
 from nemotron.profiles import SlurmProfile
+from nemotron.reward.bind import TOKEN_ENV as REWARD_TOKEN_ENV
 
 if TYPE_CHECKING:
     from types import ModuleType
