@@ -102,9 +102,10 @@ def main(argv: list[str]) -> int:
     remote_beater = ray.remote(num_cpus=0, max_restarts=0)(Beater)
     driver = subprocess.Popen(driver_cmd, start_new_session=True)  # its own group: stopped whole
     known: dict[str, dict[str, Any]] = {}  # node id -> what the record says about it
-    actors = []
+    actors: list[Any] = []
     while True:
-        for node in ray.nodes():
+        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        for node in nodes:
             node_id = str(node["NodeID"])
             if node.get("Alive") and node_id not in known:
                 known[node_id] = {
