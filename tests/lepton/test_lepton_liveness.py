@@ -1,6 +1,6 @@
 """Liveness of NeMo-RL on Lepton (launch/ray_watchdog.py), for real: the watchdog file that the Ray job ships runs
-around a real driver process on a real local Ray cluster of two raylets; freezing every process of the second
-raylet (a hung node) fails the job within the bound, with liveness.json naming that node; the Lepton stub then
+around a real driver process on a real local Ray cluster of two raylets; freezing (a hung node) or killing (a
+dead node) every process of the second raylet fails the job within the bound, with liveness.json naming that node; the Lepton stub then
 reports the Ray job FAILED, and `jobs status` and `jobs ls` agree on `failed` with the watchdog's record."""
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _raylet(*args: str) -> subprocess.Popen[bytes]:
+def _raylet(node_manager_port: int, *args: str) -> subprocess.Popen[bytes]:
     """`ray start --block` in its own session (ended by its group), ports of its own (other tests may run Ray)."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    ports = ["--node-manager-port", str(_port()), "--dashboard-agent-listen-port", str(_port())]
+    ports = ["--node-manager-port", str(node_manager_port), "--dashboard-agent-listen-port", str(_port())]
     ports += ["--metrics-export-port", str(_port()), "--runtime-env-agent-port", str(_port())]
     return subprocess.Popen(
         ["ray", "start", "--block", "--num-cpus=1", *ports, *args],
@@ -68,6 +68,7 @@ def ray_cluster() -> Iterator[tuple[str, subprocess.Popen[bytes], int]]:
     port = _port()
     address = f"127.0.0.1:{port}"
     head = _raylet(
+        _port(),
         "--head",
         f"--port={port}",
         "--node-ip-address=127.0.0.1",
@@ -75,15 +76,16 @@ def ray_cluster() -> Iterator[tuple[str, subprocess.Popen[bytes], int]]:
         f"--ray-client-server-port={_port()}",
         f"--temp-dir={temp}",
     )
-    time.sleep(3)
-    worker = _raylet(f"--address={address}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp}")
-    # _raylet gave the worker a node manager port; read it back from its argv
-    argv = psutil.Process(worker.pid).cmdline()
-    worker_port = int(argv[argv.index("--node-manager-port") + 1])
+    worker_port = _port()
     try:
+        time.sleep(3)
+        worker = _raylet(
+            worker_port, f"--address={address}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp}"
+        )
         yield address, worker, worker_port
     finally:
-        _end(worker)
+        if "worker" in locals():
+            _end(worker)
         _end(head)
         shutil.rmtree(temp, ignore_errors=True)
 
@@ -94,14 +96,24 @@ def profiles(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("NEMOTRON_ENV_FILE", str(tmp_path / "env.toml"))
 
 
-def _freeze(proc: subprocess.Popen[bytes]) -> None:
-    """Every process of that raylet (the raylet, its workers, the heartbeat actor): a node that hangs."""
-    procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    for p in procs:
-        p.suspend()
+def _break(proc: subprocess.Popen[bytes], how: str) -> None:
+    """Every process of that raylet (the raylet, its workers, the heartbeat actor): stopped (a node that hangs)
+    or killed (a node that dies)."""
+    for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+        p.suspend() if how == "frozen" else p.kill()
 
 
-def test_a_frozen_node_fails_the_lepton_ray_job_within_the_bound(
+def _resume(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+            p.resume()
+    except psutil.NoSuchProcess:
+        pass
+
+
+@pytest.mark.parametrize("how", ["frozen", "killed"])
+def test_a_lost_node_fails_the_lepton_ray_job_within_the_bound(
+    how: str,
     nemotron: Any,
     profiles: None,
     home: Path,
@@ -160,18 +172,17 @@ def test_a_frozen_node_fails_the_lepton_ray_job_within_the_bound(
         assert watchdog.poll() is None  # healthy nodes: the driver runs on
         driver_pid = int((job_dir / "driver.pid").read_text())
 
-        _freeze(worker)
+        _break(worker, how)
         frozen_at = time.monotonic()
         code = watchdog.wait(60)
         took = time.monotonic() - frozen_at
     finally:
         if watchdog.poll() is None:
             watchdog.kill()
-        for p in [psutil.Process(worker.pid), *psutil.Process(worker.pid).children(recursive=True)]:
-            p.resume()
+        _resume(worker)
     log = watchdog.stdout.read() if watchdog.stdout else ""
     print(
-        f"liveness on Ray: the job ended {took:.1f} s after the freeze (interval {INTERVAL_S} s, bound {TIMEOUT_S} s)"
+        f"liveness on Ray: the job ended {took:.1f} s after the worker was {how} (interval {INTERVAL_S} s, bound {TIMEOUT_S} s)"
     )
     assert code == 1, log
     # bound: timeout + interval after the last beat, plus the driver's stop (it ends at once on TERM here)
