@@ -7,6 +7,8 @@ Run: python bench/memory_plan.py                      (3 families x tiny/small x
                                                        24 runs, ~10 min on 2 cores; writes the table in
                                                        docs/benchmarks.md between its markers)
      python bench/memory_plan.py --families llama --sizes small --json out.json   (a subset, no docs edit)
+     python bench/memory_plan.py --families llama --sizes small --device cuda --json out.json   (on a GPU: the
+                                                       measured peak is torch.cuda.max_memory_allocated; scripts/gpu-check.sh)
      python bench/memory_plan.py --table-from out.json [--replan]                 (the docs table from a run;
                                                        --replan: the plan of this code against those measurements)
 """
@@ -59,12 +61,15 @@ def write_checkpoint(root: Path, family: str, size: str) -> Path:
     return out
 
 
-def sft_args(root: Path, family: str, size: str, precision: str, checkpointing: bool) -> list[str]:
+def sft_args(
+    root: Path, family: str, size: str, precision: str, checkpointing: bool, device: str = "cpu"
+) -> list[str]:
     return [
         "steps", "run", "sft", "-c", "tiny", f"inputs.init_from={write_checkpoint(root, family, size)}",
         f"inputs.data={root / 'long_sft.jsonl'}", "trainer.max_steps=2", "trainer.log_interval=2",
         f"trainer.global_batch_size={BATCH}", f"trainer.max_length={MAX_LENGTH}", "trainer.validation_fraction=0.02",
         f"runtime.precision={precision}", f"runtime.gradient_checkpointing={str(checkpointing).lower()}",
+        f"runtime.device={device}",
     ]  # fmt: skip
 
 
@@ -75,18 +80,20 @@ def replan(root: Path, result: dict[str, object]) -> dict[str, object]:
     from nemotron.resource_groups import plan_job
 
     args = sft_args(root, str(result["family"]), str(result["size"]), str(result["precision"]),
-                    bool(result["checkpointing"]))  # fmt: skip
+                    bool(result["checkpointing"]), str(result.get("device", "cpu")))  # fmt: skip
     job = compile_job(Catalog(), "sft", "tiny", overrides=args[5:], dry_run=True)
     group = plan_job(job, 1, 0).groups[0]
     terms = {k: round(v, 1) for k, v in group.terms_mb.items()}
     return {**result, "predicted_mb": round(group.peak_mb, 1), "terms_mb": terms}
 
 
-def measure(root: Path, family: str, size: str, precision: str, checkpointing: bool) -> dict[str, object]:
+def measure(
+    root: Path, family: str, size: str, precision: str, checkpointing: bool, device: str = "cpu"
+) -> dict[str, object]:
     """One sft run of 2 steps: the measured peak and the plan's prediction, in MiB."""
     home = root / "home"
     before = set((home / "jobs").iterdir()) if (home / "jobs").exists() else set()
-    args = sft_args(root, family, size, precision, checkpointing)
+    args = sft_args(root, family, size, precision, checkpointing, device)
     env = {**os.environ, "NEMOTRON_HOME": str(home)}
     proc = subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env)
     if proc.returncode:
@@ -99,6 +106,7 @@ def measure(root: Path, family: str, size: str, precision: str, checkpointing: b
     return {
         "family": family,
         "size": size,
+        "device": device,
         "parameters": group["models"][0]["parameters"],
         "precision": precision,
         "checkpointing": checkpointing,
@@ -132,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json", type=Path, help="write the results here instead of editing docs/benchmarks.md"
     )
+    parser.add_argument(
+        "--device", default="cpu", choices=["cpu", "cuda"], help="where the runs train (runtime.device)"
+    )
     parser.add_argument("--table-from", type=Path, help="write docs/benchmarks.md's table from a --json file")
     parser.add_argument(
         "--replan", action="store_true", help="with --table-from: the predictions of this code"
@@ -147,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         results = run(args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(table(results))
     else:
         text = DOC.read_text()
         head, _, rest = text.partition(BEGIN)
@@ -166,7 +178,7 @@ def run(args: argparse.Namespace) -> list[dict[str, object]]:
         for family, size, precision, ckpt in itertools.product(
             args.families, args.sizes, args.precisions, args.checkpointing
         ):
-            results.append(measure(root, family, size, precision, ckpt == "on"))
+            results.append(measure(root, family, size, precision, ckpt == "on", args.device))
             print(json.dumps(results[-1]), flush=True)
     return results
 

@@ -104,6 +104,10 @@ class LeptonProfile(_ProfileBase):
     gpu_type: GpuType | None = None
     gpu_memory_gb: float | None = Field(None, gt=0)
     shared_memory_size: int = Field(65536, ge=1)
+    # as for Slurm, for a multi-node Ray job (NeMo-RL): every node's heartbeat actor touches a file this often; the
+    # watchdog beside the driver fails the Ray job once one is silent longer (docs/cluster.md, "Liveness")
+    heartbeat_interval_s: int = Field(default=30, ge=1)
+    heartbeat_timeout_s: int = Field(default=90, ge=2)
     mounts: list[LeptonMount] = []
     workspace_url: str | None = None  # defaults to $LEPTON_WORKSPACE_URL
     # Where NeMo-Run copies the job on shared storage (default: <first mount>/nemorun); the step's job dir is there.

@@ -55,6 +55,19 @@ class LeptonStub:
     def created_jobs(self) -> list[dict[str, Any]]:
         return [r.body for r in self.requests if r.method == "POST" and r.path == "/jobs"]
 
+    def finish(self, submission_id: str, returncode: int, log: str) -> None:
+        """The Ray job's entrypoint ended with `returncode` after writing `log`, as Ray's job supervisor reports it:
+        SUCCEEDED on 0, else FAILED with the exit code in its message; the log stays readable while the cluster
+        does."""
+        job = self.ray_jobs[submission_id]
+        job["status"] = "SUCCEEDED" if returncode == 0 else "FAILED"
+        job["message"] = (
+            "Job finished successfully."
+            if returncode == 0
+            else f"Job entrypoint command failed with exit code {returncode}, last available logs: {log[-200:]}"
+        )
+        self.logs[submission_id] = log
+
     def calls(self, method: str, prefix: str) -> list[Recorded]:
         return [r for r in self.requests if r.method == method and r.path.startswith(prefix)]
 
@@ -147,6 +160,8 @@ def _handler(stub: LeptonStub) -> type[BaseHTTPRequestHandler]:
                     return self._reply({"code": "not_found", "message": f"raycluster {name} not found"}, 404)
                 return self._reply({**stub.clusters[name], "status": {"state": "Ready"}})
             api = parts[4:]  # rayclusters/<name>/dashboard/api/...
+            if name not in stub.clusters:  # its dashboard went with it
+                return self._reply({"code": "not_found", "message": f"raycluster {name} not found"}, 404)
             if api == ["version"]:
                 return self._reply({"version": "4", "ray_version": RAY_VERSION, "ray_commit": "stub"})
             if api[:1] == ["packages"]:

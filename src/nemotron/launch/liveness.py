@@ -21,7 +21,7 @@ import shlex
 from dataclasses import dataclass
 
 from nemotron.errors import UserError
-from nemotron.profiles import SlurmProfile
+from nemotron.profiles import LeptonProfile, SlurmProfile
 
 RECORD_FILE = "liveness.json"
 HEARTBEATS = "heartbeats"
@@ -46,7 +46,7 @@ class Liveness:
         return f"{self.job_dir}/{RECORD_FILE}"
 
 
-def for_job(profile: SlurmProfile, job_dir: str, groups: tuple[int, ...]) -> Liveness | None:
+def for_job(profile: SlurmProfile | LeptonProfile, job_dir: str, groups: tuple[int, ...]) -> Liveness | None:
     """The liveness settings of a job whose srun groups span `groups` nodes each (None on one node in all); a
     bound not above the interval would fail a healthy job, so it is refused (exit 2)."""
     if sum(groups) < 2:

@@ -3,7 +3,8 @@
 
 The cluster is one head plus `nodes - 1` workers of the profile's resource shape, in the engine's image, on the
 profile's node group and mounts. The job's files (the engine's config, the driver script) travel as the Ray job's
-`working_dir` package; its entrypoint copies them into the job dir on the shared mount and runs the driver once.
+`working_dir` package; its entrypoint copies them into the job dir on the shared mount and runs the driver once,
+on several nodes under the watchdog of launch/ray_watchdog.py (every node beats; a silent one fails the job).
 nemotron deletes the RayCluster once it sees the job end (`jobs status`, `jobs logs -f`, an attached run), so the
 nodes are not held after the run.
 """
@@ -20,12 +21,14 @@ from typing import Any
 from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
 from nemotron.errors import UserError
+from nemotron.launch import liveness, ray_watchdog
 from nemotron.launch.lepton import executor_fields, lepton_name, nemo_run_dir
 from nemotron.launch.ray_slurm import DRIVER_FILE, driver_script, register_lines
 from nemotron.profiles import LeptonProfile
 
 # The state Lepton reports for a RayCluster whose head and workers all run (nemo_run's RAY_READY_STATE).
 READY_STATE = "Ready"
+WATCHDOG_FILE = "ray_watchdog.py"
 # Ray job states (ray.job_submission.JobStatus) -> ours
 STATES = {
     "PENDING": "pending",
@@ -46,13 +49,21 @@ class LeptonRayPlan:
     job_dir: str  # on the shared mount
     env: tuple[tuple[str, str], ...]
     files: tuple[tuple[str, str], ...]  # (name, text) shipped in the job's working_dir, copied into job_dir
+    live: liveness.Liveness | None = None  # heartbeats and watchdog, on several nodes
 
     @property
     def entrypoint(self) -> str:
-        """What the Ray job runs on the head, from its working_dir."""
+        """What the Ray job runs on the head, from its working_dir: the driver, under the watchdog on several nodes."""
         q = shlex.quote(self.job_dir)
         names = " ".join(shlex.quote(name) for name, _ in self.files)
-        return f"mkdir -p {q}/logs {q}/checkpoints && cp {names} {q}/ && NEMOTRON_RAY_NODES={self.nodes} bash {q}/{DRIVER_FILE}"
+        driver = f"bash {q}/{DRIVER_FILE}"
+        if self.live:
+            python = shlex.quote(self.profile.python)
+            driver = (
+                f"{python} {WATCHDOG_FILE} --job-dir {q} --interval {self.live.interval_s} "
+                f"--timeout {self.live.timeout_s} -- {driver}"
+            )
+        return f"mkdir -p {q}/logs {q}/checkpoints && cp {names} {q}/ && NEMOTRON_RAY_NODES={self.nodes} {driver}"
 
 
 def plan_for(job: Job, where: Placement, launch: RayDriver) -> LeptonRayPlan:
@@ -70,6 +81,9 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> LeptonRayPlan:
     )
     register = register_lines(profile.python, where.job_dir, launch.outputs)
     files = (*launch.files, (DRIVER_FILE, driver_script(launch.command, register)))
+    live = liveness.for_job(profile, where.job_dir, (where.nodes,))
+    if live:
+        files = (*files, (WATCHDOG_FILE, Path(ray_watchdog.__file__).read_text()))
     return LeptonRayPlan(
         lepton_name(job.job_id),
         where.nodes,
@@ -79,6 +93,7 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> LeptonRayPlan:
         where.job_dir,
         env,
         files,
+        live,
     )
 
 
@@ -119,8 +134,14 @@ def render_text(plan: LeptonRayPlan) -> str:
         "submission_id": f"{plan.name}-<time>",
     }
     driver = dict(plan.files)[DRIVER_FILE]
+    watched = ""
+    if plan.live:
+        watched = (
+            f"# ---- {plan.job_dir}/{WATCHDOG_FILE} (nemotron.launch.ray_watchdog) runs the driver: every node beats "
+            f"every {plan.live.interval_s} s; one silent past {plan.live.timeout_s} s fails the job\n"
+        )
     return (
-        f"# ---- {plan.job_dir}/{DRIVER_FILE}\n{driver.rstrip()}\n"
+        f"# ---- {plan.job_dir}/{DRIVER_FILE}\n{driver.rstrip()}\n{watched}"
         f"# ---- POST $LEPTON_WORKSPACE_URL/rayclusters (then wait until it is {READY_STATE})\n{json.dumps(spec, indent=2)}\n"
         f"# ---- the Ray job, through the cluster's dashboard (POST .../rayclusters/{plan.name}/dashboard/api/jobs/)\n"
         f"{json.dumps(job, indent=2)}\n"
@@ -186,6 +207,9 @@ def _ray_job(run: Any, status: dict[str, Any]) -> Any:
 
 
 def state(status: dict[str, Any]) -> str:
+    """The Ray job's state, ours. A job that ended frees its cluster; one that failed first has its watchdog's
+    record (if the watchdog failed it) read from the driver log into `status["liveness"]`, for the caller to
+    record: the log goes with the cluster."""
     from nemotron.launch.remote import nemo_run
 
     with nemo_run() as run:
@@ -196,9 +220,25 @@ def state(status: dict[str, Any]) -> str:
                 raise
             return "cancelled"  # its RayCluster is gone (deleted by a cancel, or by hand): nothing runs it any more
     ours = STATES.get(found.rsplit(".", 1)[-1].upper(), "unknown")
+    if ours == "failed":
+        seen = liveness_seen(log_text(status))
+        if seen:
+            status["liveness"] = seen
     if ours in ("succeeded", "failed", "cancelled"):
         delete_cluster(status)
     return ours
+
+
+def liveness_seen(log: str) -> dict[str, Any] | None:
+    """The watchdog's record in a driver log (its last `nemotron: liveness: {...}` line), if it failed the job."""
+    for line in reversed(log.splitlines()):
+        if line.startswith(ray_watchdog.PREFIX):
+            try:
+                seen = json.loads(line[len(ray_watchdog.PREFIX) :])
+            except ValueError:
+                return None
+            return seen if isinstance(seen, dict) else None
+    return None
 
 
 def log_text(status: dict[str, Any]) -> str:

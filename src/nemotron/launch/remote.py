@@ -195,14 +195,19 @@ def refresh_status(job_dir: Path, scheduler: Scheduler) -> dict[str, Any]:
         if state == "succeeded" and status.get("register"):
             fields |= _register_outputs(job_dir, dict(status["register"]))
         if state == "failed":
-            fields |= _liveness_failure(job_dir)
+            fields |= _liveness_failure(job_dir, status.get("liveness"))
     return update_status(job_dir, **fields)
 
 
-def _liveness_failure(job_dir: Path) -> dict[str, Any]:
-    """What the job's watchdog saw when it failed the job (launch/liveness.py), as the status's `error`."""
+def _liveness_failure(job_dir: Path, reported: Any = None) -> dict[str, Any]:
+    """What the job's watchdog saw when it failed the job (launch/liveness.py, launch/ray_watchdog.py), as the
+    status's `error`: its record in the job dir, or the one the scheduler `reported` from a job dir this machine
+    does not see (Lepton: the Ray job's log), then kept in the job dir here."""
+    from nemotron.jobs import write_atomic
     from nemotron.launch.liveness import RECORD_FILE
 
+    if isinstance(reported, dict):
+        write_atomic(job_dir / RECORD_FILE, json.dumps(reported, indent=2) + "\n")
     try:
         seen = json.loads((job_dir / RECORD_FILE).read_text())
     except (OSError, ValueError):

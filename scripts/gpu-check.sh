@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 30 (item 6), in one run of a few minutes on a machine with one NVIDIA GPU:
+#   1. the tiny pipeline with runtime.device=cuda runtime.precision=bf16-mixed (every step but data/prep);
+#   2. a small Llama (16 layers x 512, at least 50M parameters, built by `python -m nemotron.models.tiny`) trained
+#      on CUDA by `nemotron steps run sft` (2 steps), in fp32 and bf16, activation checkpointing off and on;
+#   3. the resource plan's predicted peak (plan.json) against the run's measured peak, which on CUDA is
+#      torch.cuda.max_memory_allocated (nemotron.devices.peak_memory_mb): a table, via bench/memory_plan.py.
+# Figures go to $OUT (if set; else a temporary folder): gpu-check.txt (the whole log), memory_plan_cuda.json,
+# pipeline.txt. It installs nothing: it needs Python >= 3.11 with a CUDA build of torch and the project's runtime
+# wheels (pyproject.toml: typer, rich, omegaconf, pydantic, pyyaml, jinja2, transformers, safetensors,
+# tokenizers, numpy, tensorboard, matplotlib, vaderSentiment, h11, prometheus_client), and runs this checkout
+# (PYTHONPATH=src). Exit 0: every step ran and the plan is within the bench's tolerance; 1: a check failed;
+# 2: this machine cannot run it (no CUDA device, or a wheel missing).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=${PYTHON:-python3}
+export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
+
+if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "gpu-check: no CUDA device here (torch.cuda.is_available() is false, or torch is missing); run scripts/gpu-check.sh on a machine with an NVIDIA GPU" >&2
+    exit 2
+fi
+missing=$("$PY" - <<'PY'
+import importlib.util
+wheels = {"typer": "typer", "rich": "rich", "omegaconf": "omegaconf", "pydantic": "pydantic", "yaml": "pyyaml",
+          "jinja2": "jinja2", "transformers": "transformers", "safetensors": "safetensors",
+          "tokenizers": "tokenizers", "numpy": "numpy", "tensorboard": "tensorboard", "matplotlib": "matplotlib",
+          "vaderSentiment": "vaderSentiment", "h11": "h11", "prometheus_client": "prometheus_client"}
+print(" ".join(w for m, w in wheels.items() if importlib.util.find_spec(m) is None))
+PY
+)
+if [ -n "$missing" ]; then
+    echo "gpu-check: missing wheels: $missing (pip install them next to torch)" >&2
+    exit 2
+fi
+
+OUT_DIR=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT_DIR"
+WORK=$(mktemp -d)
+export NEMOTRON_HOME="$WORK/home"
+exec > >(tee "$OUT_DIR/gpu-check.txt") 2>&1
+"$PY" - <<'PY'
+import torch
+print(f"gpu-check: torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}, "
+      f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.1f} GiB")
+PY
+
+echo "== 1. the tiny pipeline on CUDA, bf16-mixed"
+"$PY" "$ROOT/scripts/cuda_pipeline.py" "$ROOT/manifests/pipelines/tiny.toml" "$WORK/tiny-cuda.toml"
+start=$(date +%s)
+"$PY" -m nemotron pipeline run "$WORK/tiny-cuda.toml" | tee "$OUT_DIR/pipeline.txt"
+echo "gpu-check: tiny pipeline on CUDA took $(( $(date +%s) - start )) s"
+
+echo "== 2-3. a small Llama on CUDA: the plan against torch.cuda.max_memory_allocated"
+"$PY" "$ROOT/bench/memory_plan.py" --families llama --sizes small --device cuda --json "$OUT_DIR/memory_plan_cuda.json"
+echo "gpu-check: done; figures in $OUT_DIR"
