@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 30 (item 6), in one run of a few minutes on a machine with one NVIDIA GPU:
 #   1. the tiny pipeline with runtime.device=cuda runtime.precision=bf16-mixed (every step but data/prep);
-#   2. a small Llama (16 layers x 512, at least 50M parameters, built by `python -m nemotron.models.tiny`) trained
+#   2. small Llama, Qwen2 and GPT-2 (16 layers x 512, at least 50M parameters, `python -m nemotron.models.tiny`) trained
 #      on CUDA by `nemotron steps run sft` (2 steps), in fp32 and bf16, activation checkpointing off and on;
 #   3. the resource plan's predicted peak (plan.json) against the run's measured peak, which on CUDA is
 #      torch.cuda.max_memory_allocated (nemotron.devices.peak_memory_mb): a table, via bench/memory_plan.py.
@@ -51,6 +51,6 @@ start=$(date +%s)
 "$PY" -m nemotron pipeline run "$WORK/tiny-cuda.toml" | tee "$OUT_DIR/pipeline.txt"
 echo "gpu-check: tiny pipeline on CUDA took $(( $(date +%s) - start )) s"
 
-echo "== 2-3. a small Llama on CUDA: the plan against torch.cuda.max_memory_allocated"
-"$PY" "$ROOT/bench/memory_plan.py" --families llama --sizes small --device cuda --json "$OUT_DIR/memory_plan_cuda.json"
+echo "== 2-3. small Llama, Qwen2 and GPT-2 on CUDA: the plan against torch.cuda.max_memory_allocated"
+"$PY" "$ROOT/bench/memory_plan.py" --families llama qwen2 gpt2 --sizes small --device cuda --json "$OUT_DIR/memory_plan_cuda.json"
 echo "gpu-check: done; figures in $OUT_DIR"

@@ -45,11 +45,16 @@ DEFAULT_PROMPT_TOKENS = (
 )
 
 
-def device_memory(profile: Any) -> tuple[str, float | None, bool]:
-    """(the device's name, its memory in MiB or None when unknown, whether it is a GPU)."""
+def device_memory(profile: Any, runtime_device: str = "auto") -> tuple[str, float | None, bool]:
+    """(the device's name, its memory in MiB or None when unknown, whether it is a GPU).
+
+    A local job trains on a GPU when its `runtime.device` is `cuda`, or `auto` on a machine whose NVIDIA driver
+    lists a GPU (/proc/driver/nvidia/gpus: read, not torch, which dry-run never imports)."""
     gpus = int(getattr(profile, "gpus_per_node", 0) or 0)
     gpu_type, gpu_gb = getattr(profile, "gpu_type", None), getattr(profile, "gpu_memory_gb", None)
-    if gpus > 0 or gpu_type or gpu_gb:
+    local = getattr(profile, "executor", "local") == "local"
+    local_gpu = local and (runtime_device == "cuda" or (runtime_device == "auto" and _nvidia_gpu_here()))
+    if gpus > 0 or gpu_type or gpu_gb or local_gpu:
         if gpu_gb:
             return f"GPU (gpu_memory_gb = {gpu_gb:g})", float(gpu_gb) * 1024, True
         if gpu_type:
@@ -58,6 +63,13 @@ def device_memory(profile: Any) -> tuple[str, float | None, bool]:
     if getattr(profile, "executor", "local") == "local":
         return "RAM", _ram_mb(), False
     return "RAM of a node (unknown)", None, False
+
+
+def _nvidia_gpu_here() -> bool:
+    try:
+        return any(Path("/proc/driver/nvidia/gpus").iterdir())
+    except OSError:
+        return False
 
 
 def _ram_mb() -> float | None:
@@ -114,7 +126,9 @@ def plan_job(job: Job, nodes: int, gpus_per_node: int) -> Plan:
         return Plan([], str(_get(job.config, "plan.on_no_fit", "refuse")))
     shapes = Shapes(job)
     cfg, step = job.step_config, job.step_id
-    name, memory, gpu = device_memory(job.profile)
+    name, memory, gpu = device_memory(
+        job.profile, str((job.config.get("runtime") or {}).get("device", "auto"))
+    )
     ctx = _Context(job, shapes, name, memory, gpu, nodes, max(gpus_per_node, 1))
     if backend == "nemo_rl":
         groups = _nemo_rl(ctx, cfg)
@@ -166,7 +180,7 @@ class _Context:
         terms = {"runtime": self.runtime_mb, **{k: v for k, v in terms.items()}}
         return Group(
             name, where or self.where(), self.device, self.memory, [model_entry(s, r) for s, r in models], terms,
-            training_peak(terms, cpu=not self.gpu) if peak is None else peak, parallelism, **extra,
+            training_peak(terms, not self.gpu, self.checkpointing) if peak is None else peak, parallelism, **extra,
             enforced=self.gpu,
         )  # fmt: skip
 

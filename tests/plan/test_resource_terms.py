@@ -105,6 +105,22 @@ def test_the_peak_holds_activations_or_gradients_not_both() -> None:
     assert training_peak({**terms, "activations": 1.0, "logits": 0.0}) == 17.0  # gradients 4 win
 
 
+def test_with_checkpointing_or_on_the_cpu_every_term_adds_up() -> None:
+    # runtime 1 + weights 4 + gradients 4 + optimizer 8 + activations 2 + logits 1 = 20: the backward fills the
+    # gradients while the checkpointed inputs and the recomputed layer are alive
+    terms = {
+        "runtime": 1.0,
+        "weights": 4.0,
+        "gradients": 4.0,
+        "optimizer": 8.0,
+        "activations": 2.0,
+        "logits": 1.0,
+    }
+    assert training_peak(terms, checkpointing=True) == 20.0
+    assert training_peak(terms, cpu=True) == 20.0
+    assert training_peak(terms) == 17.0  # without: max(activations 2 + logits 1, gradients 4)
+
+
 def test_parameters_from_the_shape_match_published_counts() -> None:
     # Llama-3.1-8B is 8,030,261,248 parameters; Qwen2.5-1.5B 1,543,714,304 (their model cards' safetensors totals)
     assert known_shape("meta-llama/Llama-3.1-8B-Instruct").parameters == 8_030_261_248  # type: ignore[union-attr]
