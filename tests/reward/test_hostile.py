@@ -29,12 +29,16 @@ def server() -> Iterator[ServerHandle]:
         yield handle
 
 
-def exchange(handle: ServerHandle, raw: bytes, timeout: float = 5.0) -> bytes:
-    """Send `raw`, then read until the server closes or goes quiet for a moment."""
+def exchange(handle: ServerHandle, raw: bytes, timeout: float = 5.0, quiet_s: float = 0.5) -> bytes:
+    """Send `raw`, then read until the server closes or goes quiet for `quiet_s`. A server that answers and
+    closes before reading all of `raw` (a 413 on a declared length) leaves its answer to read."""
     with socket.create_connection((handle.host, handle.port), timeout=timeout) as sock:
-        sock.sendall(raw)
+        try:
+            sock.sendall(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
         answer = b""
-        while select.select([sock], [], [], 0.5)[0]:
+        while select.select([sock], [], [], quiet_s)[0]:
             try:
                 chunk = sock.recv(65536)
             except ConnectionResetError:

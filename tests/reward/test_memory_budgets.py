@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +20,8 @@ import pytest
 from nemotron.paths import shipped_root
 from nemotron.reward.chat_server import ChatRequest, Completion, serve_chat
 from nemotron.reward.transport import HTTPSettings
+
+from .test_hostile import exchange
 
 BOUND_MB = 150
 STEP_BODY_LIMIT = str(8 << 20)  # rm/serve's default server.max_body_bytes
@@ -150,37 +150,16 @@ class EchoModel:
         return Completion(request.messages[-1][1][:8], "stop", 1, 1)
 
 
-def _exchange(host: str, port: int, raw: bytes) -> bytes:
-    """Send `raw`, then read until the server closes or goes quiet for a moment."""
-    with socket.create_connection((host, port), timeout=10) as sock:
-        try:
-            sock.sendall(raw)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # it answered and closed before reading all: the answer is still there to read
-        answer = b""
-        while select.select([sock], [], [], 1.0)[0]:
-            try:
-                chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            answer += chunk
-    return answer
-
-
 def test_the_chat_server_refuses_a_body_over_its_limit_before_reading_it() -> None:
     """The transport's limit, on the chat server too: a declared length over it is 413 at once (the body is never
     sent), and a chunked body is cut as it streams, once past the limit."""
     with serve_chat(EchoModel(), HTTPSettings(max_body_bytes=4096)) as handle:
         head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
         started = time.monotonic()
-        answer = _exchange(handle.host, handle.port, head + b"Content-Length: 100000000\r\n\r\n")
+        answer = exchange(handle, head + b"Content-Length: 100000000\r\n\r\n", 10.0, 1.0)
         assert answer.startswith(b"HTTP/1.1 413") and time.monotonic() - started < 5.0, answer[:200]
         chunk = b"1000\r\n" + b"x" * 4096 + b"\r\n"
-        answer = _exchange(
-            handle.host, handle.port, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunk * 64
-        )
+        answer = exchange(handle, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunk * 64, 10.0, 1.0)
         assert answer.startswith(b"HTTP/1.1 413") and b"limit of 4096 bytes" in answer, answer[:200]
         reply = httpx.post(
             handle.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hello"}]}
