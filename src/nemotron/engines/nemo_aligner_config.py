@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nemotron.catalog import Catalog
-from nemotron.engines.nemo_rl_config import Refusals, builtin_refusals
+from nemotron.engines.nemo_rl_config import builtin_refusals
+from nemotron.engines.refusals import Refusals
 from nemotron.errors import UserError
 from nemotron.targets import NEMO_ALIGNER_VERSION
 
