@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from nemotron.catalog import Catalog
 from nemotron.configtree import flatten
@@ -36,13 +37,16 @@ class NemoRLRun:
     outputs: dict[str, str]  # our output name ([[produces]] name) -> absolute HF checkpoint path
 
 
-def builtin_refusals(step_config: dict[str, Any], who: str = "the built-in backend") -> list[str]:
-    """Problems of a config on a backend other than nemo_rl (`who`): the `nemo_rl.*` keys do nothing there, so a
-    non-default value is a mistake. Empty when backend is nemo_rl or the section is untouched."""
-    if step_config.get("backend", "builtin") == "nemo_rl" or "nemo_rl" not in step_config:
+def builtin_refusals(config: BaseModel, who: str = "the built-in backend") -> list[str]:
+    """Problems of a validated step config on a backend other than nemo_rl (`who`): the `nemo_rl.*` keys do
+    nothing there, so a non-default value is a mistake. Empty when backend is nemo_rl, the step's schema has no
+    nemo_rl group, or the group is untouched."""
+    # any step's Config comes here; only the RL steps' schemas have `backend` and `nemo_rl`
+    nemo = getattr(config, "nemo_rl", None)
+    if getattr(config, "backend", "builtin") == "nemo_rl" or not isinstance(nemo, NemoRL):
         return []
-    given = dict(flatten({"nemo_rl": step_config.get("nemo_rl") or {}}))
-    default = dict(flatten({"nemo_rl": NemoRL.model_validate({}).model_dump()}))
+    given = dict(flatten({"nemo_rl": nemo.model_dump()}))
+    default = dict(flatten({"nemo_rl": NemoRL().model_dump()}))
     return [
         f"{key}={value!r}: only backend=nemo_rl reads it ({who} would ignore it)"
         for key, value in sorted(given.items())
