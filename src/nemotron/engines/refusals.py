@@ -20,12 +20,17 @@ class Refusals:
         self.engine, self.hint = engine, hint
         self.problems: list[str] = []
 
+    def _known(self, key: str) -> bool:
+        return key in self.defaults or any(k.startswith(key + ".") for k in self.defaults)
+
     def __call__(self, key: str, why: str) -> None:
+        # keys are named by their dotted path, which mypy cannot check: a schema rename must fail loudly here
+        assert self._known(key), key
         self.problems.append(f"{key}={self.flat.get(key)!r}: {why}")
 
     def unless_default(self, key: str, why: str) -> None:
         # a key the schema lacks would pass silently, whatever the user set: a schema rename must fail loudly
-        assert key in self.defaults or any(k.startswith(key + ".") for k in self.defaults), key
+        assert self._known(key), key
         if self.flat.get(key) != self.defaults.get(key):
             self(key, why)
 
