@@ -71,6 +71,8 @@ class Job:
     entry: str
     launch: str
     config: dict[str, Any]  # resolved and validated; inputs as the user wrote them
+    config_schema: type[BaseModel]  # the step's Config, which validated `config`; engines read its fields
+    backend: str  # the engine that runs the job: config's `backend`, builtin for steps without one
     step_config: dict[str, Any]  # what the step reads: inputs replaced by resolved paths
     sources: dict[str, str]  # dotted key -> "preset:tiny" | "profile:NAME" | "cli" (defaults omitted)
     bindings: tuple[Binding, ...]
@@ -436,6 +438,8 @@ def compile_job(
         entry=str(step.entry_path),
         launch=step.manifest.step.launch,
         config=config,
+        config_schema=step.config_schema(),
+        backend=backend,
         step_config=step_config,
         sources=sources,
         bindings=tuple(bindings),

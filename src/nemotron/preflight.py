@@ -121,7 +121,7 @@ def _nemo_rl_groups(step_id: str, config: dict[str, Any], nodes: int, gpus: int)
     groups: list[Group] = []
     policy_gpus, where = nodes * gpus, shape(nodes, gpus)
     if step_id != "rl/rlhf" or not gym:
-        rm = reward_model_resources(nodes, gpus, nemo)
+        rm = reward_model_resources(nodes, gpus, nemo["reward_model_gpus"])
         rm_gpus = rm["num_nodes"] * rm["gpus_per_node"]
         if nodes == 1:
             policy_gpus, where = gpus - rm_gpus, f"{where} less the reward model's {rm_gpus}"

@@ -389,12 +389,19 @@ def test_inexpressible_settings_are_refused(
 
 
 def test_nemo_rl_keys_are_refused_on_the_builtin_backend() -> None:
-    cfg = step_config("rl/ppo", nemo_rl__tensor_parallel_size=2, backend="builtin")
-    assert builtin_refusals(cfg) == [
+    schema = Catalog().get("rl/ppo").config_schema()
+
+    def refused(**overrides: Any) -> list[str]:
+        return builtin_refusals(schema.model_validate(step_config("rl/ppo", **overrides)))
+
+    assert refused(nemo_rl__tensor_parallel_size=2, backend="builtin") == [
         "nemo_rl.tensor_parallel_size=2: only backend=nemo_rl reads it (the built-in backend would ignore it)"
     ]
-    assert builtin_refusals(step_config("rl/ppo", backend="builtin")) == []
-    assert builtin_refusals(step_config("rl/ppo", nemo_rl__tensor_parallel_size=2)) == []
+    assert refused(backend="builtin") == []
+    assert refused(nemo_rl__tensor_parallel_size=2) == []
+    # a step whose schema has no nemo_rl group has nothing to refuse
+    sft = Catalog().get("sft").config_schema()
+    assert builtin_refusals(sft()) == []
 
 
 # ---- docs and the real tag ------------------------------------------------------------------------------------

@@ -111,4 +111,4 @@ def engine_named(name: str) -> Engine:
 
 def engine_for(job: Job) -> Engine:
     """The engine a job's config names (`backend`, default builtin)."""
-    return engine_named(str(job.config.get("backend") or "builtin"))
+    return engine_named(job.backend)

@@ -13,7 +13,8 @@ class BuiltinEngine:
     def launch(self, job: Job, where: Placement) -> Launch:
         from nemotron.engines.nemo_rl_config import builtin_refusals
 
-        refused = builtin_refusals(job.config)
+        # job.config is the dump of a config this schema validated: validating it again cannot fail
+        refused = builtin_refusals(job.config_schema.model_validate(job.config))
         if refused:
             raise UserError(
                 f"these keys act only on backend=nemo_rl; {job.step_id} runs on backend=builtin:", refused

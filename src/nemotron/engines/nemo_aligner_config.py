@@ -9,14 +9,25 @@ variables the executor exports (`${oc.env:...}`), so every override is a fixed w
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+from pydantic import BaseModel
 
 from nemotron.catalog import Catalog
-from nemotron.engines.nemo_rl_config import Refusals, builtin_refusals
+from nemotron.engines.nemo_rl_config import builtin_refusals
+from nemotron.engines.refusals import Refusals
 from nemotron.errors import UserError
+from nemotron.stepconfig import Generation, Optim, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.targets import NEMO_ALIGNER_VERSION
+
+if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
+    from rl.ppo.schema import PPO
+    from rl.ppo.schema import Config as PPOConfig
+    from rl.reinforce.schema import Config as ReinforceConfig
+    from rl.reinforce.schema import Reinforce
+    from rm.serve.schema import Config as ServeConfig
 
 SCRIPTS = "examples/nlp/gpt"  # under the NeMo-Aligner checkout
 REWARD_PORT_ENV = "NEMOTRON_REWARD_PORT"  # the executor exports both ports and hosts before the groups start
@@ -108,56 +119,54 @@ PRECISION = {"fp32": (32, False), "bf16-mixed": ("bf16", True)}  # -> trainer.pr
 KL = {"k1": False, "abs": True}  # -> use_absolute_kl (calculate_kl_penalty: log-ratio, or its absolute value)
 
 
-def _runtime(c: dict[str, Any], refuse: Refusals) -> list[tuple[str, Any]]:
-    rt = c["runtime"]
-    if rt["device"] == "cpu":
+def _runtime(rt: TrainRuntime, refuse: Refusals) -> list[tuple[str, Any]]:
+    if rt.device == "cpu":
         refuse("runtime.device", "NeMo-Aligner runs on GPUs only")
-    if rt["precision"] not in PRECISION:
+    if rt.precision not in PRECISION:
         refuse(
             "runtime.precision", "NeMo-Aligner trains in fp32 or bf16 with fp32 master weights (bf16-mixed)"
         )
-    if rt.get("gradient_checkpointing"):
+    if rt.gradient_checkpointing:
         refuse("runtime.gradient_checkpointing", "set activations checkpointing in the .nemo's model config")
-    precision, o2 = PRECISION.get(rt["precision"], ("bf16", True))
-    out: list[tuple[str, Any]] = [("trainer.precision", precision), ("model.megatron_amp_O2", o2)]
-    return out + ([("model.seed", rt["seed"])] if "seed" in rt else [])
+    precision, o2 = PRECISION.get(rt.precision, ("bf16", True))
+    return [("trainer.precision", precision), ("model.megatron_amp_O2", o2), ("model.seed", rt.seed)]
 
 
-def _optim(o: dict[str, Any], refuse: Refusals, key: str) -> list[tuple[str, Any]]:
-    if o["min_lr_ratio"] != 1.0:
+def _optim(o: Optim, refuse: Refusals, key: str) -> list[tuple[str, Any]]:
+    if o.min_lr_ratio != 1.0:
         refuse(
             f"{key}.min_lr_ratio", "NeMo-Aligner's schedule is cosine (CosineAnnealing), not our linear decay"
         )
     return [
-        ("model.optim.lr", o["lr"]),
-        ("model.optim.weight_decay", o["weight_decay"]),
-        ("model.optim.betas", [o["adam_beta1"], o["adam_beta2"]]),
-        ("model.optim.sched.warmup_steps", o["warmup_steps"]),
-        ("model.optim.sched.min_lr", o["lr"] * o["min_lr_ratio"]),
+        ("model.optim.lr", o.lr),
+        ("model.optim.weight_decay", o.weight_decay),
+        ("model.optim.betas", [o.adam_beta1, o.adam_beta2]),
+        ("model.optim.sched.warmup_steps", o.warmup_steps),
+        ("model.optim.sched.min_lr", o.lr * o.min_lr_ratio),
     ]
 
 
-def _generation(g: dict[str, Any], refuse: Refusals, algo: str) -> list[tuple[str, Any]]:
-    sampler = g["backend"]  # who samples rollouts (torch or vllm), not the engine
+def _generation(g: Generation, refuse: Refusals, algo: str) -> list[tuple[str, Any]]:
+    sampler = g.backend  # who samples rollouts (torch or vllm), not the engine
     if sampler != "torch":
         refuse("generation.backend", "NeMo-Aligner generates with Megatron (or TensorRT-LLM), not vLLM")
     out: list[tuple[str, Any]] = [
-        (f"model.{algo}.sampling_params.temperature", g["temperature"]),
-        (f"model.{algo}.sampling_params.top_k", g["top_k"]),
-        (f"model.{algo}.sampling_params.top_p", g["top_p"]),
-        (f"model.{algo}.length_params.max_length", g["max_new_tokens"]),
+        (f"model.{algo}.sampling_params.temperature", g.temperature),
+        (f"model.{algo}.sampling_params.top_k", g.top_k),
+        (f"model.{algo}.sampling_params.top_p", g.top_p),
+        (f"model.{algo}.length_params.max_length", g.max_new_tokens),
     ]
-    if g["stop_strings"]:  # empty keeps the YAML's end strings (the NeMo chat template's turn end)
-        out.append((f"model.{algo}.sampling_params.end_strings", list(g["stop_strings"])))
+    if g.stop_strings:  # empty keeps the YAML's end strings (the NeMo chat template's turn end)
+        out.append((f"model.{algo}.sampling_params.end_strings", list(g.stop_strings)))
     return out
 
 
 def _actor_common(
-    c: dict[str, Any], refuse: Refusals, algo: str, job_dir: str, batch: int
+    c: RLConfig, refuse: Refusals, algo: str, job_dir: str, batch: int
 ) -> list[tuple[str, Any]]:
-    t, ck, ev, rw = c["trainer"], c["checkpoint"], c["eval"], c["reward"]
+    t, ck, ev, rw = c.trainer, c.checkpoint, c.eval, c.reward
     refuse.unless_default("trainer.log_interval", "NeMo-Aligner logs every step")
-    if rw["source"] != "server":
+    if rw.source != "server":
         refuse("reward.source", "NeMo-Aligner scores through its reward-model server only")
     refuse.all_unless_default(
         ("reward.server.url", "the job serves the reward model itself and passes its address"),
@@ -170,39 +179,39 @@ def _actor_common(
         ("eval.task", "our ground-truth scorers do not run inside NeMo-Aligner"),
         ("eval.seed", "NeMo-Aligner validates with the run's seed"),
     )
-    if ev["num_prompts"] == 0:
+    if ev.num_prompts == 0:
         refuse(
             "eval.num_prompts", "NeMo-Aligner validates at every save (its checkpoints rank by val_rewards)"
         )
-    prompts = c["inputs"]["prompts"] or ""
-    every = ck["save_interval"] or t["max_steps"]
+    prompts = c.inputs.prompts or ""
+    every = ck.save_interval or t.max_steps
     return [
-        ("pretrained_checkpoint.restore_from_path", c["inputs"]["policy"] or ""),
+        ("pretrained_checkpoint.restore_from_path", c.inputs.policy or ""),
         ("model.data.data_impl", "jsonl"),
         # our eval uses the first N training prompts: the same file is the validation set
         ("model.data.data_prefix", {"train": [prompts], "validation": [prompts], "test": [prompts]}),
         ("exp_manager.explicit_log_dir", f"{job_dir}/actor_results"),
-        (f"trainer.{algo}.max_steps", t["max_steps"]),
+        (f"trainer.{algo}.max_steps", t.max_steps),
         (f"trainer.{algo}.val_check_interval", every),
         (f"trainer.{algo}.save_interval", every),
-        (f"trainer.{algo}.gradient_clip_val", c["optim"]["clip_grad"]),
-        (f"model.{algo}.num_rollout_samples", t["num_prompts_per_step"]),
-        (f"model.{algo}.num_val_samples", max(ev["num_prompts"], 1)),
-        ("model.micro_batch_size", t["micro_batch_size"]),
+        (f"trainer.{algo}.gradient_clip_val", c.optim.clip_grad),
+        (f"model.{algo}.num_rollout_samples", t.num_prompts_per_step),
+        (f"model.{algo}.num_val_samples", max(ev.num_prompts, 1)),
+        ("model.micro_batch_size", t.micro_batch_size),
         ("model.global_batch_size", batch),
-        *_optim(c["optim"], refuse, "optim"),
-        *_generation(c["generation"], refuse, algo),
-        *_runtime(c, refuse),
+        *_optim(c.optim, refuse, "optim"),
+        *_generation(c.generation, refuse, algo),
+        *_runtime(c.runtime, refuse),
     ]
 
 
-def _kl(c: dict[str, Any], refuse: Refusals, algo: str) -> list[tuple[str, Any]]:
-    a = c[algo]
-    if a["kl_estimator"] not in KL:
+def _kl(a: Reinforce | PPO, refuse: Refusals, algo: str) -> list[tuple[str, Any]]:
+    """The KL penalty of the algorithm group `a` (reinforce.* or ppo.*, named `algo`)."""
+    if a.kl_estimator not in KL:
         refuse(f"{algo}.kl_estimator", "NeMo-Aligner's KL is the log-ratio (k1) or its absolute value (abs)")
     return [
-        (f"trainer.{algo}.initial_policy_kl_penalty", a["initial_policy_kl_penalty"]),
-        (f"trainer.{algo}.use_absolute_kl", KL.get(a["kl_estimator"], True)),
+        (f"trainer.{algo}.initial_policy_kl_penalty", a.initial_policy_kl_penalty),
+        (f"trainer.{algo}.use_absolute_kl", KL.get(a.kl_estimator, True)),
     ]
 
 
@@ -211,10 +220,15 @@ def _placement(nodes: int, gpus: int) -> list[tuple[str, Any]]:
 
 
 def _reward_server(
-    rm: str, port: Any, nodes: int, gpus: int, c: dict[str, Any], inference: Sequence[tuple[str, Any]] = ()
+    rm: str,
+    port: Any,
+    nodes: int,
+    gpus: int,
+    runtime: TrainRuntime | ServeRuntime,
+    inference: Sequence[tuple[str, Any]] = (),
 ) -> Script:
     """serve_reward_model.py on `rm`; `inference` adds rm/serve's own `inference.*` overrides."""
-    precision = PRECISION.get(c["runtime"]["precision"], ("bf16", True))[0]
+    precision = PRECISION.get(runtime.precision, ("bf16", True))[0]
     return Script(
         "reward",
         f"{SCRIPTS}/serve_reward_model.py",
@@ -227,18 +241,19 @@ def _reward_server(
             ("trainer.precision", precision),
         ],
         nodes,
-        _threads(c),
+        _threads(runtime),
     )
 
 
-def _threads(c: dict[str, Any]) -> dict[str, str]:
-    return {"OMP_NUM_THREADS": str(c["runtime"]["num_threads"])}
+def _threads(runtime: TrainRuntime | ServeRuntime) -> dict[str, str]:
+    return {"OMP_NUM_THREADS": str(runtime.num_threads)}
 
 
 def _actor(
-    c: dict[str, Any],
+    c: RLConfig,
     refuse: Refusals,
     algo: str,
+    a: Reinforce | PPO,
     job_dir: str,
     batch: int,
     nodes: int,
@@ -246,16 +261,17 @@ def _actor(
     wiring: list[tuple[str, Any]],
     servers: tuple[tuple[str, str], ...],
 ) -> Script:
-    """The actor's group: each server takes one node (as in the tag's docs), the actor the rest, at least one."""
+    """The actor's group, `a` its algorithm's group (`algo`): each server takes one node (as in the tag's docs),
+    the actor the rest, at least one."""
     actor_nodes = max(1, nodes - len(servers))
-    overrides = [*_actor_common(c, refuse, algo, job_dir, batch), *_kl(c, refuse, algo), *wiring]
+    overrides = [*_actor_common(c, refuse, algo, job_dir, batch), *_kl(a, refuse, algo), *wiring]
     return Script(
         "actor",
         f"{SCRIPTS}/train_gpt_{algo}_actor.py",
         f"gpt_{algo}_actor.yaml",
         [*overrides, *_placement(actor_nodes, gpus)],
         actor_nodes,
-        _threads(c),
+        _threads(c.runtime),
         servers,
     )
 
@@ -263,38 +279,40 @@ def _actor(
 # ----------------------------------------------------------------------------- the steps
 
 
-def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
-    r = c["reinforce"]
+def compile_reinforce(
+    c: ReinforceConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int
+) -> AlignerRun:
+    r = c.reinforce
     refuse.all_unless_default(
         ("reinforce.kl_in", "NeMo-Aligner subtracts beta times the mean token KL from each reward"),
         ("reinforce.reinforce_epochs", "NeMo-Aligner's REINFORCE makes one pass over each rollout batch"),
         ("reinforce.loss_level", "NeMo-Aligner averages the loss over the tokens"),
         ("reinforce.truncated_responses", "NeMo-Aligner keeps truncated responses' rewards"),
     )
-    batch = c["trainer"]["num_prompts_per_step"] * r["num_rollouts_per_prompt"]
-    rm = _reward_server(c["inputs"]["reward_model"] or "", Env(REWARD_PORT_ENV, True), 1, gpus, c)
+    batch = c.trainer.num_prompts_per_step * r.num_rollouts_per_prompt
+    rm = _reward_server(c.inputs.reward_model or "", Env(REWARD_PORT_ENV, True), 1, gpus, c.runtime)
     wiring = [
-        ("trainer.reinforce.num_rollouts_per_prompt", r["num_rollouts_per_prompt"]),
+        ("trainer.reinforce.num_rollouts_per_prompt", r.num_rollouts_per_prompt),
         ("remote_rm.reward_model.ip", Env(REWARD_HOST_ENV)),
         ("remote_rm.reward_model.port", Env(REWARD_PORT_ENV, True)),
     ]
     servers = ((REWARD_HOST_ENV, REWARD_PORT_ENV),)
-    actor = _actor(c, refuse, "reinforce", job_dir, batch, nodes, gpus, wiring, servers)
+    actor = _actor(c, refuse, "reinforce", r, job_dir, batch, nodes, gpus, wiring, servers)
     outputs = {"policy": _nemo(job_dir, "actor_results", ACTOR_NAME["rl/reinforce"])}
     return AlignerRun([rm, actor], outputs, {REWARD_PORT_ENV: 0}, [])
 
 
-def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
-    p, t, critic = c["ppo"], c["trainer"], c["critic"]
+def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
+    p, t, critic = c.ppo, c.trainer, c.critic
     refuse.all_unless_default(
         ("ppo.num_rollouts_per_prompt", "NeMo-Aligner's PPO samples one response per prompt"),
         ("ppo.dual_clip", "NeMo-Aligner's PPO loss has no dual clip"),
         ("ppo.ppo_epochs", "NeMo-Aligner's PPO makes one pass over each rollout batch"),
         ("ppo.loss_level", "NeMo-Aligner averages the losses over the tokens"),
     )
-    rm_path = c["inputs"]["reward_model"] or ""
-    batch = t["num_prompts_per_step"]
-    precision, o2 = PRECISION.get(c["runtime"]["precision"], ("bf16", True))
+    rm_path = c.inputs.reward_model or ""
+    batch = t.num_prompts_per_step
+    precision, o2 = PRECISION.get(c.runtime.precision, ("bf16", True))
     critic_server = Script(
         "critic",
         f"{SCRIPTS}/serve_ppo_critic.py",
@@ -304,32 +322,32 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
             ("trainer.ppo.port", Env(CRITIC_PORT_ENV, True)),
             # the reward model has a server of its own (group 1), as the issue's three groups ask
             ("trainer.ppo.combine_rm_and_critic_server", False),
-            ("trainer.ppo.max_steps", t["max_steps"]),
-            ("trainer.ppo.gradient_clip_val", critic["optim"]["clip_grad"]),
+            ("trainer.ppo.max_steps", t.max_steps),
+            ("trainer.ppo.gradient_clip_val", critic.optim.clip_grad),
             ("exp_manager.explicit_log_dir", f"{job_dir}/critic_results"),
             # the critic server never ends training itself (save_nemo_on_train_end never fires): write the .nemo
             # at each save the actor asks for, the last one included
             ("exp_manager.checkpoint_callback_params.always_save_nemo", True),
-            ("model.loss_clip_val", critic["loss_clip_val"]),
-            ("model.micro_batch_size", t["micro_batch_size"]),
+            ("model.loss_clip_val", critic.loss_clip_val),
+            ("model.micro_batch_size", t.micro_batch_size),
             ("model.global_batch_size", batch),
-            *_optim(critic["optim"], refuse, "critic.optim"),
+            *_optim(critic.optim, refuse, "critic.optim"),
             ("trainer.precision", precision),
             ("model.megatron_amp_O2", o2),
-            ("model.seed", c["runtime"]["seed"]),
+            ("model.seed", c.runtime.seed),
             *_placement(1, gpus),
         ],
         1,
-        _threads(c),
+        _threads(c.runtime),
     )
-    rm = _reward_server(rm_path, Env(REWARD_PORT_ENV, True), 1, gpus, c)
+    rm = _reward_server(rm_path, Env(REWARD_PORT_ENV, True), 1, gpus, c.runtime)
     wiring = [
-        ("trainer.ppo.discount_factor", p["discount_factor"]),
-        ("trainer.ppo.gae_lambda", p["gae_lambda"]),
-        ("trainer.ppo.normalize_advantages", p["whiten_advantages"]),
-        ("trainer.ppo.critic_warmup_steps", p["critic_warmup_steps"]),
-        ("model.ppo.ratio_eps", p["ratio_eps"]),
-        ("model.ppo.entropy_bonus", p["entropy_bonus"]),
+        ("trainer.ppo.discount_factor", p.discount_factor),
+        ("trainer.ppo.gae_lambda", p.gae_lambda),
+        ("trainer.ppo.normalize_advantages", p.whiten_advantages),
+        ("trainer.ppo.critic_warmup_steps", p.critic_warmup_steps),
+        ("model.ppo.ratio_eps", p.ratio_eps),
+        ("model.ppo.entropy_bonus", p.entropy_bonus),
         ("remote_critic_rm.combine_rm_and_critic_server", False),
         ("remote_critic_rm.reward_model.ip", Env(REWARD_HOST_ENV)),
         ("remote_critic_rm.reward_model.port", Env(REWARD_PORT_ENV, True)),
@@ -337,7 +355,7 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
         ("remote_critic_rm.critic.port", Env(CRITIC_PORT_ENV, True)),
     ]
     servers = ((CRITIC_HOST_ENV, CRITIC_PORT_ENV), (REWARD_HOST_ENV, REWARD_PORT_ENV))
-    actor = _actor(c, refuse, "ppo", job_dir, batch, nodes, gpus, wiring, servers)
+    actor = _actor(c, refuse, "ppo", p, job_dir, batch, nodes, gpus, wiring, servers)
     outputs = {
         "policy": _nemo(job_dir, "actor_results", ACTOR_NAME["rl/ppo"]),
         "critic": _nemo(job_dir, "critic_results", CRITIC_NAME),
@@ -346,7 +364,7 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
     return AlignerRun([critic_server, rm, actor], outputs, ports, [])
 
 
-def compile_serve(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
+def compile_serve(c: ServeConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
     refuse.all_unless_default(
         ("server.mode", "serve_reward_model.py serves a reward model only (KServe v2 through PyTriton)"),
         ("server.host", "PyTriton listens on every interface"),
@@ -360,17 +378,17 @@ def compile_serve(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int,
         ("server.max_connections", "PyTriton has no such limit"),
         ("server.max_body_bytes", "PyTriton has no such limit"),
     )
-    s = c["server"]
+    s = c.server
     inference = [
-        ("inference.model_name", s["model_name"]),
-        ("inference.max_queue_delay_microseconds", round(s["max_queue_delay_ms"] * 1000)),
-        ("inference.inference_micro_batch_size", s["preferred_batch_size"]),
+        ("inference.model_name", s.model_name),
+        ("inference.max_queue_delay_microseconds", round(s.max_queue_delay_ms * 1000)),
+        ("inference.inference_micro_batch_size", s.preferred_batch_size),
     ]
-    server = _reward_server(c["inputs"]["reward_model"] or "", s["port"], nodes, gpus, c, inference)
-    if c["runtime"]["device"] == "cpu":
+    server = _reward_server(c.inputs.reward_model or "", s.port, nodes, gpus, c.runtime, inference)
+    if c.runtime.device == "cpu":
         refuse("runtime.device", "NeMo-Aligner serves on GPUs only")
     notes = [
-        f"server.max_length={s['max_length']} has no effect: NeMo-Aligner's server scores the token sequences "
+        f"server.max_length={s.max_length} has no effect: NeMo-Aligner's server scores the token sequences "
         "its client sends, cut to the model's encoder_seq_length"
     ]
     return AlignerRun([server], {}, {}, notes)
@@ -380,11 +398,22 @@ def _nemo(job_dir: str, log_dir: str, name: str) -> str:
     return f"{job_dir}/{log_dir}/checkpoints/{name}.nemo"
 
 
-_STEPS: dict[str, Callable[[dict[str, Any], Refusals, str, int, int], AlignerRun]] = {
-    "rl/reinforce": compile_reinforce,
-    "rl/ppo": compile_ppo,
-    "rm/serve": compile_serve,
-}
+STEPS = ("rl/reinforce", "rl/ppo", "rm/serve")
+
+
+def _compile_step(
+    step_id: str, config: BaseModel, refuse: Refusals, job_dir: str, nodes: int, gpus: int
+) -> AlignerRun:
+    """`config` is the step's own Config, validated by the schema the catalog loaded from
+    steps/<step_id>/schema.py (the module mypy knows as rl.<name>.schema or rm.serve.schema): the cast names
+    that class for mypy."""
+    if step_id == "rl/reinforce":
+        return compile_reinforce(cast("ReinforceConfig", config), refuse, job_dir, nodes, gpus)
+    if step_id == "rl/ppo":
+        return compile_ppo(cast("PPOConfig", config), refuse, job_dir, nodes, gpus)
+    if step_id == "rm/serve":
+        return compile_serve(cast("ServeConfig", config), refuse, job_dir, nodes, gpus)
+    raise ValueError(f"{step_id} has no NeMo-Aligner mapping")  # compile_aligner refuses it first (exit 2)
 
 
 def compile_aligner(
@@ -392,21 +421,21 @@ def compile_aligner(
 ) -> AlignerRun:
     """Our resolved step config (input refs already paths) -> the groups of NeMo-Aligner's heterogeneous job.
     Raises one UserError listing every setting NeMo-Aligner cannot express."""
-    if step_id not in _STEPS:
+    if step_id not in STEPS:
         raise UserError(
-            f"backend=nemo_aligner runs {', '.join(_STEPS)}; {step_id} has no NeMo-Aligner mapping"
+            f"backend=nemo_aligner runs {', '.join(STEPS)}; {step_id} has no NeMo-Aligner mapping"
         )
     schema = Catalog().get(step_id).config_schema()
-    config = schema.model_validate(step_config).model_dump(mode="json")
+    config = schema.model_validate(step_config)
     refuse = Refusals(
         step_id,
-        config,
+        config.model_dump(mode="json"),
         schema().model_dump(mode="json"),
         engine=f"backend=nemo_aligner (NeMo-Aligner {NEMO_ALIGNER_VERSION})",
         hint="Change them, or run with backend=builtin. docs/nemo-aligner.md lists every key's mapping.",
     )
     for problem in builtin_refusals(config, who="backend=nemo_aligner"):
         refuse.problems.append(problem)
-    run = _STEPS[step_id](config, refuse, job_dir, nodes, gpus)
+    run = _compile_step(step_id, config, refuse, job_dir, nodes, gpus)
     refuse.raise_any()
     return run

@@ -6,16 +6,17 @@ refusals are raised together as one UserError."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from nemotron.catalog import Catalog
 from nemotron.configtree import flatten
 from nemotron.engines import nemo_rl_sections as sec
-from nemotron.engines.nemo_rl_steps import Compiled, compile_ppo, compile_reinforce, compile_rlhf
+from nemotron.engines.nemo_rl_steps import STEPS, compile_step
+from nemotron.engines.refusals import Refusals
 from nemotron.errors import UserError
 from nemotron.stepconfig import NemoRL
 from nemotron.targets import NEMO_RL_DIR, NEMO_RL_VERSION
@@ -36,65 +37,21 @@ class NemoRLRun:
     outputs: dict[str, str]  # our output name ([[produces]] name) -> absolute HF checkpoint path
 
 
-class Refusals:
-    """Collects every key NeMo-RL cannot express, so the user sees them all at once."""
-
-    def __init__(
-        self,
-        step_id: str,
-        config: dict[str, Any],
-        defaults: dict[str, Any],
-        engine: str = f"backend=nemo_rl (NeMo-RL {NEMO_RL_VERSION})",
-        hint: str = "Change them, or run with backend=builtin. docs/nemo-rl.md lists every key's mapping.",
-    ) -> None:
-        self.step_id, self.flat, self.defaults = step_id, dict(flatten(config)), dict(flatten(defaults))
-        self.engine, self.hint = engine, hint
-        self.problems: list[str] = []
-
-    def __call__(self, key: str, why: str) -> None:
-        self.problems.append(f"{key}={self.flat.get(key)!r}: {why}")
-
-    def unless_default(self, key: str, why: str) -> None:
-        # a key the schema lacks would pass silently, whatever the user set: a schema rename must fail loudly
-        assert key in self.defaults or any(k.startswith(key + ".") for k in self.defaults), key
-        if self.flat.get(key) != self.defaults.get(key):
-            self(key, why)
-
-    def all_unless_default(self, *keys: tuple[str, str]) -> None:
-        """`unless_default` for each (key, why)."""
-        for key, why in keys:
-            self.unless_default(key, why)
-
-    def raise_any(self) -> None:
-        if self.problems:
-            raise UserError(
-                f"{self.step_id}: {self.engine} cannot express these settings", self.problems, hint=self.hint
-            )
-
-
-def _schema_defaults(step_id: str) -> dict[str, Any]:
-    return dict(Catalog().get(step_id).config_schema()().model_dump(mode="json"))
-
-
-def builtin_refusals(step_config: dict[str, Any], who: str = "the built-in backend") -> list[str]:
-    """Problems of a config on a backend other than nemo_rl (`who`): the `nemo_rl.*` keys do nothing there, so a
-    non-default value is a mistake. Empty when backend is nemo_rl or the section is untouched."""
-    if step_config.get("backend", "builtin") == "nemo_rl" or "nemo_rl" not in step_config:
+def builtin_refusals(config: BaseModel, who: str = "the built-in backend") -> list[str]:
+    """Problems of a validated step config on a backend other than nemo_rl (`who`): the `nemo_rl.*` keys do
+    nothing there, so a non-default value is a mistake. Empty when backend is nemo_rl, the step's schema has no
+    nemo_rl group, or the group is untouched."""
+    # any step's Config comes here; only the RL steps' schemas have `backend` and `nemo_rl`
+    nemo = getattr(config, "nemo_rl", None)
+    if getattr(config, "backend", "builtin") == "nemo_rl" or not isinstance(nemo, NemoRL):
         return []
-    given = dict(flatten({"nemo_rl": step_config.get("nemo_rl") or {}}))
-    default = dict(flatten({"nemo_rl": NemoRL.model_validate({}).model_dump()}))
+    given = dict(flatten({"nemo_rl": nemo.model_dump()}))
+    default = dict(flatten({"nemo_rl": NemoRL().model_dump()}))
     return [
         f"{key}={value!r}: only backend=nemo_rl reads it ({who} would ignore it)"
         for key, value in sorted(given.items())
         if default.get(key) != value
     ]
-
-
-_STEPS: dict[str, Callable[[dict[str, Any], Any, str, int, int], Compiled]] = {
-    "rl/rlhf": compile_rlhf,
-    "rl/reinforce": compile_reinforce,
-    "rl/ppo": compile_ppo,
-}
 
 
 def _yaml(tree: dict[str, Any], title: str) -> str:
@@ -112,12 +69,18 @@ def compile_run(
 ) -> NemoRLRun:
     """Our resolved step config (input refs already paths) -> the NeMo-RL run. Raises one UserError listing
     every setting NeMo-RL cannot express."""
-    if step_id not in _STEPS:
-        raise UserError(f"backend=nemo_rl runs {', '.join(_STEPS)}; {step_id} has no NeMo-RL mapping")
+    if step_id not in STEPS:
+        raise UserError(f"backend=nemo_rl runs {', '.join(STEPS)}; {step_id} has no NeMo-RL mapping")
     schema = Catalog().get(step_id).config_schema()
-    config = schema.model_validate(step_config).model_dump(mode="json")
-    refuse = Refusals(step_id, config, schema().model_dump(mode="json"))
-    compiled = _STEPS[step_id](config, refuse, job_dir, nodes, gpus_per_node)
+    config = schema.model_validate(step_config)
+    refuse = Refusals(
+        step_id,
+        config.model_dump(mode="json"),
+        schema().model_dump(mode="json"),
+        engine=f"backend=nemo_rl (NeMo-RL {NEMO_RL_VERSION})",
+        hint="Change them, or run with backend=builtin. docs/nemo-rl.md lists every key's mapping.",
+    )
+    compiled = compile_step(step_id, config, refuse, job_dir, nodes, gpus_per_node)
     refuse.raise_any()
     tree = {"defaults": f"{nemo_rl_dir}/{compiled.base}", **compiled.config}
     config_path = f"{job_dir}/{CONFIG_FILE}"
@@ -131,14 +94,13 @@ def compile_run(
         (component, f"{job_dir}/{cfg}" if cfg else None, outputs[name])
         for component, cfg, name in compiled.conversions
     ]
-    megatron = config["nemo_rl"]["policy_backend"] == "megatron"
-    checkpoint_dir = tree["checkpointing"]["checkpoint_dir"]
+    checkpoint_dir = tree["checkpointing"]["checkpoint_dir"]  # of the tree compiled here, not the step config
     return NemoRLRun(
         entry=compiled.entry,
         config=tree,
         config_file=CONFIG_FILE,
         files=files,
         driver=sec.driver_command(nemo_rl_dir, compiled.entry, config_path),
-        finalize=sec.finalize_command(nemo_rl_dir, checkpoint_dir, megatron, conversions),
+        finalize=sec.finalize_command(nemo_rl_dir, checkpoint_dir, compiled.megatron, conversions),
         outputs=outputs,
     )

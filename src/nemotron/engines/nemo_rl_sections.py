@@ -1,12 +1,19 @@
 """Sections of a NeMo-RL v0.7.0 config shared by the three RL steps (policy, data, reward environments, runtime).
 
-Pure functions: our validated step config in, plain dicts out. Key names and where NeMo-RL reads them are
+Pure functions: groups of our validated step config in, plain dicts out. Key names and where NeMo-RL reads them are
 recorded in tests/engines/nemo_rl_v070.py; docs/nemo-rl.md is the mapping table."""
 
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from nemotron.stepconfig import Generation, NemoRL, Optim, TrainRuntime
+
+if (
+    TYPE_CHECKING
+):  # mypy reads steps/ as a package root; the engine gets the catalog's loaded class at run time
+    from rl.rlhf.schema import Judge
 
 GRPO_BASE = "examples/configs/grpo_math_1B.yaml"
 PPO_BASE = "examples/configs/ppo_math_1B.yaml"
@@ -28,13 +35,13 @@ def sequence_budget(prompt_tokens: int, max_new_tokens: int) -> int:
     return prompt_tokens + max_new_tokens
 
 
-def adamw(optim: dict[str, Any]) -> dict[str, Any]:
+def adamw(optim: Optim) -> dict[str, Any]:
     return {
         "name": "torch.optim.AdamW",
         "kwargs": {
-            "lr": optim["lr"],
-            "weight_decay": optim["weight_decay"],
-            "betas": [optim["adam_beta1"], optim["adam_beta2"]],
+            "lr": optim.lr,
+            "weight_decay": optim.weight_decay,
+            "betas": [optim.adam_beta1, optim.adam_beta2],
             "eps": 1e-8,
             "foreach": False,
             "fused": False,
@@ -42,10 +49,10 @@ def adamw(optim: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def lr_schedule(optim: dict[str, Any], max_steps: int) -> list[dict[str, Any]]:
+def lr_schedule(optim: Optim, max_steps: int) -> list[dict[str, Any]]:
     """Our schedule (linear warm-up from lr/W at step 1 to lr at step W, then linear decay to lr * min_lr_ratio
     at the last step) as torch schedulers chained by NeMo-RL (a `milestones` entry makes a SequentialLR)."""
-    warmup, ratio = int(optim["warmup_steps"]), float(optim["min_lr_ratio"])
+    warmup, ratio = int(optim.warmup_steps), float(optim.min_lr_ratio)
     after = 1.0 - (1.0 - ratio) * warmup / max_steps  # our decay factor at the end of warm-up
     decay: dict[str, Any]
     if ratio < 1.0:
@@ -67,23 +74,23 @@ def lr_schedule(optim: dict[str, Any], max_steps: int) -> list[dict[str, Any]]:
     return [warm, decay, {"milestones": [warmup - 1]}]
 
 
-def megatron_optimizer(optim: dict[str, Any], max_steps: int) -> dict[str, Any]:
+def megatron_optimizer(optim: Optim, max_steps: int) -> dict[str, Any]:
     """Megatron-Core's own optimizer and scheduler keys (policy.optimizer is null on that backend)."""
-    lr, ratio, warmup = optim["lr"], optim["min_lr_ratio"], optim["warmup_steps"]
+    lr, ratio, warmup = optim.lr, optim.min_lr_ratio, optim.warmup_steps
     return {
         "optimizer": {
             "optimizer": "adam",
             "lr": lr,
             "min_lr": lr * ratio,
-            "weight_decay": optim["weight_decay"],
-            "adam_beta1": optim["adam_beta1"],
-            "adam_beta2": optim["adam_beta2"],
+            "weight_decay": optim.weight_decay,
+            "adam_beta1": optim.adam_beta1,
+            "adam_beta2": optim.adam_beta2,
             "adam_eps": 1e-8,
-            "clip_grad": optim["clip_grad"],
+            "clip_grad": optim.clip_grad,
         },
         "scheduler": {
-            "start_weight_decay": optim["weight_decay"],
-            "end_weight_decay": optim["weight_decay"],
+            "start_weight_decay": optim.weight_decay,
+            "end_weight_decay": optim.weight_decay,
             "weight_decay_incr_style": "constant",
             "lr_decay_style": "linear" if ratio < 1.0 else "constant",
             "lr_decay_iters": max_steps,
@@ -100,15 +107,15 @@ PRECISION = {"fp32": "float32", "bf16-mixed": "bfloat16"}
 
 
 def trainer(
-    nemo: dict[str, Any], optim: dict[str, Any], max_steps: int, *, packing: bool, runtime: dict[str, Any]
+    nemo: NemoRL, optim: Optim, max_steps: int, *, packing: bool, runtime: TrainRuntime
 ) -> dict[str, Any]:
     """The training backend keys shared by policy.* and value.*: DTensor or Megatron-Core, parallel sizes,
     precision, activation checkpointing, optimizer, schedule. NeMo-RL reads the keys of the enabled backend only."""
-    megatron = nemo["policy_backend"] == "megatron"
-    tp, pp, cp = nemo["tensor_parallel_size"], nemo["pipeline_parallel_size"], nemo["context_parallel_size"]
+    megatron = nemo.policy_backend == "megatron"
+    tp, pp, cp = nemo.tensor_parallel_size, nemo.pipeline_parallel_size, nemo.context_parallel_size
     out: dict[str, Any] = {
-        "precision": PRECISION.get(runtime["precision"], "bfloat16"),
-        "max_grad_norm": optim["clip_grad"],
+        "precision": PRECISION.get(runtime.precision, "bfloat16"),
+        "max_grad_norm": optim.clip_grad,
         "make_sequence_length_divisible_by": tp,
         "sequence_packing": {"enabled": packing},
         "dynamic_batching": {"enabled": False},
@@ -118,11 +125,11 @@ def trainer(
             "context_parallel_size": cp,
             "sequence_parallel": False,
             "cpu_offload": False,
-            "activation_checkpointing": runtime["gradient_checkpointing"],
+            "activation_checkpointing": runtime.gradient_checkpointing,
         },
         "megatron_cfg": {
             "enabled": megatron,
-            "activation_checkpointing": runtime["gradient_checkpointing"],
+            "activation_checkpointing": runtime.gradient_checkpointing,
             "tensor_model_parallel_size": tp,
             "pipeline_model_parallel_size": pp,
             "context_parallel_size": cp,
@@ -137,17 +144,17 @@ def trainer(
 def policy(
     *,
     model: str,
-    optim: dict[str, Any],
-    generation: dict[str, Any],
-    nemo: dict[str, Any],
+    optim: Optim,
+    generation: Generation,
+    nemo: NemoRL,
     max_steps: int,
     micro_batch: int,
     global_batch: int,
     nemo_gym: bool,
-    runtime: dict[str, Any],
+    runtime: TrainRuntime,
 ) -> dict[str, Any]:
     """policy.*: the model, batches, the sequence budget, the trainer and the vLLM rollout engine."""
-    budget = sequence_budget(nemo["max_prompt_tokens"], generation["max_new_tokens"])
+    budget = sequence_budget(nemo.max_prompt_tokens, generation.max_new_tokens)
     return {
         "model_name": model,
         # chat_template null = NeMo-RL's passthrough template: the prompt text as is, like our built-in engine.
@@ -156,18 +163,18 @@ def policy(
         "train_micro_batch_size": micro_batch,
         "logprob_batch_size": micro_batch,
         "max_total_sequence_length": budget,
-        **trainer(nemo, optim, max_steps, packing=nemo["sequence_packing"], runtime=runtime),
+        **trainer(nemo, optim, max_steps, packing=nemo.sequence_packing, runtime=runtime),
         "generation": {
             "backend": "vllm",
-            "max_new_tokens": generation["max_new_tokens"],
-            "temperature": generation["temperature"],
-            "top_p": generation["top_p"],
-            "top_k": generation["top_k"] or None,
-            "stop_strings": list(generation["stop_strings"]) or None,
+            "max_new_tokens": generation.max_new_tokens,
+            "temperature": generation.temperature,
+            "top_p": generation.top_p,
+            "top_k": generation.top_k or None,
+            "stop_strings": list(generation.stop_strings) or None,
             "stop_token_ids": None,
             "vllm_cfg": {
-                "tensor_parallel_size": nemo["generation_tensor_parallel_size"],
-                "gpu_memory_utilization": nemo["gpu_memory_utilization"],
+                "tensor_parallel_size": nemo.generation_tensor_parallel_size,
+                "gpu_memory_utilization": nemo.gpu_memory_utilization,
                 "max_model_len": budget,
                 # NeMo-Gym talks to the policy through vLLM's HTTP server, which needs the async engine.
                 "async_engine": nemo_gym,
@@ -212,12 +219,12 @@ def gym_data(train: str, validation: str | None) -> dict[str, Any]:
     return _data(train, validation, None, dataset)
 
 
-def reward_model_resources(nodes: int, gpus_per_node: int, nemo: dict[str, Any]) -> dict[str, int]:
-    """The reward model's own Ray workers. NeMo-RL's GRPO setup takes these GPUs out of a one-node cluster, or
-    these nodes out of a larger one (grpo.py, setup: rm_nodes / rm_gpus_per_node)."""
+def reward_model_resources(nodes: int, gpus_per_node: int, reward_model_gpus: int) -> dict[str, int]:
+    """The reward model's own Ray workers (nemo_rl.reward_model_gpus). NeMo-RL's GRPO setup takes these GPUs out
+    of a one-node cluster, or these nodes out of a larger one (grpo.py, setup: rm_nodes / rm_gpus_per_node)."""
     if nodes == 1:
-        return {"num_nodes": 1, "gpus_per_node": nemo["reward_model_gpus"]}
-    return {"num_nodes": 1, "gpus_per_node": min(nemo["reward_model_gpus"], gpus_per_node)}
+        return {"num_nodes": 1, "gpus_per_node": reward_model_gpus}
+    return {"num_nodes": 1, "gpus_per_node": min(reward_model_gpus, gpus_per_node)}
 
 
 def reward_model_env(
@@ -256,7 +263,7 @@ def reward_model_env(
     }
 
 
-def genrm_env(judge_model: str, judge: dict[str, Any], group_size: int) -> dict[str, Any]:
+def genrm_env(judge_model: str, judge: Judge, group_size: int) -> dict[str, Any]:
     """env.*, owned whole: NeMo-Gym with its pairwise GenRM resources server judging each prompt's group."""
     return {
         "_override_": True,
@@ -266,11 +273,11 @@ def genrm_env(judge_model: str, judge: dict[str, Any], group_size: int) -> dict[
             "genrm_compare_resources_server": {
                 "resources_servers": {
                     "genrm_compare": {
-                        "comparison_strategy": judge["comparison_strategy"],
+                        "comparison_strategy": judge.comparison_strategy,
                         # genrm_compare waits for this many rollouts of a prompt before comparing them.
                         "num_rollouts_per_prompt": group_size,
-                        "default_score": judge["default_score"],
-                        "genrm_parse_retries": judge["max_retries"],
+                        "default_score": judge.default_score,
+                        "genrm_parse_retries": judge.max_retries,
                     }
                 }
             },

@@ -1,45 +1,57 @@
-"""How each RL step maps onto NeMo-RL v0.7.0: one function per step, our keys in, NeMo-RL sections out.
+"""How each RL step maps onto NeMo-RL v0.7.0: one function per step, our validated config in, NeMo-RL sections out.
 
-Every refusal goes to the shared `Refusals` collector, so the user sees all of them at once."""
+Each compiler reads the attributes of its step's pydantic Config (steps/rl/*/schema.py), so mypy checks every key
+it maps. Every refusal goes to the shared `Refusals` collector, so the user sees all of them at once."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, cast
+
+from pydantic import BaseModel
 
 from nemotron.engines import nemo_rl_sections as sec
+from nemotron.engines.refusals import Refusals
+from nemotron.stepconfig import RLConfig
 from nemotron.targets import NEMO_RL_VERSION
+
+if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
+    from rl.ppo.schema import Config as PPOConfig
+    from rl.reinforce.schema import Config as ReinforceConfig
+    from rl.rlhf.schema import Config as RLHFConfig
 
 CRITIC_CONVERT_FILE = "nemo_rl_critic_convert.yaml"
 KL_TYPES = ("k1", "k2", "k3")  # loss_fn.reference_policy_kl_type at v0.7.0 (calculate_kl)
-
-
-class Refusals(Protocol):
-    def __call__(self, key: str, why: str) -> None: ...
-
-    def unless_default(self, key: str, why: str) -> None: ...
-
-    def all_unless_default(self, *keys: tuple[str, str]) -> None: ...
+STEPS = ("rl/rlhf", "rl/reinforce", "rl/ppo")
+JUDGE_MODEL_KEY = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
 
 
 def _common_refusals(
-    c: dict[str, Any], refuse: Refusals, *, nodes: int, gpus_per_node: int, reward_model: bool
+    c: RLHFConfig | RLConfig,
+    refuse: Refusals,
+    *,
+    generation: str,
+    judge: bool,
+    nodes: int,
+    gpus_per_node: int,
+    reward_model: bool,
 ) -> None:
-    nemo = c["nemo_rl"]
-    if c["runtime"]["device"] == "cpu":
+    """What every RL step refuses; `generation` is the dotted key of its generation group, `judge` whether it has
+    a judge group."""
+    nemo = c.nemo_rl
+    if c.runtime.device == "cpu":
         refuse("runtime.device", "NeMo-RL trains on GPUs only")
-    if "judge" in c:
+    if judge:
         refuse.unless_default(
             "judge.server", "NeMo-Gym serves the judge with its own vLLM (env.nemo_gym.genrm_model)"
         )
-    prefix = "generation" if "generation" in c else "policy.generation"
     refuse.unless_default(
-        f"{prefix}.vllm_gpu_memory_utilization", "NeMo-RL's vLLM takes nemo_rl.gpu_memory_utilization"
+        f"{generation}.vllm_gpu_memory_utilization", "NeMo-RL's vLLM takes nemo_rl.gpu_memory_utilization"
     )
     refuse.unless_default(
-        f"{prefix}.vllm_max_model_len", "NeMo-RL sizes vLLM to nemo_rl.max_prompt_tokens + max_new_tokens"
+        f"{generation}.vllm_max_model_len", "NeMo-RL sizes vLLM to nemo_rl.max_prompt_tokens + max_new_tokens"
     )
-    if c["runtime"]["precision"] not in sec.PRECISION:
+    if c.runtime.precision not in sec.PRECISION:
         refuse(
             "runtime.precision",
             "NeMo-RL keeps fp32 master weights: use bf16-mixed (its policy.precision bfloat16)",
@@ -49,15 +61,16 @@ def _common_refusals(
     )
     refuse.unless_default("checkpoint.force", "NeMo-RL has no check to force past")
     refuse.unless_default("eval.task", "our ground-truth scorers do not run inside NeMo-RL")
-    if nemo["policy_backend"] == "dtensor" and nemo["pipeline_parallel_size"] > 1:
+    if nemo.policy_backend == "dtensor" and nemo.pipeline_parallel_size > 1:
         refuse("nemo_rl.pipeline_parallel_size", "pipeline parallelism needs nemo_rl.policy_backend=megatron")
-    if reward_model and nodes == 1 and gpus_per_node <= nemo["reward_model_gpus"]:
+    if reward_model and nodes == 1 and gpus_per_node <= nemo.reward_model_gpus:
         refuse("nemo_rl.reward_model_gpus", f"leaves none of the node's {gpus_per_node} GPUs to the policy")
 
 
-def _validation(c: dict[str, Any], train: str, validation: str | None) -> tuple[dict[str, Any], str | None]:
-    """Our before/after evaluation as NeMo-RL validation at the start and the end on the first N prompts."""
-    n = c["eval"]["num_prompts"]
+def _validation(num_prompts: int, train: str, validation: str | None) -> tuple[dict[str, Any], str | None]:
+    """Our before/after evaluation (eval.num_prompts) as NeMo-RL validation at the start and the end on the first
+    N prompts."""
+    n = num_prompts
     keys = {
         "val_at_start": n > 0,
         "val_at_end": n > 0,
@@ -67,43 +80,48 @@ def _validation(c: dict[str, Any], train: str, validation: str | None) -> tuple[
     return keys, (validation or train) if n > 0 else validation
 
 
-def _need(c: dict[str, Any], refuse: Refusals, key: str) -> str:
-    node: Any = c
-    for part in key.split("."):
-        node = node[part]
-    if not node:
+def _need(refuse: Refusals, key: str, value: str | None) -> str:
+    """The input `key` NeMo-RL cannot run without (its value `value`), refused when unset."""
+    if not value:
         refuse(key, "NeMo-RL needs it set (an artifact ref or a path)")
         return ""
-    return str(node)
+    return str(value)
 
 
-def _grpo(
-    c: dict[str, Any], *, prompts: int, group: int, steps: int, loo: bool, normalize: bool, kl: float
-) -> dict[str, Any]:
+# The loop keys GRPO and PPO share (grpo.* / ppo.* at v0.7.0), in the order the compiled YAML lists them.
+def _rollouts(*, prompts: int, group: int, steps: int) -> dict[str, Any]:
     return {
         "num_prompts_per_step": prompts,
         "num_generations_per_prompt": group,
         "max_num_steps": steps,
         "max_num_epochs": steps,  # our prompt schedule cycles the file; steps, not epochs, end the run
         "max_rollout_turns": 1,
-        "normalize_rewards": normalize,
-        "use_leave_one_out_baseline": loo,
-        "adv_estimator": {"name": "grpo", "normalize_rewards": normalize, "use_leave_one_out_baseline": loo},
-        "seed": c["runtime"]["seed"],
-        "overlong_filtering": False,
-        "use_dynamic_sampling": False,
-        "batch_multiplier": 1,
-        "advantage_clip_low": None,
-        "advantage_clip_high": None,
-        "reward_shaping": {"enabled": False},
-        "reward_scaling": {"enabled": False},
-        "async_grpo": {"enabled": False},
-        "skip_reference_policy_logprobs_calculation": kl == 0,
     }
 
 
-# rl/rlhf's loss_fn keys that carry NeMo-RL's own names and meaning.
-SAME_NAME_LOSS_KEYS = ("ratio_clip_min", "ratio_clip_max", "ratio_clip_c", "token_level_loss")
+def _sampling(seed: int) -> dict[str, Any]:
+    return {"seed": seed, "overlong_filtering": False, "use_dynamic_sampling": False, "batch_multiplier": 1}
+
+
+SHAPING_OFF = {"reward_shaping": {"enabled": False}, "reward_scaling": {"enabled": False}}
+
+
+def _grpo(
+    *, prompts: int, group: int, steps: int, seed: int, loo: bool, normalize: bool, kl: float
+) -> dict[str, Any]:
+    """grpo.*: the GRPO loop with its group-relative advantages (RLOO when `loo`)."""
+    return {
+        **_rollouts(prompts=prompts, group=group, steps=steps),
+        "normalize_rewards": normalize,
+        "use_leave_one_out_baseline": loo,
+        "adv_estimator": {"name": "grpo", "normalize_rewards": normalize, "use_leave_one_out_baseline": loo},
+        **_sampling(seed),
+        "advantage_clip_low": None,
+        "advantage_clip_high": None,
+        **SHAPING_OFF,
+        "async_grpo": {"enabled": False},
+        "skip_reference_policy_logprobs_calculation": kl == 0,
+    }
 
 
 def _loss(
@@ -149,41 +167,35 @@ def _kl_type(refuse: Refusals, key: str, value: str) -> str:
     return value
 
 
-def _policy(
-    c: dict[str, Any], model: str, steps: int, global_batch: int, *, nemo_gym: bool = False
-) -> dict[str, Any]:
-    """policy.*, from rl/rlhf's policy group or from the optim, generation and trainer groups of rl/reinforce
-    and rl/ppo."""
-    pol = c.get("policy") or {
-        "optimizer": c["optim"],
-        "generation": c["generation"],
-        "train_micro_batch_size": c["trainer"]["micro_batch_size"],
-    }
+def _policy(c: RLConfig, model: str, steps: int, global_batch: int) -> dict[str, Any]:
+    """policy.* of rl/reinforce and rl/ppo, from their optim, generation and trainer groups."""
     return sec.policy(
         model=model,
-        optim=pol["optimizer"],
-        generation=pol["generation"],
-        nemo=c["nemo_rl"],
+        optim=c.optim,
+        generation=c.generation,
+        nemo=c.nemo_rl,
         max_steps=steps,
-        micro_batch=pol["train_micro_batch_size"],
+        micro_batch=c.trainer.micro_batch_size,
         global_batch=global_batch,
-        nemo_gym=nemo_gym,
-        runtime=c["runtime"],
+        nemo_gym=False,
+        runtime=c.runtime,
     )
 
 
-def _runtime(c: dict[str, Any], job_dir: str, nodes: int, gpus: int, steps: int) -> dict[str, Any]:
+def _runtime(c: RLHFConfig | RLConfig, job_dir: str, nodes: int, gpus: int, steps: int) -> dict[str, Any]:
     """cluster, logger and checkpointing: a checkpoint every checkpoint.save_interval steps, else at the end."""
-    return sec.runtime(job_dir, nodes, gpus, c["checkpoint"]["save_interval"] or steps)
+    return sec.runtime(job_dir, nodes, gpus, c.checkpoint.save_interval or steps)
 
 
-def _reward_model_step(c: dict[str, Any], refuse: Refusals, nodes: int, gpus: int) -> tuple[str, str, str]:
+def _reward_model_step(c: RLConfig, refuse: Refusals, nodes: int, gpus: int) -> tuple[str, str, str]:
     """What rl/reinforce and rl/ppo share on NeMo-RL: the common refusals, a reward model scored by NeMo-RL's
     own workers, and the (policy, prompts, reward model) inputs."""
-    _common_refusals(c, refuse, nodes=nodes, gpus_per_node=gpus, reward_model=True)
-    model, prompts, rm = (
-        _need(c, refuse, k) for k in ("inputs.policy", "inputs.prompts", "inputs.reward_model")
+    _common_refusals(
+        c, refuse, generation="generation", judge=False, nodes=nodes, gpus_per_node=gpus, reward_model=True
     )
+    model = _need(refuse, "inputs.policy", c.inputs.policy)
+    prompts = _need(refuse, "inputs.prompts", c.inputs.prompts)
+    rm = _need(refuse, "inputs.reward_model", c.inputs.reward_model)
     refuse.unless_default("trainer.log_interval", "NeMo-RL logs every step")
     refuse.unless_default(
         "reward.server.url", "NeMo-RL scores with its own reward-model workers, not a server"
@@ -200,101 +212,144 @@ class Compiled:
         tuple[str, str | None, str]
     ]  # (component, converter config file or None, our output name)
     extra_files: dict[str, dict[str, Any]]
+    megatron: bool  # nemo_rl.policy_backend: which converter turns the checkpoints into HF ones
 
 
-def compile_rlhf(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
-    grpo, loss, pol, judge = c["grpo"], c["loss_fn"], c["policy"], c["judge"]
-    gym = bool(c["env"]["should_use_nemo_gym"])
-    _common_refusals(c, refuse, nodes=nodes, gpus_per_node=gpus, reward_model=not gym)
-    judge_key = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
-    model, train, judge_model = (
-        _need(c, refuse, k) for k in ("policy.model_name", "data.train.data_path", judge_key)
+def compile_step(
+    step_id: str, config: BaseModel, refuse: Refusals, job_dir: str, nodes: int, gpus: int
+) -> Compiled:
+    """`config` is the step's own Config, validated by the schema the catalog loaded from steps/<step_id>/schema.py
+    (the module mypy knows as rl.<name>.schema): the cast names that class for mypy."""
+    if step_id == "rl/rlhf":
+        return compile_rlhf(cast("RLHFConfig", config), refuse, job_dir, nodes, gpus)
+    if step_id == "rl/reinforce":
+        return compile_reinforce(cast("ReinforceConfig", config), refuse, job_dir, nodes, gpus)
+    if step_id == "rl/ppo":
+        return compile_ppo(cast("PPOConfig", config), refuse, job_dir, nodes, gpus)
+    raise ValueError(f"{step_id} has no NeMo-RL mapping")  # compile_run refuses it first (exit 2)
+
+
+def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
+    grpo, loss, pol, judge, nemo = c.grpo, c.loss_fn, c.policy, c.judge, c.nemo_rl
+    gym = bool(c.env.should_use_nemo_gym)
+    _common_refusals(
+        c,
+        refuse,
+        generation="policy.generation",
+        judge=True,
+        nodes=nodes,
+        gpus_per_node=gpus,
+        reward_model=not gym,
+    )
+    model = _need(refuse, "policy.model_name", pol.model_name)
+    train = _need(refuse, "data.train.data_path", c.data.train.data_path)
+    judge_model = _need(
+        refuse, JUDGE_MODEL_KEY, c.env.nemo_gym.genrm_model.responses_api_models.vllm_model.model
     )
     refuse.unless_default(
         "grpo.std_floor", "NeMo-RL divides by the group std + 1e-6 (a zero std stays unscaled)"
     )
     refuse.unless_default("judge.url", "NeMo-RL runs the judge itself; it cannot call a running server")
     if gym:
-        if judge["kind"] != "generative":
+        if judge.kind != "generative":
             refuse(
                 "env.should_use_nemo_gym",
                 "NeMo-Gym judges with a generative model: set judge.kind=generative",
             )
-        if judge["mode"] != "pairwise":
+        if judge.mode != "pairwise":
             refuse("judge.mode", "NeMo-Gym's GenRM judge (genrm_compare) compares responses in pairs only")
         refuse.all_unless_default(
             ("judge.prompt_template", "genrm_compare uses the GenRM's own judging prompt"),
             ("judge.pairwise_template", "genrm_compare uses the GenRM's own judging prompt"),
             ("judge.guided_choice", "genrm_compare parses free-form GenRM answers"),
         )
-        if pol["generation"]["stop_strings"]:
+        if pol.generation.stop_strings:
             refuse(
                 "policy.generation.stop_strings",
                 "NeMo-Gym rollouts take no stop strings (setup_nemo_gym_config)",
             )
-    elif judge["kind"] != "reward_model":
+    elif judge.kind != "reward_model":
         refuse(
             "judge.kind", "a generative judge runs through NeMo-Gym only: set env.should_use_nemo_gym=true"
         )
-    val_keys, val_path = _validation(c, train, c["data"]["validation"]["data_path"])
-    if grpo["val_period"] > 0 and c["eval"]["num_prompts"] == 0:
+    val_keys, val_path = _validation(c.eval.num_prompts, train, c.data.validation.data_path)
+    if grpo.val_period > 0 and c.eval.num_prompts == 0:
         refuse(
             "grpo.val_period", "validation needs eval.num_prompts > 0 (how many prompts NeMo-RL validates)"
         )
-    group = grpo["num_generations_per_prompt"]
-    batch = pol["train_global_batch_size"] or grpo["num_prompts_per_step"] * group
-    steps, kl = grpo["max_num_steps"], loss["reference_policy_kl_penalty"]
-    nemo = c["nemo_rl"]
-    budget = sec.sequence_budget(nemo["max_prompt_tokens"], pol["generation"]["max_new_tokens"])
+    group = grpo.num_generations_per_prompt
+    batch = pol.train_global_batch_size or grpo.num_prompts_per_step * group
+    steps, kl = grpo.max_num_steps, loss.reference_policy_kl_penalty
+    budget = sec.sequence_budget(nemo.max_prompt_tokens, pol.generation.max_new_tokens)
     gcfg = _grpo(
-        c,
-        prompts=grpo["num_prompts_per_step"],
+        prompts=grpo.num_prompts_per_step,
         group=group,
         steps=steps,
-        loo=grpo["use_leave_one_out_baseline"],
-        normalize=grpo["normalize_rewards"],
+        seed=c.runtime.seed,
+        loo=grpo.use_leave_one_out_baseline,
+        normalize=grpo.normalize_rewards,
         kl=kl,
     )
-    gcfg.update(val_keys, val_period=grpo["val_period"])
+    gcfg.update(val_keys, val_period=grpo.val_period)
     if gym:  # run_grpo_nemo_gym.py refuses a max_val_samples and sets both from the validation file
         gcfg.update(max_val_samples=None, val_batch_size=None)
     config: dict[str, Any] = {
         "grpo": gcfg,
+        # rl/rlhf's loss_fn keys carry NeMo-RL's own names and meaning
         "loss_fn": _loss(
             kl,
-            _kl_type(refuse, "loss_fn.kl_estimator", loss["kl_estimator"]),
-            **{k: loss[k] for k in SAME_NAME_LOSS_KEYS},
+            _kl_type(refuse, "loss_fn.kl_estimator", loss.kl_estimator),
+            ratio_clip_min=loss.ratio_clip_min,
+            ratio_clip_max=loss.ratio_clip_max,
+            ratio_clip_c=loss.ratio_clip_c,
+            token_level_loss=loss.token_level_loss,
         ),
-        "policy": _policy(c, model, steps, batch, nemo_gym=gym),
+        "policy": sec.policy(
+            model=model,
+            optim=pol.optimizer,
+            generation=pol.generation,
+            nemo=nemo,
+            max_steps=steps,
+            micro_batch=pol.train_micro_batch_size,
+            global_batch=batch,
+            nemo_gym=gym,
+            runtime=c.runtime,
+        ),
         **_runtime(c, job_dir, nodes, gpus, steps),
     }
     if gym:
         config["data"] = sec.gym_data(train, val_path)
         config["env"] = sec.genrm_env(judge_model, judge, group)
     else:
-        config["data"] = sec.prompt_data(train, val_path, nemo["max_prompt_tokens"], "reward_model")
-        resources = sec.reward_model_resources(nodes, gpus, nemo)
+        config["data"] = sec.prompt_data(train, val_path, nemo.max_prompt_tokens, "reward_model")
+        resources = sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus)
         config["env"] = sec.reward_model_env(
-            judge_model, micro_batch=pol["train_micro_batch_size"], budget=budget, resources=resources
+            judge_model, micro_batch=pol.train_micro_batch_size, budget=budget, resources=resources
         )
     entry = sec.GYM_ENTRY if gym else sec.GRPO_ENTRY
-    return Compiled(entry, sec.GRPO_BASE, config, [("policy", None, "policy")], {})
+    megatron = nemo.policy_backend == "megatron"
+    return Compiled(entry, sec.GRPO_BASE, config, [("policy", None, "policy")], {}, megatron)
 
 
-def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
-    r, t = c["reinforce"], c["trainer"]
+def compile_reinforce(c: ReinforceConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
+    r, t, nemo = c.reinforce, c.trainer, c.nemo_rl
     model, prompts, rm = _reward_model_step(c, refuse, nodes, gpus)
     refuse.all_unless_default(
         ("reinforce.kl_in", "NeMo-RL's RLOO (the GRPO estimator) puts the KL in the loss only"),
         ("reinforce.reinforce_epochs", "NeMo-RL's GRPO makes one pass over each rollout batch"),
         ("reinforce.truncated_responses", "NeMo-RL keeps truncated responses' rewards"),
     )
-    group, steps, kl = r["num_rollouts_per_prompt"], t["max_steps"], r["initial_policy_kl_penalty"]
-    nemo = c["nemo_rl"]
-    budget = sec.sequence_budget(nemo["max_prompt_tokens"], c["generation"]["max_new_tokens"])
-    val_keys, val_path = _validation(c, prompts, None)
+    group, steps, kl = r.num_rollouts_per_prompt, t.max_steps, r.initial_policy_kl_penalty
+    budget = sec.sequence_budget(nemo.max_prompt_tokens, c.generation.max_new_tokens)
+    val_keys, val_path = _validation(c.eval.num_prompts, prompts, None)
     gcfg = _grpo(
-        c, prompts=t["num_prompts_per_step"], group=group, steps=steps, loo=True, normalize=False, kl=kl
+        prompts=t.num_prompts_per_step,
+        group=group,
+        steps=steps,
+        seed=c.runtime.seed,
+        loo=True,
+        normalize=False,
+        kl=kl,
     )
     gcfg.update(val_keys, val_period=0)
     config: dict[str, Any] = {
@@ -302,63 +357,62 @@ def compile_reinforce(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: 
         # REINFORCE: -A * log pi with no probability ratio (disable_ppo_ratio makes the ratio clips inert).
         "loss_fn": _loss(
             kl,
-            _kl_type(refuse, "reinforce.kl_estimator", r["kl_estimator"]),
-            token_level_loss=r["loss_level"] == "token",
+            _kl_type(refuse, "reinforce.kl_estimator", r.kl_estimator),
+            token_level_loss=r.loss_level == "token",
             disable_ppo_ratio=True,
         ),
-        "policy": _policy(c, model, steps, t["num_prompts_per_step"] * group),
-        "data": sec.prompt_data(prompts, val_path, nemo["max_prompt_tokens"], "reward_model"),
+        "policy": _policy(c, model, steps, t.num_prompts_per_step * group),
+        "data": sec.prompt_data(prompts, val_path, nemo.max_prompt_tokens, "reward_model"),
         "env": sec.reward_model_env(
             rm,
-            micro_batch=t["micro_batch_size"],
+            micro_batch=t.micro_batch_size,
             budget=budget,
-            resources=sec.reward_model_resources(nodes, gpus, nemo),
+            resources=sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus),
         ),
         **_runtime(c, job_dir, nodes, gpus, steps),
     }
-    return Compiled(sec.GRPO_ENTRY, sec.GRPO_BASE, config, [("policy", None, "policy")], {})
+    megatron = nemo.policy_backend == "megatron"
+    return Compiled(sec.GRPO_ENTRY, sec.GRPO_BASE, config, [("policy", None, "policy")], {}, megatron)
 
 
-def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
-    p, t, nemo = c["ppo"], c["trainer"], c["nemo_rl"]
+def _ppo(c: PPOConfig, val_keys: dict[str, Any], *, kl: float) -> dict[str, Any]:
+    """ppo.*: the rollout loop of GRPO's shape with GAE advantages and PPO's own epochs and critic warm-up."""
+    p, t = c.ppo, c.trainer
+    return {
+        **_rollouts(prompts=t.num_prompts_per_step, group=p.num_rollouts_per_prompt, steps=t.max_steps),
+        "adv_estimator": {
+            "name": "gae",
+            "gae_lambda": p.gae_lambda,
+            "gae_gamma": p.discount_factor,
+            "normalize_advantages": p.whiten_advantages,
+            "gae_lambda_value": None,
+            "gae_lambda_policy": None,
+            "length_adaptive_alpha": 0.0,
+        },
+        **_sampling(c.runtime.seed),
+        **SHAPING_OFF,
+        "skip_reference_policy_logprobs_calculation": kl == 0,
+        **val_keys,
+        "val_period": 0,
+        "ppo_epochs": p.ppo_epochs,
+        "policy_training_start_step": p.critic_warmup_steps,
+    }
+
+
+def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
+    p, t, nemo = c.ppo, c.trainer, c.nemo_rl
     model, prompts, rm = _reward_model_step(c, refuse, nodes, gpus)
     refuse.unless_default("ppo.entropy_bonus", "NeMo-RL's clipped PG loss only logs the entropy")
-    megatron = nemo["policy_backend"] == "megatron"
-    if not megatron and nemo["context_parallel_size"] > 1:
+    megatron = nemo.policy_backend == "megatron"
+    if not megatron and nemo.context_parallel_size > 1:
         refuse(
             "nemo_rl.context_parallel_size",
             "NeMo-RL's DTensor value model (the critic) takes no context parallelism",
         )
-    group, steps, kl = p["num_rollouts_per_prompt"], t["max_steps"], p["initial_policy_kl_penalty"]
-    budget = sec.sequence_budget(nemo["max_prompt_tokens"], c["generation"]["max_new_tokens"])
-    batch, micro = t["num_prompts_per_step"] * group, t["micro_batch_size"]
-    val_keys, val_path = _validation(c, prompts, None)
-    ppo_cfg = _grpo(
-        c, prompts=t["num_prompts_per_step"], group=group, steps=steps, loo=False, normalize=False, kl=kl
-    )
-    for key in (
-        "normalize_rewards",
-        "use_leave_one_out_baseline",
-        "advantage_clip_low",
-        "advantage_clip_high",
-        "async_grpo",
-    ):
-        del ppo_cfg[key]
-    ppo_cfg.update(
-        val_keys,
-        val_period=0,
-        ppo_epochs=p["ppo_epochs"],
-        policy_training_start_step=p["critic_warmup_steps"],
-    )
-    ppo_cfg["adv_estimator"] = {
-        "name": "gae",
-        "gae_lambda": p["gae_lambda"],
-        "gae_gamma": p["discount_factor"],
-        "normalize_advantages": p["whiten_advantages"],
-        "gae_lambda_value": None,
-        "gae_lambda_policy": None,
-        "length_adaptive_alpha": 0.0,
-    }
+    group, steps, kl = p.num_rollouts_per_prompt, t.max_steps, p.initial_policy_kl_penalty
+    budget = sec.sequence_budget(nemo.max_prompt_tokens, c.generation.max_new_tokens)
+    batch, micro = t.num_prompts_per_step * group, t.micro_batch_size
+    val_keys, val_path = _validation(c.eval.num_prompts, prompts, None)
     # The critic starts from our reward model (backbone and head) as NeMo-RL's "regression" value model.
     value = {
         "model_name": rm,
@@ -368,37 +422,33 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
         "max_total_sequence_length": budget,
         "reward_model_cfg": {"enabled": not megatron, "reward_model_type": "regression"},
         **sec.trainer(
-            nemo,
-            c["critic"]["optim"],
-            steps,
-            packing=megatron and nemo["sequence_packing"],
-            runtime=c["runtime"],
+            nemo, c.critic.optim, steps, packing=megatron and nemo.sequence_packing, runtime=c.runtime
         ),
     }
     # ppo.setup subtracts the reward model's GPUs only when a top-level data.env_name says so, which v0.7.0's
     # DataConfig does not carry: size the policy cluster to its share here instead.
-    resources = sec.reward_model_resources(nodes, gpus, nemo)
+    resources = sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus)
     cluster = (
         {"num_nodes": nodes, "gpus_per_node": gpus - resources["gpus_per_node"]}
         if nodes == 1
         else {"num_nodes": nodes - 1, "gpus_per_node": gpus}
     )
     config: dict[str, Any] = {
-        "ppo": ppo_cfg,
+        "ppo": _ppo(c, val_keys, kl=kl),
         # NeMo-Aligner's PPO: per-token KL to the initial policy inside the reward (GAE's token rewards).
         "loss_fn": _loss(
             kl,
-            _kl_type(refuse, "ppo.kl_estimator", p["kl_estimator"]),
-            ratio_clip_min=p["ratio_eps"],
-            ratio_clip_max=p["ratio_eps"],
-            ratio_clip_c=p["dual_clip"],
-            token_level_loss=p["loss_level"] == "token",
+            _kl_type(refuse, "ppo.kl_estimator", p.kl_estimator),
+            ratio_clip_min=p.ratio_eps,
+            ratio_clip_max=p.ratio_eps,
+            ratio_clip_c=p.dual_clip,
+            token_level_loss=p.loss_level == "token",
             use_kl_in_reward=True,
         ),
-        "value_loss_fn": {"scale": 1.0, "cliprange": c["critic"]["loss_clip_val"]},
+        "value_loss_fn": {"scale": 1.0, "cliprange": c.critic.loss_clip_val},
         "policy": _policy(c, model, steps, batch),
         "value": value,
-        "data": sec.prompt_data(prompts, val_path, nemo["max_prompt_tokens"], "reward_model"),
+        "data": sec.prompt_data(prompts, val_path, nemo.max_prompt_tokens, "reward_model"),
         "env": sec.reward_model_env(rm, micro_batch=micro, budget=budget, resources=resources),
         **_runtime(c, job_dir, nodes, gpus, steps),
     }
@@ -406,4 +456,6 @@ def compile_ppo(c: dict[str, Any], refuse: Refusals, job_dir: str, nodes: int, g
     # The converters build the HF config from `policy.model_name`: the critic's is the reward model.
     critic_cfg = {"policy": {"model_name": rm, "tokenizer": {"name": rm}}}
     conversions = [("policy", None, "policy"), ("value", CRITIC_CONVERT_FILE, "critic")]
-    return Compiled(sec.PPO_ENTRY, sec.PPO_BASE, config, conversions, {CRITIC_CONVERT_FILE: critic_cfg})
+    return Compiled(
+        sec.PPO_ENTRY, sec.PPO_BASE, config, conversions, {CRITIC_CONVERT_FILE: critic_cfg}, megatron
+    )

@@ -1,0 +1,46 @@
+"""The refusals of an external engine's compiler: every key of a step config that the engine cannot express,
+collected so the user sees them all at once (one UserError, exit 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nemotron.configtree import flatten
+from nemotron.errors import UserError
+
+
+class Refusals:
+    """Collects every key `engine` cannot express. `config` and `defaults` are the step config and its schema's
+    defaults as JSON trees: a refusal names a key by its dotted path and shows the value the user gave."""
+
+    def __init__(
+        self, step_id: str, config: dict[str, Any], defaults: dict[str, Any], *, engine: str, hint: str
+    ) -> None:
+        self.step_id, self.flat, self.defaults = step_id, dict(flatten(config)), dict(flatten(defaults))
+        self.engine, self.hint = engine, hint
+        self.problems: list[str] = []
+
+    def _known(self, key: str) -> bool:
+        return key in self.defaults or any(k.startswith(key + ".") for k in self.defaults)
+
+    def __call__(self, key: str, why: str) -> None:
+        # keys are named by their dotted path, which mypy cannot check: a schema rename must fail loudly here
+        assert self._known(key), key
+        self.problems.append(f"{key}={self.flat.get(key)!r}: {why}")
+
+    def unless_default(self, key: str, why: str) -> None:
+        # a key the schema lacks would pass silently, whatever the user set: a schema rename must fail loudly
+        assert self._known(key), key
+        if self.flat.get(key) != self.defaults.get(key):
+            self(key, why)
+
+    def all_unless_default(self, *keys: tuple[str, str]) -> None:
+        """`unless_default` for each (key, why)."""
+        for key, why in keys:
+            self.unless_default(key, why)
+
+    def raise_any(self) -> None:
+        if self.problems:
+            raise UserError(
+                f"{self.step_id}: {self.engine} cannot express these settings", self.problems, hint=self.hint
+            )
