@@ -101,6 +101,7 @@ class Peer:
     beat_at: float | None = None  # this pod's monotonic clock when a look last saw the file change
     node: str | None = None
     exit_code: int | None = None  # once its torchrun ended
+    ended_at: float | None = None  # when a look first saw that
 
     def look(self, now: float) -> None:
         # opened, not stat'ed: an NFS client revalidates a file's attributes on open, where a stat may answer
@@ -116,6 +117,8 @@ class Peer:
         except (OSError, ValueError):
             return  # absent, or torn by a stalled mount (a change still counts as a beat)
         self.node, self.exit_code = content.get("node"), content.get("exit_code")
+        if self.exit_code is not None and self.ended_at is None:
+            self.ended_at = now
 
     def lost(self, now: float, started: float, args: argparse.Namespace) -> dict[str, Any] | None:
         """What was seen, if this pod is lost: silent too long while its torchrun runs, or never seen at all."""
@@ -147,7 +150,7 @@ class Peer:
 
     def failed_for(self, now: float) -> float:
         """How long ago this pod's torchrun was seen ending non-zero (0 if it did not)."""
-        return now - self.beat_at if self.exit_code and self.beat_at is not None else 0.0
+        return now - self.ended_at if self.exit_code and self.ended_at is not None else 0.0
 
 
 def _exit_code(returncode: int) -> int:
@@ -162,7 +165,7 @@ def main(argv: list[str]) -> int:
     peers = [Peer(rank, beats / str(rank), None) for rank in range(args.nodes) if rank != args.node_rank]
     for peer in peers:  # what an earlier attempt left: the baseline, not a beat
         peer.look(0.0)
-        peer.beat_at = peer.node = peer.exit_code = None
+        peer.beat_at = peer.node = peer.exit_code = peer.ended_at = None
     started = time.monotonic()
     beat = Beat(beats / str(args.node_rank), args.node_rank, args.interval)
     torchrun = subprocess.Popen(command, start_new_session=True)  # its own group: stopped whole
