@@ -292,3 +292,51 @@ def test_a_hung_pod_fails_the_lepton_job_and_stops_it(
     listed = nemotron("jobs", "ls", "--json")
     (row,) = [r for r in json.loads(listed.out) if r["job_id"] == job_id]
     assert row["state"] == "failed", row
+
+
+# ----------------------------------------------------------------------------- real torchrun
+
+# each round, every rank adds its rank + 1 over gloo: a peer that hangs leaves the others waiting in all_reduce
+RANKS = """
+import time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+while True:
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    print(f"{dist.get_world_size()} ranks agree on {t.item():.0f}", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def test_real_torchrun_on_a_hung_pod_s_peer_is_stopped_within_the_bound(pods: Pods) -> None:
+    """torch.distributed.run on two "pods" of one rank each: freezing one leaves the other's worker in a gloo
+    all_reduce that would wait for 30 minutes; its watchdog stops the agent and the worker within the bound."""
+    script = pods.tmp_path / "ranks.py"
+    script.write_text(RANKS)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for rank in range(2):
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
+        torchrun += ["--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port)]
+        watchdog = [sys.executable, "-m", "nemotron.launch.pod_watchdog", "--job-dir", str(pods.job_dir)]
+        watchdog += ["--node-rank", str(rank), "--nodes", "2", "--interval", str(INTERVAL_S)]
+        pods.run(
+            [*watchdog, "--timeout", str(TIMEOUT_S), "--", *torchrun, str(script)], {"OMP_NUM_THREADS": "1"}
+        )
+    deadline = time.monotonic() + 120
+    while "2 ranks agree on 3" not in pods.output(0) + pods.output(1):
+        assert time.monotonic() < deadline and None in [p.poll() for p in pods.procs], pods.output(0)
+        time.sleep(0.5)
+    time.sleep(2 * INTERVAL_S)
+    survivors = [p.pid for p in pods.tree(0)[1:]]  # pod 0's torchrun agent and its worker
+    assert len(survivors) >= 2, survivors
+    broke_at = _break(pods, 1, "frozen")
+    code = pods.procs[0].wait(BOUND_S + 30)
+    took = time.monotonic() - broke_at
+    print(f"pod watchdog: real torchrun, pod 0 failed {took:.1f} s after pod 1 was frozen")
+    assert code == 1 and took <= BOUND_S, (took, pods.output(0)[-3000:])
+    assert json.loads((pods.job_dir / "liveness.json").read_text())["node_rank"] == 1
+    assert all(_gone(pid) for pid in survivors), "pod 0's torchrun agent and worker are stopped"
