@@ -104,8 +104,9 @@ class LeptonProfile(_ProfileBase):
     gpu_type: GpuType | None = None
     gpu_memory_gb: float | None = Field(None, gt=0)
     shared_memory_size: int = Field(65536, ge=1)
-    # as for Slurm, for a multi-node Ray job (NeMo-RL): every node's heartbeat actor touches a file this often; the
-    # watchdog beside the driver fails the Ray job once one is silent longer (docs/cluster.md, "Liveness")
+    # as for Slurm, for a job on several nodes: every node (a Ray node's heartbeat actor for NeMo-RL, the watchdog
+    # around each pod's torchrun for the built-in engine) touches a file this often; a watchdog fails the job once
+    # one is silent longer (docs/cluster.md, "Liveness")
     heartbeat_interval_s: int = Field(default=30, ge=1)
     heartbeat_timeout_s: int = Field(default=90, ge=2)
     mounts: list[LeptonMount] = []

@@ -59,6 +59,8 @@ CASES = [
     ("slurm_8nodes", "rl/rlhf", "default", ()),
     ("lepton_1node", "rl/rlhf", "default", ()),
     ("lepton_8nodes", "rl/rlhf", "default", ()),
+    # the built-in engine's torchrun on 8 Lepton pods, each under the pod watchdog
+    ("lepton_8nodes", "rl/reinforce", "default", ()),
     ("slurm_rlhf", "rl/reinforce", "default", ("backend=nemo_rl",)),
     ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_rl",)),
     (

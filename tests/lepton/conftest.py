@@ -39,6 +39,9 @@ class LeptonStub:
     requests: list[Recorded] = field(default_factory=list)
     states: dict[str, str] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
+    # a job of several pods: each replica's log (replica i is `<job>-<i>-abcde`), and how many pods failed
+    replica_logs: dict[str, list[str]] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
     clusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # RayCluster id -> its spec
     packages: dict[str, bytes] = field(default_factory=dict)  # Ray working_dir packages, by name
     ray_jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # submission id -> job details
@@ -72,12 +75,12 @@ class LeptonStub:
         return [r for r in self.requests if r.method == method and r.path.startswith(prefix)]
 
 
-def _job(job_id: str, state: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+def _job(job_id: str, state: str, spec: dict[str, Any] | None = None, failed: int = 0) -> dict[str, Any]:
     running = 1 if state == "Running" else 0
     return {
         "metadata": {"id": job_id, "name": job_id},
         "spec": spec or {},
-        "status": {"state": state, "ready": running, "active": running},
+        "status": {"state": state, "ready": running, "active": running, "failed": failed},
     }
 
 
@@ -123,10 +126,14 @@ def _handler(stub: LeptonStub) -> type[BaseHTTPRequestHandler]:
                 state = stub.states.get(parts[1])
                 if state is None:
                     return self._reply({"error": "not found"}, 404)
-                return self._reply(_job(parts[1], state))
+                return self._reply(_job(parts[1], state, failed=stub.failed.get(parts[1], 0)))
             if parts[0] == "jobs" and parts[-1] == "replicas":
-                return self._reply([{"metadata": {"id": f"{parts[1]}-0-abcde"}, "id": f"{parts[1]}-0-abcde"}])
+                ids = [f"{parts[1]}-{i}-abcde" for i in range(len(stub.replica_logs.get(parts[1], [""])))]
+                return self._reply([{"metadata": {"id": i}, "id": i} for i in ids])
             if parts[0] == "jobs" and parts[-1] == "log":
+                if parts[1] in stub.replica_logs:
+                    index = int(parts[3].removeprefix(f"{parts[1]}-").split("-")[0])
+                    return self._reply(None, raw=stub.replica_logs[parts[1]][index].encode())
                 return self._reply(None, raw=stub.logs.get(parts[1], "").encode())
             return self._reply({"error": f"no route {path}"}, 404)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
 from nemotron.errors import UserError
-from nemotron.launch import remote
+from nemotron.launch import liveness, remote
 from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT, Experiment
 from nemotron.launch.remote import SchedulerJobs
 from nemotron.paths import bundled_root
@@ -40,6 +40,9 @@ EXECUTOR_FIELDS = {
     "mounts",
     "image_pull_secrets",
 }
+LOG_WAIT_S = (
+    10  # how long a replica's log stream may stay silent while nemotron looks for a watchdog's record
+)
 # Lepton job state -> ours (the API's names, leptonai.api.v1.types.job.LeptonJobState).
 STATES = {
     "Starting": "pending",
@@ -203,6 +206,25 @@ def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
             "$MASTER_PORT",
             *args,
         )
+        live = liveness.for_job(p, job_dir, (p.nodes,))
+        if live:  # every pod watches the others' heartbeats: a lost or hung pod fails the job (pod_watchdog)
+            command = (
+                shlex.quote(p.python),
+                "-m",
+                "nemotron.launch.pod_watchdog",
+                "--job-dir",
+                q,
+                "--node-rank",
+                "$NODE_RANK",
+                "--nodes",
+                str(p.nodes),
+                "--interval",
+                str(live.interval_s),
+                "--timeout",
+                str(live.timeout_s),
+                "--",
+                *command,
+            )
     else:
         command = (shlex.quote(p.python), *args)
     command += (EXIT_LINE,)
@@ -299,15 +321,43 @@ def _client() -> Any:
     return APIClient()
 
 
-def job_state(job_id: str) -> str:
-    status = _client().job.get(job_id).status
+def job_state(job_id: str, record: dict[str, Any] | None = None) -> str:
+    client = _client()
+    status = client.job.get(job_id).status
     if status is None:
         return "unknown"
     state = getattr(status.state, "value", "UNK")
+    if status.failed or state == "Failed":
+        # a pod ended non-zero: if its watchdog found a pod lost, the job failed, and the lost pod may still
+        # hold its node (a hung one never ends): the record goes into `record["liveness"]`, the job is stopped
+        seen = _watchdog_record(client, job_id)
+        if seen is not None:
+            if record is not None:
+                record["liveness"] = seen
+            client.job.delete(job_id)
+            return "failed"
     # Lepton says Running once one pod runs; the job runs when all of them are ready.
     if state == "Running" and (status.ready or 0) < (status.active or 0):
         return "pending"
     return STATES.get(state, "unknown")
+
+
+def _watchdog_record(client: Any, job_id: str) -> dict[str, Any] | None:
+    """The pod watchdog's record (launch/pod_watchdog.py) in the log of any of the job's replicas. A replica
+    still running streams its log until the read times out: what came by then is read."""
+    from nemotron.launch.ray_lepton import liveness_seen
+
+    for replica in client.job.get_replicas(job_id):
+        chunks: list[str] = []
+        try:
+            for chunk in client.job.get_log(id_or_job=job_id, replica=replica, timeout=LOG_WAIT_S):
+                chunks.append(chunk)
+        except Exception:  # a timed-out or dropped stream: its first part is enough
+            pass
+        seen = liveness_seen("".join(chunks))
+        if seen is not None:
+            return seen
+    return None
 
 
 def job_log(job_id: str) -> Iterator[str]:
@@ -387,7 +437,7 @@ class LeptonExecutor(SchedulerJobs):
             from nemotron.launch import ray_lepton
 
             return ray_lepton.state(status)
-        return job_state(str(status["remote_id"]))
+        return job_state(str(status["remote_id"]), status)
 
     def exit_code(self, status: dict[str, Any]) -> int | None:
         """The step's code from the last line of the job's log (launch_script echoes it); None for a Ray launch,

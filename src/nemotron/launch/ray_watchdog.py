@@ -13,7 +13,8 @@ only the standard library and `ray` (the engine's image has it), never nemotron 
 - Otherwise it exits with the driver's own code once the driver ends.
 
 Bound: `--timeout + --interval` after a node's last beat, plus up to 10 s for the driver to stop.
-docs/cluster.md, "Liveness".
+docs/cluster.md, "Liveness". `report` and `stop` serve launch/pod_watchdog.py too (the built-in engine's torchrun
+across Lepton pods), so both watchdogs write one record and stop their command alike.
 """
 
 from __future__ import annotations
@@ -64,18 +65,70 @@ def _args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_args(argv[:split]), argv[split + 1 :]
 
 
-def _stop(driver: subprocess.Popen[bytes]) -> None:
-    """The driver and everything it started (its process group): TERM, then KILL after a grace."""
-    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5)):
+def _descendants(pid: int) -> list[int]:
+    """Every live process below `pid`, from /proc (Linux: the pods and nodes these watchdogs run on)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            os.killpg(driver.pid, sig)
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def _signal_groups(groups: set[int], sig: int) -> bool:
+    """Send `sig` to each group; whether any of them still had a process (signal 0 sends nothing)."""
+    alive = False
+    for group in groups:
+        try:
+            os.killpg(group, sig)
+            alive = True
+        except (ProcessLookupError, PermissionError):
+            pass
+    return alive
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """`proc`, started in a session of its own, and everything it started: TERM, then KILL after a grace. Its
+    process group and the groups of its descendants, looked up before the first signal: torchrun starts each
+    worker in a session of its own, where its group alone would not reach."""
+    groups = {proc.pid}
+    for pid in _descendants(proc.pid):
+        try:
+            groups.add(os.getpgid(pid))
         except ProcessLookupError:
+            pass
+    groups.discard(os.getpgrp())  # never this watchdog's own
+    _signal_groups(groups, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline:
+        proc.poll()  # reaped, it no longer counts in its group
+        if not _signal_groups(groups, 0):
             return
-        try:
-            driver.wait(wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        time.sleep(0.2)
+    _signal_groups(groups, signal.SIGKILL)  # what did not end on TERM (a stopped process never does)
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def now_utc() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def report(job_dir: Path, seen: dict[str, Any]) -> None:
+    """What the watchdog saw: `<job dir>/liveness.json`, and one line starting PREFIX in the log nemotron reads
+    back where it does not see the job dir."""
+    (job_dir / f"{RECORD_FILE}.tmp").write_text(json.dumps(seen) + "\n")
+    (job_dir / f"{RECORD_FILE}.tmp").replace(job_dir / RECORD_FILE)
+    print(PREFIX + json.dumps(seen), file=sys.stderr, flush=True)
 
 
 def _silent(beats: Path, known: dict[str, dict[str, Any]], timeout_s: float) -> tuple[str, float] | None:
@@ -135,12 +188,10 @@ def main(argv: list[str]) -> int:
             "seen": f"no heartbeat for {int(silent)} s",
             "silent_s": int(silent),
             "bound_s": int(args.timeout),
-            "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "at": now_utc(),
         }
-        (job_dir / f"{RECORD_FILE}.tmp").write_text(json.dumps(seen) + "\n")
-        (job_dir / f"{RECORD_FILE}.tmp").replace(job_dir / RECORD_FILE)
-        print(PREFIX + json.dumps(seen), file=sys.stderr, flush=True)
-        _stop(driver)
+        report(job_dir, seen)
+        stop(driver)
         return 1
 
 
