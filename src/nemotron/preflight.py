@@ -19,16 +19,20 @@ import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
+from pydantic import BaseModel
 
 from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
+    from rl.rlhf.schema import Config as RLHFConfig
+
     from nemotron.catalog import Catalog
     from nemotron.compile import AnyProfile, Binding
+    from nemotron.stepconfig import RLConfig
 
 # The files a Hugging Face tokenizer loads from (fast tokenizer, SentencePiece, byte-level BPE vocabulary). The
 # built-in engine loads tokenizer.json only (nemotron.models.checkpoint.load_tokenizer).
@@ -65,11 +69,14 @@ def shape(nodes: int, gpus: int) -> str:
 def check(
     catalog: Catalog, step_id: str, config: dict[str, Any], profile: AnyProfile, bindings: Sequence[Binding]
 ) -> None:
-    """Raise one UserError listing every parallelism problem and every local input that cannot load."""
-    problems = unloadable_inputs(catalog, config, bindings)
+    """Raise one UserError listing every parallelism problem and every local input that cannot load. `config`
+    is the step's resolved and validated config, as plain data."""
+    # the dump of a config this schema validated: validating it again cannot fail
+    validated = catalog.get(step_id).config_schema().model_validate(config)
+    problems = unloadable_inputs(catalog, validated, bindings)
     problems += [
         p
-        for g in parallel_groups(catalog, step_id, config, profile, bindings)
+        for g in parallel_groups(catalog, step_id, validated, profile, bindings)
         if (p := g.problem(profile.name)) is not None
     ]
     if len(problems) == 1:
@@ -80,11 +87,17 @@ def check(
         )
 
 
+def backend(config: BaseModel) -> str:
+    """The engine a validated step config names: its `backend`, builtin for a step without one (sft, rm/train,
+    data/prep, a user step)."""
+    return str(getattr(config, "backend", None) or "builtin")
+
+
 # ----------------------------------------------------------------------------- parallelism
 
 
 def parallel_groups(
-    catalog: Catalog, step_id: str, config: dict[str, Any], profile: AnyProfile, bindings: Sequence[Binding]
+    catalog: Catalog, step_id: str, config: BaseModel, profile: AnyProfile, bindings: Sequence[Binding]
 ) -> list[Group]:
     """The GPU groups of the job on this profile; none on a profile without GPUs (the engines already note that
     their workers need GPUs, and the local profile refuses the cluster engines outright) or on the built-in engine,
@@ -92,15 +105,15 @@ def parallel_groups(
     nodes, gpus = getattr(profile, "nodes", 1), getattr(profile, "gpus_per_node", 0)
     if gpus < 1:
         return []
-    backend = config.get("backend") or "builtin"
-    if backend == "nemo_rl":
+    engine = backend(config)
+    if engine == "nemo_rl":
         return _nemo_rl_groups(step_id, config, nodes, gpus)
-    if backend == "nemo_aligner":
+    if engine == "nemo_aligner":
         return _nemo_aligner_groups(catalog, step_id, bindings, nodes, gpus)
     return []
 
 
-def _nemo_rl_groups(step_id: str, config: dict[str, Any], nodes: int, gpus: int) -> list[Group]:
+def _nemo_rl_groups(step_id: str, config: BaseModel, nodes: int, gpus: int) -> list[Group]:
     """NeMo-RL v0.7.0's rule: the policy's (and the PPO value model's) Ray cluster must have a world size that is a
     multiple of PP * CP * TP (nemo_rl/models/policy/lm_policy.py:174-212 at v0.7.0; DTensor has no PP, :162), and
     vLLM's TP * PP must divide the same, colocated, cluster (nemo_rl/models/generation/vllm/vllm_generation.py:110).
@@ -112,16 +125,21 @@ def _nemo_rl_groups(step_id: str, config: dict[str, Any], nodes: int, gpus: int)
         return []  # the engine refuses the step itself
     from nemotron.engines.nemo_rl_sections import reward_model_resources
 
-    nemo = config.get("nemo_rl") or {}
-    megatron = nemo.get("policy_backend") == "megatron"
-    tp, cp = int(nemo.get("tensor_parallel_size", 1)), int(nemo.get("context_parallel_size", 1))
+    # the catalog loaded steps/<step_id>/schema.py, whose Config mypy knows as rl.rlhf.schema's, or as a
+    # subclass of RLConfig for rl/reinforce and rl/ppo: the casts name those classes for mypy
+    if step_id == "rl/rlhf":
+        rlhf = cast("RLHFConfig", config)
+        nemo, gym = rlhf.nemo_rl, rlhf.env.should_use_nemo_gym
+    else:
+        nemo, gym = cast("RLConfig", config).nemo_rl, False
+    megatron = nemo.policy_backend == "megatron"
+    tp, cp = nemo.tensor_parallel_size, nemo.context_parallel_size
     # DTensor takes no PP (lm_policy.py:162); dtensor with pipeline_parallel_size > 1 is refused by the engine
-    pp = int(nemo.get("pipeline_parallel_size", 1)) if megatron else 1
-    gym = bool((config.get("env") or {}).get("should_use_nemo_gym"))
+    pp = nemo.pipeline_parallel_size if megatron else 1
     groups: list[Group] = []
     policy_gpus, where = nodes * gpus, shape(nodes, gpus)
     if step_id != "rl/rlhf" or not gym:
-        rm = reward_model_resources(nodes, gpus, nemo["reward_model_gpus"])
+        rm = reward_model_resources(nodes, gpus, nemo.reward_model_gpus)
         rm_gpus = rm["num_nodes"] * rm["gpus_per_node"]
         if nodes == 1:
             policy_gpus, where = gpus - rm_gpus, f"{where} less the reward model's {rm_gpus}"
@@ -132,7 +150,7 @@ def _nemo_rl_groups(step_id: str, config: dict[str, Any], nodes: int, gpus: int)
     who = "policy and critic" if step_id == "rl/ppo" else "policy"
     pp_key = "nemo_rl.pipeline_parallel_size, " if megatron else ""
     sizes = f"nemo_rl.tensor_parallel_size, {pp_key}nemo_rl.context_parallel_size"
-    gen_tp = int(nemo.get("generation_tensor_parallel_size", 1))
+    gen_tp = nemo.generation_tensor_parallel_size
     return [
         Group(who, sizes, tp, pp, cp, policy_gpus, where),
         Group(
@@ -214,11 +232,11 @@ def _nemo_model_config(path: Path) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- local inputs
 
 
-def unloadable_inputs(catalog: Catalog, config: dict[str, Any], bindings: Sequence[Binding]) -> list[str]:
+def unloadable_inputs(catalog: Catalog, config: BaseModel, bindings: Sequence[Binding]) -> list[str]:
     """A problem for each local checkpoint input that its step could not load: the same files the loaders read
     (config.json, every safetensors header, the tokenizer; a .nemo's model config), read without torch. Paths
     that are not here (a remote profile's, or a dry-run's) are left to the cluster."""
-    builtin = (config.get("backend") or "builtin") == "builtin"
+    builtin = backend(config) == "builtin"
     problems = []
     for b in bindings:
         if not b.path or b.kind == "hub":

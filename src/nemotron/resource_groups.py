@@ -13,10 +13,10 @@ and profile) and its placement turned into `resource_plan.Group`s, one engine at
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from nemotron.configtree import get_dotted
 from nemotron.errors import UserError
 from nemotron.resource_plan import (
     CPU_RUNTIME_MB,
@@ -34,9 +34,20 @@ from nemotron.resource_plan import (
     training_peak,
 )
 from nemotron.resource_shapes import ModelShape, known_shape, shape_from_arch, shape_from_checkpoint
+from nemotron.stepconfig import ModelArch, ResourcePlan, RLConfig, TrainRuntime
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
+    from rl.ppo.schema import Config as PPOConfig
+    from rl.reinforce.schema import Config as ReinforceConfig
+    from rl.rlhf.schema import Config as RLHFConfig
+    from rm.serve.schema import Config as ServeConfig
+    from rm.train.schema import Config as RMTrainConfig
+    from sft.schema import Config as SFTConfig
+
     from nemotron.compile import Job
+
+    PlannedConfig = SFTConfig | RMTrainConfig | ServeConfig | ReinforceConfig | PPOConfig | RLHFConfig
+    RLStepConfig = ReinforceConfig | PPOConfig | RLHFConfig
 
 PLANNED_STEPS = ("sft", "rm/train", "rm/serve", "rl/reinforce", "rl/ppo", "rl/rlhf")
 TOKENIZER_VOCAB_CEILING = 4096  # a tokenizer trained on the data (no inputs.init_from) has at most this many
@@ -82,24 +93,17 @@ def _ram_mb() -> float | None:
     return None
 
 
-def _get(tree: dict[str, Any], dotted: str, default: Any = None) -> Any:
-    """A key of the job's config, or `default` where the step has no such key (or leaves it unset)."""
-    value = get_dotted(tree, dotted)
-    return default if value is None else value
-
-
 class Shapes:
     """Looks up each model's shape: a readable checkpoint, the shape table for an HF id, a `plan.models` hint."""
 
-    def __init__(self, job: Job) -> None:
-        self.job = job
+    def __init__(self, hints: dict[str, str]) -> None:
         self.unknown: list[str] = []
-        self.hints: dict[str, str] = dict(_get(job.config, "plan.models", {}) or {})
+        self.hints = dict(hints)
 
-    def of(self, role: str, ref: Any) -> ModelShape | None:
+    def of(self, role: str, ref: str | None) -> ModelShape | None:
         hint = self.hints.get(role)
         if ref:
-            found = shape_from_checkpoint(Path(str(ref)).expanduser()) or known_shape(str(ref))
+            found = shape_from_checkpoint(Path(ref).expanduser()) or known_shape(ref)
             if found:
                 return found
         if hint:
@@ -121,41 +125,46 @@ class Shapes:
 
 def plan_job(job: Job, nodes: int, gpus_per_node: int) -> Plan:
     """The resource plan of a compiled job on `nodes` nodes of `gpus_per_node` GPUs (0: CPU)."""
-    backend = str(job.config.get("backend") or "builtin")
     if job.step_id not in PLANNED_STEPS:  # data/prep and user steps run no model the plan knows
-        return Plan([], str(_get(job.config, "plan.on_no_fit", "refuse")))
-    shapes = Shapes(job)
-    cfg, step = job.step_config, job.step_id
-    name, memory, gpu = device_memory(
-        job.profile, str((job.config.get("runtime") or {}).get("device", "auto"))
-    )
-    ctx = _Context(job, shapes, name, memory, gpu, nodes, max(gpus_per_node, 1))
-    if backend == "nemo_rl":
-        groups = _nemo_rl(ctx, cfg)
-    elif backend == "nemo_aligner":
-        groups = _nemo_aligner(ctx, cfg)
+        # job.config is the dump of a config this schema validated: validating it again cannot fail. A user
+        # step may have no plan group.
+        plan = getattr(job.config_schema.model_validate(job.config), "plan", None)
+        return Plan([], plan.on_no_fit if isinstance(plan, ResourcePlan) else "refuse")
+    # The step's own Config over what the step reads (input refs resolved to paths), as the step validates it
+    # when it starts. The catalog loaded steps/<step_id>/schema.py, the module mypy knows as sft.schema,
+    # rl.ppo.schema, ...: the cast names those classes for mypy.
+    config = cast("PlannedConfig", job.config_schema.model_validate(job.step_config))
+    shapes = Shapes(config.plan.models)
+    name, memory, gpu = device_memory(job.profile, config.runtime.device)
+    ctx = _Context(job, config, shapes, name, memory, gpu, nodes, max(gpus_per_node, 1))
+    if job.backend == "nemo_rl":
+        groups = _nemo_rl(ctx, cast("RLStepConfig", config))
+    elif job.backend == "nemo_aligner":
+        groups = _nemo_aligner(ctx, cast("ServeConfig | ReinforceConfig | PPOConfig", config))
     else:
-        groups = _builtin(ctx, cfg, step)
+        groups = _builtin(ctx, config)
     unused = set(shapes.hints) - ctx.roles
     if unused:
         raise UserError(
-            f"plan.models names {', '.join(sorted(unused))}, which {step} does not run here; its models: "
+            f"plan.models names {', '.join(sorted(unused))}, which {job.step_id} does not run here; its models: "
             + ", ".join(sorted(ctx.roles))
         )
-    return Plan(groups, str(_get(job.config, "plan.on_no_fit", "refuse")), shapes.unknown)
+    return Plan(groups, config.plan.on_no_fit, shapes.unknown)
 
 
 class _Context:
-    def __init__(self, job: Job, shapes: Shapes, device: str, memory: float | None, gpu: bool, nodes: int,
-                 per_node: int) -> None:  # fmt: skip
+    def __init__(self, job: Job, config: PlannedConfig, shapes: Shapes, device: str, memory: float | None,
+                 gpu: bool, nodes: int, per_node: int) -> None:  # fmt: skip
         self.job, self.shapes, self.device, self.memory, self.gpu = job, shapes, device, memory, gpu
+        self.step = job.step_id
         self.nodes, self.per_node = nodes, per_node
         self.roles: set[str] = set()
-        runtime = job.config.get("runtime") or {}
-        self.precision = str(runtime.get("precision", "fp32"))
-        self.checkpointing = bool(runtime.get("gradient_checkpointing", False))
+        runtime = config.runtime
+        self.precision: str = runtime.precision
+        # a server (rm/serve's ServeRuntime) trains nothing, so it has no checkpointing to turn on
+        self.checkpointing = isinstance(runtime, TrainRuntime) and runtime.gradient_checkpointing
 
-    def shape(self, role: str, ref: Any) -> ModelShape | None:
+    def shape(self, role: str, ref: str | None) -> ModelShape | None:
         self.roles.add(role)
         return self.shapes.of(role, ref)
 
@@ -195,19 +204,21 @@ def _suggest(ctx: _Context, mb_key: str, mb: int, *more: str) -> list[str]:
 # ---- builtin ----------------------------------------------------------------------------------------------------
 
 
-def _builtin(ctx: _Context, cfg: dict[str, Any], step: str) -> list[Group]:
+def _builtin(ctx: _Context, config: PlannedConfig) -> list[Group]:
+    step = ctx.step
     world = ctx.nodes * (ctx.per_node if ctx.gpu else int(getattr(ctx.job.profile, "nproc_per_node", 1) or 1))
     ddp = f"DDP over {world} {'GPUs' if ctx.gpu else 'processes'}" if world > 1 else "one process"
     p = ctx.precision
     if step in ("sft", "rm/train"):
+        c = cast("SFTConfig | RMTrainConfig", config)
         role = "policy" if step == "sft" else "reward_model"
-        ref = _get(cfg, "inputs.init_from")
-        shape = ctx.shape(role, ref) if ref else _arch(ctx, role, cfg)
+        ref = c.inputs.init_from
+        shape = ctx.shape(role, ref) if ref else _arch(ctx, role, c.model)
         if shape is None:
             return []
-        records = max(1, int(_get(cfg, "trainer.global_batch_size", 1)) // world)
+        records = max(1, c.trainer.global_batch_size // world)
         rows = records * (2 if step == "rm/train" else 1)  # rm/train: chosen and rejected in one pass
-        seq = int(_get(cfg, "trainer.max_length", 32))
+        seq = c.trainer.max_length
         terms = {
             **train_state_mb(shape.parameters, p),
             **activations_mb(shape, rows, seq, p, ctx.checkpointing),
@@ -219,28 +230,22 @@ def _builtin(ctx: _Context, cfg: dict[str, Any], step: str) -> list[Group]:
         sugg = _suggest(ctx, "trainer.global_batch_size", records * world, "runtime.precision=bf16")
         return [ctx.group(name, terms, [(shape, role)], ddp, suggestions=sugg)]
     if step == "rm/serve":
-        shape = ctx.shape("reward_model", _get(cfg, "inputs.reward_model"))
+        serve = cast("ServeConfig", config)
+        shape = ctx.shape("reward_model", serve.inputs.reward_model)
         if shape is None:
             return []
-        sp = str(_get(cfg, "runtime.precision", "fp32"))
-        batch, seq = int(_get(cfg, "server.max_batch_size", 64)), int(_get(cfg, "server.max_length", 128))
+        sp = serve.runtime.precision
+        batch, seq = serve.server.max_batch_size, serve.server.max_length
         terms = {"weights": frozen_weights_mb(shape.parameters, sp), **_inference_mb(shape, batch, seq, sp)}
         sugg = [f"server.max_batch_size={max(1, batch // 2)} (now {batch})", "runtime.precision=bf16"]
         return [ctx.group("reward model (server)", terms, [(shape, "reward_model")], "one server per node",
                           peak=sum(terms.values()) + ctx.runtime_mb, suggestions=sugg)]  # fmt: skip
-    return _builtin_rl(ctx, cfg, step, world, ddp)
+    return _builtin_rl(ctx, rollouts(cast("RLStepConfig", config), step), world, ddp)
 
 
-def _arch(ctx: _Context, role: str, cfg: dict[str, Any]) -> ModelShape | None:
+def _arch(ctx: _Context, role: str, model: ModelArch) -> ModelShape | None:
     ctx.roles.add(role)
-    return shape_from_arch(_Attrs(cfg.get("model") or {}), TOKENIZER_VOCAB_CEILING)
-
-
-class _Attrs:
-    def __init__(self, tree: dict[str, Any]) -> None:
-        self.family = tree.get("family", "gpt2")
-        self.n_layer, self.n_embd = tree.get("n_layer", 2), tree.get("n_embd", 64)
-        self.n_head, self.n_positions = tree.get("n_head", 4), tree.get("n_positions", 64)
+    return shape_from_arch(model, TOKENIZER_VOCAB_CEILING)
 
 
 def _inference_mb(shape: ModelShape, rows: int, seq: int, precision: str) -> dict[str, float]:
@@ -250,30 +255,69 @@ def _inference_mb(shape: ModelShape, rows: int, seq: int, precision: str) -> dic
     return {"activations": rows * seq * (2 * shape.hidden + 2 * shape.intermediate) * size / 2**20}
 
 
-def _rl_refs(cfg: dict[str, Any], step: str) -> tuple[Any, Any, str, int, int, int]:
-    """(policy ref, reward/judge ref, micro-batch key, micro-batch, responses per step, max new tokens)."""
+@dataclass(frozen=True)
+class Rollouts:
+    """What the plan reads from an RL step's config, the same for rl/rlhf's keys (NeMo-RL's layout) and
+    rl/reinforce's and rl/ppo's (NeMo-Aligner's)."""
+
+    policy: str | None  # the policy's ref: a resolved path or a Hugging Face id
+    scorer: str | None  # the reward model's or the judge's ref
+    scorer_role: Literal["reward_model", "judge"]  # judge: rl/rlhf's generative judge
+    micro_batch_key: str  # the key a suggestion to lower the micro-batch names
+    micro_batch: int  # responses per forward/backward pass
+    responses: int  # responses per step, over all ranks
+    max_new_tokens: int
+    reward_source: Literal["server", "in_process"] | None  # reward.source; None: rl/rlhf, scored by judge.*
+    vllm_share: float | None  # generation.backend=vllm: its vllm_gpu_memory_utilization; None: our sampler
+
+
+def rollouts(config: RLStepConfig, step: str) -> Rollouts:
+    """An RL step's validated config, read in its own layout."""
     if step == "rl/rlhf":
-        judge = _get(cfg, "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model")
-        return (_get(cfg, "policy.model_name"), judge, "policy.train_micro_batch_size",
-                int(_get(cfg, "policy.train_micro_batch_size", 1)),
-                int(_get(cfg, "grpo.num_prompts_per_step", 1)) * int(_get(cfg, "grpo.num_generations_per_prompt", 1)),
-                int(_get(cfg, "policy.generation.max_new_tokens", 16)))  # fmt: skip
-    algo = cfg.get("ppo") or cfg.get("reinforce") or {}
-    return (_get(cfg, "inputs.policy"), _get(cfg, "inputs.reward_model"), "trainer.micro_batch_size",
-            int(_get(cfg, "trainer.micro_batch_size", 1)),
-            int(_get(cfg, "trainer.num_prompts_per_step", 1)) * int(algo.get("num_rollouts_per_prompt", 1)),
-            int(_get(cfg, "generation.max_new_tokens", 16)))  # fmt: skip
+        c = cast("RLHFConfig", config)
+        return Rollouts(
+            c.policy.model_name,
+            c.env.nemo_gym.genrm_model.responses_api_models.vllm_model.model,
+            "judge" if c.judge.kind == "generative" else "reward_model",
+            "policy.train_micro_batch_size",
+            c.policy.train_micro_batch_size,
+            c.grpo.num_prompts_per_step * c.grpo.num_generations_per_prompt,
+            c.policy.generation.max_new_tokens,
+            reward_source=None,
+            # not read from policy.generation.backend: a built-in rl/rlhf run with vLLM is planned as one with
+            # our sampler (its KV cache), as the plan has always done
+            vllm_share=None,
+        )
+    if step == "rl/ppo":
+        ppo = cast("PPOConfig", config)
+        return _aligner_layout(ppo, ppo.ppo.num_rollouts_per_prompt)
+    reinforce = cast("ReinforceConfig", config)
+    return _aligner_layout(reinforce, reinforce.reinforce.num_rollouts_per_prompt)
+
+
+def _aligner_layout(c: RLConfig, per_prompt: int) -> Rollouts:
+    g = c.generation
+    return Rollouts(
+        c.inputs.policy,
+        c.inputs.reward_model,
+        "reward_model",
+        "trainer.micro_batch_size",
+        c.trainer.micro_batch_size,
+        c.trainer.num_prompts_per_step * per_prompt,
+        g.max_new_tokens,
+        reward_source=c.reward.source,
+        vllm_share=g.vllm_gpu_memory_utilization if g.backend == "vllm" else None,
+    )
 
 
 def _seq(shape: ModelShape, max_new: int, prompt: int = DEFAULT_PROMPT_TOKENS) -> int:
     return min(shape.context, prompt + max_new) if shape.context else prompt + max_new
 
 
-def _builtin_rl(ctx: _Context, cfg: dict[str, Any], step: str, world: int, ddp: str) -> list[Group]:
-    p = ctx.precision
-    policy_ref, rm_ref, mb_key, mb, responses, max_new = _rl_refs(cfg, step)
-    judge_role = "judge" if step == "rl/rlhf" and _get(cfg, "judge.kind") == "generative" else "reward_model"
-    policy, rm = ctx.shape("policy", policy_ref), ctx.shape(judge_role, rm_ref)
+def _builtin_rl(ctx: _Context, r: Rollouts, world: int, ddp: str) -> list[Group]:
+    p, step = ctx.precision, ctx.step
+    mb_key, mb, max_new, judge_role = r.micro_batch_key, r.micro_batch, r.max_new_tokens, r.scorer_role
+    policy, rm = ctx.shape("policy", r.policy), ctx.shape(judge_role, r.scorer)
     groups: list[Group] = []
     if policy is not None:
         seq = _seq(policy, max_new)
@@ -290,22 +334,22 @@ def _builtin_rl(ctx: _Context, cfg: dict[str, Any], step: str, world: int, ddp: 
             terms.update({f"critic {k}": v for k, v in critic.items()})
             terms["activations"] += acts["activations"]  # the critic's pass follows the actor's, not at once
             models.append((rm, "critic"))
-        if _get(cfg, "reward.source") == "in_process" and rm is not None:
+        if r.reward_source == "in_process" and rm is not None:
             terms["reward model"] = frozen_weights_mb(rm.parameters, p)
             models.append((rm, "reward_model"))
-        util = float(_get(cfg, "generation.vllm_gpu_memory_utilization", 0.3))
         notes, sugg = [], _suggest(ctx, mb_key, mb, "runtime.precision=bf16", "backend=nemo_rl (FSDP shards "
                                     "weights, gradients and optimizer over the GPUs)")  # fmt: skip
-        if _get(cfg, "generation.backend") == "vllm" and ctx.memory:
+        util = r.vllm_share
+        if util is not None and ctx.memory:
             terms["vLLM (colocated)"] = util * ctx.memory
             notes.append(f"vLLM keeps {util:.0%} of the device for weights and KV cache the whole run; the "
                          f"trainer has the other {1 - util:.0%}")  # fmt: skip
             sugg.append(f"generation.vllm_gpu_memory_utilization={util / 2:g} (now {util:g})")
         else:
-            per_rank = max(1, responses // world)
+            per_rank = max(1, r.responses // world)
             terms["generation KV cache"] = kv_cache_mb(policy, per_rank, seq, p)
         groups.append(ctx.group("policy training", terms, models, ddp, notes=notes, suggestions=sugg))
-    served = step != "rl/rlhf" and _get(cfg, "reward.source", "server") == "server"
+    served = r.reward_source == "server"  # None on rl/rlhf, whose judge is planned as a server regardless
     if rm is not None and (served or step == "rl/rlhf"):
         local = getattr(ctx.job.profile, "executor", "local") == "local"
         terms = {
@@ -322,17 +366,16 @@ def _builtin_rl(ctx: _Context, cfg: dict[str, Any], step: str, world: int, ddp: 
 # ---- nemo_rl ----------------------------------------------------------------------------------------------------
 
 
-def _nemo_rl(ctx: _Context, cfg: dict[str, Any]) -> list[Group]:
-    nemo = cfg.get("nemo_rl") or {}
-    tp, pp, cp = (int(nemo.get(k, 1)) for k in ("tensor_parallel_size", "pipeline_parallel_size",
-                                                  "context_parallel_size"))  # fmt: skip
-    megatron = nemo.get("policy_backend") == "megatron"
-    step = ctx.job.step_id
-    policy_ref, rm_ref, mb_key, mb, _, max_new = _rl_refs(cfg, step)
-    judge_role = "judge" if step == "rl/rlhf" and _get(cfg, "judge.kind") == "generative" else "reward_model"
-    policy, rm = ctx.shape("policy", policy_ref), ctx.shape(judge_role, rm_ref)
+def _nemo_rl(ctx: _Context, config: RLStepConfig) -> list[Group]:
+    nemo = config.nemo_rl
+    tp, pp, cp = nemo.tensor_parallel_size, nemo.pipeline_parallel_size, nemo.context_parallel_size
+    megatron = nemo.policy_backend == "megatron"
+    step = ctx.step
+    r = rollouts(config, step)
+    mb_key, mb, max_new, judge_role = r.micro_batch_key, r.micro_batch, r.max_new_tokens, r.scorer_role
+    policy, rm = ctx.shape("policy", r.policy), ctx.shape(judge_role, r.scorer)
     total = ctx.nodes * ctx.per_node
-    rm_gpus = int(nemo.get("reward_model_gpus", 1)) if rm is not None and judge_role == "reward_model" else 0
+    rm_gpus = nemo.reward_model_gpus if rm is not None and judge_role == "reward_model" else 0
     own_node = ctx.nodes > 1 and rm_gpus > 0
     world = total - (ctx.per_node if own_node else rm_gpus)
     if megatron:
@@ -342,7 +385,7 @@ def _nemo_rl(ctx: _Context, cfg: dict[str, Any]) -> list[Group]:
         sharding = Sharding("fsdp", world, world, tp, cp)
         par = f"DTensor FSDP over {world} GPUs, TP {tp}, CP {cp}"
     p = "bf16-mixed" if ctx.precision != "fp32" else "fp32"
-    seq = int(nemo.get("max_prompt_tokens", DEFAULT_PROMPT_TOKENS)) + max_new
+    seq = nemo.max_prompt_tokens + max_new
     train_nodes = ctx.nodes - 1 if own_node else ctx.nodes
     where = ctx.where(0, train_nodes)
     groups: list[Group] = []
@@ -367,8 +410,7 @@ def _nemo_rl(ctx: _Context, cfg: dict[str, Any]) -> list[Group]:
         }
         groups.append(ctx.group("reference policy", ref, [(policy, "reference")], par + "; swapped in for its logprobs",
                                 peak=sum(ref.values()) + ctx.runtime_mb, where=where))  # fmt: skip
-        util = float(nemo.get("gpu_memory_utilization", 0.6))
-        gen_tp = int(nemo.get("generation_tensor_parallel_size", 1))
+        util, gen_tp = nemo.gpu_memory_utilization, nemo.generation_tensor_parallel_size
         if ctx.memory:
             vllm = {
                 "vLLM share (weights + KV cache)": util * ctx.memory,
@@ -422,18 +464,19 @@ def _gathered_layers_mb(shape: ModelShape) -> float:
 # ---- nemo_aligner -----------------------------------------------------------------------------------------------
 
 
-def _nemo_aligner(ctx: _Context, cfg: dict[str, Any]) -> list[Group]:
-    step = ctx.job.step_id
+def _nemo_aligner(ctx: _Context, config: ServeConfig | ReinforceConfig | PPOConfig) -> list[Group]:
+    step = ctx.step
     groups: list[Group] = []
     if step == "rm/serve":
-        shape = ctx.shape("reward_model", _get(cfg, "inputs.reward_model"))
+        shape = ctx.shape("reward_model", cast("ServeConfig", config).inputs.reward_model)
         if shape:
             terms = {"weights": frozen_weights_mb(shape.parameters, "bf16", Sharding("megatron"))}
             groups.append(ctx.group("reward model (server)", terms, [(shape, "reward_model")], "Megatron TP 1 x PP 1",
                                     peak=sum(terms.values()) + ctx.runtime_mb))  # fmt: skip
         return groups
-    policy_ref, rm_ref, mb_key, mb, _, max_new = _rl_refs(cfg, step)
-    policy, rm = ctx.shape("policy", policy_ref), ctx.shape("reward_model", rm_ref)
+    r = rollouts(cast("ReinforceConfig | PPOConfig", config), step)
+    mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens
+    policy, rm = ctx.shape("policy", r.policy), ctx.shape("reward_model", r.scorer)
     world = ctx.nodes * ctx.per_node
     sharding = Sharding("megatron", 1, world)
     seq = DEFAULT_PROMPT_TOKENS + max_new
