@@ -34,7 +34,7 @@ from nemotron.resource_plan import (
     training_peak,
 )
 from nemotron.resource_shapes import ModelShape, known_shape, shape_from_arch, shape_from_checkpoint
-from nemotron.stepconfig import ModelArch, ResourcePlan, RLConfig, TrainRuntime
+from nemotron.stepconfig import Generation, ModelArch, ResourcePlan, RLConfig, TrainRuntime
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
     from rl.ppo.schema import Config as PPOConfig
@@ -284,9 +284,7 @@ def rollouts(config: RLStepConfig, step: str) -> Rollouts:
             c.grpo.num_prompts_per_step * c.grpo.num_generations_per_prompt,
             c.policy.generation.max_new_tokens,
             reward_source=None,
-            # not read from policy.generation.backend: a built-in rl/rlhf run with vLLM is planned as one with
-            # our sampler (its KV cache), as the plan has always done
-            vllm_share=None,
+            vllm_share=_vllm_share(c.policy.generation),
         )
     if step == "rl/ppo":
         ppo = cast("PPOConfig", config)
@@ -306,8 +304,12 @@ def _aligner_layout(c: RLConfig, per_prompt: int) -> Rollouts:
         c.trainer.num_prompts_per_step * per_prompt,
         g.max_new_tokens,
         reward_source=c.reward.source,
-        vllm_share=g.vllm_gpu_memory_utilization if g.backend == "vllm" else None,
+        vllm_share=_vllm_share(g),
     )
+
+
+def _vllm_share(g: Generation) -> float | None:
+    return g.vllm_gpu_memory_utilization if g.backend == "vllm" else None
 
 
 def _seq(shape: ModelShape, max_new: int, prompt: int = DEFAULT_PROMPT_TOKENS) -> int:
@@ -319,6 +321,15 @@ def _builtin_rl(ctx: _Context, r: Rollouts, world: int, ddp: str) -> list[Group]
     mb_key, mb, max_new, judge_role = r.micro_batch_key, r.micro_batch, r.max_new_tokens, r.scorer_role
     policy, rm = ctx.shape("policy", r.policy), ctx.shape(judge_role, r.scorer)
     groups: list[Group] = []
+    served = r.reward_source == "server"  # None on rl/rlhf, whose judge is planned as a server regardless
+    server: dict[str, float] = {}
+    if rm is not None and (served or step == "rl/rlhf"):
+        server = {
+            "weights": frozen_weights_mb(rm.parameters, p),
+            **_inference_mb(rm, 64, _seq(rm, max_new), p),
+        }
+    # On Lepton the server is a sibling of each node's local rank 0 (reward/sibling.py), on that rank's device
+    beside_rank0 = bool(server) and getattr(ctx.job.profile, "executor", "local") == "lepton"
     if policy is not None:
         seq = _seq(policy, max_new)
         terms = {
@@ -348,17 +359,17 @@ def _builtin_rl(ctx: _Context, r: Rollouts, world: int, ddp: str) -> list[Group]
         else:
             per_rank = max(1, r.responses // world)
             terms["generation KV cache"] = kv_cache_mb(policy, per_rank, seq, p)
+        if beside_rank0 and rm is not None:
+            terms[f"{judge_role.replace('_', ' ')} server"] = sum(server.values()) + ctx.runtime_mb
+            models.append((rm, judge_role))
+            notes.append(f"each node's local rank 0 shares its device with the node's {judge_role.replace('_', ' ')} "
+                         "server (one per node): the peak is that device's")  # fmt: skip
         groups.append(ctx.group("policy training", terms, models, ddp, notes=notes, suggestions=sugg))
-    served = r.reward_source == "server"  # None on rl/rlhf, whose judge is planned as a server regardless
-    if rm is not None and (served or step == "rl/rlhf"):
+    if server and rm is not None and not beside_rank0:
         local = getattr(ctx.job.profile, "executor", "local") == "local"
-        terms = {
-            "weights": frozen_weights_mb(rm.parameters, p),
-            **_inference_mb(rm, 64, _seq(rm, max_new), p),
-        }
         where = "this machine" if local else f"node {ctx.nodes} (a node of its own)"
-        groups.append(ctx.group("reward model" if judge_role == "reward_model" else "judge", terms,
-                                [(rm, judge_role)], "one server", peak=sum(terms.values()) + ctx.runtime_mb,
+        groups.append(ctx.group("reward model" if judge_role == "reward_model" else "judge", server,
+                                [(rm, judge_role)], "one server", peak=sum(server.values()) + ctx.runtime_mb,
                                 where=where))  # fmt: skip
     return groups
 

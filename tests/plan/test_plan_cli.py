@@ -127,3 +127,22 @@ def test_a_local_plan_over_this_machines_ram_warns_and_runs_the_dry_run(home: Pa
                 "--dry-run")  # fmt: skip
     assert r.code == 0, r.err
     assert "warning: resource plan: policy training (this machine)" in r.out and "per device (RAM)" in r.out
+
+
+def test_on_lepton_each_nodes_reward_server_shares_local_rank_0s_gpu(home: Path, run_cli: Any) -> None:
+    """Lepton runs no heterogeneous job: the reward server is a sibling of each node's local rank 0
+    (reward/sibling.py) on that rank's GPU, so its memory is on the policy group's device, not on a node of its
+    own. rl/ppo's default preset (actor, critic and the server on GPU 0) then does not fit; with activation
+    checkpointing it does."""
+    r = run_cli("steps", "run", "rl/ppo", "-c", "default", "-b", "lepton_rl", "--dry-run")
+    assert r.code == 2, r.err
+    (line,) = r.err.strip().splitlines()
+    assert "policy training (node 0)" in line and "which has 79.6 GiB" in line, line
+    r = run_cli("steps", "run", "rl/reinforce", "-c", "default", "-b", "lepton_rl", "--dry-run")
+    assert r.code == 0, r.err
+    plan = r.out.split("## resource plan")[1].split("## launch")[0]
+    rows = [line for line in plan.splitlines()[2:] if line and not line.startswith("#")]  # below the header
+    assert [row.split("  ")[0] for row in rows] == ["policy training"]  # no node of its own for the server
+    assert "reward model server" in rows[0] and "a node of its own" not in plan
+    assert "shares its device with the node's reward model server" in plan
+    assert not home.exists()
