@@ -22,7 +22,15 @@ from nemotron.reward.server_options import token_from_file
 from nemotron.rl import distributed, trainstate
 from nemotron.rl.distributed import World
 from nemotron.rl.evaluation import evaluate, parameter_checksum
-from nemotron.rl.experience import Experience, ScoreFn, collect, prompt_schedule, sampling_params
+from nemotron.rl.experience import (
+    Experience,
+    PromptBatch,
+    RolloutSetup,
+    ScoreFn,
+    collect,
+    prompt_schedule,
+    sampling_params,
+)
 from nemotron.rl.generation_backends import GenerationBackend, get_backend
 from nemotron.rl.prompts import fit_prompts, model_positions
 from nemotron.rl.reward_source import reward_source
@@ -63,8 +71,8 @@ class PromptSet:
         """Shorten the prompts so that prompt + response fits the model's positions."""
         self.ids = fit_prompts(self.ids, model_positions(model.config), max_new_tokens)
 
-    def pick(self, indices: list[int]) -> tuple[list[str], list[list[int]]]:
-        return [self.texts[i] for i in indices], [self.ids[i] for i in indices]
+    def pick(self, indices: list[int]) -> PromptBatch:
+        return PromptBatch([self.texts[i] for i in indices], [self.ids[i] for i in indices], indices)
 
 
 @dataclass
@@ -180,22 +188,18 @@ class Rollouts:
         schedule = prompt_schedule(len(self.prompts.texts), self.seed, self.position, self.per_step)
         batch = distributed.shard(schedule, self.world)
         self.position += self.per_step
-        texts, ids = self.prompts.pick(batch)
+        setup = RolloutSetup(
+            backend=self.backend,
+            policy=self.models.policy,
+            reference=self.models.reference,
+            tokenizer=self.tokenizer,
+            params=self.sampling,
+            generator=self.sampler,
+            n=self.n,
+            score=score,
+        )
         with self.plan.autocast():
-            exp = collect(
-                self.backend,
-                self.models.policy,
-                self.models.reference,
-                self.tokenizer,
-                texts,
-                ids,
-                0,
-                self.n,
-                self.sampling,
-                self.sampler,
-                score,
-            )
-        exp.group = self.plan.tensor(batch).repeat_interleave(self.n)
+            exp = collect(setup, self.prompts.pick(batch))
         if self.world.is_main and not self.shown_first:
             # What a chat template or a prompt cut made of the data shows here, before it shows in the rewards.
             log.info("first rollout, as the policy reads it: %s", first_rollout(exp, self.tokenizer))
@@ -265,14 +269,13 @@ class BeforeAfter:
 
     def _evaluate(self, score: ScoreFn) -> dict[str, float]:
         r = self.rollouts
-        texts, ids = self.prompts.pick(list(range(min(self.eval_cfg.num_prompts, len(self.prompts.texts)))))
+        prompts = self.prompts.pick(list(range(min(self.eval_cfg.num_prompts, len(self.prompts.texts)))))
         with r.plan.autocast():
             return evaluate(
                 r.backend,
                 r.models.policy,
                 r.tokenizer,
-                texts,
-                ids,
+                prompts,
                 r.sampling,
                 self.eval_cfg.seed,
                 score,
