@@ -6,13 +6,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import PreTrainedModel
 
 from nemotron.rl.generation_backends import GenerationBackend
 from nemotron.rl.rollout import SamplingParams, sequence_logprobs
+
+if TYPE_CHECKING:
+    from nemotron.stepconfig import Generation
 
 # (token rows: prompt + response ids, prompts, responses) -> one score per row
 ScoreFn = Callable[[list[list[int]], list[str], list[str]], Sequence[float]]
@@ -175,15 +178,14 @@ def prompt_schedule(num_prompts: int, seed: int, position: int, count: int) -> l
     return picked
 
 
-# The `generation` config keys that SamplingParams takes under the same name and meaning.
-SAME_NAME_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_k", "top_p")
-
-
-def sampling_params(generation: Any, tokenizer: Any) -> SamplingParams:
+def sampling_params(generation: Generation, tokenizer: Any) -> SamplingParams:
     """The SamplingParams of a `generation` config group, with the tokenizer's EOS and pad ids."""
     stops = tuple(generation.stop_strings)
     return SamplingParams(
-        **{k: getattr(generation, k) for k in SAME_NAME_SAMPLING_KEYS},
+        max_new_tokens=generation.max_new_tokens,
+        temperature=generation.temperature,
+        top_k=generation.top_k,
+        top_p=generation.top_p,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         stop_strings=stops,

@@ -4,6 +4,7 @@ frozen reference, the rollout of one step's prompts, before/after evaluation, ch
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,12 +38,13 @@ from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams
 from nemotron.rl.stats import RolloutStats, Timings, as_metrics
 from nemotron.runtime import StepRun, required
+from nemotron.stepconfig import Checkpointing, Evaluation, Generation, RewardSource, RLConfig, TrainRuntime
 from nemotron.tasks import get_task
 
 log = logging.getLogger("nemotron")
 
 
-def start(backend: str, runtime: Any, engine: str = "NeMo-RL") -> tuple[DevicePlan, World]:
+def start(backend: str, runtime: TrainRuntime, engine: str = "NeMo-RL") -> tuple[DevicePlan, World]:
     """The device plan and process group of a built-in run, after refusing backend=nemo_rl: that runs in
     NeMo-RL's container on GPUs, never in this process (exit 2 saying how to run it)."""
     if backend == "nemo_rl":
@@ -96,7 +98,9 @@ class ActorAndReference:
         return abs(parameter_checksum(self.reference) - self.reference_checksum)
 
 
-def reward_model_scores(run: StepRun[Any], reward: Any, model_path: str | None, plan: DevicePlan) -> Any:
+def reward_model_scores(
+    run: StepRun[Any], reward: RewardSource, model_path: str | None, plan: DevicePlan
+) -> AbstractContextManager[tuple[ScoreFn, str]]:
     """The `reward` config group's score function: a reward server (given or started beside) or in process."""
     server = reward.server
     return reward_source(
@@ -137,7 +141,7 @@ class Rollouts:
         cls,
         policy_path: str,
         prompts_path: str,
-        generation: Any,
+        generation: Generation,
         n: int,
         per_step: int,
         plan: DevicePlan,
@@ -169,7 +173,7 @@ class Rollouts:
         )
 
     @classmethod
-    def of_actor(cls, cfg: Any, n: int, plan: DevicePlan, world: World) -> Rollouts:
+    def of_actor(cls, cfg: RLConfig, n: int, plan: DevicePlan, world: World) -> Rollouts:
         """rl/reinforce's and rl/ppo's rollouts (their shared RLConfig): inputs.policy answers
         inputs.prompts, `trainer.num_prompts_per_step` prompts a step, `n` responses each."""
         return cls.build(
@@ -256,7 +260,7 @@ class BeforeAfter:
 
     run: StepRun[Any]
     rollouts: Rollouts
-    eval_cfg: Any
+    eval_cfg: Evaluation
     validation: PromptSet | None = None
     val_period: int = 0
 
@@ -315,7 +319,7 @@ class Checkpoints:
     (on every rank: saving gathers each rank's random streams)."""
 
     run: StepRun[Any]
-    checkpoint_cfg: Any
+    checkpoint_cfg: Checkpointing
     rollouts: Rollouts
     modules: dict[str, torch.nn.Module]
     optimizers: dict[str, torch.optim.Optimizer]
