@@ -272,6 +272,8 @@ def _decode_loop(
     params: SamplingParams,
     generator: torch.Generator | None,
 ) -> Rollout:
+    """Sample with ``decoder`` (see `generate`): draw each row's token, end rows on EOS or a stop string, and
+    keep in the decoder's batch only the rows that `rows_to_keep` says are worth it."""
     batch, width = input_ids.shape
     limit = params.max_new_tokens
     device = input_ids.device
