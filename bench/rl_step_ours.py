@@ -10,7 +10,7 @@ from rl_step_common import BenchModels, StepTiming, Workload
 
 from nemotron.rl.advantages import grpo_advantages, rloo_baseline
 from nemotron.rl.distributed import World
-from nemotron.rl.experience import Experience, collect
+from nemotron.rl.experience import Experience, PromptBatch, RolloutSetup, collect
 from nemotron.rl.generation_backends import get_backend
 from nemotron.rl.kl import kl_penalty
 from nemotron.rl.losses import kl_loss, ppo_clip_loss, reinforce_loss
@@ -39,7 +39,6 @@ class OurRLStep:
         self.reference = models.load_policy().requires_grad_(False)  # loaded in eval mode
         self.optim = Optim.model_validate({"lr": workload.lr, "clip_grad": 1.0})
         self.optimizer = build_optimizer(self.policy.parameters(), self.optim)
-        self.backend = get_backend("torch")
         tokenizer = models.tokenizer
         assert tokenizer.pad_token_id is not None
         # No EOS id: every response runs to max_new_tokens, the same work TRL does with min_new_tokens.
@@ -48,7 +47,16 @@ class OurRLStep:
         )
         # models.prompts are already in the policy's template (encode_prompt would apply it again).
         self.prompt_ids = [tokenizer.encode(p, add_special_tokens=False) for p in models.prompts]
-        self.sampler = torch.Generator().manual_seed(seed)
+        self.setup = RolloutSetup(
+            backend=get_backend("torch"),
+            policy=self.policy,
+            reference=self.reference,
+            tokenizer=tokenizer,
+            params=self.sampling,
+            generator=torch.Generator().manual_seed(seed),
+            n=workload.group_size,
+            score=self._score,
+        )
         self.world = World()
         self.steps_done = 0
 
@@ -58,20 +66,10 @@ class OurRLStep:
         first = (self.steps_done * k) % len(self.models.prompts)
         batch = [(first + i) % len(self.models.prompts) for i in range(k)]
         self.steps_done += 1
-        exp = collect(
-            self.backend,
-            self.policy,
-            self.reference,
-            self.models.tokenizer,
-            [self.models.prompts[i] for i in batch],
-            [self.prompt_ids[i] for i in batch],
-            0,
-            self.workload.group_size,
-            self.sampling,
-            self.sampler,
-            self._score,
+        prompts = PromptBatch(
+            [self.models.prompts[i] for i in batch], [self.prompt_ids[i] for i in batch], batch
         )
-        exp.group = torch.tensor(batch).repeat_interleave(self.workload.group_size)
+        exp = collect(self.setup, prompts)
         if self.workload.algorithm == "rloo":
             self._reinforce_update(exp)
         else:

@@ -20,8 +20,7 @@ from transformers.cache_utils import Cache
 
 from nemotron.errors import NotFound, UserError
 from nemotron.models.tiny import tiny_model
-from nemotron.rl import gpt2_fast, hf_cache
-from nemotron.rl import rollout as rollout_module
+from nemotron.rl import batch_rows, gpt2_fast, hf_cache
 from nemotron.rl.generation_backends import GenerationBackend, TorchBackend, get_backend
 from nemotron.rl.rollout import (
     Rollout,
@@ -129,7 +128,7 @@ def test_finished_rows_leave_the_batch_without_changing_the_rollout(
     compacted = generate(model, PROMPTS, params, torch.Generator().manual_seed(21))
     assert compacted.is_end[:4].all() and compacted.response_lengths.max() > 2
     assert selections and selections[0] <= len(PROMPTS) // 2, "the batch should have shrunk"
-    monkeypatch.setattr(rollout_module, "_COMPACT_WHEN_LIVE_AT_MOST", 0.0)
+    monkeypatch.setattr(batch_rows, "COMPACT_WHEN_LIVE_AT_MOST", 0.0)
     selections.clear()
     full_batch = generate(model, PROMPTS, params, torch.Generator().manual_seed(21))
     assert not selections

@@ -19,7 +19,7 @@ from nemotron.models.tiny import tiny_model
 from nemotron.rl import gpt2_fast
 from nemotron.rl.experience import sampling_params
 from nemotron.rl.rollout import SamplingParams, generate
-from nemotron.rl.stop_strings import ends_in_stop_string, stop_window
+from nemotron.rl.stop_strings import completes_stop_string, ends_in_stop_string, stop_window
 from nemotron.stepconfig import Generation
 
 
@@ -158,3 +158,29 @@ def test_a_space_as_stop_string_cuts_responses_after_the_first_word(tmp_path: Pa
     with_stop = _mean_length(tmp_path / "b", 'generation.stop_strings=[" "]')
     print(f"mean response length: {without:.2f} tokens without stop strings, {with_stop:.2f} with [' ']")
     assert with_stop < 0.6 * without
+
+
+def test_only_active_rows_are_checked_on_a_tail_of_their_own_tokens() -> None:
+    responses = torch.tensor(
+        [
+            [0, 1, 2, 9, 9],  # "abc": ends in "bc" at t=2
+            [1, 2, 0, 9, 9],  # "bca": contains "bc", but not ending at t=2; dropped from the batch anyway
+            [3, 1, 2, 9, 9],  # "dbc": ends in "bc", but it finished earlier (inactive)
+            [2, 3, 3, 9, 9],  # "cdd": no match
+        ]
+    )
+    live = torch.tensor([0, 2, 3])  # the model's batch holds rollout rows 0, 2 and 3
+    active = torch.tensor([True, False, True])
+    decoded: list[list[int]] = []
+
+    def recording(ids: list[int]) -> str:
+        decoded.append(ids)
+        return letters(ids)
+
+    hits = completes_stop_string(responses, live, active, 2, recording, ["bc"])
+    assert hits.tolist() == [True, False, False]
+    # stop_window(["bc"]) = 3 tokens, columns 0..2 of the active rows 0 and 3 only.
+    assert decoded == [[0, 1, 2], [2, 3, 3]]
+    decoded.clear()
+    completes_stop_string(responses, live, active, 4, recording, ["b"])  # window 2: columns 3..4
+    assert decoded == [[9, 9], [9, 9]]

@@ -10,12 +10,15 @@ import os
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from nemotron.devices import DevicePlan, placement, process_group_backend
+
+if TYPE_CHECKING:
+    from nemotron.stepconfig import Runtime
 
 T = TypeVar("T")
 
@@ -108,7 +111,7 @@ def close(world: World) -> None:
         dist.destroy_process_group()
 
 
-def start(runtime: Any) -> tuple[DevicePlan, World]:
+def start(runtime: Runtime) -> tuple[DevicePlan, World]:
     """A training step's first lines: the device (exit 2 for runtime.device=cuda without a GPU, before any work),
     the process group on it, CPU threads, and the seeds of torch and `random`."""
     plan = placement(runtime)

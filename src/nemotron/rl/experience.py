@@ -6,13 +6,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import PreTrainedModel
 
 from nemotron.rl.generation_backends import GenerationBackend
 from nemotron.rl.rollout import SamplingParams, sequence_logprobs
+
+if TYPE_CHECKING:
+    from nemotron.stepconfig import Generation
 
 # (token rows: prompt + response ids, prompts, responses) -> one score per row
 ScoreFn = Callable[[list[list[int]], list[str], list[str]], Sequence[float]]
@@ -42,25 +45,43 @@ class Experience:
         return self.mask.sum(dim=1)
 
 
-def collect(
-    backend: GenerationBackend,
-    policy: PreTrainedModel,
-    reference: PreTrainedModel,
-    tokenizer: Any,
-    prompts: Sequence[str],
-    prompt_ids: Sequence[list[int]],
-    group_offset: int,
-    n: int,
-    params: SamplingParams,
-    generator: torch.Generator,
-    score: ScoreFn,
-) -> Experience:
+@dataclass(frozen=True)
+class PromptBatch:
+    """Prompts to answer in one rollout phase."""
+
+    texts: list[str]
+    """the prompts as text, for judges and task scorers"""
+    ids: list[list[int]]
+    """the prompts as the model reads them (chat template applied, cut to fit)"""
+    indices: list[int]
+    """each prompt's index in the run's prompt set: the `Experience.group` of its responses"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RolloutSetup:
+    """What samples, scores and takes the logprobs of rollouts: the same at every step of a run."""
+
+    backend: GenerationBackend
+    policy: PreTrainedModel
+    reference: PreTrainedModel
+    """the frozen initial policy: its logprobs are the KL's other side"""
+    tokenizer: Any
+    params: SamplingParams
+    generator: torch.Generator
+    """the sampler's random stream"""
+    n: int
+    """responses per prompt"""
+    score: ScoreFn
+
+
+def collect(setup: RolloutSetup, prompts: PromptBatch) -> Experience:
     """Rollout phase: n responses to each prompt, scores from the reward source, policy + reference logprobs."""
+    n, params = setup.n, setup.params
     timers: dict[str, float] = {}
     t0 = time.perf_counter()
-    rows = [ids for ids in prompt_ids for _ in range(n)]
-    texts = [p for p in prompts for _ in range(n)]
-    rollout = backend.generate(policy, rows, params, generator)
+    rows = [ids for ids in prompts.ids for _ in range(n)]
+    texts = [p for p in prompts.texts for _ in range(n)]
+    rollout = setup.backend.generate(setup.policy, rows, params, setup.generator)
     timers["generate"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -70,10 +91,11 @@ def collect(
         [t for t, k in zip(r, m, strict=True) if k]
         for r, m in zip(rollout.responses.tolist(), kept, strict=True)
     ]
-    responses = [text.strip() for text in tokenizer.batch_decode(responses_ids, skip_special_tokens=True)]
+    decoded = setup.tokenizer.batch_decode(responses_ids, skip_special_tokens=True)
+    responses = [text.strip() for text in decoded]
     device = rollout.sequences.device
     scores = torch.tensor(
-        list(score([p + r for p, r in zip(rows, responses_ids, strict=True)], texts, responses)),
+        list(setup.score([p + r for p, r in zip(rows, responses_ids, strict=True)], texts, responses)),
         dtype=torch.float32,
         device=device,
     )
@@ -84,25 +106,32 @@ def collect(
     logprobs = rollout.logprobs
     with torch.no_grad():
         ref_logprobs = sequence_logprobs(
-            reference, rollout.sequences, rollout.attention_mask, params.temperature, rollout.prompt_width
+            setup.reference,
+            rollout.sequences,
+            rollout.attention_mask,
+            params.temperature,
+            rollout.prompt_width,
         )
         # another engine sampled: the loss uses the trainer's own logprobs (NeMo-RL)
-        if backend.recomputes_logprobs:
+        if setup.backend.recomputes_logprobs:
             logprobs = sequence_logprobs(
-                policy, rollout.sequences, rollout.attention_mask, params.temperature, rollout.prompt_width
+                setup.policy,
+                rollout.sequences,
+                rollout.attention_mask,
+                params.temperature,
+                rollout.prompt_width,
             )
             stats["token_mult_prob_error"] = token_mult_prob_error(
                 rollout.logprobs, logprobs, rollout.response_mask
             )
     timers["logprobs"] = time.perf_counter() - t0
-    group = torch.arange(len(prompts), device=device).repeat_interleave(n) + group_offset
     return Experience(
         sequences=rollout.sequences,
         attention_mask=rollout.attention_mask,
         prompt_width=rollout.prompt_width,
         mask=rollout.response_mask,
         is_end=rollout.is_end,
-        group=group,
+        group=torch.tensor(prompts.indices, device=device).repeat_interleave(n),
         logprobs=logprobs,
         ref_logprobs=ref_logprobs,
         scores=scores,
@@ -149,15 +178,14 @@ def prompt_schedule(num_prompts: int, seed: int, position: int, count: int) -> l
     return picked
 
 
-# The `generation` config keys that SamplingParams takes under the same name and meaning.
-SAME_NAME_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_k", "top_p")
-
-
-def sampling_params(generation: Any, tokenizer: Any) -> SamplingParams:
+def sampling_params(generation: Generation, tokenizer: Any) -> SamplingParams:
     """The SamplingParams of a `generation` config group, with the tokenizer's EOS and pad ids."""
     stops = tuple(generation.stop_strings)
     return SamplingParams(
-        **{k: getattr(generation, k) for k in SAME_NAME_SAMPLING_KEYS},
+        max_new_tokens=generation.max_new_tokens,
+        temperature=generation.temperature,
+        top_k=generation.top_k,
+        top_p=generation.top_p,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         stop_strings=stops,

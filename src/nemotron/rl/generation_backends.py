@@ -6,13 +6,14 @@ Trainers call ``get_backend(config.generation).generate(...)`` and never import 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 from transformers import PreTrainedModel
 
 from nemotron.errors import NotFound, did_you_mean
 from nemotron.rl.rollout import Rollout, SamplingParams, generate
+from nemotron.stepconfig import Generation
 
 
 @runtime_checkable
@@ -43,21 +44,23 @@ class TorchBackend:
     generate = staticmethod(generate)
 
 
-def vllm_backend(generation: Any = None) -> GenerationBackend:
-    """vLLM in this process (`nemotron.rl.vllm_backend`); exit 2 with the way to install it when it is missing."""
+def vllm_backend(generation: Generation | None = None) -> GenerationBackend:
+    """vLLM in this process (`nemotron.rl.vllm_backend`); exit 2 with the way to install it when it is missing.
+    Without a `generation` group, the group's defaults."""
     from nemotron.rl.vllm_backend import VLLMBackend
 
+    settings = generation if generation is not None else Generation(backend="vllm")
     return VLLMBackend(
-        gpu_memory_utilization=getattr(generation, "vllm_gpu_memory_utilization", 0.3),
-        max_model_len=getattr(generation, "vllm_max_model_len", 0),
+        gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
+        max_model_len=settings.vllm_max_model_len,
     )
 
 
-def torch_backend(generation: Any = None) -> GenerationBackend:
+def torch_backend(generation: Generation | None = None) -> GenerationBackend:
     return TorchBackend()
 
 
-BACKENDS: dict[str, Callable[[Any], GenerationBackend]] = {
+BACKENDS: dict[str, Callable[[Generation | None], GenerationBackend]] = {
     "torch": torch_backend,
     "vllm": vllm_backend,
 }
@@ -65,7 +68,7 @@ BACKENDS: dict[str, Callable[[Any], GenerationBackend]] = {
 run here."""
 
 
-def get_backend(generation: Any) -> GenerationBackend:
+def get_backend(generation: Generation | str) -> GenerationBackend:
     """The generation backend a `generation` config group names (or a bare backend name, with default settings).
 
     Raises:

@@ -5,26 +5,22 @@ Layout of every rollout: left-padded prompts of width ``P``, then right-padded r
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any, cast
+from typing import Any
 
 import torch
-from transformers import DynamicCache, GPT2LMHeadModel, PreTrainedModel
-from transformers.cache_utils import Cache
+from transformers import PreTrainedModel
 
-from nemotron.rl import gpt2_fast, hf_cache
+from nemotron.rl import gpt2_fast
+from nemotron.rl.batch_rows import distinct_prompts, rows_to_keep
+from nemotron.rl.decoders import Decoder, decoder_for
 from nemotron.rl.logprobs import token_logprobs
-from nemotron.rl.stop_strings import ends_in_stop_string, stop_window
+from nemotron.rl.stop_strings import completes_stop_string
 
 logger = logging.getLogger(__name__)
-
-# Finished rows leave the model's batch once at most this fraction of it is still generating: one copy of the
-# KV cache, paid back by every smaller step after it.
-_COMPACT_WHEN_LIVE_AT_MOST = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,7 +255,8 @@ def generate(
             f"{max_positions} positions"
         )
     with _eval_mode(model), torch.inference_mode():
-        rollout = _decode_loop(model, input_ids, prompt_mask, params, generator)
+        decoder = decoder_for(model, input_ids.shape[1] + params.max_new_tokens)
+        rollout = _decode_loop(decoder, input_ids, prompt_mask, params, generator)
     # Inference tensors cannot be saved for backward; the trainer feeds these to the policy with autograd on.
     return Rollout(**{f.name: _clone(getattr(rollout, f.name)) for f in fields(Rollout)})
 
@@ -269,12 +266,14 @@ def _clone(value: Any) -> Any:
 
 
 def _decode_loop(
-    model: PreTrainedModel,
+    decoder: Decoder,
     input_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     params: SamplingParams,
     generator: torch.Generator | None,
 ) -> Rollout:
+    """Sample with ``decoder`` (see `generate`): draw each row's token, end rows on EOS or a stop string, and
+    keep in the decoder's batch only the rows that `rows_to_keep` says are worth it."""
     batch, width = input_ids.shape
     limit = params.max_new_tokens
     device = input_ids.device
@@ -284,64 +283,15 @@ def _decode_loop(
     response_mask = torch.zeros((batch, limit), dtype=torch.bool, device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     eos_ids = torch.tensor(params.eos_token_ids, dtype=torch.long, device=device)
-    # The key mask of the whole rollout, filled in as tokens are generated; each step reads a prefix view.
-    key_mask = torch.cat([prompt_mask.bool(), torch.zeros_like(response_mask)], dim=1)
-    fast = gpt2_fast.supports(model)
-    additive = fast or hf_cache.takes_prebuilt_masks(model)
-    dtype = next(model.parameters()).dtype
-    blocked = torch.finfo(dtype).min
-    key_bias = torch.zeros(key_mask.shape, dtype=dtype, device=device).masked_fill_(~key_mask, blocked)
 
-    layers = model.config.get_text_config().num_hidden_layers
-    cache: Any
-    if fast:
-        cache = gpt2_fast.KVCache(layers)
-    elif additive:
-        cache = Cache(layers=[hf_cache.GrowingLayer(width + limit) for _ in range(layers)])
-    else:
-        cache = DynamicCache(config=model.config)
-
-    # transformers 5.24 renamed `past_key_values` to `cache` (the old name warns, and goes in 5.40).
-    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-    def next_token_logits(ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """``(B, V)`` logits after ``ids`` ``(B, Q)``, extending the cache by ``Q`` positions."""
-        if fast:
-            logits = gpt2_fast.forward(
-                cast(GPT2LMHeadModel, model), ids, positions, mask, cache=cache, capacity=width + limit,
-                logits_to_keep=1,
-            )  # fmt: skip
-            return logits[:, -1, :]
-        out = model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{cache_arg: cache},
-            logits_to_keep=1,
-        )
-        return out.logits[:, -1, :]  # type: ignore[no-any-return]
-
-    # RLOO and GRPO sample several responses per prompt: each distinct prompt is encoded once, and its cache
-    # rows are copied to every row that repeats it.
-    distinct, copies = torch.unique(torch.cat([input_ids, prompt_mask], dim=1), dim=0, return_inverse=True)
-    shared = distinct.shape[0] < batch
-    prefill_ids, prefill_mask = (
-        (distinct[:, :width], distinct[:, width:]) if shared else (input_ids, prompt_mask)
-    )
-    next_logits = next_token_logits(
-        prefill_ids,
-        gpt2_fast.causal_bias(prefill_mask, dtype) if additive else prefill_mask,
-        (prefill_mask.cumsum(dim=1) - 1).clamp(min=0),
-    )
-    if shared:
-        cache.batch_select_indices(copies)
-        next_logits = next_logits[copies]
-    # Row i of the model's batch generates rollout row live[i]; finished rows leave the batch (see
-    # _COMPACT_WHEN_LIVE_AT_MOST), everything indexed by rollout row stays full size.
+    prompts = distinct_prompts(input_ids, prompt_mask)
+    next_logits = decoder.prefill(prompts.input_ids, prompts.mask)
+    if prompts.copies is not None:
+        decoder.keep(prompts.copies)
+        next_logits = next_logits[prompts.copies]
+    # Row i of the model's batch generates rollout row live[i]; finished rows leave the batch (`rows_to_keep`),
+    # everything indexed by rollout row stays full size.
     live = torch.arange(batch, device=device)
-    window = stop_window(params.stop_strings)
-    next_positions = prompt_lengths.unsqueeze(1)
     steps = limit
     for t in range(limit):
         uniform = None
@@ -356,25 +306,19 @@ def _decode_loop(
         response_mask[live, t] = active
         stopped = active & torch.isin(tokens, eos_ids)
         if params.stop_strings:
-            stopped |= _completes_stop_string(responses, live, active, t, window, params)
+            assert params.decode is not None  # checked by SamplingParams
+            stopped |= completes_stop_string(responses, live, active, t, params.decode, params.stop_strings)
         finished[live] = finished[live] | stopped
         still_going = active & ~stopped
         going = int(still_going.sum())
         if t == limit - 1 or going == 0:
             steps = t + 1
             break
-        if going <= _COMPACT_WHEN_LIVE_AT_MOST * live.numel():
-            keep = still_going.nonzero().squeeze(1)
-            cache.batch_select_indices(keep)
-            live, active, next_positions = live[keep], active[keep], next_positions[keep]
-            key_mask, key_bias = key_mask[keep], key_bias[keep]
-        key_mask[:, width + t] = active
-        if additive:
-            key_bias[:, width + t].masked_fill_(active, 0.0)
-            step_mask = key_bias[:, None, None, : width + t + 1]
-        else:
-            step_mask = key_mask[:, : width + t + 1].long()
-        next_logits = next_token_logits(responses[live, t : t + 1], step_mask, next_positions + t)
+        keep = rows_to_keep(still_going, going)
+        if keep is not None:
+            decoder.keep(keep)
+            live, active = live[keep], active[keep]
+        next_logits = decoder.step(responses[live, t : t + 1], active)
     response_mask = response_mask[:, :steps]
     sequences = torch.cat([input_ids, responses[:, :steps]], dim=1)
     logger.debug("rollout: %d rows, %d prompt columns, %d response columns", batch, width, steps)
@@ -388,27 +332,6 @@ def _decode_loop(
         is_end=finished,
         logprobs=logprobs[:, :steps],
     )
-
-
-def _completes_stop_string(
-    responses: torch.Tensor,
-    live: torch.Tensor,
-    active: torch.Tensor,
-    t: int,
-    window: int,
-    params: SamplingParams,
-) -> torch.Tensor:
-    """``(L,)`` bool over the model's batch: the active rows whose token ``t`` completed a stop string.
-
-    Only the last ``window`` tokens are decoded (see ``stop_window``), so each step costs the same at any length.
-    """
-    assert params.decode is not None  # checked by SamplingParams
-    hits = torch.zeros_like(active)
-    rows = active.nonzero().squeeze(1)
-    if rows.numel():
-        tails = responses[live[rows], max(0, t + 1 - window) : t + 1]
-        hits[rows] = ends_in_stop_string(tails, params.decode, params.stop_strings)
-    return hits
 
 
 def _as_left_padded(

@@ -4,6 +4,7 @@ frozen reference, the rollout of one step's prompts, before/after evaluation, ch
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,19 +23,28 @@ from nemotron.reward.server_options import token_from_file
 from nemotron.rl import distributed, trainstate
 from nemotron.rl.distributed import World
 from nemotron.rl.evaluation import evaluate, parameter_checksum
-from nemotron.rl.experience import Experience, ScoreFn, collect, prompt_schedule, sampling_params
+from nemotron.rl.experience import (
+    Experience,
+    PromptBatch,
+    RolloutSetup,
+    ScoreFn,
+    collect,
+    prompt_schedule,
+    sampling_params,
+)
 from nemotron.rl.generation_backends import GenerationBackend, get_backend
 from nemotron.rl.prompts import fit_prompts, model_positions
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams
 from nemotron.rl.stats import RolloutStats, Timings, as_metrics
 from nemotron.runtime import StepRun, required
+from nemotron.stepconfig import Checkpointing, Evaluation, Generation, RewardSource, RLConfig, TrainRuntime
 from nemotron.tasks import get_task
 
 log = logging.getLogger("nemotron")
 
 
-def start(backend: str, runtime: Any, engine: str = "NeMo-RL") -> tuple[DevicePlan, World]:
+def start(backend: str, runtime: TrainRuntime, engine: str = "NeMo-RL") -> tuple[DevicePlan, World]:
     """The device plan and process group of a built-in run, after refusing backend=nemo_rl: that runs in
     NeMo-RL's container on GPUs, never in this process (exit 2 saying how to run it)."""
     if backend == "nemo_rl":
@@ -63,8 +73,8 @@ class PromptSet:
         """Shorten the prompts so that prompt + response fits the model's positions."""
         self.ids = fit_prompts(self.ids, model_positions(model.config), max_new_tokens)
 
-    def pick(self, indices: list[int]) -> tuple[list[str], list[list[int]]]:
-        return [self.texts[i] for i in indices], [self.ids[i] for i in indices]
+    def pick(self, indices: list[int]) -> PromptBatch:
+        return PromptBatch([self.texts[i] for i in indices], [self.ids[i] for i in indices], indices)
 
 
 @dataclass
@@ -88,7 +98,9 @@ class ActorAndReference:
         return abs(parameter_checksum(self.reference) - self.reference_checksum)
 
 
-def reward_model_scores(run: StepRun[Any], reward: Any, model_path: str | None, plan: DevicePlan) -> Any:
+def reward_model_scores(
+    run: StepRun[Any], reward: RewardSource, model_path: str | None, plan: DevicePlan
+) -> AbstractContextManager[tuple[ScoreFn, str]]:
     """The `reward` config group's score function: a reward server (given or started beside) or in process."""
     server = reward.server
     return reward_source(
@@ -129,7 +141,7 @@ class Rollouts:
         cls,
         policy_path: str,
         prompts_path: str,
-        generation: Any,
+        generation: Generation,
         n: int,
         per_step: int,
         plan: DevicePlan,
@@ -161,7 +173,7 @@ class Rollouts:
         )
 
     @classmethod
-    def of_actor(cls, cfg: Any, n: int, plan: DevicePlan, world: World) -> Rollouts:
+    def of_actor(cls, cfg: RLConfig, n: int, plan: DevicePlan, world: World) -> Rollouts:
         """rl/reinforce's and rl/ppo's rollouts (their shared RLConfig): inputs.policy answers
         inputs.prompts, `trainer.num_prompts_per_step` prompts a step, `n` responses each."""
         return cls.build(
@@ -180,22 +192,18 @@ class Rollouts:
         schedule = prompt_schedule(len(self.prompts.texts), self.seed, self.position, self.per_step)
         batch = distributed.shard(schedule, self.world)
         self.position += self.per_step
-        texts, ids = self.prompts.pick(batch)
+        setup = RolloutSetup(
+            backend=self.backend,
+            policy=self.models.policy,
+            reference=self.models.reference,
+            tokenizer=self.tokenizer,
+            params=self.sampling,
+            generator=self.sampler,
+            n=self.n,
+            score=score,
+        )
         with self.plan.autocast():
-            exp = collect(
-                self.backend,
-                self.models.policy,
-                self.models.reference,
-                self.tokenizer,
-                texts,
-                ids,
-                0,
-                self.n,
-                self.sampling,
-                self.sampler,
-                score,
-            )
-        exp.group = self.plan.tensor(batch).repeat_interleave(self.n)
+            exp = collect(setup, self.prompts.pick(batch))
         if self.world.is_main and not self.shown_first:
             # What a chat template or a prompt cut made of the data shows here, before it shows in the rewards.
             log.info("first rollout, as the policy reads it: %s", first_rollout(exp, self.tokenizer))
@@ -252,7 +260,7 @@ class BeforeAfter:
 
     run: StepRun[Any]
     rollouts: Rollouts
-    eval_cfg: Any
+    eval_cfg: Evaluation
     validation: PromptSet | None = None
     val_period: int = 0
 
@@ -265,14 +273,13 @@ class BeforeAfter:
 
     def _evaluate(self, score: ScoreFn) -> dict[str, float]:
         r = self.rollouts
-        texts, ids = self.prompts.pick(list(range(min(self.eval_cfg.num_prompts, len(self.prompts.texts)))))
+        prompts = self.prompts.pick(list(range(min(self.eval_cfg.num_prompts, len(self.prompts.texts)))))
         with r.plan.autocast():
             return evaluate(
                 r.backend,
                 r.models.policy,
                 r.tokenizer,
-                texts,
-                ids,
+                prompts,
                 r.sampling,
                 self.eval_cfg.seed,
                 score,
@@ -312,7 +319,7 @@ class Checkpoints:
     (on every rank: saving gathers each rank's random streams)."""
 
     run: StepRun[Any]
-    checkpoint_cfg: Any
+    checkpoint_cfg: Checkpointing
     rollouts: Rollouts
     modules: dict[str, torch.nn.Module]
     optimizers: dict[str, torch.optim.Optimizer]

@@ -40,3 +40,35 @@ def ends_in_stop_string(
     """
     hits = [any(s in decode(ids) for s in stop_strings) for ids in tails.tolist()]
     return torch.tensor(hits, dtype=torch.bool, device=tails.device)
+
+
+def completes_stop_string(
+    responses: torch.Tensor,
+    live: torch.Tensor,
+    active: torch.Tensor,
+    t: int,
+    decode: Callable[[list[int]], str],
+    stop_strings: Sequence[str],
+) -> torch.Tensor:
+    """Which rows of the model's batch ended on token ``t`` because it completed a stop string.
+
+    Only the last `stop_window` tokens of each active row are decoded, so a step costs the same at any length.
+
+    Args:
+        responses: ``(B, N)`` long, the rollout's responses so far (columns ``0..t`` written).
+        live: ``(L,)`` long, the rollout row of each row of the model's batch.
+        active: ``(L,)`` bool, the rows whose token ``t`` is a generated token (not padding after an end).
+        t: the newest column.
+        decode: token ids -> text.
+        stop_strings: non-empty strings.
+
+    Returns:
+        ``(L,)`` bool, False where not ``active``.
+    """
+    window = stop_window(stop_strings)
+    hits = torch.zeros_like(active)
+    rows = active.nonzero().squeeze(1)
+    if rows.numel():
+        tails = responses[live[rows], max(0, t + 1 - window) : t + 1]
+        hits[rows] = ends_in_stop_string(tails, decode, stop_strings)
+    return hits

@@ -11,7 +11,7 @@ import random
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -29,6 +29,9 @@ from nemotron.resume import (
     resume_checkpoint,
 )
 from nemotron.rl.distributed import World
+
+if TYPE_CHECKING:
+    from nemotron.stepconfig import Checkpointing
 
 log = logging.getLogger("nemotron")
 
@@ -228,7 +231,7 @@ def fingerprints(record_config: dict[str, Any], policy_path: str) -> dict[str, s
 def maybe_resume(
     job_dir: Path,
     step_id: str,
-    checkpoint: Any,
+    checkpoint: Checkpointing,
     modules: dict[str, torch.nn.Module],
     optimizers: dict[str, torch.optim.Optimizer],
     generators: dict[str, torch.Generator],
