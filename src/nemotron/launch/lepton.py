@@ -13,14 +13,18 @@ import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
 
 from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
 from nemotron.errors import UserError
 from nemotron.launch import remote
 from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT, Experiment
+from nemotron.launch.records import SHAPE_FIELD, LogReader, RemoteRecord, RemoteState, read_record
 from nemotron.launch.remote import SchedulerJobs
 from nemotron.paths import bundled_root
 from nemotron.profiles import LeptonProfile
@@ -266,8 +270,8 @@ def render_text(plan: LeptonPlan) -> str:
 # ----------------------------------------------------------------------------- submission and control
 
 
-def submit_job(job: Job, job_dir: Path, plan: LeptonPlan) -> dict[str, Any]:
-    """Submit through NeMo-Run's LeptonExecutor; return what status.json records."""
+def submit_job(job: Job, job_dir: Path, plan: LeptonPlan) -> LeptonProcess:
+    """Submit through NeMo-Run's LeptonExecutor; return the job's record."""
     from nemotron.launch.remote import nemo_run
 
     if json.loads((job_dir / ".secrets.json").read_text() or "{}"):
@@ -277,7 +281,7 @@ def submit_job(job: Job, job_dir: Path, plan: LeptonPlan) -> dict[str, Any]:
         )
     with nemo_run() as run:
         handle = _submit(run, plan, job_dir)
-    return {"handle": handle, "remote_id": plan.name, "roles": [plan.name]}
+    return LeptonProcess(handle=handle, remote_id=plan.name, roles=[plan.name])
 
 
 def _submit(run: ModuleType, plan: LeptonPlan, job_dir: Path) -> str:
@@ -327,24 +331,31 @@ def cancel_job(job_id: str) -> None:
 # ----------------------------------------------------------------------------- the executor
 
 
-class _ApiLog:
-    """Lepton's log comes from its API, whole, once the job is over (not a file to tail): the job's first
-    replica, or the Ray job's driver log for a Ray launch."""
+class LeptonProcess(RemoteRecord):
+    """Our step process as a Lepton job: its state and log are the Lepton API's, its exit code the last line of
+    that log (launch_script echoes it)."""
 
-    live = False
+    shape: Literal["process"] = "process"
 
-    def __init__(self, status: dict[str, Any]) -> None:
-        self.status, self.done = status, False
+    def state(self) -> RemoteState:
+        return RemoteState(job_state(self.remote_id))
 
-    def read(self) -> str:
-        if self.done:
-            return ""
-        self.done = True
-        if self.status.get("launch") == "ray":
-            from nemotron.launch import ray_lepton
+    def exit_code(self) -> int | None:
+        return remote.last_exit_code("".join(job_log(self.remote_id)))
 
-            return ray_lepton.log_text(self.status)
-        return "".join(job_log(str(self.status.get("remote_id"))))
+    def log_reader(self, job_dir: Path, role: str | None = None) -> LogReader:
+        return remote.WholeLog(lambda: "".join(job_log(self.remote_id)))
+
+    def cancel(self) -> None:
+        cancel_job(self.remote_id)
+
+
+@cache
+def _records() -> TypeAdapter[RemoteRecord]:
+    """The shapes a Lepton job's record can have (there is no heterogeneous job on Lepton)."""
+    from nemotron.launch.ray_lepton import LeptonRay
+
+    return TypeAdapter(Annotated[LeptonProcess | LeptonRay, Field(discriminator=SHAPE_FIELD)])
 
 
 class LeptonExecutor(SchedulerJobs):
@@ -370,41 +381,17 @@ class LeptonExecutor(SchedulerJobs):
         return ray_lepton.render_text(ray_lepton.plan_for(job, where, launch))
 
     def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
-        from nemotron.launch import remote
-
         if isinstance(launch, StepProcess):
             plan = self.plan(job)
-            return remote.submit_remote(job, job_dir, lambda: submit_job(job, job_dir, plan), self)
+            return remote.submit_remote(job, job_dir, lambda: submit_job(job, job_dir, plan), self.record)
         if isinstance(launch, HetJob):
             raise _no_hetjob(job)
         from nemotron.launch import ray_lepton
 
         ray = ray_lepton.plan_for(job, where, launch)
-        return remote.submit_remote(job, job_dir, lambda: ray_lepton.submit(job, job_dir, ray, launch), self)
+        return remote.submit_remote(
+            job, job_dir, lambda: ray_lepton.submit(job, job_dir, ray, launch), self.record
+        )
 
-    def state(self, status: dict[str, Any]) -> str:
-        if status.get("launch") == "ray":  # a RayCluster and a Ray job, not a Lepton job
-            from nemotron.launch import ray_lepton
-
-            return ray_lepton.state(status)
-        return job_state(str(status["remote_id"]))
-
-    def exit_code(self, status: dict[str, Any]) -> int | None:
-        """The step's code from the last line of the job's log (launch_script echoes it); None for a Ray launch,
-        whose driver's status is the Ray job's."""
-        if status.get("launch") == "ray":
-            return None
-        return remote.last_exit_code("".join(job_log(str(status.get("remote_id")))))
-
-    def log_reader(self, job_dir: Path, role: str | None = None) -> _ApiLog:
-        from nemotron.jobs import read_status
-
-        return _ApiLog(read_status(job_dir))
-
-    def cancel_remote(self, status: dict[str, Any]) -> None:
-        if status.get("launch") == "ray":
-            from nemotron.launch import ray_lepton
-
-            ray_lepton.cancel(status)
-            return
-        cancel_job(str(status["remote_id"]))
+    def record(self, status: dict[str, Any], job_dir: Path) -> RemoteRecord:
+        return read_record(_records(), status, job_dir)
