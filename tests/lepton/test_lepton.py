@@ -13,6 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
 from nemotron.launch import lepton
@@ -118,19 +120,23 @@ def test_a_step_s_exit_code_reaches_jobs_status_as_on_every_executor(
     assert shown["state"] == "failed" and shown["exit_code"] == 2
 
 
+@pytest.mark.parametrize(
+    ("step", "preset"),
+    [("test/count", "tiny"), ("rl/rlhf", "default")],  # our step as a Lepton job; NeMo-RL as a RayCluster
+)
 def test_a_literal_secret_in_a_lepton_profile_is_refused(
-    home: Path, fixture_steps: Path, tmp_path: Path, run_cli: Any
+    step: str, preset: str, home: Path, fixture_steps: Path, tmp_path: Path, run_cli: Any
 ) -> None:
     (tmp_path / "env.toml").write_text(
         '[leaky]\nextends = "lepton_rl"\nenv_vars = { HF_TOKEN = "hf_abcdefgh123456" }\n'
     )
-    r = run_cli("steps", "run", "test/count", "-c", "tiny", "-b", "leaky", "--dry-run", cwd=tmp_path)
+    r = run_cli("steps", "run", step, "-c", preset, "-b", "leaky", "--dry-run", cwd=tmp_path)
     assert (
         r.code == 2
         and "HF_TOKEN" in r.err
         and "secret_vars" in r.err
         and "hf_abcdefgh123456" not in r.out + r.err
-    )
+    ), r.err[-2000:]
 
 
 def test_a_server_step_on_several_lepton_nodes_is_refused(home: Path, tmp_path: Path, run_cli: Any) -> None:

@@ -22,13 +22,11 @@ from pydantic import Field, TypeAdapter
 from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
 from nemotron.errors import UserError
-from nemotron.launch import remote
+from nemotron.launch import remote, step_process
 from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT, Experiment
 from nemotron.launch.records import SHAPE_FIELD, LogReader, RemoteRecord, RemoteState, read_record
 from nemotron.launch.remote import SchedulerJobs
-from nemotron.paths import bundled_root
 from nemotron.profiles import LeptonProfile
-from nemotron.redact import is_secret_name
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -143,6 +141,28 @@ def nemo_run_dir(profile: LeptonProfile) -> str:
     return root
 
 
+def lepton_env(profile: LeptonProfile, job_dir: str) -> tuple[tuple[str, str], ...]:
+    """The step's environment on Lepton (step_process.step_env): NEMOTRON_HOME is the parent of the mount's job
+    root. A secret among the profile's variables is refused: the spec would carry its value; Lepton workspace
+    secrets (`secret_vars`) reach the pods instead."""
+    env = step_process.step_env(profile, str(Path(nemo_run_dir(profile)).parent), job_dir)
+    if env.secrets:
+        raise UserError(
+            f"profile '{profile.name}': {', '.join(env.secrets)} would be sent in the job spec; store each in a "
+            "Lepton workspace secret and name it in secret_vars instead"
+        )
+    return env.variables
+
+
+def refuse_config_secrets(job_dir: Path) -> None:
+    """A config that holds secrets (the job's .secrets.json) cannot reach a Lepton job but through its files."""
+    if json.loads((job_dir / ".secrets.json").read_text() or "{}"):
+        raise UserError(
+            "this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
+            "(profile secret_vars), never in the job's files"
+        )
+
+
 def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
     """Our step process as a Lepton job (engines with their own driver run as a Ray cluster: ray_lepton)."""
     p = _profile(job)
@@ -151,66 +171,37 @@ def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
         raise UserError(
             f"{job.step_id} is a server: on Lepton it runs on one node; set nodes=1 in profile '{p.name}'"
         )
-    literal = sorted(k for k, v in p.env_vars.items() if v and is_secret_name(k))
-    if literal:
-        raise UserError(
-            f"profile '{p.name}': {', '.join(literal)} would be sent in the job spec; store each in a Lepton "
-            "workspace secret and name it in secret_vars instead"
-        )
     root = nemo_run_dir(p)
     name = lepton_name(job.job_id)
     # NeMo-Run's task dir is the same under NEMORUN_HOME here and under the mount's copy of it
     experiment = Experiment(f"{root}/experiments", job.job_id)
     job_dir = experiment.task_dir(name)
-    home = str(Path(root).parent)
-    env = [
-        ("NEMOTRON_HOME", home),
-        ("NEMOTRON_ARTIFACTS_ROOT", p.artifacts_root or f"{home}/artifacts"),
-        ("NEMOTRON_JOB_DIR", job_dir),
-        *sorted((k, v) for k, v in p.env_vars.items() if v),
-    ]
+    env = lepton_env(p, job_dir)
     q = shlex.quote(job_dir)
     setup = (
         f"mkdir -p {q}/logs {q}/checkpoints && cp {' '.join(f'{q}/code/{f}' for f in RECORD_FILES)} {q}/",
         *p.setup,
     )
-    entry = job.entry
-    local_root = str(bundled_root())
-    if p.code_root and entry.startswith(local_root + "/"):
-        entry = p.code_root.rstrip("/") + entry[len(local_root) :]
     nproc = p.gpus_per_node or 1
-    # through nemotron.run_step, as on every executor: exit codes 2/3/130 mean the same everywhere
-    args = (
-        "-m",
-        "nemotron.run_step",
-        shlex.quote(entry),
-        "--job-dir",
-        q,
-        *(shlex.quote(a) for a in job.passthrough),
+    # lepton_env_to_pytorch.sh (sourced first) exports the rendezvous variables of the job's pods.
+    rendezvous = (
+        "--node-rank",
+        "$NODE_RANK",
+        "--master-addr",
+        "$MASTER_ADDR",
+        "--master-port",
+        "$MASTER_PORT",
     )
-    command: tuple[str, ...]
-    if job.launch == "torchrun" and p.nodes * nproc > 1:
-        # lepton_env_to_pytorch.sh (sourced first) exports the rendezvous variables of the job's pods.
-        command = (
-            shlex.quote(p.python),
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            str(p.nodes),
-            "--nproc-per-node",
-            str(nproc),
-            "--node-rank",
-            "$NODE_RANK",
-            "--master-addr",
-            "$MASTER_ADDR",
-            "--master-port",
-            "$MASTER_PORT",
-            *args,
-        )
-    else:
-        command = (shlex.quote(p.python), *args)
-    command += (EXIT_LINE,)
-    return LeptonPlan(name, experiment, root, command, tuple(env), setup, p)
+    step = step_process.step_command(
+        job,
+        python=shlex.quote(p.python),
+        job_dir=job_dir,
+        torchrun=step_process.across_nodes(p.nodes, nproc, *rendezvous),
+        nodes=p.nodes,
+        nproc=nproc,
+        code_root=p.code_root,
+    )
+    return LeptonPlan(name, experiment, root, (*step.words(), EXIT_LINE), env, setup, p)
 
 
 # ----------------------------------------------------------------------------- rendering (pure)
@@ -272,14 +263,8 @@ def render_text(plan: LeptonPlan) -> str:
 
 def submit_job(job: Job, job_dir: Path, plan: LeptonPlan) -> LeptonProcess:
     """Submit through NeMo-Run's LeptonExecutor; return the job's record."""
-    from nemotron.launch.remote import nemo_run
-
-    if json.loads((job_dir / ".secrets.json").read_text() or "{}"):
-        raise UserError(
-            "this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
-            "(profile secret_vars), never in the job's files"
-        )
-    with nemo_run() as run:
+    refuse_config_secrets(job_dir)
+    with remote.nemo_run() as run:
         handle = _submit(run, plan, job_dir)
     return LeptonProcess(handle=handle, remote_id=plan.name, roles=[plan.name])
 

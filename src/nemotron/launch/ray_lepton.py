@@ -24,7 +24,13 @@ from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
 from nemotron.errors import UserError
 from nemotron.launch import liveness, ray_watchdog, remote
-from nemotron.launch.lepton import executor_fields, lepton_name, nemo_run_dir
+from nemotron.launch.lepton import (
+    executor_fields,
+    lepton_env,
+    lepton_name,
+    nemo_run_dir,
+    refuse_config_secrets,
+)
 from nemotron.launch.ray_slurm import DRIVER_FILE, driver_script, register_lines
 from nemotron.launch.records import LogReader, RemoteRecord, RemoteState
 from nemotron.profiles import LeptonProfile
@@ -74,14 +80,7 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> LeptonRayPlan:
     assert isinstance(profile, LeptonProfile), profile
     if not launch.image:
         raise UserError("on Lepton the engine runs in a container: profile nemo_rl_image cannot be empty")
-    root = nemo_run_dir(profile)
-    home = str(Path(root).parent)
-    env = (
-        ("NEMOTRON_HOME", home),
-        ("NEMOTRON_ARTIFACTS_ROOT", profile.artifacts_root or f"{home}/artifacts"),
-        ("NEMOTRON_JOB_DIR", where.job_dir),
-        *sorted((k, v) for k, v in profile.env_vars.items() if v),
-    )
+    env = lepton_env(profile, where.job_dir)
     register = register_lines(profile.python, where.job_dir, launch.outputs)
     files = (*launch.files, (DRIVER_FILE, driver_script(launch.command, register)))
     live = liveness.for_job(profile, where.job_dir, (where.nodes,))
@@ -168,11 +167,7 @@ def submit(job: Job, job_dir: Path, plan: LeptonRayPlan, launch: RayDriver) -> L
     """Create the RayCluster and run the job on it through NeMo-Run's LeptonRayJob; return the job's record."""
     from nemotron.jobs import write_atomic
 
-    if json.loads((job_dir / ".secrets.json").read_text() or "{}"):
-        raise UserError(
-            "this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
-            "(profile secret_vars), never in the job's files"
-        )
+    refuse_config_secrets(job_dir)
     workdir = Path(tempfile.mkdtemp(prefix="nemotron-ray-"))
     for name, text in plan.files:
         write_atomic(workdir / name, text)
