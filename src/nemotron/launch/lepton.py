@@ -9,11 +9,9 @@ through the packager, secrets only through Lepton workspace secrets (`secret_var
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -22,7 +20,14 @@ from pydantic import Field, TypeAdapter
 from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
 from nemotron.errors import UserError
-from nemotron.launch import remote, step_process
+from nemotron.launch import ray_lepton, remote, step_process
+from nemotron.launch.lepton_site import (
+    executor_fields,
+    lepton_env,
+    lepton_name,
+    nemo_run_dir,
+    refuse_config_secrets,
+)
 from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT, Experiment
 from nemotron.launch.records import SHAPE_FIELD, LogReader, RemoteRecord, RemoteState, read_record
 from nemotron.launch.remote import SchedulerJobs
@@ -33,15 +38,6 @@ if TYPE_CHECKING:
 
 INIT_SCRIPT_URL = "https://raw.githubusercontent.com/leptonai/scripts/main/lepton_env_to_pytorch.sh"
 RECORD_FILES = ("job.yaml", "config.yaml")
-# The profile's fields that NeMo-Run's LeptonExecutor takes under the same name, for a job and a Ray cluster alike
-EXECUTOR_FIELDS = {
-    "gpus_per_node",
-    "resource_shape",
-    "node_group",
-    "secret_vars",
-    "mounts",
-    "image_pull_secrets",
-}
 # Lepton job state -> ours (the API's names, leptonai.api.v1.types.job.LeptonJobState).
 STATES = {
     "Starting": "pending",
@@ -94,20 +90,6 @@ class LeptonPlan:
         }
 
 
-def executor_fields(profile: LeptonProfile, *more: str) -> dict[str, Any]:
-    """The profile's EXECUTOR_FIELDS and `more`, as NeMo-Run's LeptonExecutor takes them (mounts as dicts)."""
-    return profile.model_dump(by_alias=True, include=EXECUTOR_FIELDS | set(more))
-
-
-def lepton_name(job_id: str) -> str:
-    """A Kubernetes-safe id of <= 35 characters that keeps the job id's time stamp and random suffix."""
-    m = re.match(r"(.*)-(\d{8}-\d{6}-[0-9a-f]+)$", job_id)
-    head, stamp = (m.group(1), m.group(2)) if m else (job_id, "")
-    clean = re.sub(r"[^a-z0-9-]+", "-", head.lower()).strip("-")
-    room = 35 - len(stamp) - 1
-    return f"{clean[:room].rstrip('-')}-{stamp}" if stamp else clean[:35]
-
-
 def _profile(job: Job) -> LeptonProfile:
     assert isinstance(job.profile, LeptonProfile), job.profile
     return job.profile
@@ -118,49 +100,6 @@ def _no_hetjob(job: Job) -> UserError:
         f"backend={job.config.get('backend')} runs as a heterogeneous Slurm job, which Lepton cannot place: use a "
         "Slurm profile, or backend=nemo_rl / builtin on Lepton"
     )
-
-
-_SHELL_SAFE = re.compile(r"^[A-Za-z0-9/._+@:,=-]+$")
-
-
-def nemo_run_dir(profile: LeptonProfile) -> str:
-    if profile.nemo_run_dir:
-        root = profile.nemo_run_dir.rstrip("/")
-    elif not profile.mounts:
-        raise UserError(
-            f"profile '{profile.name}': Lepton needs shared storage: add a mount (from, path, mount_path) or nemo_run_dir"
-        )
-    else:
-        root = f"{profile.mounts[0].mount_path.rstrip('/')}/nemorun"
-    if not _SHELL_SAFE.match(root):
-        # NeMo-Run's LeptonExecutor pastes the job dir into the pod's shell command unquoted.
-        raise UserError(
-            f"profile '{profile.name}': the job root {root!r} holds characters the pod's shell command cannot "
-            "carry; use letters, digits and / . _ + @ : , = -"
-        )
-    return root
-
-
-def lepton_env(profile: LeptonProfile, job_dir: str) -> tuple[tuple[str, str], ...]:
-    """The step's environment on Lepton (step_process.step_env): NEMOTRON_HOME is the parent of the mount's job
-    root. A secret among the profile's variables is refused: the spec would carry its value; Lepton workspace
-    secrets (`secret_vars`) reach the pods instead."""
-    env = step_process.step_env(profile, str(Path(nemo_run_dir(profile)).parent), job_dir)
-    if env.secrets:
-        raise UserError(
-            f"profile '{profile.name}': {', '.join(env.secrets)} would be sent in the job spec; store each in a "
-            "Lepton workspace secret and name it in secret_vars instead"
-        )
-    return env.variables
-
-
-def refuse_config_secrets(job_dir: Path) -> None:
-    """A config that holds secrets (the job's .secrets.json) cannot reach a Lepton job but through its files."""
-    if json.loads((job_dir / ".secrets.json").read_text() or "{}"):
-        raise UserError(
-            "this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
-            "(profile secret_vars), never in the job's files"
-        )
 
 
 def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
@@ -335,12 +274,10 @@ class LeptonProcess(RemoteRecord):
         cancel_job(self.remote_id)
 
 
-@cache
-def _records() -> TypeAdapter[RemoteRecord]:
-    """The shapes a Lepton job's record can have (there is no heterogeneous job on Lepton)."""
-    from nemotron.launch.ray_lepton import LeptonRay
-
-    return TypeAdapter(Annotated[LeptonProcess | LeptonRay, Field(discriminator=SHAPE_FIELD)])
+# the shapes a Lepton job's record can have (there is no heterogeneous job on Lepton)
+RECORDS: TypeAdapter[LeptonProcess | ray_lepton.LeptonRay] = TypeAdapter(
+    Annotated[LeptonProcess | ray_lepton.LeptonRay, Field(discriminator=SHAPE_FIELD)]
+)
 
 
 class LeptonExecutor(SchedulerJobs):
@@ -348,9 +285,7 @@ class LeptonExecutor(SchedulerJobs):
     cheap_refresh = False
 
     def plan(self, job: Job) -> LeptonPlan:
-        from nemotron.launch.remote import nemorun_home
-
-        return plan_lepton(job, str(nemorun_home()))
+        return plan_lepton(job, str(remote.nemorun_home()))
 
     def placement(self, job: Job) -> Placement:
         p = _profile(job)
@@ -361,8 +296,6 @@ class LeptonExecutor(SchedulerJobs):
             return render_text(self.plan(job))
         if isinstance(launch, HetJob):
             raise _no_hetjob(job)
-        from nemotron.launch import ray_lepton
-
         return ray_lepton.render_text(ray_lepton.plan_for(job, where, launch))
 
     def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
@@ -371,12 +304,10 @@ class LeptonExecutor(SchedulerJobs):
             return remote.submit_remote(job, job_dir, lambda: submit_job(job, job_dir, plan), self.record)
         if isinstance(launch, HetJob):
             raise _no_hetjob(job)
-        from nemotron.launch import ray_lepton
-
         ray = ray_lepton.plan_for(job, where, launch)
         return remote.submit_remote(
             job, job_dir, lambda: ray_lepton.submit(job, job_dir, ray, launch), self.record
         )
 
     def record(self, status: dict[str, Any], job_dir: Path) -> RemoteRecord:
-        return read_record(_records(), status, job_dir)
+        return read_record(RECORDS, status, job_dir)

@@ -24,7 +24,7 @@ from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
 from nemotron.errors import UserError
 from nemotron.launch import liveness, ray_watchdog, remote
-from nemotron.launch.lepton import (
+from nemotron.launch.lepton_site import (
     executor_fields,
     lepton_env,
     lepton_name,

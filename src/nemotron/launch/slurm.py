@@ -281,7 +281,9 @@ def shared_fields(
     env, secret_names = job_env(job, paths)
     secret_names += extra_secrets
     secrets = [secrets_source_line(f"{paths.job_dir}/{SECRETS_FILE}")] if secret_names else []
-    image, import_lines, mounts = containers.container(job, paths, image)
+    image, import_lines, mounts = containers.container(
+        job, image, home=paths.home, artifacts_root=paths.artifacts_root, job_dir=paths.job_dir
+    )
     return {
         "time": p.time,
         "account": p.account,
