@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 import pytest
 import yaml
@@ -16,6 +16,7 @@ from nemotron.engines.base import ENGINES, engine_named
 from nemotron.errors import UserError
 from nemotron.launch import remote
 from nemotron.launch.executor import EXECUTORS, executor_named
+from nemotron.launch.records import RemoteRecord, RemoteState
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "nemotron"
 
@@ -49,23 +50,28 @@ def test_no_engine_or_executor_if_chains_outside_the_registries() -> None:
     assert offenders == []
 
 
-class Finished:
-    """A scheduler that says the job ended in `state` (the remote.Scheduler answers, nothing else)."""
+class Ended(RemoteRecord):
+    """A job record whose scheduler says the job ended in `answer` (a record's answers, nothing else)."""
 
-    def __init__(self, state: str) -> None:
-        self.answer, self.cancelled = state, False
+    shape: Literal["process"] = "process"
+    answer: str
 
-    def state(self, status: dict[str, Any]) -> str:
-        return self.answer
+    def state(self) -> RemoteState:
+        return RemoteState(self.answer)
 
-    def exit_code(self, status: dict[str, Any]) -> int | None:
+    def exit_code(self) -> int | None:
         return None
 
     def log_reader(self, job_dir: Path, role: str | None = None) -> remote.LogTail:
         return remote.LogTail(lambda: [])
 
-    def cancel_remote(self, status: dict[str, Any]) -> None:
-        self.cancelled = True
+    def cancel(self) -> None:
+        raise AssertionError("not cancelled here")
+
+
+def ended_in(state: str) -> remote.Reader:
+    """Read a job's record from its status.json as a job that ended in `state`."""
+    return lambda status, job_dir: Ended.model_validate({**status, "answer": state})
 
 
 def _remote_job(home: Path, policy_input: Path, output: Path) -> Path:
@@ -120,7 +126,7 @@ def test_a_remote_run_that_succeeded_registers_its_outputs_with_lineage(home: Pa
     out = _model_dir(tmp_path / "run" / "outputs" / "policy", "aligned")
     job_dir = _remote_job(home, sft, out)
 
-    status = remote.refresh_status(job_dir, Finished("succeeded"))
+    status = remote.refresh_status(job_dir, ended_in("succeeded"))
 
     assert (
         status["state"] == "succeeded"
@@ -132,7 +138,7 @@ def test_a_remote_run_that_succeeded_registers_its_outputs_with_lineage(home: Pa
     assert Path(art.path) == out and art.type == "checkpoint_hf"
     ((edge, parent),) = store.parents(art.id)
     assert edge == "policy" and Path(parent.path) == sft
-    assert remote.refresh_status(job_dir, Finished("succeeded"))["registered"] == [
+    assert remote.refresh_status(job_dir, ended_in("succeeded"))["registered"] == [
         "ppo_policy:v1"
     ]  # once only
     assert [a.ref for a in store.list_artifacts(name="ppo_policy")] == ["ppo_policy:v1"]
@@ -141,7 +147,7 @@ def test_a_remote_run_that_succeeded_registers_its_outputs_with_lineage(home: Pa
 def test_a_run_that_ended_without_its_outputs_fails_and_registers_nothing(home: Path, tmp_path: Path) -> None:
     job_dir = _remote_job(home, _model_dir(tmp_path / "sft", "sft"), tmp_path / "never-written")
 
-    status = remote.refresh_status(job_dir, Finished("succeeded"))
+    status = remote.refresh_status(job_dir, ended_in("succeeded"))
 
     assert status["state"] == "failed" and status["exit_code"] == 1 and "never-written" in status["error"]
     assert (
@@ -154,7 +160,7 @@ def test_a_failed_run_registers_nothing(home: Path, tmp_path: Path) -> None:
     out = _model_dir(tmp_path / "out", "half-trained")
     job_dir = _remote_job(home, _model_dir(tmp_path / "sft", "sft"), out)
 
-    assert remote.refresh_status(job_dir, Finished("failed"))["state"] == "failed"
+    assert remote.refresh_status(job_dir, ended_in("failed"))["state"] == "failed"
     assert (
         not ArtifactStore(home / "artifacts").exists()
         or not ArtifactStore(home / "artifacts").list_artifacts()
@@ -174,7 +180,7 @@ def test_outputs_the_run_registered_on_the_cluster_are_recorded_not_registered_t
     )  # what the driver script runs last
     assert register_main(["--job-dir", str(job_dir), f"policy={out}"]) == 0  # again: nothing twice
 
-    status = remote.refresh_status(job_dir, Finished("succeeded"))
+    status = remote.refresh_status(job_dir, ended_in("succeeded"))
 
     assert status["state"] == "succeeded" and status["registered"] == ["ppo_policy:v1"]
     assert [a.ref for a in ArtifactStore(home / "artifacts").list_artifacts(name="ppo_policy")] == [
@@ -189,6 +195,6 @@ def test_outputs_on_storage_this_machine_cannot_see_are_not_called_missing(
         home, _model_dir(tmp_path / "sft", "sft"), Path("/lustre/nowhere/jobs/x/outputs/policy")
     )
 
-    status = remote.refresh_status(job_dir, Finished("succeeded"))
+    status = remote.refresh_status(job_dir, ended_in("succeeded"))
 
     assert status["state"] == "succeeded" and "does not see" in status["registration"]

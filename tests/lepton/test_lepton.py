@@ -13,9 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
-from nemotron.launch import lepton
+from nemotron.launch import lepton, lepton_site
 from nemotron.launch.lepton import LeptonExecutor
 
 STUB_TOKEN = "stub-token-0123456789"
@@ -81,7 +83,7 @@ def test_submission_sends_the_rendered_job_spec_and_ships_the_job_files(
 
 def test_status_logs_and_cancel_map_to_the_api(nemotron: Any, fixture_steps: Path, lepton_api: Any) -> None:
     done_id, live_id = submit_count(nemotron), submit_count(nemotron, "trainer.sleep_s=60")
-    done_name, live_name = lepton.lepton_name(done_id), lepton.lepton_name(live_id)
+    done_name, live_name = lepton_site.lepton_name(done_id), lepton_site.lepton_name(live_id)
 
     lepton_api.states[done_name] = "Completed"
     lepton_api.logs[done_name] = "step 1/3 value=1\nstep 3/3 value=3\n"
@@ -103,7 +105,7 @@ def test_a_step_s_exit_code_reaches_jobs_status_as_on_every_executor(
     its last log line, and `jobs status` reads it back, so 2/3/130 mean the same on Lepton as locally and on Slurm."""
     job_id = submit_count(nemotron, "trainer.bad_input_at=1")
     mover, _ = lepton_api.created_jobs()[-2:]
-    name = lepton.lepton_name(job_id)
+    name = lepton_site.lepton_name(job_id)
     script = _mover_archive(mover)["launch_script.sh"]  # what the pod runs
     assert "-m nemotron.run_step" in script and script.endswith(
         '; code=$?; echo "nemotron: job exited with code $code"; exit $code\n'
@@ -118,19 +120,23 @@ def test_a_step_s_exit_code_reaches_jobs_status_as_on_every_executor(
     assert shown["state"] == "failed" and shown["exit_code"] == 2
 
 
+@pytest.mark.parametrize(
+    ("step", "preset"),
+    [("test/count", "tiny"), ("rl/rlhf", "default")],  # our step as a Lepton job; NeMo-RL as a RayCluster
+)
 def test_a_literal_secret_in_a_lepton_profile_is_refused(
-    home: Path, fixture_steps: Path, tmp_path: Path, run_cli: Any
+    step: str, preset: str, home: Path, fixture_steps: Path, tmp_path: Path, run_cli: Any
 ) -> None:
     (tmp_path / "env.toml").write_text(
         '[leaky]\nextends = "lepton_rl"\nenv_vars = { HF_TOKEN = "hf_abcdefgh123456" }\n'
     )
-    r = run_cli("steps", "run", "test/count", "-c", "tiny", "-b", "leaky", "--dry-run", cwd=tmp_path)
+    r = run_cli("steps", "run", step, "-c", preset, "-b", "leaky", "--dry-run", cwd=tmp_path)
     assert (
         r.code == 2
         and "HF_TOKEN" in r.err
         and "secret_vars" in r.err
         and "hf_abcdefgh123456" not in r.out + r.err
-    )
+    ), r.err[-2000:]
 
 
 def test_a_server_step_on_several_lepton_nodes_is_refused(home: Path, tmp_path: Path, run_cli: Any) -> None:

@@ -64,9 +64,13 @@ def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(
     assert "run_grpo_nemo_gym.py" in zipfile.ZipFile(io.BytesIO(package)).read("ray_driver.sh").decode()
 
     status = json.loads((home / "jobs" / job_id / "status.json").read_text())
-    assert status["launch"] == "ray" and status["submission_id"] == ray_job["submission_id"]
+    assert status["shape"] == "ray" and status["submission_id"] == ray_job["submission_id"]
     assert json.loads(nemotron("jobs", "status", job_id, "--json").out)["state"] == "running"
 
+    # the record as the version before `shape` wrote it ("launch": "ray") reads as a Ray job all the same: its
+    # cancel stops the Ray job and deletes the cluster (a Lepton job's cancel would do neither)
+    old = {k: v for k, v in status.items() if k != "shape"} | {"launch": "ray"}
+    (home / "jobs" / job_id / "status.json").write_text(json.dumps(old))
     cancelled = nemotron("jobs", "cancel", job_id)
     assert cancelled.code == 0, cancelled.err[-3000:]
     assert ray_job["status"] == "STOPPED" and lepton_api.clusters == {}  # the job stopped, the nodes freed

@@ -12,7 +12,6 @@ from nemotron.profiles import SlurmProfile
 
 if TYPE_CHECKING:
     from nemotron.compile import Job
-    from nemotron.launch.slurm import ClusterPaths
 
 
 def squash_path(image: str, jobs_root: str) -> str:
@@ -47,19 +46,18 @@ def squash_lines(image: str, sqsh: str, force: bool) -> list[str]:
 
 
 def container(
-    job: Job, paths: ClusterPaths, image: str | None
+    job: Job, image: str | None, *, home: str, artifacts_root: str, job_dir: str
 ) -> tuple[str | None, list[str], tuple[str, ...]]:
     """(the image pyxis runs: a .sqsh, imported once beside the job dirs; the import lines; the mounts, with the
-    home and the artifact store added). No image: (None, [], ())."""
+    home and the artifact store added), for a job whose `home`, `artifacts_root` and `job_dir` are the cluster's
+    (slurm.ClusterPaths). No image: (None, [], ())."""
     if not image:
         return None, [], ()
     assert isinstance(job.profile, SlurmProfile), job.profile
     lines: list[str] = []
     if not image.endswith(".sqsh"):
-        sqsh = squash_path(image, str(PurePosixPath(paths.job_dir).parent))
+        sqsh = squash_path(image, str(PurePosixPath(job_dir).parent))
         lines = squash_lines(image, sqsh, job.force_squash)
         image = sqsh
-    shared = [paths.home] + (
-        [paths.artifacts_root] if not paths.artifacts_root.startswith(paths.home + "/") else []
-    )
+    shared = [home] + ([artifacts_root] if not artifacts_root.startswith(home + "/") else [])
     return image, lines, tuple(dict.fromkeys([*job.profile.mounts, *(f"{d}:{d}" for d in shared)]))

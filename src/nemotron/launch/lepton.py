@@ -9,40 +9,37 @@ through the packager, secrets only through Lepton workspace secrets (`secret_var
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
 
 from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
 from nemotron.errors import UserError
-from nemotron.launch import liveness, remote
+from nemotron.launch import liveness, ray_lepton, remote, step_process
+from nemotron.launch.lepton_site import (
+    executor_fields,
+    lepton_env,
+    lepton_name,
+    nemo_run_dir,
+    refuse_config_secrets,
+)
 from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT, Experiment
+from nemotron.launch.records import SHAPE_FIELD, LogReader, RemoteRecord, RemoteState, read_record
 from nemotron.launch.remote import SchedulerJobs
-from nemotron.paths import bundled_root
 from nemotron.profiles import LeptonProfile
-from nemotron.redact import is_secret_name
 
 if TYPE_CHECKING:
     from types import ModuleType
 
 INIT_SCRIPT_URL = "https://raw.githubusercontent.com/leptonai/scripts/main/lepton_env_to_pytorch.sh"
 RECORD_FILES = ("job.yaml", "config.yaml")
-# The profile's fields that NeMo-Run's LeptonExecutor takes under the same name, for a job and a Ray cluster alike
-EXECUTOR_FIELDS = {
-    "gpus_per_node",
-    "resource_shape",
-    "node_group",
-    "secret_vars",
-    "mounts",
-    "image_pull_secrets",
-}
-LOG_WAIT_S = (
-    10  # how long a replica's log stream may stay silent while nemotron looks for a watchdog's record
-)
+# how long a replica's log stream may stay silent while nemotron looks for a watchdog's record
+LOG_WAIT_S = 10
 # Lepton job state -> ours (the API's names, leptonai.api.v1.types.job.LeptonJobState).
 STATES = {
     "Starting": "pending",
@@ -95,20 +92,6 @@ class LeptonPlan:
         }
 
 
-def executor_fields(profile: LeptonProfile, *more: str) -> dict[str, Any]:
-    """The profile's EXECUTOR_FIELDS and `more`, as NeMo-Run's LeptonExecutor takes them (mounts as dicts)."""
-    return profile.model_dump(by_alias=True, include=EXECUTOR_FIELDS | set(more))
-
-
-def lepton_name(job_id: str) -> str:
-    """A Kubernetes-safe id of <= 35 characters that keeps the job id's time stamp and random suffix."""
-    m = re.match(r"(.*)-(\d{8}-\d{6}-[0-9a-f]+)$", job_id)
-    head, stamp = (m.group(1), m.group(2)) if m else (job_id, "")
-    clean = re.sub(r"[^a-z0-9-]+", "-", head.lower()).strip("-")
-    room = 35 - len(stamp) - 1
-    return f"{clean[:room].rstrip('-')}-{stamp}" if stamp else clean[:35]
-
-
 def _profile(job: Job) -> LeptonProfile:
     assert isinstance(job.profile, LeptonProfile), job.profile
     return job.profile
@@ -121,27 +104,6 @@ def _no_hetjob(job: Job) -> UserError:
     )
 
 
-_SHELL_SAFE = re.compile(r"^[A-Za-z0-9/._+@:,=-]+$")
-
-
-def nemo_run_dir(profile: LeptonProfile) -> str:
-    if profile.nemo_run_dir:
-        root = profile.nemo_run_dir.rstrip("/")
-    elif not profile.mounts:
-        raise UserError(
-            f"profile '{profile.name}': Lepton needs shared storage: add a mount (from, path, mount_path) or nemo_run_dir"
-        )
-    else:
-        root = f"{profile.mounts[0].mount_path.rstrip('/')}/nemorun"
-    if not _SHELL_SAFE.match(root):
-        # NeMo-Run's LeptonExecutor pastes the job dir into the pod's shell command unquoted.
-        raise UserError(
-            f"profile '{profile.name}': the job root {root!r} holds characters the pod's shell command cannot "
-            "carry; use letters, digits and / . _ + @ : , = -"
-        )
-    return root
-
-
 def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
     """Our step process as a Lepton job (engines with their own driver run as a Ray cluster: ray_lepton)."""
     p = _profile(job)
@@ -150,85 +112,45 @@ def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
         raise UserError(
             f"{job.step_id} is a server: on Lepton it runs on one node; set nodes=1 in profile '{p.name}'"
         )
-    literal = sorted(k for k, v in p.env_vars.items() if v and is_secret_name(k))
-    if literal:
-        raise UserError(
-            f"profile '{p.name}': {', '.join(literal)} would be sent in the job spec; store each in a Lepton "
-            "workspace secret and name it in secret_vars instead"
-        )
     root = nemo_run_dir(p)
     name = lepton_name(job.job_id)
     # NeMo-Run's task dir is the same under NEMORUN_HOME here and under the mount's copy of it
     experiment = Experiment(f"{root}/experiments", job.job_id)
     job_dir = experiment.task_dir(name)
-    home = str(Path(root).parent)
-    env = [
-        ("NEMOTRON_HOME", home),
-        ("NEMOTRON_ARTIFACTS_ROOT", p.artifacts_root or f"{home}/artifacts"),
-        ("NEMOTRON_JOB_DIR", job_dir),
-        *sorted((k, v) for k, v in p.env_vars.items() if v),
-    ]
+    env = lepton_env(p, job_dir)
     q = shlex.quote(job_dir)
     setup = (
         f"mkdir -p {q}/logs {q}/checkpoints && cp {' '.join(f'{q}/code/{f}' for f in RECORD_FILES)} {q}/",
         *p.setup,
     )
-    entry = job.entry
-    local_root = str(bundled_root())
-    if p.code_root and entry.startswith(local_root + "/"):
-        entry = p.code_root.rstrip("/") + entry[len(local_root) :]
     nproc = p.gpus_per_node or 1
-    # through nemotron.run_step, as on every executor: exit codes 2/3/130 mean the same everywhere
-    args = (
-        "-m",
-        "nemotron.run_step",
-        shlex.quote(entry),
-        "--job-dir",
-        q,
-        *(shlex.quote(a) for a in job.passthrough),
+    # lepton_env_to_pytorch.sh (sourced first) exports the rendezvous variables of the job's pods.
+    rendezvous = (
+        "--node-rank",
+        "$NODE_RANK",
+        "--master-addr",
+        "$MASTER_ADDR",
+        "--master-port",
+        "$MASTER_PORT",
     )
-    command: tuple[str, ...]
-    if job.launch == "torchrun" and p.nodes * nproc > 1:
-        # lepton_env_to_pytorch.sh (sourced first) exports the rendezvous variables of the job's pods.
-        command = (
-            shlex.quote(p.python),
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            str(p.nodes),
-            "--nproc-per-node",
-            str(nproc),
-            "--node-rank",
-            "$NODE_RANK",
-            "--master-addr",
-            "$MASTER_ADDR",
-            "--master-port",
-            "$MASTER_PORT",
-            *args,
-        )
-        live = liveness.for_job(p, job_dir, (p.nodes,))
-        if live:  # every pod watches the others' heartbeats: a lost or hung pod fails the job (pod_watchdog)
-            command = (
-                shlex.quote(p.python),
-                "-m",
-                "nemotron.launch.pod_watchdog",
-                "--job-dir",
-                q,
-                "--node-rank",
-                "$NODE_RANK",
-                "--nodes",
-                str(p.nodes),
-                "--interval",
-                str(live.interval_s),
-                "--timeout",
-                str(live.timeout_s),
-                "--",
-                *command,
-            )
-    else:
-        command = (shlex.quote(p.python), *args)
-    command += (EXIT_LINE,)
-    return LeptonPlan(name, experiment, root, command, tuple(env), setup, p)
+    live = liveness.for_job(p, job_dir, (p.nodes,)) if step_process.distributed(job, p.nodes, nproc) else None
+    # every pod watches the others' heartbeats: a lost or hung pod fails the job (launch/pod_watchdog.py)
+    watchdog = (
+        (shlex.quote(p.python), "-m", "nemotron.launch.pod_watchdog", "--job-dir", q, "--node-rank", "$NODE_RANK",
+         "--nodes", str(p.nodes), "--interval", str(live.interval_s), "--timeout", str(live.timeout_s), "--")
+        if live else ()
+    )  # fmt: skip
+    step = step_process.step_command(
+        job,
+        python=shlex.quote(p.python),
+        job_dir=job_dir,
+        torchrun=step_process.across_nodes(p.nodes, nproc, *rendezvous),
+        nodes=p.nodes,
+        nproc=nproc,
+        code_root=p.code_root,
+        wrapper=watchdog,
+    )
+    return LeptonPlan(name, experiment, root, (*step.words(), EXIT_LINE), env, setup, p)
 
 
 # ----------------------------------------------------------------------------- rendering (pure)
@@ -288,18 +210,12 @@ def render_text(plan: LeptonPlan) -> str:
 # ----------------------------------------------------------------------------- submission and control
 
 
-def submit_job(job: Job, job_dir: Path, plan: LeptonPlan) -> dict[str, Any]:
-    """Submit through NeMo-Run's LeptonExecutor; return what status.json records."""
-    from nemotron.launch.remote import nemo_run
-
-    if json.loads((job_dir / ".secrets.json").read_text() or "{}"):
-        raise UserError(
-            "this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
-            "(profile secret_vars), never in the job's files"
-        )
-    with nemo_run() as run:
+def submit_job(job: Job, job_dir: Path, plan: LeptonPlan) -> LeptonProcess:
+    """Submit through NeMo-Run's LeptonExecutor; return the job's record."""
+    refuse_config_secrets(job_dir)
+    with remote.nemo_run() as run:
         handle = _submit(run, plan, job_dir)
-    return {"handle": handle, "remote_id": plan.name, "roles": [plan.name]}
+    return LeptonProcess(handle=handle, remote_id=plan.name, roles=[plan.name])
 
 
 def _submit(run: ModuleType, plan: LeptonPlan, job_dir: Path) -> str:
@@ -321,32 +237,28 @@ def _client() -> Any:
     return APIClient()
 
 
-def job_state(job_id: str, record: dict[str, Any] | None = None) -> str:
+def job_state(job_id: str) -> RemoteState:
     client = _client()
     status = client.job.get(job_id).status
     if status is None:
-        return "unknown"
+        return RemoteState("unknown")
     state = getattr(status.state, "value", "UNK")
     if status.failed or state == "Failed":
         # a pod ended non-zero: if its watchdog found a pod lost, the job failed, and the lost pod may still
-        # hold its node (a hung one never ends): the record goes into `record["liveness"]`, the job is stopped
+        # hold its node (a hung one never ends): the job is stopped and the record goes with the state
         seen = _watchdog_record(client, job_id)
         if seen is not None:
-            if record is not None:
-                record["liveness"] = seen
             client.job.delete(job_id)
-            return "failed"
+            return RemoteState("failed", seen)
     # Lepton says Running once one pod runs; the job runs when all of them are ready.
     if state == "Running" and (status.ready or 0) < (status.active or 0):
-        return "pending"
-    return STATES.get(state, "unknown")
+        return RemoteState("pending")
+    return RemoteState(STATES.get(state, "unknown"))
 
 
 def _watchdog_record(client: Any, job_id: str) -> dict[str, Any] | None:
     """The pod watchdog's record (launch/pod_watchdog.py) in the log of any of the job's replicas. A replica
     still running streams its log until the read times out: what came by then is read."""
-    from nemotron.launch.ray_lepton import liveness_seen
-
     for replica in client.job.get_replicas(job_id):
         chunks: list[str] = []
         try:
@@ -354,7 +266,7 @@ def _watchdog_record(client: Any, job_id: str) -> dict[str, Any] | None:
                 chunks.append(chunk)
         except Exception:  # a timed-out or dropped stream: its first part is enough
             pass
-        seen = liveness_seen("".join(chunks))
+        seen = ray_lepton.liveness_seen("".join(chunks))
         if seen is not None:
             return seen
     return None
@@ -377,24 +289,29 @@ def cancel_job(job_id: str) -> None:
 # ----------------------------------------------------------------------------- the executor
 
 
-class _ApiLog:
-    """Lepton's log comes from its API, whole, once the job is over (not a file to tail): the job's first
-    replica, or the Ray job's driver log for a Ray launch."""
+class LeptonProcess(RemoteRecord):
+    """Our step process as a Lepton job: its state and log are the Lepton API's, its exit code the last line of
+    that log (launch_script echoes it)."""
 
-    live = False
+    shape: Literal["process"] = "process"
 
-    def __init__(self, status: dict[str, Any]) -> None:
-        self.status, self.done = status, False
+    def state(self) -> RemoteState:
+        return job_state(self.remote_id)
 
-    def read(self) -> str:
-        if self.done:
-            return ""
-        self.done = True
-        if self.status.get("launch") == "ray":
-            from nemotron.launch import ray_lepton
+    def exit_code(self) -> int | None:
+        return remote.last_exit_code("".join(job_log(self.remote_id)))
 
-            return ray_lepton.log_text(self.status)
-        return "".join(job_log(str(self.status.get("remote_id"))))
+    def log_reader(self, job_dir: Path, role: str | None = None) -> LogReader:
+        return remote.WholeLog(lambda: "".join(job_log(self.remote_id)))
+
+    def cancel(self) -> None:
+        cancel_job(self.remote_id)
+
+
+# the shapes a Lepton job's record can have (there is no heterogeneous job on Lepton)
+RECORDS: TypeAdapter[LeptonProcess | ray_lepton.LeptonRay] = TypeAdapter(
+    Annotated[LeptonProcess | ray_lepton.LeptonRay, Field(discriminator=SHAPE_FIELD)]
+)
 
 
 class LeptonExecutor(SchedulerJobs):
@@ -402,9 +319,7 @@ class LeptonExecutor(SchedulerJobs):
     cheap_refresh = False
 
     def plan(self, job: Job) -> LeptonPlan:
-        from nemotron.launch.remote import nemorun_home
-
-        return plan_lepton(job, str(nemorun_home()))
+        return plan_lepton(job, str(remote.nemorun_home()))
 
     def placement(self, job: Job) -> Placement:
         p = _profile(job)
@@ -415,46 +330,18 @@ class LeptonExecutor(SchedulerJobs):
             return render_text(self.plan(job))
         if isinstance(launch, HetJob):
             raise _no_hetjob(job)
-        from nemotron.launch import ray_lepton
-
         return ray_lepton.render_text(ray_lepton.plan_for(job, where, launch))
 
     def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
-        from nemotron.launch import remote
-
         if isinstance(launch, StepProcess):
             plan = self.plan(job)
-            return remote.submit_remote(job, job_dir, lambda: submit_job(job, job_dir, plan), self)
+            return remote.submit_remote(job, job_dir, lambda: submit_job(job, job_dir, plan), self.record)
         if isinstance(launch, HetJob):
             raise _no_hetjob(job)
-        from nemotron.launch import ray_lepton
-
         ray = ray_lepton.plan_for(job, where, launch)
-        return remote.submit_remote(job, job_dir, lambda: ray_lepton.submit(job, job_dir, ray, launch), self)
+        return remote.submit_remote(
+            job, job_dir, lambda: ray_lepton.submit(job, job_dir, ray, launch), self.record
+        )
 
-    def state(self, status: dict[str, Any]) -> str:
-        if status.get("launch") == "ray":  # a RayCluster and a Ray job, not a Lepton job
-            from nemotron.launch import ray_lepton
-
-            return ray_lepton.state(status)
-        return job_state(str(status["remote_id"]), status)
-
-    def exit_code(self, status: dict[str, Any]) -> int | None:
-        """The step's code from the last line of the job's log (launch_script echoes it); None for a Ray launch,
-        whose driver's status is the Ray job's."""
-        if status.get("launch") == "ray":
-            return None
-        return remote.last_exit_code("".join(job_log(str(status.get("remote_id")))))
-
-    def log_reader(self, job_dir: Path, role: str | None = None) -> _ApiLog:
-        from nemotron.jobs import read_status
-
-        return _ApiLog(read_status(job_dir))
-
-    def cancel_remote(self, status: dict[str, Any]) -> None:
-        if status.get("launch") == "ray":
-            from nemotron.launch import ray_lepton
-
-            ray_lepton.cancel(status)
-            return
-        cancel_job(str(status["remote_id"]))
+    def record(self, status: dict[str, Any], job_dir: Path) -> RemoteRecord:
+        return read_record(RECORDS, status, job_dir)

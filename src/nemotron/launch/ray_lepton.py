@@ -16,14 +16,23 @@ import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import field_serializer
 
 from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
 from nemotron.errors import UserError
-from nemotron.launch import liveness, ray_watchdog
-from nemotron.launch.lepton import executor_fields, lepton_name, nemo_run_dir
+from nemotron.launch import liveness, ray_watchdog, remote
+from nemotron.launch.lepton_site import (
+    executor_fields,
+    lepton_env,
+    lepton_name,
+    nemo_run_dir,
+    refuse_config_secrets,
+)
 from nemotron.launch.ray_slurm import DRIVER_FILE, driver_script, register_lines
+from nemotron.launch.records import LogReader, RemoteRecord, RemoteState
 from nemotron.profiles import LeptonProfile
 
 # The state Lepton reports for a RayCluster whose head and workers all run (nemo_run's RAY_READY_STATE).
@@ -71,14 +80,7 @@ def plan_for(job: Job, where: Placement, launch: RayDriver) -> LeptonRayPlan:
     assert isinstance(profile, LeptonProfile), profile
     if not launch.image:
         raise UserError("on Lepton the engine runs in a container: profile nemo_rl_image cannot be empty")
-    root = nemo_run_dir(profile)
-    home = str(Path(root).parent)
-    env = (
-        ("NEMOTRON_HOME", home),
-        ("NEMOTRON_ARTIFACTS_ROOT", profile.artifacts_root or f"{home}/artifacts"),
-        ("NEMOTRON_JOB_DIR", where.job_dir),
-        *sorted((k, v) for k, v in profile.env_vars.items() if v),
-    )
+    env = lepton_env(profile, where.job_dir)
     register = register_lines(profile.python, where.job_dir, launch.outputs)
     files = (*launch.files, (DRIVER_FILE, driver_script(launch.command, register)))
     live = liveness.for_job(profile, where.job_dir, (where.nodes,))
@@ -161,72 +163,97 @@ def _executor(run: Any, profile: LeptonProfile, nodes: int, image: str, env: dic
     )
 
 
-def submit(job: Job, job_dir: Path, plan: LeptonRayPlan, launch: RayDriver) -> dict[str, Any]:
-    """Create the RayCluster and run the job on it through NeMo-Run's LeptonRayJob; return what status.json keeps."""
+def submit(job: Job, job_dir: Path, plan: LeptonRayPlan, launch: RayDriver) -> LeptonRay:
+    """Create the RayCluster and run the job on it through NeMo-Run's LeptonRayJob; return the job's record."""
     from nemotron.jobs import write_atomic
-    from nemotron.launch.remote import nemo_run
 
-    if json.loads((job_dir / ".secrets.json").read_text() or "{}"):
-        raise UserError(
-            "this config holds secrets; on Lepton pass them as environment variables from workspace secrets "
-            "(profile secret_vars), never in the job's files"
-        )
+    refuse_config_secrets(job_dir)
     workdir = Path(tempfile.mkdtemp(prefix="nemotron-ray-"))
     for name, text in plan.files:
         write_atomic(workdir / name, text)
         write_atomic(job_dir / name, text)  # the record here shows what ran there
-    with nemo_run() as run:
+    with remote.nemo_run() as run:
         from nemo_run.run.ray.lepton import LeptonRayJob
 
         ray_job = LeptonRayJob(
             name=plan.name, executor=_executor(run, plan.profile, plan.nodes, plan.image, dict(plan.env))
         )
         submission_id = ray_job.start(command=plan.entrypoint, workdir=str(workdir))
-    return {
-        "handle": f"lepton-ray://{plan.name}",
-        "remote_id": plan.name,
-        "submission_id": submission_id,
-        "roles": [plan.name],
-        "launch": "ray",
-        "register": dict(launch.outputs),
-        "profile": plan.profile.model_dump(
-            mode="json",
-            by_alias=True,
-            include={"executor", "node_group", "resource_shape", "nemo_run_dir", "mounts"},
-        ),
-    }
+    return LeptonRay(
+        handle=f"lepton-ray://{plan.name}",
+        remote_id=plan.name,
+        submission_id=submission_id,
+        roles=[plan.name],
+        outputs=dict(launch.outputs),
+        profile=plan.profile,
+    )
 
 
-def _ray_job(run: Any, status: dict[str, Any]) -> Any:
-    from nemo_run.run.ray.lepton import LeptonRayJob
-
-    profile = LeptonProfile.model_validate(status["profile"])
-    job = LeptonRayJob(name=str(status["remote_id"]), executor=_executor(run, profile, 1, "", {}))
-    job.submission_id = status.get("submission_id")
-    return job
+# what status, logs and cancel need to reach the cluster again
+_REACH = {"executor", "node_group", "resource_shape", "nemo_run_dir", "mounts"}
 
 
-def state(status: dict[str, Any]) -> str:
-    """The Ray job's state, ours. A job that ended frees its cluster; one that failed first has its watchdog's
-    record (if the watchdog failed it) read from the driver log into `status["liveness"]`, for the caller to
-    record: the log goes with the cluster."""
-    from nemotron.launch.remote import nemo_run
+class LeptonRay(RemoteRecord):
+    """A RayCluster and the Ray job on it, through NeMo-Run's LeptonRayJob: the state and log are the Ray job's
+    (its driver's), and the cluster is deleted once the job ended or is cancelled, so its nodes are not held."""
 
-    with nemo_run() as run:
+    shape: Literal["ray"] = "ray"
+    submission_id: str | None = None
+    profile: LeptonProfile  # kept as the fields that reach the cluster (`_REACH`)
+
+    @field_serializer("profile")
+    def _reach(self, profile: LeptonProfile) -> dict[str, Any]:
+        return profile.model_dump(mode="json", by_alias=True, include=_REACH)
+
+    def _job(self, run: Any) -> Any:
+        from nemo_run.run.ray.lepton import LeptonRayJob
+
+        job = LeptonRayJob(name=self.remote_id, executor=_executor(run, self.profile, 1, "", {}))
+        job.submission_id = self.submission_id
+        return job
+
+    def state(self) -> RemoteState:
+        """The Ray job's state, ours. A job that ended frees its cluster; one that failed first has its watchdog's
+        record (if the watchdog failed it) read from the driver log: the log goes with the cluster."""
+        with remote.nemo_run() as run:
+            try:
+                found = str(self._job(run).status(display=False))
+            except RuntimeError as e:
+                if "does not exist" not in str(e):
+                    raise
+                # its RayCluster is gone (deleted by a cancel, or by hand): nothing runs it any more
+                return RemoteState("cancelled")
+        ours = STATES.get(found.rsplit(".", 1)[-1].upper(), "unknown")
+        seen = liveness_seen(self.log()) if ours == "failed" else None
+        if ours in ("succeeded", "failed", "cancelled"):
+            self.delete_cluster()
+        return RemoteState(ours, seen)
+
+    def exit_code(self) -> int | None:
+        """None: the driver's status is the Ray job's."""
+        return None
+
+    def log(self) -> str:
+        with remote.nemo_run() as run:
+            job = self._job(run)
+            return str(job._ray_client().get_job_logs(job.submission_id))
+
+    def log_reader(self, job_dir: Path, role: str | None = None) -> LogReader:
+        return remote.WholeLog(self.log)
+
+    def cancel(self) -> None:
+        with remote.nemo_run() as run:
+            self._job(run).stop(wait=False)
+        self.delete_cluster()
+
+    def delete_cluster(self) -> None:
+        """Free the cluster's nodes (the RayCluster outlives its job otherwise)."""
+        from leptonai.api.v2.client import APIClient
+
         try:
-            found = str(_ray_job(run, status).status(display=False))
-        except RuntimeError as e:
-            if "does not exist" not in str(e):
-                raise
-            return "cancelled"  # its RayCluster is gone (deleted by a cancel, or by hand): nothing runs it any more
-    ours = STATES.get(found.rsplit(".", 1)[-1].upper(), "unknown")
-    if ours == "failed":
-        seen = liveness_seen(log_text(status))
-        if seen:
-            status["liveness"] = seen
-    if ours in ("succeeded", "failed", "cancelled"):
-        delete_cluster(status)
-    return ours
+            APIClient().raycluster.delete(self.remote_id)
+        except Exception:  # already gone; a later look deletes nothing twice
+            return
 
 
 def liveness_seen(log: str) -> dict[str, Any] | None:
@@ -239,29 +266,3 @@ def liveness_seen(log: str) -> dict[str, Any] | None:
                 return None
             return seen if isinstance(seen, dict) else None
     return None
-
-
-def log_text(status: dict[str, Any]) -> str:
-    from nemotron.launch.remote import nemo_run
-
-    with nemo_run() as run:
-        job = _ray_job(run, status)
-        return str(job._ray_client().get_job_logs(job.submission_id))
-
-
-def cancel(status: dict[str, Any]) -> None:
-    from nemotron.launch.remote import nemo_run
-
-    with nemo_run() as run:
-        _ray_job(run, status).stop(wait=False)
-    delete_cluster(status)
-
-
-def delete_cluster(status: dict[str, Any]) -> None:
-    """Free the cluster's nodes (the RayCluster outlives its job otherwise)."""
-    from leptonai.api.v2.client import APIClient
-
-    try:
-        APIClient().raycluster.delete(str(status["remote_id"]))
-    except Exception:  # already gone; a later look deletes nothing twice
-        return

@@ -12,13 +12,16 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import field_serializer
 
 from nemotron.compile import Job
 from nemotron.engines.base import Placement, RayDriver
-from nemotron.launch import liveness, slurm
+from nemotron.launch import liveness, remote, slurm
 from nemotron.launch.nemo_run_layout import RayClusterDirs
-from nemotron.launch.slurm_script import tunnel
+from nemotron.launch.records import RemoteState
+from nemotron.launch.slurm_script import SlurmJob, tunnel
 from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
 
@@ -250,11 +253,10 @@ def render_text(plan: RayPlan) -> str:
 # ----------------------------------------------------------------------------- submission and control (NeMo-Run)
 
 
-def submit(job: Job, job_dir: Path, plan: RayPlan, launch: RayDriver) -> dict[str, Any]:
+def submit(job: Job, job_dir: Path, plan: RayPlan, launch: RayDriver) -> SlurmRay:
     """Write the driver script and the engine's files into the job dir, submit through NeMo-Run's Slurm Ray API,
-    return what status.json records."""
+    return the job's record."""
     from nemotron.jobs import write_atomic
-    from nemotron.launch.remote import nemo_run
 
     if plan.secret_names:
         slurm.write_secrets(job, job_dir, plan.secret_names)
@@ -263,27 +265,23 @@ def submit(job: Job, job_dir: Path, plan: RayPlan, launch: RayDriver) -> dict[st
     write_atomic(job_dir / DRIVER_FILE, plan.driver_script, mode=0o755)
     profile = job.profile
     assert isinstance(profile, SlurmProfile)
-    with nemo_run() as run:
+    with remote.nemo_run() as run:
         from nemotron.launch.nemo_run_ray import ScriptedSlurmRayCluster
 
         executor = slurm_executor(run, profile, plan.cluster.root)
         slurm_id = ScriptedSlurmRayCluster(name=plan.cluster.name, executor=executor).create_from_script(
             render_sbatch(plan)
         )
-    return {
-        "handle": f"ray://{plan.cluster.name}",
-        "remote_id": slurm_id,
-        "remote_dir": plan.cluster.logs,
-        "roles": [plan.role],
-        "launch": "ray",
-        "ray_name": plan.cluster.name,
-        "ray_root": plan.cluster.root,
-        "register": dict(launch.outputs),
-        # what status and cancel need to reach the cluster again (no secrets: job.yaml's profile is masked)
-        "profile": profile.model_dump(
-            mode="json", include={"executor", "tunnel", "host", "user", "identity", "account"}
-        ),
-    }
+    return SlurmRay(
+        handle=f"ray://{plan.cluster.name}",
+        remote_id=slurm_id,
+        remote_dir=plan.cluster.logs,
+        roles=[plan.role],
+        ray_name=plan.cluster.name,
+        ray_root=plan.cluster.root,
+        outputs=dict(launch.outputs),
+        profile=profile,
+    )
 
 
 def slurm_executor(run: Any, profile: SlurmProfile, root: str) -> Any:
@@ -309,28 +307,37 @@ _STATES = {
     "BOOT_FAIL": "failed",
     "DEADLINE": "failed",
 }
+# what status and cancel need to reach the cluster again (no secrets: job.yaml's profile is masked)
+_REACH = {"executor", "tunnel", "host", "user", "identity", "account"}
 
 
-def _job(run: Any, profile: SlurmProfile, status: dict[str, Any]) -> Any:
-    from nemotron.launch.nemo_run_ray import SlurmRayJob
+class SlurmRay(SlurmJob):
+    """A Ray cluster submitted through NeMo-Run's Slurm Ray API: its state is sacct's, through that API; its
+    logs are the cluster's (the driver's is the step's)."""
 
-    job = SlurmRayJob(
-        name=str(status["ray_name"]), executor=slurm_executor(run, profile, str(status["ray_root"]))
-    )
-    job.job_id = str(status["remote_id"])
-    return job
+    shape: Literal["ray"] = "ray"
+    ray_name: str
+    ray_root: str
+    profile: SlurmProfile  # kept as the fields that reach the cluster (`_REACH`)
 
+    @field_serializer("profile")
+    def _reach(self, profile: SlurmProfile) -> dict[str, Any]:
+        return profile.model_dump(mode="json", include=_REACH)
 
-def state(profile: SlurmProfile, status: dict[str, Any]) -> str:
-    from nemotron.launch.remote import nemo_run
+    def _job(self, run: Any) -> Any:
+        from nemotron.launch.nemo_run_ray import SlurmRayJob
 
-    with nemo_run() as run:
-        found = str(_job(run, profile, status).status(display=False).get("state") or "UNKNOWN")
-    return _STATES.get(found.split()[0].rstrip("+"), "unknown")  # sacct says "CANCELLED by 0"
+        job = SlurmRayJob(name=self.ray_name, executor=slurm_executor(run, self.profile, self.ray_root))
+        job.job_id = self.remote_id
+        return job
 
+    def state(self) -> RemoteState:
+        with remote.nemo_run() as run:
+            found = str(self._job(run).status(display=False).get("state") or "UNKNOWN")
+        return RemoteState(
+            _STATES.get(found.split()[0].rstrip("+"), "unknown")
+        )  # sacct says "CANCELLED by 0"
 
-def cancel(profile: SlurmProfile, status: dict[str, Any]) -> None:
-    from nemotron.launch.remote import nemo_run
-
-    with nemo_run() as run:
-        _job(run, profile, status).stop(wait=False)
+    def cancel(self) -> None:
+        with remote.nemo_run() as run:
+            self._job(run).stop(wait=False)

@@ -1,9 +1,7 @@
 """Jobs on a scheduler after submission: submit, status, logs, cancel and attached runs, shared by the Slurm
-and Lepton executors. Each executor answers the few scheduler questions (`Scheduler`); the rest is here.
-
-status.json of a remote job holds `handle` (NeMo-Run's handle), `remote_id` (the Slurm or Lepton job id),
-`remote_dir` (where the scheduler writes the logs), `roles` (the srun groups, step last) and, for engines whose
-run does not register its own outputs (`RayDriver`), `register` (output name -> path) for after success.
+and Lepton executors. The job's record in status.json (launch/records.py: one model per launch shape) answers the
+few questions for its scheduler; the rest is here: the grace of a job the scheduler does not know yet, outputs
+registered after success (`register`), a watchdog's record kept when one failed the job.
 """
 
 from __future__ import annotations
@@ -14,15 +12,17 @@ import os
 import re
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 from nemotron.errors import UserError
 from nemotron.jobs import now, read_record, read_status, update_status
+from nemotron.launch.records import RemoteRecord
 from nemotron.paths import nemotron_home
 
 log = logging.getLogger("nemotron")
@@ -78,40 +78,29 @@ def runner(run: ModuleType) -> Any:
     return get_runner()
 
 
-# ----------------------------------------------------------------------------- what each scheduler answers
+# ----------------------------------------------------------------------------- the executors' shared part
 
 
-class LogReader(Protocol):
-    live: bool  # True: read() may be polled while the job runs; False: the log is whole only once it ended
+class SchedulerJobs(ABC):
+    """`refresh`, `print_logs` and `cancel` of an executor whose jobs run on a scheduler: each reads the job's
+    record (`record`: one of the executor's shapes) and asks it."""
 
-    def read(self) -> str:
-        """The log text not returned before."""
-        ...
-
-
-class Scheduler(Protocol):
-    def state(self, status: dict[str, Any]) -> str:
-        """pending | running | succeeded | failed | cancelled | unknown."""
-        ...
-
-    def exit_code(self, status: dict[str, Any]) -> int | None: ...
-
-    def log_reader(self, job_dir: Path, role: str | None = None) -> LogReader: ...
-
-    def cancel_remote(self, status: dict[str, Any]) -> None: ...
-
-
-class SchedulerJobs:
-    """`refresh`, `print_logs` and `cancel` of an executor whose jobs run on a scheduler (it answers `Scheduler`)."""
+    @abstractmethod
+    def record(self, status: dict[str, Any], job_dir: Path) -> RemoteRecord:
+        """The record in a submitted job's status.json, as the shape it was submitted as."""
 
     def refresh(self, job_dir: Path) -> dict[str, Any]:
-        return refresh_status(job_dir, self)  # type: ignore[arg-type]
+        return refresh_status(job_dir, self.record)
 
     def print_logs(self, job_dir: Path, follow: bool) -> None:
-        print_logs(job_dir, follow, self)  # type: ignore[arg-type]
+        print_logs(job_dir, follow, self.record)
 
     def cancel(self, job_dir: Path) -> dict[str, Any]:
-        return cancel(job_dir, self)  # type: ignore[arg-type]
+        return cancel(job_dir, self.record)
+
+
+# how remote.py reads a job's record from its status.json and job dir (an executor's `record`)
+Reader = Callable[[dict[str, Any], Path], RemoteRecord]
 
 
 def _age_s(status: dict[str, Any]) -> float:
@@ -141,9 +130,7 @@ def last_exit_code(log: str) -> int | None:
 # ----------------------------------------------------------------------------- submit and status
 
 
-def submit_remote(
-    job: Any, job_dir: Path, submit_job: Callable[[], dict[str, Any]], scheduler: Scheduler
-) -> int:
+def submit_remote(job: Any, job_dir: Path, submit_job: Callable[[], RemoteRecord], record: Reader) -> int:
     """Hand the job to its scheduler; `-b` prints the job id, `-r` streams the step's log and Ctrl-C cancels."""
     from rich.console import Console
 
@@ -156,8 +143,10 @@ def submit_remote(
     except Exception as e:
         update_status(job_dir, state="failed", ended_at=now(), error=str(e)[-2000:])
         raise UserError(f"submitting {job.job_id} to '{job.profile.name}' failed: {e}") from e
-    update_status(job_dir, state="pending", submitted_at=now(), **submitted)
-    where = f"{job.profile.executor} job {submitted.get('remote_id')}"
+    update_status(
+        job_dir, state="pending", submitted_at=now(), **submitted.model_dump(mode="json", by_alias=True)
+    )
+    where = f"{job.profile.executor} job {submitted.remote_id}"
     if job.mode == "batch":
         print(job.job_id)
         err.print(f"submitted {job.job_id} ({where}). Follow it with: nemotron jobs logs {job.job_id} -f")
@@ -165,7 +154,7 @@ def submit_remote(
     err.print(f"[bold]job[/] {job.job_id}  [dim]{where}; Ctrl-C cancels it[/]")
     started = time.monotonic()
     code = attach(
-        job_dir, scheduler, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True)
+        job_dir, record, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True)
     )
     if code == 0:
         err.print(
@@ -178,35 +167,37 @@ def submit_remote(
     return code
 
 
-def refresh_status(job_dir: Path, scheduler: Scheduler) -> dict[str, Any]:
+def refresh_status(job_dir: Path, record: Reader) -> dict[str, Any]:
     """Ask the scheduler for the job's state, record it in status.json, return the status. A job that succeeded
     with outputs to register (`register`) has them registered once, before it is recorded as succeeded."""
     status = read_status(job_dir)
     if status.get("state") in FINAL or not status.get("handle"):
         return status
-    state = scheduler.state(status)
+    job = record(status, job_dir)
+    seen = job.state()
+    state = seen.state
     if state == "unknown" and _age_s(status) < UNKNOWN_GRACE_S:
         state = "pending"
     fields: dict[str, Any] = {"state": state, "checked_at": now()}
     if state in FINAL:
-        fields |= {"ended_at": now(), "exit_code": scheduler.exit_code(status)}
+        fields |= {"ended_at": now(), "exit_code": job.exit_code()}
         if state == "succeeded" and fields["exit_code"] is None:
             fields["exit_code"] = 0
-        if state == "succeeded" and status.get("register"):
-            fields |= _register_outputs(job_dir, dict(status["register"]))
+        if state == "succeeded" and job.outputs:
+            fields |= _register_outputs(job_dir, dict(job.outputs))
         if state == "failed":
-            fields |= _liveness_failure(job_dir, status.get("liveness"))
+            fields |= _liveness_failure(job_dir, seen.liveness)
     return update_status(job_dir, **fields)
 
 
-def _liveness_failure(job_dir: Path, reported: Any = None) -> dict[str, Any]:
+def _liveness_failure(job_dir: Path, reported: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the job's watchdog saw when it failed the job (launch/liveness.py, launch/ray_watchdog.py), as the
     status's `error`: its record in the job dir, or the one the scheduler `reported` from a job dir this machine
     does not see (Lepton: the Ray job's log), then kept in the job dir here."""
     from nemotron.jobs import write_atomic
     from nemotron.launch.liveness import RECORD_FILE
 
-    if isinstance(reported, dict):
+    if reported is not None:
         write_atomic(job_dir / RECORD_FILE, json.dumps(reported, indent=2) + "\n")
     try:
         seen = json.loads((job_dir / RECORD_FILE).read_text())
@@ -247,13 +238,11 @@ def _register_outputs(job_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- logs
 
 
-def step_log_files(status: dict[str, Any], role: str | None = None) -> list[Path]:
-    """The srun output files of one group (default: the step's, the last group)."""
-    roles = status.get("roles") or []
-    role = role or (roles[-1] if roles else None)
-    if not role or not status.get("remote_dir"):
+def step_log_files(remote_dir: str | None, role: str | None) -> list[Path]:
+    """The srun output files of one group (`role`) in the job's log dir."""
+    if not role or not remote_dir:
         return []
-    return sorted(Path(str(status["remote_dir"])).glob(f"log-nemotron.{role}_*.out"))
+    return sorted(Path(remote_dir).glob(f"log-nemotron.{role}_*.out"))
 
 
 class LogTail:
@@ -262,7 +251,8 @@ class LogTail:
     live = True
 
     def __init__(self, files: Callable[[], list[Path]]) -> None:
-        self.files, self.offsets = files, {}  # type: ignore[var-annotated]
+        self.files = files
+        self.offsets: dict[Path, int] = {}
 
     def read(self) -> str:
         chunks = []
@@ -277,34 +267,48 @@ class LogTail:
         return "".join(chunks)
 
 
-def print_logs(job_dir: Path, follow: bool, scheduler: Scheduler) -> None:
+class WholeLog:
+    """A log the scheduler gives whole, once the job is over (an API's answer, not a file to tail)."""
+
+    live = False
+
+    def __init__(self, text: Callable[[], str]) -> None:
+        self.text, self.done = text, False
+
+    def read(self) -> str:
+        if self.done:
+            return ""
+        self.done = True
+        return self.text()
+
+
+def print_logs(job_dir: Path, follow: bool, record: Reader) -> None:
     """`nemotron jobs logs [-f]` for a remote job."""
-    reader = scheduler.log_reader(job_dir)
+    job = record(read_status(job_dir), job_dir)
+    reader = job.log_reader(job_dir)
     while True:
         sys.stdout.write(reader.read())
         sys.stdout.flush()
-        if not follow or not reader.live or refresh_status(job_dir, scheduler).get("state") in FINAL:
+        if not follow or not reader.live or refresh_status(job_dir, record).get("state") in FINAL:
             sys.stdout.write(reader.read())
             break
         time.sleep(1.0)
-    roles = read_status(job_dir).get("roles") or []
-    if len(roles) > 1:
-        for path in step_log_files(read_status(job_dir), roles[0]):
-            print(f"(reward server log: {path})", file=sys.stderr)
+    for path in job.side_logs():
+        print(f"(reward server log: {path})", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- cancel and attached runs
 
 
-def cancel(job_dir: Path, scheduler: Scheduler, wait_s: float = 30.0) -> dict[str, Any]:
+def cancel(job_dir: Path, record: Reader, wait_s: float = 30.0) -> dict[str, Any]:
     """Cancel the remote job and wait (a little) until the scheduler says so."""
     status = read_status(job_dir)
     if not status.get("handle"):
         raise UserError(f"job {job_dir.name} was never submitted (no scheduler handle in status.json)")
-    scheduler.cancel_remote(status)
+    record(status, job_dir).cancel()
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        status = refresh_status(job_dir, scheduler)
+        status = refresh_status(job_dir, record)
         if status.get("state") in FINAL:
             break
         time.sleep(0.5)
@@ -313,9 +317,9 @@ def cancel(job_dir: Path, scheduler: Scheduler, wait_s: float = 30.0) -> dict[st
     return status
 
 
-def attach(job_dir: Path, scheduler: Scheduler, on_line: Callable[[str], None], poll_s: float = 0.5) -> int:
+def attach(job_dir: Path, record: Reader, on_line: Callable[[str], None], poll_s: float = 0.5) -> int:
     """Stream the step's log until the job ends; Ctrl-C cancels it. Returns the exit code (130 if cancelled)."""
-    reader = scheduler.log_reader(job_dir)
+    reader = record(read_status(job_dir), job_dir).log_reader(job_dir)
 
     def emit(final: bool) -> None:
         if reader.live or final:
@@ -325,13 +329,13 @@ def attach(job_dir: Path, scheduler: Scheduler, on_line: Callable[[str], None], 
     try:
         while True:
             emit(False)
-            status = refresh_status(job_dir, scheduler)
+            status = refresh_status(job_dir, record)
             if status.get("state") in FINAL:
                 emit(True)
                 break
             time.sleep(poll_s)
     except KeyboardInterrupt:
-        cancel(job_dir, scheduler)
+        cancel(job_dir, record)
         return 130
     state = status.get("state")
     if state == "cancelled":

@@ -9,7 +9,8 @@ from typing import Any
 import yaml
 
 from nemotron.compile import Binding, Job
-from nemotron.redact import MASK, is_secret_name, redact_text, redact_tree
+from nemotron.launch.step_process import secret_names, step_command
+from nemotron.redact import MASK, redact_text, redact_tree
 
 
 def _scalar(value: Any) -> str:
@@ -51,23 +52,15 @@ def bindings_table(bindings: tuple[Binding, ...]) -> str:
 def local_command(job: Job, job_dir: str, python: str = "python") -> list[str]:
     """The argv of the step process for a local run (torchrun for multi-process steps)."""
     nproc = getattr(job.profile, "nproc_per_node", 1)
-    if job.launch == "torchrun" and nproc > 1:
-        head = [
-            python,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={nproc}",
-            "-m",
-            "nemotron.run_step",
-        ]
-    else:
-        head = [python, "-m", "nemotron.run_step"]
-    return [*head, job.entry, "--job-dir", job_dir, *job.passthrough]
+    standalone = ("--standalone", f"--nproc-per-node={nproc}")
+    return step_command(
+        job, python=python, job_dir=job_dir, torchrun=standalone, nproc=nproc, quote=str
+    ).words()
 
 
 def local_launch(job: Job, job_dir: str, python: str = "python") -> str:
-    env = {k: (MASK if v and is_secret_name(k) else v) for k, v in sorted(job.profile.env_vars.items())}
+    secrets = secret_names(job.profile.env_vars)
+    env = {k: (MASK if k in secrets else v) for k, v in sorted(job.profile.env_vars.items())}
     exports = "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())
     return exports + shlex.join(local_command(job, job_dir, python))
 

@@ -12,12 +12,11 @@ from typing import Any
 
 from nemotron.compile import Job
 from nemotron.errors import UserError
-from nemotron.launch import containers
+from nemotron.launch import containers, step_process
 from nemotron.launch.nemo_run_layout import Experiment, srun_log
 from nemotron.launch.served import ServedModel
 from nemotron.paths import bundled_root
 from nemotron.profiles import SlurmProfile
-from nemotron.redact import is_secret_name
 from nemotron.reward.bind import TOKEN_ENV as REWARD_TOKEN_ENV
 
 JOB_NAME_PREFIX = "nemotron."
@@ -53,11 +52,6 @@ class ClusterPaths:
     nemorun_jobs: str  # NeMo-Run's experiments root (its tunnel's job_dir)
     python: str  # interpreter on the compute nodes, as a shell word
     code: tuple[str, str] | None = None  # (root here, root there) of the steps' code, when they differ
-
-    def entry(self, local: str) -> str:
-        if self.code and local.startswith(self.code[0] + "/"):
-            return self.code[1] + local[len(self.code[0]) :]
-        return local
 
 
 @dataclass(frozen=True)
@@ -154,7 +148,7 @@ def cluster_paths(job: Job, local_home: Path, python: str) -> ClusterPaths:
             )
         jobs_root = profile.job_dir.rstrip("/")
         home = str(PurePosixPath(jobs_root).parent)
-    artifacts = profile.artifacts_root or f"{home}/artifacts"
+    artifacts = step_process.artifacts_root(profile, home)
     code = (str(bundled_root()), profile.code_root.rstrip("/")) if profile.code_root else None
     for what, path in (
         ("NEMOTRON_HOME", home),
@@ -205,35 +199,28 @@ def secrets_source_line(path: str) -> str:
 
 
 def step_command(job: Job, paths: ClusterPaths, nodes: int, nproc: int, rdzv_host: str) -> Command:
-    """The step process, through `nemotron.run_step` as on every executor (so exit codes 2/3/130 mean the same):
-    plain python, or torchrun (one per node) when the step is distributed."""
-    args = (
-        shlex.quote(paths.entry(job.entry)),
-        "--job-dir",
-        shlex.quote(paths.job_dir),
-        *(shlex.quote(a) for a in job.passthrough),
+    """The step process (launch/step_process.py), torchrun's launcher one per node when the step is distributed;
+    that launcher is `torchrun_agent`, torchrun's agent with Slurm's time-limit warning ignored (it would die of
+    it; nemotron.preempt)."""
+    rendezvous = (
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"{rdzv_host}:29500",
+        "--rdzv-id",
+        "$SLURM_JOB_ID",
     )
-    if job.launch == "torchrun" and nodes * nproc > 1:
-        head = (
-            "--nnodes",
-            str(nodes),
-            "--nproc-per-node",
-            str(nproc),
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            f"{rdzv_host}:29500",
-            "--rdzv-id",
-            "$SLURM_JOB_ID",
-        )
-        return Command(
-            # torchrun's agent, with Slurm's time-limit warning ignored (it would die of it; nemotron.preempt)
-            paths.python,
-            "nemotron.launch.torchrun_agent",
-            (*head, "-m", "nemotron.run_step", *args),
-            module=True,
-        )
-    return Command(paths.python, "nemotron.run_step", args, module=True)
+    step = step_process.step_command(
+        job,
+        python=paths.python,
+        job_dir=paths.job_dir,
+        torchrun=step_process.across_nodes(nodes, nproc, *rendezvous),
+        nodes=nodes,
+        nproc=nproc,
+        code_root=slurm_profile(job).code_root,
+        launcher="nemotron.launch.torchrun_agent",
+    )
+    return Command(step.python, step.module, step.args, module=True)
 
 
 def server_command(served: ServedModel, paths: ClusterPaths, threads: int) -> Command:
@@ -270,15 +257,8 @@ def after_server_is_ready(command: Command, paths: ClusterPaths, what: str = "th
 
 def job_env(job: Job, paths: ClusterPaths) -> tuple[tuple[tuple[str, str], ...], list[str]]:
     """(the variables every group exports, as shell words; the names the 0600 secrets file exports instead)."""
-    p = slurm_profile(job)
-    env = [
-        ("NEMOTRON_HOME", paths.home),
-        ("NEMOTRON_ARTIFACTS_ROOT", paths.artifacts_root),
-        ("NEMOTRON_JOB_DIR", paths.job_dir),
-    ]
-    secret_names = sorted(k for k, v in p.env_vars.items() if v and is_secret_name(k))
-    env += [(k, v) for k, v in sorted(p.env_vars.items()) if v and k not in secret_names]
-    return tuple((k.upper(), shlex.quote(v)) for k, v in env), secret_names
+    env = step_process.step_env(slurm_profile(job), paths.home, paths.job_dir)
+    return tuple((k.upper(), shlex.quote(v)) for k, v in env.variables), list(env.secrets)
 
 
 def per_job_port(offset: int = 0) -> str:
@@ -301,7 +281,9 @@ def shared_fields(
     env, secret_names = job_env(job, paths)
     secret_names += extra_secrets
     secrets = [secrets_source_line(f"{paths.job_dir}/{SECRETS_FILE}")] if secret_names else []
-    image, import_lines, mounts = containers.container(job, paths, image)
+    image, import_lines, mounts = containers.container(
+        job, image, home=paths.home, artifacts_root=paths.artifacts_root, job_dir=paths.job_dir
+    )
     return {
         "time": p.time,
         "account": p.account,

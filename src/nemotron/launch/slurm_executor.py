@@ -1,17 +1,21 @@
-"""The Slurm executor: our step process as an sbatch job (a heterogeneous one with the reward model or the vLLM judge served beside it), a
-Ray cluster across the profile's nodes for engines that bring their own driver (NeMo-RL), or an engine's own
-heterogeneous job (NeMo-Aligner's servers and actor); all through NeMo-Run.
-Status, logs and cancel go through NeMo-Run's runner and the job's log files."""
+"""The Slurm executor: our step process as an sbatch job (a heterogeneous one with the reward model or the vLLM
+judge served beside it), a Ray cluster across the profile's nodes for engines that bring their own driver
+(NeMo-RL), or an engine's own heterogeneous job (NeMo-Aligner's servers and actor); all through NeMo-Run.
+Status, logs and cancel: the sbatch jobs' through NeMo-Run's runner and their log files (`SlurmBatch`), the Ray
+cluster's through NeMo-Run's Slurm Ray API (`ray_slurm.SlurmRay`)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
 
 from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
 from nemotron.launch import het_slurm, ray_slurm, remote, slurm, slurm_script
+from nemotron.launch.records import SHAPE_FIELD, RemoteRecord, RemoteState, read_record
 from nemotron.launch.served import served_model
 from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
@@ -29,6 +33,37 @@ def _python(job: Job) -> str:
     return profile.python or (
         "python" if profile.container_image else sys.executable if profile.tunnel == "local" else "python3"
     )
+
+
+class SlurmBatch(slurm_script.SlurmJob):
+    """A job NeMo-Run submitted as an sbatch script: its state is NeMo-Run's torchx runner's."""
+
+    def state(self) -> RemoteState:
+        with remote.nemo_run() as run:
+            app = remote.runner(run).status(self.handle)
+        return RemoteState(remote.APP_STATES.get(app.state.name, "unknown") if app is not None else "unknown")
+
+    def cancel(self) -> None:
+        with remote.nemo_run() as run:
+            remote.runner(run).cancel(self.handle)
+
+
+class SlurmProcess(SlurmBatch):
+    """Our step process (`StepProcess`), with the reward model or the vLLM judge served beside it where asked."""
+
+    shape: Literal["process"] = "process"
+
+
+class SlurmHetJob(SlurmBatch):
+    """An engine's own heterogeneous job (`HetJob`: NeMo-Aligner's servers and actor)."""
+
+    shape: Literal["hetjob"] = "hetjob"
+
+
+# the shapes a Slurm job's record can have
+RECORDS: TypeAdapter[SlurmProcess | SlurmHetJob | ray_slurm.SlurmRay] = TypeAdapter(
+    Annotated[SlurmProcess | SlurmHetJob | ray_slurm.SlurmRay, Field(discriminator=SHAPE_FIELD)]
+)
 
 
 class SlurmExecutor(remote.SchedulerJobs):
@@ -51,45 +86,24 @@ class SlurmExecutor(remote.SchedulerJobs):
 
     def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
         if isinstance(launch, StepProcess):
+            plan = slurm_plan(job)
             return remote.submit_remote(
-                job, job_dir, lambda: slurm_script.submit_job(job, job_dir, slurm_plan(job)), self
+                job, job_dir, lambda: SlurmProcess(**slurm_script.submit_job(job, job_dir, plan)), self.record
             )
         if isinstance(launch, HetJob):
             het = het_slurm.plan_het(job, launch)
-            outputs = {"register": dict(launch.outputs)} if launch.outputs else {}
             return remote.submit_remote(
-                job, job_dir, lambda: slurm_script.submit_job(job, job_dir, het) | outputs, self
+                job,
+                job_dir,
+                lambda: SlurmHetJob(
+                    **slurm_script.submit_job(job, job_dir, het), outputs=dict(launch.outputs)
+                ),
+                self.record,
             )
-        plan = ray_slurm.plan_for(job, where, launch)
-        return remote.submit_remote(job, job_dir, lambda: ray_slurm.submit(job, job_dir, plan, launch), self)
+        ray = ray_slurm.plan_for(job, where, launch)
+        return remote.submit_remote(
+            job, job_dir, lambda: ray_slurm.submit(job, job_dir, ray, launch), self.record
+        )
 
-    # ------------------------------------------------------------------ the scheduler's answers (remote.Scheduler)
-
-    def state(self, status: dict[str, Any]) -> str:
-        if (
-            status.get("launch") == "ray"
-        ):  # submitted as a NeMo-Run Ray cluster, not through the torchx runner
-            return ray_slurm.state(_profile_of(status), status)
-        with remote.nemo_run() as run:
-            app = remote.runner(run).status(str(status["handle"]))
-        return remote.APP_STATES.get(app.state.name, "unknown") if app is not None else "unknown"
-
-    def exit_code(self, status: dict[str, Any]) -> int | None:
-        return remote.exit_line_code(status.get("remote_dir"), f"sbatch_*_{status.get('remote_id')}.out")
-
-    def log_reader(self, job_dir: Path, role: str | None = None) -> remote.LogReader:
-        from nemotron.jobs import read_status
-
-        return remote.LogTail(lambda: remote.step_log_files(read_status(job_dir), role))
-
-    def cancel_remote(self, status: dict[str, Any]) -> None:
-        if status.get("launch") == "ray":
-            ray_slurm.cancel(_profile_of(status), status)
-            return
-        with remote.nemo_run() as run:
-            remote.runner(run).cancel(str(status["handle"]))
-
-
-def _profile_of(status: dict[str, Any]) -> SlurmProfile:
-    """The profile a job was submitted with (kept in status.json: job.yaml's copy has its secrets masked)."""
-    return SlurmProfile.model_validate(status["profile"])
+    def record(self, status: dict[str, Any], job_dir: Path) -> RemoteRecord:
+        return read_record(RECORDS, status, job_dir)

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
 from nemotron.errors import UserError
+from nemotron.launch import remote
 from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT
+from nemotron.launch.records import LogReader, RemoteRecord
 from nemotron.launch.slurm import (
     JOB_NAME_PREFIX,
     MACROS,
@@ -34,6 +36,24 @@ from nemotron.reward.bind import TOKEN_ENV as REWARD_TOKEN_ENV
 
 if TYPE_CHECKING:
     from types import ModuleType
+
+
+class SlurmJob(RemoteRecord):
+    """A job on Slurm, whatever its shape: its logs are the sbatch and srun output files in `remote_dir`, and the
+    sbatch script's last line says its exit code."""
+
+    remote_dir: str  # where the sbatch and srun outputs are
+
+    def exit_code(self) -> int | None:
+        return remote.exit_line_code(self.remote_dir, f"sbatch_*_{self.remote_id}.out")
+
+    def log_reader(self, job_dir: Path, role: str | None = None) -> LogReader:
+        return remote.LogTail(lambda: remote.step_log_files(self.remote_dir, role or self.roles[-1]))
+
+    def side_logs(self) -> list[Path]:
+        """The first group's log (the reward server's) of a job of several groups."""
+        return remote.step_log_files(self.remote_dir, self.roles[0]) if len(self.roles) > 1 else []
+
 
 # ----------------------------------------------------------------------------- rendering (pure)
 
@@ -237,13 +257,11 @@ def submit_plan(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> str:
 
 def submit_job(job: Job, job_dir: Path, plan: SlurmPlan) -> dict[str, Any]:
     """Write the job's cluster-side files, submit the plan through NeMo-Run, return what status.json records."""
-    from nemotron.launch.remote import nemo_run
-
     profile = slurm_profile(job)
     if plan.secret_names:
         token = {REWARD_TOKEN_ENV: secrets.token_urlsafe(24)} if REWARD_TOKEN_ENV in plan.secret_names else {}
         write_secrets(job, job_dir, plan.secret_names, token)
-    with nemo_run() as run:
+    with remote.nemo_run() as run:
         if profile.tunnel == "ssh":
             _upload(run, profile, job_dir, plan)
         handle = submit_plan(run, plan, profile)
