@@ -27,8 +27,9 @@ from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
 
 if TYPE_CHECKING:
+    from nemotron.artifacts.binding import Binding
     from nemotron.catalog import Catalog
-    from nemotron.compile import AnyProfile, Binding
+    from nemotron.profiles import AnyProfile
 
 # The files a Hugging Face tokenizer loads from (fast tokenizer, SentencePiece, byte-level BPE vocabulary). The
 # built-in engine loads tokenizer.json only (nemotron.models.checkpoint.load_tokenizer).
