@@ -1,7 +1,8 @@
 """The ONE place of config precedence: schema defaults < preset chain < profile < CLI dotlist.
 
 `compile_job` composes the config, records where each key came from, validates it strictly against the step's
-schema (every error at once, with did-you-mean), binds and type-checks the inputs, and returns a frozen Job.
+schema (every error at once, with did-you-mean), binds and type-checks the inputs (`artifacts.binding`), and returns
+a frozen Job.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ class _Record(BaseModel):
 
 
 class InputRecord(_Record):
-    """One consumed input as it was bound (compile.Binding)."""
+    """One consumed input as it was bound (artifacts.binding.Binding)."""
 
     name: str
     expected_type: str
