@@ -32,7 +32,12 @@ ARTIFACTS = {
 def main() -> int:
     home = Path(tempfile.mkdtemp(prefix="nemotron-tiny-"))
     env = {**os.environ, "NEMOTRON_HOME": str(home)}
-    subprocess.run([sys.executable, "-m", "nemotron", "pipeline", "run", "tiny", "--until", "rm"], env=env, check=True, cwd=home)
+    subprocess.run(
+        [sys.executable, "-m", "nemotron", "pipeline", "run", "tiny", "--until", "rm"],
+        env=env,
+        check=True,
+        cwd=home,
+    )
     os.environ["NEMOTRON_HOME"] = str(home)
     from nemotron.artifacts.store import ArtifactStore
 
@@ -48,8 +53,14 @@ def main() -> int:
             shutil.copytree(src, tmp / shipped)
         else:
             shutil.copy2(src, tmp / shipped)
-        provenance[shipped] = {"artifact": art.ref, "type": art.type, "sha256": art.sha256, "step": art.metadata.get("step"),
-                               "preset": art.metadata.get("preset"), "config_hash": art.metadata.get("config_hash")}
+        provenance[shipped] = {
+            "artifact": art.ref,
+            "type": art.type,
+            "sha256": art.sha256,
+            "step": art.metadata.get("step"),
+            "preset": art.metadata.get("preset"),
+            "config_hash": art.metadata.get("config_hash"),
+        }
     (tmp / "PROVENANCE.json").write_text(json.dumps(provenance, indent=2) + "\n")
     shutil.rmtree(DEST, ignore_errors=True)
     os.rename(tmp, DEST)

@@ -10,8 +10,9 @@ export PATH="$PWD/$VENV/bin:$PATH"
 if [ -f scripts/slurm-up.sh ] && [ "$(id -u)" = 0 ]; then
   bash scripts/slurm-up.sh || echo "slurm-up failed: the Slurm tests will say why they skip" >&2
 fi
-ruff check src steps tests bench
-ruff format --check src steps tests bench
+# Every Python file in the tree (pyproject's [tool.ruff] include), not only the package: scripts/ and docs/examples/ too.
+ruff check
+ruff format --check
 mypy
 # Two workers (NEMOTRON_TEST_WORKERS=0: one process); the Slurm tests share one of them (tests/conftest.py).
 pytest -n "${NEMOTRON_TEST_WORKERS:-2}" --dist loadgroup --durations=15 "$@"

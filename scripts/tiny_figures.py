@@ -37,15 +37,26 @@ def collect(home: Path) -> dict[str, dict[str, float]]:
         merged: dict[str, float] = {}
         for line in (job / "metrics.jsonl").read_text().splitlines():
             merged.update(json.loads(line))
-        out[step] = {f"{m}_{when}": round(float(merged[f"eval_{m}_{when}"]), 3) for m in METRICS for when in ("before", "after")}
+        out[step] = {
+            f"{m}_{when}": round(float(merged[f"eval_{m}_{when}"]), 3)
+            for m in METRICS
+            for when in ("before", "after")
+        }
     return out
 
 
 def table(figures: dict[str, dict[str, float]]) -> str:
-    rows = ["| step | RM before → after | GT before → after | well-formed before → after |", "|---|---|---|---|"]
+    rows = [
+        "| step | RM before → after | GT before → after | well-formed before → after |",
+        "|---|---|---|---|",
+    ]
     for step, label in RL_STEPS.items():
         f = figures[step]
-        rows.append(f"| {label} | " + " | ".join(f"{f[m + '_before']:.2f} → {f[m + '_after']:.2f}" for m in METRICS) + " |")
+        rows.append(
+            f"| {label} | "
+            + " | ".join(f"{f[m + '_before']:.2f} → {f[m + '_after']:.2f}" for m in METRICS)
+            + " |"
+        )
     return "\n".join(rows)
 
 
@@ -59,11 +70,16 @@ def main() -> int:
         seconds = round(time.monotonic() - started)
         figures = collect(Path(tmp) / "home")
     record = {
-        **machine, "pipeline_seconds": seconds,
-        "command": "nemotron pipeline run tiny", "tolerance": TOLERANCE, "steps": figures,
+        **machine,
+        "pipeline_seconds": seconds,
+        "command": "nemotron pipeline run tiny",
+        "tolerance": TOLERANCE,
+        "steps": figures,
     }
-    note = (f"Measured {record['date']} on {record['cpu']} ({record['cores']} cores), pipeline {seconds} s, by "
-            "`python scripts/tiny_figures.py`:")
+    note = (
+        f"Measured {record['date']} on {record['cpu']} ({record['cores']} cores), pipeline {seconds} s, by "
+        "`python scripts/tiny_figures.py`:"
+    )
     block = f"{note}\n\n{table(figures)}\n"
     write_figures(FIGURES, record, README, splice(README.read_text(), BEGIN, END, block, str(README)))
     print(json.dumps(record, indent=2))

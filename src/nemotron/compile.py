@@ -1,7 +1,8 @@
 """The ONE place of config precedence: schema defaults < preset chain < profile < CLI dotlist.
 
 `compile_job` composes the config, records where each key came from, validates it strictly against the step's
-schema (every error at once, with did-you-mean), binds and type-checks the inputs, and returns a frozen Job.
+schema (every error at once, with did-you-mean), binds and type-checks the inputs (`artifacts.binding`), and returns
+a frozen Job.
 """
 
 from __future__ import annotations
@@ -23,44 +24,18 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from nemotron import preflight
-from nemotron.artifacts.refs import check_artifact_name, parse_ref
+from nemotron.artifacts.binding import Binding as Binding  # launch/ and tests import it from here
+from nemotron.artifacts.binding import bind_inputs
+from nemotron.artifacts.refs import check_artifact_name
 from nemotron.artifacts.store import ArtifactStore
-from nemotron.artifacts.typecheck import conforms, detect_type, validate_records
 from nemotron.catalog import Catalog, Resources, Step
 from nemotron.configtree import deep_merge, flatten, get_dotted, set_dotted, unflatten
 from nemotron.errors import NotFound, UserError, did_you_mean
-from nemotron.models.layout import CONFIG_FILE, describe
 from nemotron.models.tokenizer_match import check_token_ids_meet
 from nemotron.paths import artifacts_dir
-from nemotron.profiles import (
-    DEFAULT_PROFILE,
-    LeptonProfile,
-    LocalProfile,
-    SlurmProfile,
-    implicit_profile,
-    load_profile,
-)
+from nemotron.profiles import DEFAULT_PROFILE, AnyProfile, LocalProfile, implicit_profile, load_profile
 from nemotron.redact import MASK, is_secret_name
 from nemotron.reward.bind import refuse_open_servers
-
-AnyProfile = LocalProfile | SlurmProfile | LeptonProfile
-
-
-@dataclass(frozen=True)
-class Binding:
-    """One [[consumes]] entry bound to a concrete artifact."""
-
-    name: str
-    expected_type: str
-    ref: str
-    kind: Literal["store", "path", "hub"]
-    path: str | None = None
-    actual_type: str | None = None
-    artifact_id: int | None = None
-    artifact: str | None = None  # name:vN for store artifacts
-    model: str | None = (
-        None  # a local HF checkpoint's family, classes and parameter count (models.layout.describe)
-    )
 
 
 @dataclass(frozen=True)
@@ -231,115 +206,6 @@ def validate_config(
         raise UserError(f"invalid config for step '{step_id}':", problems) from None
 
 
-# ----------------------------------------------------------------------------- inputs
-
-
-def bind_inputs(
-    catalog: Catalog, step: Step, config: dict[str, Any], store: ArtifactStore, remote: bool = False
-) -> list[Binding]:
-    """Resolve every [[consumes]] reference and check its type (is_a counts), all problems at once. The type is
-    the one the config's backend reads (`backend_types` in the manifest: NeMo-Aligner reads .nemo files).
-
-    With a remote executor, a path that does not exist here is taken to live on the cluster: bound, type unchecked."""
-    bindings, problems = [], []
-    backend = str(config.get("backend") or "builtin")
-    for c in step.manifest.consumes:
-        expected = c.type_on(backend)
-        ref_text = get_dotted(config, c.config_key)
-        if ref_text in (None, ""):
-            if c.required:
-                makers = catalog.producers_of(expected)
-                how = f"; produce one with: nemotron steps run {makers[0]} -c tiny" if makers else ""
-                problems.append(f"input '{c.name}' ({expected}) is not set: pass {c.config_key}=REF{how}")
-            continue
-        ref = parse_ref(str(ref_text))
-        try:
-            if ref.kind == "hub":
-                bindings.append(Binding(c.name, expected, ref.text, "hub", path=None, actual_type=None))
-                continue
-            if ref.kind == "store":
-                art = store.resolve(ref.name, ref.version)
-                actual, path = art.type, Path(art.path)
-                if not path.exists():
-                    problems.append(
-                        f"input '{c.name}': artifact {art.ref} points to {path}, which no longer exists"
-                    )
-                    continue
-                binding = Binding(c.name, expected, ref.text, "store", str(path), actual, art.id, art.ref)
-            else:
-                assert ref.path is not None
-                path = ref.path
-                if not path.exists() and remote and not ref.text.startswith("pkg://"):
-                    bindings.append(Binding(c.name, expected, ref.text, "path", ref.text, None))
-                    continue
-                if not path.exists():
-                    makers = catalog.producers_of(expected)
-                    how = f" Produce one with: nemotron steps run {makers[0]}" if makers else ""
-                    problems.append(
-                        f"input '{c.name}': '{ref.text}' is neither an existing path nor an artifact (NAME:vN, NAME:latest).{how}"
-                    )
-                    continue
-                spec = catalog.types.get(expected)
-                reason = conforms(path, spec) if spec else None
-                detected = detect_type(path, catalog)
-                inconclusive = detected is not None and catalog.is_a(expected, detected)  # e.g. any .nemo
-                if (
-                    reason is None
-                    and detected is not None
-                    and not catalog.is_a(detected, expected)
-                    and not inconclusive
-                ):
-                    reason = f"its content is that of a {detected}"  # e.g. SFT pairs given where prompts go
-                if reason is None:
-                    actual = detected if detected and catalog.is_a(detected, expected) else expected
-                else:
-                    actual = detected or "unrecognised"
-                binding = Binding(c.name, expected, ref.text, "path", str(path), actual)
-                if (
-                    reason is not None
-                    and spec is not None
-                    and spec.record
-                    and (detected is None or catalog.is_a(expected, detected))
-                ):
-                    try:  # not recognisably another type: say which lines are wrong, not just "wrong type"
-                        validate_records(path, spec)
-                    except UserError as e:
-                        problems.append(f"input '{c.name}': {e.render()}")
-                        continue
-                if reason is not None and not catalog.is_a(actual, expected):
-                    problems.append(
-                        f"input '{c.name}' ({ref.text}): expected type {expected}, got {actual}: {reason}{_converter_hint(catalog, actual, expected)}"
-                    )
-                    continue
-                if spec is not None:
-                    try:
-                        validate_records(path, spec)
-                    except UserError as e:
-                        problems.append(f"input '{c.name}': {e.render()}")
-                        continue
-        except NotFound as e:
-            problems.append(f"input '{c.name}': {e.message}")
-            continue
-        if not catalog.is_a(binding.actual_type or "", expected):
-            problems.append(
-                f"input '{c.name}' ({ref.text}): expected type {expected}, got {binding.actual_type}{_converter_hint(catalog, binding.actual_type or '', expected)}"
-            )
-            continue
-        if binding.path and (Path(binding.path) / CONFIG_FILE).is_file():
-            binding = dataclasses.replace(binding, model=describe(Path(binding.path)))
-        bindings.append(binding)
-    if problems:
-        raise UserError(f"cannot bind the inputs of '{step.id}':", problems)
-    return bindings
-
-
-def _converter_hint(catalog: Catalog, actual: str, expected: str) -> str:
-    spec = catalog.types.get(actual)
-    if spec and expected in spec.convert_to:
-        return f" (convert it with: {spec.convert_to[expected]})"
-    return ""
-
-
 # ----------------------------------------------------------------------------- the job
 
 
@@ -475,8 +341,6 @@ def _refuse_mismatched_resume(step_id: str, config: dict[str, Any], bindings: li
 def register_path_inputs(job: Job, store: ArtifactStore) -> Job:
     """Register every plain-path input as an external artifact (once per content hash) so lineage edges point at
     something with a hash. Called when a job is submitted, never on --dry-run."""
-    import dataclasses
-
     bound = []
     for b in job.bindings:
         if b.kind == "path" and b.artifact_id is None and b.path and Path(b.path).exists():

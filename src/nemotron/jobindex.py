@@ -23,8 +23,7 @@ from typing import Any
 import yaml
 
 from nemotron.errors import UserError
-from nemotron.jobrecord import parse_record, safe_load
-from nemotron.jobs import read_status
+from nemotron.jobrecord import parse_record, read_status, safe_load
 from nemotron.paths import jobs_dir
 
 log = logging.getLogger("nemotron")

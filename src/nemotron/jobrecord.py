@@ -1,9 +1,11 @@
 """job.yaml as a typed model: what a job was (step, preset, config, inputs, outputs, profile, the launch text),
 written once when the job is created and read by `jobs`, lineage and the executors. A record that does not match
-is one clear error naming the file and the fields, not a KeyError somewhere later."""
+is one clear error naming the file and the fields, not a KeyError somewhere later. Beside it, `read_status` reads
+status.json, the record that changes while the job runs (jobs.py writes it, the jobs index mirrors it)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,7 +20,7 @@ class _Record(BaseModel):
 
 
 class InputRecord(_Record):
-    """One consumed input as it was bound (compile.Binding)."""
+    """One consumed input as it was bound (artifacts.binding.Binding)."""
 
     name: str
     expected_type: str
@@ -84,6 +86,16 @@ def load_record(job_dir: Path) -> JobRecord:
     except (OSError, yaml.YAMLError) as e:
         raise UserError(f"cannot read {path}: {e}") from None
     return parse_record(data, path)
+
+
+def read_status(job_dir: Path) -> dict[str, Any]:
+    """status.json, the record that changes while a job runs (state, times, scheduler ids): {"state": "unknown"}
+    when it is absent or unreadable, e.g. half-written by an executor right now."""
+    try:
+        data = json.loads((job_dir / "status.json").read_text())
+        return data if isinstance(data, dict) else {"state": "unknown"}
+    except (OSError, ValueError):
+        return {"state": "unknown"}
 
 
 def dump_record(record: JobRecord) -> str:

@@ -19,6 +19,7 @@ import yaml
 
 from nemotron.errors import NotFound, did_you_mean, disk_full
 from nemotron.jobrecord import JobRecord, load_record, parse_record
+from nemotron.jobrecord import read_status as read_status  # executors and `nemotron jobs` read it from here
 from nemotron.paths import jobs_dir, writable_dir
 from nemotron.redact import redact_tree, redact_values, secret_values
 
@@ -205,14 +206,6 @@ def list_job_ids() -> list[str]:
 
 def read_record(job_dir: Path) -> JobRecord:
     return load_record(job_dir)
-
-
-def read_status(job_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((job_dir / "status.json").read_text())
-        return data if isinstance(data, dict) else {"state": "unknown"}
-    except (OSError, ValueError):
-        return {"state": "unknown"}
 
 
 def update_status(job_dir: Path, **fields: Any) -> dict[str, Any]:

@@ -30,8 +30,9 @@ from nemotron.models.layout import CheckpointError, parameter_count, read_config
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
     from rl.rlhf.schema import Config as RLHFConfig
 
+    from nemotron.artifacts.binding import Binding
     from nemotron.catalog import Catalog
-    from nemotron.compile import AnyProfile, Binding
+    from nemotron.profiles import AnyProfile
     from nemotron.stepconfig import RLConfig
 
 # The files a Hugging Face tokenizer loads from (fast tokenizer, SentencePiece, byte-level BPE vocabulary). The

@@ -124,7 +124,8 @@ class LeptonProfile(_ProfileBase):
     nemo_rl_dir: str | None = None
 
 
-Profile = Annotated[LocalProfile | SlurmProfile | LeptonProfile, Field(discriminator="executor")]
+AnyProfile = LocalProfile | SlurmProfile | LeptonProfile
+Profile = Annotated[AnyProfile, Field(discriminator="executor")]
 _PROFILE = TypeAdapter(Profile)
 
 DEFAULT_PROFILE = LocalProfile(name="local")
@@ -190,7 +191,7 @@ def _resolve_raw(name: str, tables: dict[str, dict[str, Any]], chain: tuple[str,
     return deep_merge(base, raw)
 
 
-def load_profile(name: str) -> LocalProfile | SlurmProfile | LeptonProfile:
+def load_profile(name: str) -> AnyProfile:
     raw = _resolve_raw(name, raw_profiles())
     source = raw.pop("_file", "?")
     raw["name"] = name

@@ -9,8 +9,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "nemotron"
 
@@ -144,11 +142,6 @@ def test_launch_has_no_import_cycles() -> None:
     assert found == [], "import cycles through launch/:\n" + "\n".join(found)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the cycles outside launch/ (jobs <-> jobindex, models.checkpoint -> reward -> tiny, reward.connection "
-    "<-> transport, compile <-> preflight) are cut on branch bind-small: delete this mark once it is merged",
-)
 def test_the_package_has_no_import_cycles() -> None:
     graph = import_graph()
     assert len(graph) > 100  # the scan found the package

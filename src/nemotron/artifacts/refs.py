@@ -30,7 +30,7 @@ _HUB_ID = re.compile(r"^(?:hf://)?[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 @dataclass(frozen=True)
 class ArtifactRef:
-    kind: Literal["store", "path", "hub"]
+    kind: Literal["store", "path", "hub", "package"]
     text: str
     name: str = ""
     version: str = ""  # "latest" or "vN"
@@ -44,7 +44,7 @@ def parse_ref(text: str, base_dir: Path | None = None) -> ArtifactRef:
         raise UserError("empty artifact reference")
     if text.startswith("pkg://"):
         # Artifacts shipped inside the package (the tiny task's), so `-c tiny` works on an empty $NEMOTRON_HOME.
-        return ArtifactRef("path", text, path=shipped_root() / text.removeprefix("pkg://"))
+        return ArtifactRef("package", text, path=shipped_root() / text.removeprefix("pkg://"))
     candidate = Path(text).expanduser()
     if not candidate.is_absolute() and base_dir is not None:
         candidate = base_dir / candidate

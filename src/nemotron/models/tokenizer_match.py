@@ -32,7 +32,7 @@ SPECIAL_FILES = ("special_tokens_map.json", "tokenizer_config.json")
 
 
 class _Bound(Protocol):
-    """What the check reads of a compile binding (nemotron.compile.Binding)."""
+    """What the check reads of a compile binding (nemotron.artifacts.binding.Binding)."""
 
     @property
     def name(self) -> str: ...

@@ -14,19 +14,23 @@ import logging
 import math
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from email.utils import formatdate
 from functools import cache, partial
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import h11
 
 from nemotron.reward.messages import (
     BodyStream,
+    Deferred,
     HTTPError,
+    HTTPSettings,
     Request,
     Response,
+    Route,
     decompress,
     error_from,
     error_response,
@@ -40,9 +44,6 @@ from nemotron.reward.request_head import (
     split_target,
     too_long,
 )
-
-if TYPE_CHECKING:
-    from nemotron.reward.transport import Deferred, Route, ServerCore
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,25 @@ def reason_phrase(status: int) -> bytes:
         return b""
 
 
+class Server(Protocol):
+    """What a connection asks of the server that accepted it (`transport.ServerCore`, which creates connections)."""
+
+    settings: HTTPSettings
+    loop: asyncio.AbstractEventLoop
+    receive_buffer: memoryview  # shared by all connections: the loop serves one read at a time
+    draining: bool  # stopping: answer what is in flight, take nothing new
+    public_paths: frozenset[str]  # answered without the token
+
+    def admit(self, connection: Connection) -> bool: ...
+    def forget(self, connection: Connection) -> None: ...
+    def authorized(self, headers: dict[str, str]) -> bool: ...
+    def route(self, method: str, path: str) -> Route | None: ...
+    def run_in_pool(self, handler: Callable[[Request], Response], request: Request) -> Deferred: ...
+    def answer_when_done(self, connection: Connection, future: Future[Any]) -> None: ...
+    def request_started(self) -> None: ...
+    def request_finished(self, endpoint: str, status: int, seconds: float) -> None: ...
+
+
 class Connection(asyncio.BufferedProtocol):
     """The protocol of one accepted socket; every method runs on the event loop except where noted.
 
@@ -94,7 +114,7 @@ class Connection(asyncio.BufferedProtocol):
     read at a time), where a plain Protocol would have each read allocate, then shrink, a 256 KiB bytes.
     """
 
-    def __init__(self, core: ServerCore) -> None:
+    def __init__(self, core: Server) -> None:
         self.core, self.settings, self.loop = core, core.settings, core.loop
         self.transport: asyncio.Transport | None = None
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)

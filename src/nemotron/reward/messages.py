@@ -1,4 +1,5 @@
-"""Requests and responses as the servers' routes see them, and the JSON error bodies they answer with.
+"""Requests and responses as the servers' routes see them, the JSON error bodies they answer with, and what the
+transport and each of its connections share: routes (`Route`, a `Deferred` answer) and the `HTTPSettings`.
 
 The wire format is h11's business (`connection.py`); these are plain data plus the body helpers every route
 needs: JSON in and out, gzip/deflate request bodies with a size limit.
@@ -11,6 +12,7 @@ import json
 import threading
 import zlib
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -161,3 +163,51 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
     if len(out) > limit or inflater.unconsumed_tail:
         raise HTTPError(413, f"the decompressed body is larger than the limit of {limit} bytes")
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """The answer to a request that other work computes: once `future` resolves (in any thread), the
+    transport calls `respond(future)` on the event loop and sends what it returns (or the HTTPError it
+    raises). So the thread that resolves the future, the model's, spends no time encoding answers."""
+
+    future: Future[Any]
+    respond: Callable[[Future[Any]], Response]
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one endpoint answers. Give exactly one of `handler` and `submit`.
+
+    - `submit(request)` is called on the event loop, must not block, and returns a `Deferred` answer.
+      `timeout_s`: answer 504 if its future takes longer (and cancel it).
+    - `handler(request)` runs in the transport's thread pool, or on the event loop itself when `inline`
+      (only for cheap handlers that never block: health, metadata).
+    """
+
+    name: str  # the `endpoint` label of the request metrics
+    handler: Callable[[Request], Response] | None = None
+    inline: bool = False
+    submit: Callable[[Request], Deferred] | None = None
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.handler is None) == (self.submit is None):
+            raise ValueError(f"route {self.name!r} needs exactly one of handler and submit")
+
+
+@dataclass(frozen=True)
+class HTTPSettings:
+    host: str = "127.0.0.1"
+    port: int = 0
+    token: str | None = None
+    max_body_bytes: int = 16 * 1024 * 1024
+    read_timeout_s: float = 30.0  # the longest silence between two reads
+    request_deadline_s: float = 60.0  # a request's head and body must arrive within this, from its first byte
+    drain_timeout_s: float = 30.0
+    metric_prefix: str = "nemotron"
+    handler_threads: int = 16  # the pool that runs blocking handlers
+    max_connections: int | None = (
+        None  # None: half of the file limit left after transport.FILES_KEPT_FREE, at most 4096
+    )
+    error_style: ErrorStyle = "plain"

@@ -25,7 +25,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
@@ -36,10 +35,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from nemotron.errors import UserError
 from nemotron.reward.bind import TOKEN_ENV as TOKEN_ENV
 from nemotron.reward.connection import Connection, State
+from nemotron.reward.messages import Deferred as Deferred
 from nemotron.reward.messages import ErrorStyle, error_response
 from nemotron.reward.messages import HTTPError as HTTPError
+from nemotron.reward.messages import HTTPSettings as HTTPSettings
 from nemotron.reward.messages import Request as Request
 from nemotron.reward.messages import Response as Response
+from nemotron.reward.messages import Route as Route
 from nemotron.reward.messages import json_response as json_response
 from nemotron.reward.messages import parse_json_body as parse_json_body
 from nemotron.reward.metrics import CONTENT_TYPE, LATENCY_BUCKETS_S, exposition
@@ -61,37 +63,6 @@ def health_answer(closing: bool) -> Response:
     return json_response({"ready": True})
 
 
-@dataclass(frozen=True, slots=True)
-class Deferred:
-    """The answer to a request that other work computes: once `future` resolves (in any thread), the
-    transport calls `respond(future)` on the event loop and sends what it returns (or the HTTPError it
-    raises). So the thread that resolves the future, the model's, spends no time encoding answers."""
-
-    future: Future[Any]
-    respond: Callable[[Future[Any]], Response]
-
-
-@dataclass(frozen=True)
-class Route:
-    """How one endpoint answers. Give exactly one of `handler` and `submit`.
-
-    - `submit(request)` is called on the event loop, must not block, and returns a `Deferred` answer.
-      `timeout_s`: answer 504 if its future takes longer (and cancel it).
-    - `handler(request)` runs in the transport's thread pool, or on the event loop itself when `inline`
-      (only for cheap handlers that never block: health, metadata).
-    """
-
-    name: str  # the `endpoint` label of the request metrics
-    handler: Callable[[Request], Response] | None = None
-    inline: bool = False
-    submit: Callable[[Request], Deferred] | None = None
-    timeout_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if (self.handler is None) == (self.submit is None):
-            raise ValueError(f"route {self.name!r} needs exactly one of handler and submit")
-
-
 class App(Protocol):
     """What a server plugs into the transport."""
 
@@ -103,23 +74,6 @@ class App(Protocol):
     def close(self, timeout: float) -> None:
         """Finish queued work and release the model; called after the last request."""
         ...
-
-
-@dataclass(frozen=True)
-class HTTPSettings:
-    host: str = "127.0.0.1"
-    port: int = 0
-    token: str | None = None
-    max_body_bytes: int = 16 * 1024 * 1024
-    read_timeout_s: float = 30.0  # the longest silence between two reads
-    request_deadline_s: float = 60.0  # a request's head and body must arrive within this, from its first byte
-    drain_timeout_s: float = 30.0
-    metric_prefix: str = "nemotron"
-    handler_threads: int = 16  # the pool that runs blocking handlers
-    max_connections: int | None = (
-        None  # None: half of the file limit left after FILES_KEPT_FREE, at most 4096
-    )
-    error_style: ErrorStyle = "plain"
 
 
 def raise_file_limit() -> int:

@@ -14,7 +14,11 @@ def main() -> None:
 
     # ---- inputs and work
     lines = Path(cfg.inputs.prompts).read_text().splitlines()
-    kept = [line for line in lines if line.strip() and len(json.loads(line)["prompt"].split()) <= cfg.filter.max_words]
+    kept = [
+        line
+        for line in lines
+        if line.strip() and len(json.loads(line)["prompt"].split()) <= cfg.filter.max_words
+    ]
     run.log_metrics(1, {"kept": len(kept), "dropped": len(lines) - len(kept)})
     print(f"step 1/1 kept={len(kept)} dropped={len(lines) - len(kept)}", flush=True)
 

@@ -1,0 +1,113 @@
+"""Binding inputs by source (nemotron.artifacts.binding): what each kind of reference checks, and where records are
+read. The expected lines are written out here; tests/bad_inputs checks the same messages through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nemotron.artifacts.binding import (
+    Binding,
+    Problem,
+    Wanted,
+    bind_hub,
+    bind_inputs,
+    bind_package,
+    bind_path,
+    bind_store,
+)
+from nemotron.artifacts.refs import parse_ref
+from nemotron.artifacts.store import ArtifactStore
+from nemotron.catalog import Catalog
+from nemotron.errors import UserError
+
+PROMPTS = Wanted("prompts", "prompt_jsonl")
+POLICY = Wanted("policy", "checkpoint_hf")
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return Catalog()
+
+
+def _jsonl(path: Path, *records: object) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_bad_line_is_named_when_the_file_is_not_recognisably_another_type(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    path = _jsonl(tmp_path / "p.jsonl", {"prompt": "a"}, {"prompt": 3})
+    got = bind_path(catalog, PROMPTS, parse_ref(str(path)), remote=False)
+    assert isinstance(got, Problem)
+    assert got.line.startswith(f"input 'prompts': {path}: 1 invalid line")
+    assert f"{path}:2: field 'prompt': Input should be a valid string, got int" in got.line
+
+
+def test_a_file_of_another_type_is_refused_by_type_without_reading_its_lines(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    # SFT pairs where prompts go; line 2 is bad too, but the type, read from line 1, is what is wrong
+    path = _jsonl(tmp_path / "s.jsonl", {"prompt": "a", "response": "b"}, {"prompt": "a", "response": 5})
+    got = bind_path(catalog, PROMPTS, parse_ref(str(path)), remote=False)
+    assert got == Problem(
+        f"input 'prompts' ({path}): expected type prompt_jsonl, got sft_jsonl: its content is that of a sft_jsonl"
+    )
+
+
+def test_a_path_that_is_not_here_is_bound_unchecked_only_for_a_remote_executor(catalog: Catalog) -> None:
+    ref = parse_ref("/data/on/the/cluster/p.jsonl")
+    assert bind_path(catalog, PROMPTS, ref, remote=True) == Binding(
+        "prompts", "prompt_jsonl", ref.text, "path", ref.text, None
+    )
+    got = bind_path(catalog, PROMPTS, ref, remote=False)
+    assert isinstance(got, Problem) and "is neither an existing path nor an artifact" in got.line
+
+
+def test_a_package_artifact_is_always_here_so_a_missing_one_is_refused(catalog: Catalog) -> None:
+    ref = parse_ref("pkg://tiny/nope.jsonl")
+    assert ref.kind == "package"
+    got = bind_package(catalog, PROMPTS, ref)
+    assert isinstance(got, Problem) and got.line.startswith(
+        "input 'prompts': 'pkg://tiny/nope.jsonl' is neither"
+    )
+    shipped = bind_package(catalog, POLICY, parse_ref("pkg://tiny/sft_policy"))
+    assert isinstance(shipped, Binding) and shipped.kind == "path"
+    assert shipped.model is not None and "gpt2" in shipped.model.lower()  # a local checkpoint is described
+
+
+def test_a_store_artifact_of_another_type_is_refused_with_its_converter(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    store = ArtifactStore(tmp_path / "store")
+    (tmp_path / "mega").mkdir()
+    (tmp_path / "mega" / "weights").write_text("x")
+    store.register([("mega", "checkpoint_megatron", tmp_path / "mega", {})], job_id=None)
+    convert = catalog.types["checkpoint_megatron"].convert_to["checkpoint_hf"]
+    assert bind_store(catalog, store, POLICY, parse_ref("mega:v1")) == Problem(
+        f"input 'policy' (mega:v1): expected type checkpoint_hf, got checkpoint_megatron (convert it with: {convert})"
+    )
+    assert bind_store(catalog, store, POLICY, parse_ref("mega:v2")) == Problem(
+        "input 'policy': artifact 'mega' has no version v2"
+    )
+
+
+def test_a_hub_id_is_bound_as_written(catalog: Catalog) -> None:
+    assert bind_hub(POLICY, parse_ref("hf://org/model")) == Binding(
+        "policy", "checkpoint_hf", "hf://org/model", "hub"
+    )
+
+
+def test_every_problem_of_a_step_is_reported_at_once(catalog: Catalog, tmp_path: Path) -> None:
+    config = {"inputs": {"prompts": str(tmp_path / "none.jsonl"), "policy": "nope:v1"}}
+    with pytest.raises(UserError) as e:
+        bind_inputs(catalog, catalog.get("rl/reinforce"), config, ArtifactStore(tmp_path / "store"))
+    assert e.value.message == "cannot bind the inputs of 'rl/reinforce':"
+    assert [p.split(":")[0] for p in e.value.problems] == [
+        "input 'prompts'",
+        "input 'policy'",
+        "input 'reward_model' (reward_model_hf) is not set",
+    ]
