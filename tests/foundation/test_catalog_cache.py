@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from nemotron import catalog
 from nemotron.catalog import Catalog, ManifestCache
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "steproot" / "manifests" / "test" / "count.toml"
@@ -29,7 +28,7 @@ def test_a_second_catalog_parses_no_toml(home: Path, tmp_path: Path, monkeypatch
     root = user_root(tmp_path, 20)
     parsed: list[Any] = []
     real = tomllib.load
-    monkeypatch.setattr(catalog.tomllib, "load", lambda f: parsed.append(f.name) or real(f))
+    monkeypatch.setattr(tomllib, "load", lambda f: parsed.append(f.name) or real(f))
     first = Catalog([root])
     assert len(parsed) == 20 and (tmp_path / "cache" / "manifests.json").is_file()
     parsed.clear()
