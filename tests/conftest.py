@@ -83,7 +83,9 @@ _MODULES_AT_EXIT = (
 )
 
 
-def cli_imports(*args: str, timeout: float = 120) -> tuple[Result, set[str]]:
+def cli_imports(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> tuple[Result, set[str]]:
     """`cli`, and every module the command had imported when it exited: sys.modules, so a step's schema, which the
     catalog executes from its file, counts too (`-X importtime` does not see it)."""
     fd, out = tempfile.mkstemp(prefix="nemotron-modules-")
@@ -92,7 +94,7 @@ def cli_imports(*args: str, timeout: float = 120) -> tuple[Result, set[str]]:
         r = cli(
             *args,
             timeout=timeout,
-            env={"NEMOTRON_TEST_MODULES_OUT": out},
+            env={**(env or {}), "NEMOTRON_TEST_MODULES_OUT": out},
             python_flags=("-c", _MODULES_AT_EXIT),
         )
         modules = set(Path(out).read_text().split())

@@ -118,13 +118,12 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         (["steps", "list"], (*BROWSE, "rich.console"), "nemotron.catalog"),  # piped: plain text, no rich
         (["steps", "show", "rl/rlhf"], BROWSE, "rich.table"),
         (["steps", "run", "rl/rlhf", "-c", "tiny", "--dry-run"], NEVER, "nemotron_step_schema_steps_rl_rlhf"),
-        (
-            ["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"],
-            NEVER,
-            "nemotron.resource_plan",
-        ),
+        # no override and no ${...} in rl/ppo's presets: nothing for OmegaConf to do (rl/rlhf's has one)
+        (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], (*NEVER, "omegaconf"),
+         "nemotron.resource_plan"),
     ],
-)
+    ids=["help", "steps list", "steps show", "tiny local dry run", "slurm dry run"],
+)  # fmt: skip
 def test_start_up_loads_only_what_the_command_needs(
     home: Path, args: list[str], banned: tuple[str, ...], needed: str, run_cli_imports: Any
 ) -> None:
@@ -133,6 +132,16 @@ def test_start_up_loads_only_what_the_command_needs(
     assert r.code == 0, r.err
     assert needed in imported  # the check is real: the command did its work and its modules are recorded
     assert not loaded(imported, banned)
+
+
+def test_a_preset_interpolation_is_resolved(home: Path, run_cli_imports: Any) -> None:
+    """rl/rlhf's default preset names its judge as ${oc.env:RL_REWARD_MODEL,...}: OmegaConf resolves it (and is
+    loaded only because there is one to resolve)."""
+    r, imported = run_cli_imports("steps", "run", "rl/rlhf", "-c", "default", "-b", "slurm_rlhf", "--dry-run",
+                                  env={"RL_REWARD_MODEL": "my-org/my-judge"})  # fmt: skip
+    assert r.code == 0, r.err
+    assert "model: my-org/my-judge  # preset:default" in r.out and "${" not in r.out.split("## launch")[0]
+    assert "omegaconf" in imported
 
 
 def test_local_run_writes_job_record_and_jobs_ls_lists_it(
