@@ -117,9 +117,10 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         (["--help"], (*BROWSE, *GROUPS), "typer.rich_utils"),  # the groups' names and help are in cli.app
         (["steps", "list"], (*BROWSE, "rich.console"), "nemotron.catalog"),  # piped: plain text, no rich
         (["steps", "show", "rl/rlhf"], BROWSE, "rich.table"),
-        (["steps", "run", "rl/rlhf", "-c", "tiny", "--dry-run"], NEVER, "nemotron_step_schema_steps_rl_rlhf"),
+        # a dry run prints plain text: no rich
+        (["steps", "run", "rl/rlhf", "-c", "tiny", "--dry-run"], (*NEVER, "rich"), "nemotron_step_schema_steps_rl_rlhf"),
         # no override and no ${...} in rl/ppo's presets: nothing for OmegaConf to do (rl/rlhf's has one)
-        (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], (*NEVER, "omegaconf"),
+        (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], (*NEVER, "rich", "omegaconf"),
          "nemotron.resource_plan"),
     ],
     ids=["help", "steps list", "steps show", "tiny local dry run", "slurm dry run"],
