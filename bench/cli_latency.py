@@ -9,7 +9,8 @@ Each command is a fresh `python -m nemotron` process with an empty NEMOTRON_HOME
 cache is warm, as after a user's first call (one row measures a first call, with no cache). Within each run the
 commands, the peer and the `--before` code run one after the other, so other load on the machine slows them alike;
 the ratio to the peer is what carries across machines. Targets (issue 33): the listing, a step and the help at most
-2x the peer, a dry run at most 3x (it compiles the step's config, which the others never load).
+2x the peer, a dry run at most 3x (it compiles the step's config, which the others never load). One row measures
+what typer itself adds once it runs a command (FLOOR): no typer CLI starts faster than that.
 """
 
 from __future__ import annotations
@@ -48,6 +49,16 @@ COMMANDS = [
     Command("nemotron steps list, first call (no manifest cache)", ["steps", "list"], None, cold=True),
 ]  # fmt: skip
 PEER = "python -c 'import typer' (the peer)"
+# What typer itself costs once it runs a command: typer 0.29 checks every parameter's value with a pydantic
+# TypeAdapter, --help's included, so any typer CLI imports pydantic before its command starts.
+FLOOR = "a one-command typer app, run (the floor of any typer CLI)"
+FLOOR_CODE = """import typer
+app = typer.Typer()
+@app.command()
+def hello(name: str = "x") -> None:
+    print(name)
+app(["--name", "y"])
+"""
 
 
 def wall_s(args: list[str], env: dict[str, str], cwd: Path) -> float:
@@ -68,7 +79,8 @@ def measure(runs: int, trees: dict[str, Path], commands: list[Command]) -> dict[
         base.pop("NEMOTRON_STEPS_PATH", None)
         # (label, command name), argv after `python`, environment, the manifest cache to empty first (or None)
         cases: list[tuple[tuple[str, str], list[str], dict[str, str], Path | None]] = [
-            (("peer", PEER), ["-c", "import typer"], base, None)
+            (("peer", PEER), ["-c", "import typer"], base, None),
+            (("peer", FLOOR), ["-c", FLOOR_CODE], base, None),
         ]
         for label, tree in trees.items():
             cache = Path(tmp) / f"cache-{label}"
@@ -118,6 +130,8 @@ def table(medians: dict[str, dict[str, float]], runs: int, commands: list[Comman
             b = medians["before"][c.name]
             row += f" {b * 1000:.0f} ms | {b / peer:.1f}x |"
         lines.append(row)
+    floor = medians["peer"][FLOOR]
+    lines.append(f"| {FLOOR} | | {floor * 1000:.0f} ms | {floor / peer:.1f}x |" + (" | |" if before else ""))
     lines.append(f"| `{PEER}` | | {peer * 1000:.0f} ms | 1.0x |" + (" | |" if before else ""))
     return "\n".join(lines)
 

@@ -2,9 +2,9 @@
 
 The manifest types are NamedTuples, validated by pydantic (a TypeAdapter) when a manifest is read anew; the catalog
 keeps what it validated in ManifestCache, so listing or showing steps builds no pydantic schema (for these eleven
-types that cost about as much as importing typer). NamedTuples, not dataclasses: defining eleven frozen dataclasses
-costs a quarter of importing typer, eleven NamedTuples a fortieth (docs/benchmarks.md, "CLI latency"). Their
-list and dict defaults are shared between records made in Python without them: records are never mutated."""
+types that cost about as much as importing typer). NamedTuples, not dataclasses: a frozen dataclass takes ten times
+as long to define (docs/benchmarks.md, "CLI latency"). Their list and dict defaults are shared between records made
+in Python without them: records are never mutated. json.dumps would write a record as a list: use `plain`."""
 
 # ruff: noqa: RUF012  (the list and dict defaults below are NamedTuple fields' defaults, not class attributes)
 from __future__ import annotations
@@ -131,9 +131,9 @@ class Manifest(NamedTuple):
             dupes = {n for n in names if names.count(n) > 1}
             if dupes:
                 found.append(f"{group}: Value error, duplicate names {sorted(dupes)}")
-        names = {c.name for c in self.consumes}
+        inputs = {c.name for c in self.consumes}
         for c in self.consumes:
-            if c.reads_token_ids_of and c.reads_token_ids_of not in names - {c.name}:
+            if c.reads_token_ids_of and c.reads_token_ids_of not in inputs - {c.name}:
                 found.append(
                     f"consumes: Value error, {c.name}: reads_token_ids_of names no other input: "
                     f"{c.reads_token_ids_of!r}"
@@ -184,7 +184,7 @@ def validate(kind: type[T], raw: Any) -> T:
     from pydantic import ValidationError
 
     try:
-        value = _adapter(kind).validate_python(raw)
+        value: T = _adapter(kind).validate_python(raw)
     except ValidationError as e:
         raise InvalidManifest([_problem(err) for err in e.errors()]) from None
     found = value.problems() if isinstance(value, Manifest) else []
@@ -193,11 +193,17 @@ def validate(kind: type[T], raw: Any) -> T:
     return value
 
 
-@cache
-def _adapter(kind: type[Any]) -> Any:
-    from pydantic import TypeAdapter
+_ADAPTERS: dict[
+    type[Any], Any
+] = {}  # kind -> its pydantic TypeAdapter, built on the first manifest read anew
 
-    return TypeAdapter(kind)
+
+def _adapter(kind: type[Any]) -> Any:
+    if kind not in _ADAPTERS:
+        from pydantic import TypeAdapter
+
+        _ADAPTERS[kind] = TypeAdapter(kind)
+    return _ADAPTERS[kind]
 
 
 def _problem(err: Any) -> str:

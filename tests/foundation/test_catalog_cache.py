@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from nemotron import catalog_cache
-from nemotron.catalog import Catalog, ManifestCache, _adapter
+from nemotron.catalog import _ADAPTERS, Catalog, ManifestCache
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "steproot" / "manifests" / "test" / "count.toml"
 
@@ -35,10 +35,10 @@ def test_a_second_catalog_parses_no_toml(home: Path, tmp_path: Path, monkeypatch
     first = Catalog([root])
     assert len(parsed) == 20 and (tmp_path / "cache" / "manifests.json").is_file()
     parsed.clear()
-    _adapter.cache_clear()
+    _ADAPTERS.clear()
     second = Catalog([root])
     assert parsed == [] and second.steps.keys() == first.steps.keys()
-    assert _adapter.cache_info().currsize == 0  # no pydantic schema was built: nothing was validated
+    assert not _ADAPTERS  # no pydantic schema was built: nothing was validated
     assert second.get("user/s3").manifest == first.get("user/s3").manifest
     edited = root / "manifests" / "user" / "s3.toml"
     edited.write_text(edited.read_text().replace('name = "', 'name = "Edited '))
