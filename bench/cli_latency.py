@@ -1,10 +1,16 @@
-"""Wall time of the CLI commands a user runs most, against `python -c "import typer"` measured in the same run.
+"""Start-up of the CLI commands a user runs most, as ratios to `python -c "import typer"` measured in the same run.
 
-Run: python bench/cli_latency.py              (9 runs of each, alternating, median wall)
-     python bench/cli_latency.py --runs 21
-Each command is a fresh `nemotron` process with an empty NEMOTRON_HOME, as a user's first call. The commands and
-the peer alternate run by run, so other load on the machine slows them alike. Target (issue 17): every command
-under 0.3 s median on an idle 2-core machine; the ratio to the peer is what carries across machines.
+Run: python bench/cli_latency.py                         (9 runs of each, interleaved, median wall)
+     python bench/cli_latency.py --runs 21 --write-docs  (and put the table in docs/benchmarks.md between its markers)
+     python bench/cli_latency.py --before /tmp/main      (also the code of another checkout, in the same run:
+                                                          `git archive main | tar -x -C /tmp/main` makes one)
+     python bench/cli_latency.py --check                 (exit 1 when a command misses its target)
+Each command is a fresh `python -m nemotron` process with an empty NEMOTRON_HOME, as a user's call; the manifest
+cache is warm, as after a user's first call (one row measures a first call, with no cache). Within each run the
+commands, the peer and the `--before` code run one after the other, so other load on the machine slows them alike;
+the ratio to the peer is what carries across machines. Targets (issue 33): the listing, a step and the help at most
+2x the peer, a dry run at most 3x (it compiles the step's config, which the others never load). One row measures
+what typer itself adds once it runs a command (FLOOR): no typer CLI starts faster than that.
 """
 
 from __future__ import annotations
@@ -17,23 +23,42 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-COMMANDS: dict[str, list[str]] = {
-    "nemotron steps list": ["-m", "nemotron", "steps", "list"],
-    "nemotron steps show rl/rlhf": ["-m", "nemotron", "steps", "show", "rl/rlhf"],
-    "nemotron steps run rl/rlhf -c tiny --dry-run": [
-        "-m",
-        "nemotron",
-        "steps",
-        "run",
-        "rl/rlhf",
-        "-c",
-        "tiny",
-        "--dry-run",
-    ],
-}
-PEER = ("python -c 'import typer' (the peer)", ["-c", "import typer"])
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- cli-latency:begin -->", "<!-- cli-latency:end -->"
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    args: list[str]  # after `python -m nemotron`
+    target: float | None  # the most times the peer it may take; None: shown, not held to one
+    cold: bool = False  # with an empty manifest cache, as a user's very first call
+
+
+COMMANDS = [
+    Command("nemotron --help", ["--help"], 2.0),
+    Command("nemotron steps list", ["steps", "list"], 2.0),
+    Command("nemotron steps show rl/rlhf", ["steps", "show", "rl/rlhf"], 2.0),
+    Command("nemotron steps run rl/rlhf -c tiny --dry-run", ["steps", "run", "rl/rlhf", "-c", "tiny", "--dry-run"], 3.0),
+    Command("nemotron steps run rl/ppo -c default -b slurm_rlhf --dry-run",
+            ["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], 3.0),
+    Command("nemotron steps list, first call (no manifest cache)", ["steps", "list"], None, cold=True),
+]  # fmt: skip
+PEER = "python -c 'import typer' (the peer)"
+# What typer itself costs once it runs a command: typer 0.29 checks every parameter's value with a pydantic
+# TypeAdapter, --help's included, so any typer CLI imports pydantic before its command starts.
+FLOOR = "a one-command typer app, run (the floor of any typer CLI)"
+FLOOR_CODE = """import typer
+app = typer.Typer()
+@app.command()
+def hello(name: str = "x") -> None:
+    print(name)
+app(["--name", "y"])
+"""
 
 
 def wall_s(args: list[str], env: dict[str, str], cwd: Path) -> float:
@@ -46,34 +71,100 @@ def wall_s(args: list[str], env: dict[str, str], cwd: Path) -> float:
     return took
 
 
-def measure(runs: int) -> dict[str, float]:
-    """Median wall seconds per command, the peer included."""
-    cases = [*COMMANDS.items(), PEER]
-    times: dict[str, list[float]] = {name: [] for name, _ in cases}
+def measure(runs: int, trees: dict[str, Path], commands: list[Command]) -> dict[str, dict[str, float]]:
+    """Median wall seconds per tree (label -> source checkout) and command, the peer under the label "peer"."""
+    times: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="nemotron-cli-bench-") as tmp:
-        env = {**os.environ, "NEMOTRON_HOME": str(Path(tmp) / "home"), "COLUMNS": "200"}
-        for _name, args in cases:  # warm the OS file cache once; not counted
+        base = {**os.environ, "NEMOTRON_HOME": str(Path(tmp) / "home"), "COLUMNS": "200"}
+        base.pop("NEMOTRON_STEPS_PATH", None)
+        # (label, command name), argv after `python`, environment, the manifest cache to empty first (or None)
+        cases: list[tuple[tuple[str, str], list[str], dict[str, str], Path | None]] = [
+            (("peer", PEER), ["-c", "import typer"], base, None),
+            (("peer", FLOOR), ["-c", FLOOR_CODE], base, None),
+        ]
+        for label, tree in trees.items():
+            cache = Path(tmp) / f"cache-{label}"
+            env = {**base, "PYTHONPATH": str(tree / "src"), "NEMOTRON_CACHE_DIR": str(cache)}
+            cases += [
+                ((label, c.name), ["-m", "nemotron", *c.args], env, cache if c.cold else None)
+                for c in COMMANDS
+            ]
+        for (
+            _key,
+            args,
+            env,
+            _cold,
+        ) in cases:  # warm the OS file cache and the manifest cache once; not counted
             wall_s(args, env, Path(tmp))
         for _ in range(runs):
-            for name, args in cases:
-                times[name].append(wall_s(args, env, Path(tmp)))
+            for key, args, env, cold in cases:
+                if cold is not None:
+                    shutil.rmtree(cold, ignore_errors=True)
+                times.setdefault(key, []).append(wall_s(args, env, Path(tmp)))
             shutil.rmtree(Path(tmp) / "home", ignore_errors=True)
-    return {name: statistics.median(values) for name, values in times.items()}
+    medians: dict[str, dict[str, float]] = {}
+    for (label, name), values in times.items():
+        medians.setdefault(label, {})[name] = statistics.median(values)
+    return medians
 
 
-def table(medians: dict[str, float], runs: int) -> str:
-    peer = medians[PEER[0]]
-    lines = [f"median of {runs} runs, {os.cpu_count()} CPUs, {sys.executable}", "",
-             "| command | median wall | vs `import typer` |", "|---|---|---|"]  # fmt: skip
-    lines += [f"| `{name}` | {s * 1000:.0f} ms | {s / peer:.1f}x |" for name, s in medians.items()]
+def missed(medians: dict[str, dict[str, float]], commands: list[Command]) -> list[str]:
+    """The commands of this checkout over their target."""
+    peer = medians["peer"][PEER]
+    return [c.name for c in commands if c.target is not None and medians["this"][c.name] / peer > c.target]
+
+
+def table(medians: dict[str, dict[str, float]], runs: int, commands: list[Command]) -> str:
+    peer = medians["peer"][PEER]
+    before = "before" in medians
+    head = "| command | target | median wall | vs `import typer` |" + (
+        " before | before vs `import typer` |" if before else ""
+    )
+    lines = [f"median of {runs} interleaved runs, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+             f"at the end, {sys.executable}", "", head, "|---" * head.count(" | ") + "|---|"]  # fmt: skip
+    for c in commands:
+        s = medians["this"][c.name]
+        target = f"≤ {c.target:.0f}x" if c.target is not None else "—"
+        row = f"| `{c.name}` | {target} | {s * 1000:.0f} ms | {s / peer:.1f}x |"
+        if before:
+            b = medians["before"][c.name]
+            row += f" {b * 1000:.0f} ms | {b / peer:.1f}x |"
+        lines.append(row)
+    floor = medians["peer"][FLOOR]
+    lines.append(f"| {FLOOR} | | {floor * 1000:.0f} ms | {floor / peer:.1f}x |" + (" | |" if before else ""))
+    lines.append(f"| `{PEER}` | | {peer * 1000:.0f} ms | 1.0x |" + (" | |" if before else ""))
     return "\n".join(lines)
+
+
+def write_docs(text: str) -> None:
+    page = DOC.read_text()
+    head, _, rest = page.partition(BEGIN)
+    _, found, tail = rest.partition(END)
+    if not found:
+        raise SystemExit(f"{DOC} has no {BEGIN} ... {END} markers")
+    DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--before", type=Path, help="another checkout (its src/) to measure in the same runs")
+    parser.add_argument("--write-docs", action="store_true", help=f"put the table in {DOC.relative_to(REPO)}")
+    parser.add_argument("--only", default="", help="only the commands whose name contains this")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a command misses its target")
     args = parser.parse_args()
-    print(table(measure(args.runs), args.runs))
+    trees = {"this": REPO, **({"before": args.before.resolve()} if args.before else {})}
+    commands = [c for c in COMMANDS if args.only in c.name]
+    medians = measure(args.runs, trees, commands)
+    text = table(medians, args.runs, commands)
+    print(text)
+    if args.write_docs:
+        write_docs(text)
+    over = missed(medians, commands)
+    if over:
+        print(f"over target: {', '.join(over)}", file=sys.stderr)
+        if args.check:
+            raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -69,10 +70,38 @@ def cli(
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
-def cli_imports(*args: str, timeout: float = 120) -> tuple[Result, set[str]]:
-    """`cli` under `python -X importtime`: the result and every module the command imported."""
-    r = cli(*args, timeout=timeout, python_flags=("-X", "importtime"))
-    return r, {line.split("|")[-1].strip() for line in r.err.splitlines() if line.startswith("import time:")}
+# Runs `python -m nemotron ARGS` as -m does and writes sys.modules when the process exits. `cli` puts "-m nemotron"
+# after this code; sys.argv is then ["-c", "-m", "nemotron", *ARGS].
+_MODULES_AT_EXIT = (
+    "import atexit, os, runpy, sys\n"
+    "def dump():\n"
+    "    with open(os.environ['NEMOTRON_TEST_MODULES_OUT'], 'w') as f:\n"
+    "        f.write('\\n'.join(sys.modules))\n"
+    "atexit.register(dump)\n"
+    "sys.argv = sys.argv[2:]\n"
+    "runpy.run_module('nemotron', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def cli_imports(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> tuple[Result, set[str]]:
+    """`cli`, and every module the command had imported when it exited: sys.modules, so a step's schema, which the
+    catalog executes from its file, counts too (`-X importtime` does not see it)."""
+    fd, out = tempfile.mkstemp(prefix="nemotron-modules-")
+    os.close(fd)
+    try:
+        r = cli(
+            *args,
+            timeout=timeout,
+            env={**(env or {}), "NEMOTRON_TEST_MODULES_OUT": out},
+            python_flags=("-c", _MODULES_AT_EXIT),
+        )
+        modules = set(Path(out).read_text().split())
+    finally:
+        os.unlink(out)
+    assert modules, f"the command wrote no module list: {r.err[-2000:]}"
+    return r, modules
 
 
 @pytest.fixture

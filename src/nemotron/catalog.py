@@ -1,51 +1,65 @@
-"""The step catalog: load and validate manifests and the artifact type graph, find steps and presets."""
+"""The step catalog: load and validate manifests and the artifact type graph, find steps and presets.
 
+The manifest types are NamedTuples, validated by pydantic (a TypeAdapter) when a manifest is read anew; the catalog
+keeps what it validated in ManifestCache, so listing or showing steps builds no pydantic schema (for these eleven
+types that cost about as much as importing typer). NamedTuples, not dataclasses: a frozen dataclass takes ten times
+as long to define (docs/benchmarks.md, "CLI latency"). Their list and dict defaults are shared between records made
+in Python without them: records are never mutated. json.dumps would write a record as a list: use `plain`."""
+
+# ruff: noqa: RUF012  (the list and dict defaults below are NamedTuple fields' defaults, not class attributes)
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
-import tempfile
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
+from nemotron.catalog_cache import ManifestCache, cache_dir
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.paths import step_roots
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+__all__ = [
+    "ArtifactType",
+    "Catalog",
+    "InvalidManifest",
+    "Manifest",
+    "ManifestCache",
+    "Step",
+    "cache_dir",
+    "plain",
+]
 
 
-class StepInfo(_Strict):
+class StepInfo(NamedTuple):
     id: str
     name: str
     description: str
     category: str
-    tags: list[str] = Field(default_factory=list)
+    tags: list[str] = []
     entry: str = "step.py"
-    schema_file: str = Field("schema.py", alias="schema")
+    schema: str = "schema.py"  # the file defining the step's pydantic Config
     # python: one process; torchrun: one launcher per node, ranks under it; server: one process per node
     launch: Literal["python", "torchrun", "server"] = "python"
     # Steps this one needs running beside it (e.g. the reward server). Executors read this, never the step id.
-    services: list[str] = Field(default_factory=list)
+    services: list[str] = []
     # The names the step logs to metrics.jsonl: the one list docs are checked against (tests/foundation).
-    metrics: list[str] = Field(default_factory=list)
+    metrics: list[str] = []
 
 
-class Consumes(_Strict):
+class Consumes(NamedTuple):
     name: str
     type: str
     required: bool = True
     description: str = ""
     key: str = ""  # config key holding the reference; default inputs.<name>
-    backend_types: dict[str, str] = {}  # backend -> the type that backend reads instead (nemo_aligner: .nemo)
+    # backend -> the type that backend reads instead (nemo_aligner: .nemo)
+    backend_types: dict[str, str] = {}
     # Another input whose token ids this model is given (the policy's, for a reward model): compile refuses the
     # pair when their tokenizers differ (models.tokenizer_match).
     reads_token_ids_of: str = ""
@@ -60,7 +74,7 @@ class Consumes(_Strict):
         return self.backend_types.get(backend, self.type)
 
 
-class Produces(_Strict):
+class Produces(NamedTuple):
     name: str
     type: str
     description: str = ""
@@ -74,72 +88,138 @@ class Produces(_Strict):
         return self.backend_types.get(backend, self.type)
 
 
-class Parameter(_Strict):
+class Parameter(NamedTuple):
     key: str
     default: Any = None
     description: str = ""
-    choices: list[Any] = Field(default_factory=list)
+    choices: list[Any] = []
 
 
-class Strategy(_Strict):
+class Strategy(NamedTuple):
     when: str
     then: str
 
 
-class KnownError(_Strict):
+class KnownError(NamedTuple):
     name: str
     recovery: str
     match: str = ""  # a substring of the failure's message that identifies it
     cause: str = ""  # why it happens (docs/troubleshooting.md shows it beside the recovery)
 
 
-class Resources(_Strict):
+class Resources(NamedTuple):
     nodes: int = 1
     gpus_per_node: int = 0
     cpus: int = 2
     time: str = "01:00:00"
 
 
-class Manifest(_Strict):
+class Manifest(NamedTuple):
     step: StepInfo
-    consumes: list[Consumes] = Field(default_factory=list)
-    produces: list[Produces] = Field(default_factory=list)
-    parameters: list[Parameter] = Field(default_factory=list)
-    strategies: list[Strategy] = Field(default_factory=list)
-    errors: list[KnownError] = Field(default_factory=list)
-    resources: dict[str, Resources] = Field(default_factory=dict)
+    consumes: list[Consumes] = []
+    produces: list[Produces] = []
+    parameters: list[Parameter] = []
+    strategies: list[Strategy] = []
+    errors: list[KnownError] = []
+    resources: dict[str, Resources] = {}
 
-    @field_validator("consumes", "produces")
-    @classmethod
-    def _unique_names(cls, v: list[Any]) -> list[Any]:
-        names = [x.name for x in v]
-        dupes = {n for n in names if names.count(n) > 1}
-        if dupes:
-            raise ValueError(f"duplicate names {sorted(dupes)}")
-        return v
-
-    @field_validator("consumes")
-    @classmethod
-    def _token_ids_from_an_input(cls, v: list[Consumes]) -> list[Consumes]:
-        names = {c.name for c in v}
-        for c in v:
-            if c.reads_token_ids_of and c.reads_token_ids_of not in names - {c.name}:
-                raise ValueError(
-                    f"{c.name}: reads_token_ids_of names no other input: {c.reads_token_ids_of!r}"
+    def problems(self) -> list[str]:
+        """What no single field shows: names used twice, a token-id source that is no other input."""
+        found = []
+        for group in ("consumes", "produces"):
+            names = [x.name for x in getattr(self, group)]
+            dupes = {n for n in names if names.count(n) > 1}
+            if dupes:
+                found.append(f"{group}: Value error, duplicate names {sorted(dupes)}")
+        inputs = {c.name for c in self.consumes}
+        for c in self.consumes:
+            if c.reads_token_ids_of and c.reads_token_ids_of not in inputs - {c.name}:
+                found.append(
+                    f"consumes: Value error, {c.name}: reads_token_ids_of names no other input: "
+                    f"{c.reads_token_ids_of!r}"
                 )
-        return v
+        return found
+
+    @classmethod
+    def from_validated(cls, data: dict[str, Any]) -> Manifest:
+        """The manifest `plain` gave for one that validated (ManifestCache holds these): no validation again."""
+        return cls(
+            step=StepInfo(**data["step"]),
+            consumes=[Consumes(**c) for c in data["consumes"]],
+            produces=[Produces(**p) for p in data["produces"]],
+            parameters=[Parameter(**p) for p in data["parameters"]],
+            strategies=[Strategy(**s) for s in data["strategies"]],
+            errors=[KnownError(**e) for e in data["errors"]],
+            resources={k: Resources(**r) for k, r in data["resources"].items()},
+        )
 
 
-class ArtifactType(_Strict):
+class ArtifactType(NamedTuple):
     description: str = ""
-    is_a: list[str] = Field(default_factory=list)
-    convert_to: dict[str, str] = Field(default_factory=dict)  # target type -> how (a step id or a command)
+    is_a: list[str] = []
+    # target type -> how (a step id or a command)
+    convert_to: dict[str, str] = {}
     kind: Literal["file", "dir"] = "dir"
     suffix: str = ""  # for files
-    fields: list[str] = Field(default_factory=list)  # JSONL: keys every record has
-    files: list[str] = Field(default_factory=list)  # dirs: files that must exist (globs allowed)
+    fields: list[str] = []  # JSONL: keys every record has
+    files: list[str] = []  # dirs: files that must exist (globs allowed)
     architecture_suffix: str = ""  # HF checkpoints: config.json architectures[0] ends with this
     record: str = ""  # JSONL: "module:Class", the pydantic schema every line must satisfy
+
+
+class InvalidManifest(ValueError):
+    """What is wrong with a manifest or a type, one `field.path: message` per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+T = TypeVar("T")
+
+
+def validate(kind: type[T], raw: Any) -> T:
+    """`raw` (parsed TOML) as a `kind`, checked and coerced by pydantic; InvalidManifest lists every problem. Only
+    a manifest read anew gets here, so pydantic is imported here, not at start-up."""
+    from pydantic import ValidationError
+
+    try:
+        value: T = _adapter(kind).validate_python(raw)
+    except ValidationError as e:
+        raise InvalidManifest([_problem(err) for err in e.errors()]) from None
+    found = value.problems() if isinstance(value, Manifest) else []
+    if found:
+        raise InvalidManifest(found)
+    return value
+
+
+_ADAPTERS: dict[
+    type[Any], Any
+] = {}  # kind -> its pydantic TypeAdapter, built on the first manifest read anew
+
+
+def _adapter(kind: type[Any]) -> Any:
+    if kind not in _ADAPTERS:
+        from pydantic import TypeAdapter
+
+        _ADAPTERS[kind] = TypeAdapter(kind)
+    return _ADAPTERS[kind]
+
+
+def _problem(err: Any) -> str:
+    return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+
+
+def plain(value: Any) -> Any:
+    """A manifest, a type or a part of one as JSON holds it: records as dicts, recursively (json.dumps alone would
+    write a record as a list)."""
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        return {k: plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
 
 
 @dataclass(frozen=True)
@@ -160,7 +240,7 @@ class Step:
 
     @property
     def schema_path(self) -> Path:
-        return self.step_dir / self.manifest.step.schema_file
+        return self.step_dir / self.manifest.step.schema
 
     @property
     def config_dir(self) -> Path:
@@ -190,95 +270,48 @@ def _load_schema(path: Path) -> type[BaseModel]:
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
     config = getattr(module, "Config", None)
+    from pydantic import BaseModel
+
     if not (isinstance(config, type) and issubclass(config, BaseModel)):
         raise UserError(f"{path}: defines no pydantic `Config` class")
     return config
 
 
-def _read_toml(path: Path, cache: ManifestCache | None = None) -> dict[str, Any]:
-    if cache is not None:
-        hit = cache.get(path)
-        if hit is not None:
-            return hit
+def _read_toml(path: Path) -> dict[str, Any]:
+    import tomllib  # here, not at start-up: a cached manifest is not parsed
+
     try:
         with path.open("rb") as f:
-            data = tomllib.load(f)
+            return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML: {e}") from None
-    if cache is not None:
-        cache.put(path, data)
-    return data
 
 
-def cache_dir() -> Path:
-    """$NEMOTRON_CACHE_DIR, else $XDG_CACHE_HOME/nemotron, else ~/.cache/nemotron."""
-    explicit = os.environ.get("NEMOTRON_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "nemotron"
-
-
-class ManifestCache:
-    """Parsed manifest TOML keyed by path, mtime and size, in one JSON file: a catalog of 1,000 user steps is read
-    without parsing 1,000 TOML files. It holds the parsed TOML, not the validated models, so every load still
-    validates against this release's schema; an unreadable or unwritable cache is simply not used."""
-
-    VERSION = 1
-
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or cache_dir() / "manifests.json"
-        self.entries: dict[str, dict[str, Any]] = {}
-        self.used: set[str] = set()
-        self.changed = False
+def _load_types(path: Path, cache: ManifestCache, problems: list[str]) -> dict[str, ArtifactType]:
+    """types.toml's types: as validated before when the file is unchanged, else validated now."""
+    hit = cache.get(path)
+    if hit is not None:
+        return {name: ArtifactType(**spec) for name, spec in hit.items()}
+    types, bad = {}, []
+    for name, raw in _read_toml(path).items():
         try:
-            data = json.loads(self.path.read_text())
-            if isinstance(data, dict) and data.get("version") == self.VERSION:
-                self.entries = data["entries"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-
-    @staticmethod
-    def _key(path: Path) -> list[int]:
-        st = path.stat()
-        return [st.st_mtime_ns, st.st_size]
-
-    def get(self, path: Path) -> dict[str, Any] | None:
-        entry = self.entries.get(str(path))
-        try:
-            if entry is None or entry.get("key") != self._key(path):
-                return None
-        except OSError:
-            return None
-        self.used.add(str(path))
-        data: dict[str, Any] = entry["toml"]
-        return data
-
-    def put(self, path: Path, data: dict[str, Any]) -> None:
-        try:
-            self.entries[str(path)] = {"key": self._key(path), "toml": data}
-        except OSError:
-            return
-        self.used.add(str(path))
-        self.changed = True
-
-    def save(self) -> None:
-        """Write the cache if anything was parsed anew, keeping only the files this catalog read (a removed step
-        drops out). Atomic: concurrent writers leave one whole file."""
-        if not self.changed and len(self.used) == len(self.entries):
-            return
-        keep = {p: e for p, e in self.entries.items() if p in self.used}
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifests.")
-            with os.fdopen(fd, "w") as f:
-                json.dump({"version": self.VERSION, "entries": keep}, f, default=str)
-            os.replace(tmp, self.path)
-        except (OSError, TypeError, ValueError):
-            return
+            types[name] = validate(ArtifactType, raw)
+        except InvalidManifest as e:
+            bad += [f"{path} [{name}] {p}" for p in e.problems]
+    if not bad:
+        cache.put(path, {name: plain(t) for name, t in types.items()})
+    problems += bad
+    return types
 
 
-def _validation_problems(e: ValidationError) -> list[str]:
-    return [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+def _load_manifest(path: Path, cache: ManifestCache) -> Manifest:
+    """A step manifest: as validated before when the file is unchanged, else validated now (InvalidManifest)."""
+    hit = cache.get(path)
+    if hit is not None:
+        return Manifest.from_validated(hit)
+    manifest = validate(Manifest, _read_toml(path))
+    cache.put(path, plain(manifest))
+    return manifest
 
 
 def _manifest_files(manifests: Path) -> list[Path]:
@@ -303,16 +336,12 @@ class Catalog:
         for root in reversed(self.roots):  # earlier roots win: user steps shadow bundled ones
             types_file = root / "manifests" / "types.toml"
             if types_file.is_file():
-                for name, raw in _read_toml(types_file, cache).items():
-                    try:
-                        self.types[name] = ArtifactType.model_validate(raw)
-                    except ValidationError as e:
-                        problems += [f"{types_file} [{name}] {p}" for p in _validation_problems(e)]
+                self.types.update(_load_types(types_file, cache, problems))
             for path in _manifest_files(root / "manifests"):
                 try:
-                    manifest = Manifest.model_validate(_read_toml(path, cache))
-                except ValidationError as e:
-                    problems += [f"{path}: {p}" for p in _validation_problems(e)]
+                    manifest = _load_manifest(path, cache)
+                except InvalidManifest as e:
+                    problems += [f"{path}: {p}" for p in e.problems]
                     continue
                 self.steps[manifest.step.id] = Step(manifest, path, root / "steps" / manifest.step.id)
         cache.save()

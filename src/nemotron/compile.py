@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from nemotron import preflight
@@ -29,7 +27,7 @@ from nemotron.artifacts.binding import bind_inputs
 from nemotron.artifacts.refs import check_artifact_name
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.catalog import Catalog, Resources, Step
-from nemotron.configtree import deep_merge, flatten, get_dotted, set_dotted, unflatten
+from nemotron.configtree import deep_merge, flatten, get_dotted, resolve_interpolations, set_dotted, unflatten
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.models.tokenizer_match import check_token_ids_meet
 from nemotron.paths import artifacts_dir
@@ -142,6 +140,8 @@ def load_preset_chain(
 
 
 def parse_dotlist(items: list[str]) -> dict[str, Any]:
+    if not items:
+        return {}  # and OmegaConf stays unimported
     bad = [i for i in items if "=" not in i or not i.split("=", 1)[0]]
     if bad:
         raise UserError(
@@ -149,6 +149,9 @@ def parse_dotlist(items: list[str]) -> dict[str, Any]:
             [f"'{b}'" for b in bad],
             hint="Arguments for the step itself go after `--`.",
         )
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     problems = []
     for item in items:  # one at a time, so every malformed value is named
         try:
@@ -233,14 +236,8 @@ def compose_config(
                 sources[key] = label
                 parts = key.split(".")
                 touched.update({".".join(parts[:i]): label for i in range(1, len(parts) + 1)})
-    try:
-        resolved = OmegaConf.to_container(OmegaConf.create(merged), resolve=True)
-    except OmegaConfBaseException as e:
-        raise UserError(f"cannot resolve config interpolation: {str(e).splitlines()[0]}") from None
-    assert isinstance(resolved, dict)
-    config = validate_config(step.id, schema, {str(k): v for k, v in resolved.items()}, touched).model_dump(
-        mode="json"
-    )
+    resolved = resolve_interpolations(merged)
+    config = validate_config(step.id, schema, resolved, touched).model_dump(mode="json")
     return config, sources
 
 

@@ -61,3 +61,31 @@ def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
     for p in parts[:-1]:
         node = node.setdefault(p, {})
     node[parts[-1]] = value
+
+
+def _interpolates(value: Any) -> bool:
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, Mapping):
+        return any(_interpolates(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_interpolates(v) for v in value)
+    return False
+
+
+def resolve_interpolations(tree: dict[str, Any]) -> dict[str, Any]:
+    """`${...}` resolved by OmegaConf. A tree without one is returned as it is, and OmegaConf is not imported: it is
+    a quarter of a dry run's start-up (docs/benchmarks.md, "CLI latency")."""
+    if not _interpolates(tree):
+        return tree
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from nemotron.errors import UserError
+
+    try:
+        resolved = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
+    except OmegaConfBaseException as e:
+        raise UserError(f"cannot resolve config interpolation: {str(e).splitlines()[0]}") from None
+    assert isinstance(resolved, dict)
+    return {str(k): v for k, v in resolved.items()}

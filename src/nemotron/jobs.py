@@ -110,7 +110,7 @@ def job_record(job: Job, rendered: str) -> JobRecord:
             "sources": job.sources,
             "inputs": [asdict(b) for b in job.bindings],
             "outputs": {k: {"artifact": v[0], "type": v[1]} for k, v in job.outputs.items()},
-            "resources": job.resources.model_dump(),
+            "resources": job.resources._asdict(),
             "launch": rendered,
             "git": git_info(Path(job.entry)),
             "versions": package_versions(),

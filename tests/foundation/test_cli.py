@@ -18,6 +18,27 @@ COUNT = ("steps", "run", "test/count", "-c", "tiny")  # the fixture step with it
 LONG_COUNT = (*COUNT, "trainer.max_steps=1000", "trainer.sleep_s=0.05")
 
 
+# What no command loads at start-up (issue 33): the ML stack, the executors' clients, the HTTP stack. A dry run
+# compiles the step's config; listing, showing and the help also leave the compiler, nemotron's pydantic models
+# (profiles, job records, step configs) and every step's schema unloaded.
+NEVER = ("torch", "transformers", "safetensors", "nemo_run", "leptonai", "torchx", "h11", "httpx", "uvicorn")
+BROWSE = (*NEVER, "omegaconf", "yaml", "jinja2", "nemotron.compile", "nemotron.profiles", "nemotron.jobrecord",
+          "nemotron.stepconfig", "nemotron_step_schema_*")  # fmt: skip
+GROUPS = ("nemotron.cli.steps", "nemotron.cli.jobs", "nemotron.cli.pipeline", "nemotron.cli.profiles",
+          "nemotron.cli.artifacts", "nemotron.catalog")  # fmt: skip
+
+
+def loaded(imported: set[str], banned: tuple[str, ...]) -> list[str]:
+    """The modules of `imported` that are, or are under, one of `banned` (NAME* a prefix)."""
+
+    def under(module: str, name: str) -> bool:
+        if name.endswith("*"):
+            return module.startswith(name[:-1])
+        return module == name or module.startswith(name + ".")
+
+    return sorted(m for m in imported if any(under(m, b) for b in banned))
+
+
 def _no_traceback(r: Any) -> None:
     assert "Traceback" not in r.err and "Traceback" not in r.out
 
@@ -78,7 +99,7 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
     r, imported = run_cli_imports(*COUNT, "--dry-run", f"inputs.numbers={nums}", "trainer.sleep_s=0.5")
     elapsed = time.monotonic() - t0
     assert r.code == 0, r.err
-    assert "torch" not in imported and "nemo_run" not in imported
+    assert not loaded(imported, NEVER)
     assert {"nemotron.compile", "omegaconf"} <= imported  # the check is real: imports are being recorded
     out = r.out
     assert "max_steps: 3  # preset:tiny" in out
@@ -88,6 +109,40 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
     assert "step.py --job-dir" in out
     assert not home.exists(), "dry-run must write nothing"
     assert elapsed < 5  # generous: the machine may be busy; bench/ measures the real figure
+
+
+@pytest.mark.parametrize(
+    ("args", "banned", "needed"),
+    [
+        (["--help"], (*BROWSE, *GROUPS), "typer.rich_utils"),  # the groups' names and help are in cli.app
+        (["steps", "list"], (*BROWSE, "rich.console"), "nemotron.catalog"),  # piped: plain text, no rich
+        (["steps", "show", "rl/rlhf"], BROWSE, "rich.table"),
+        # a dry run prints plain text: no rich
+        (["steps", "run", "rl/rlhf", "-c", "tiny", "--dry-run"], (*NEVER, "rich"), "nemotron_step_schema_steps_rl_rlhf"),
+        # no override and no ${...} in rl/ppo's presets: nothing for OmegaConf to do (rl/rlhf's has one)
+        (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], (*NEVER, "rich", "omegaconf"),
+         "nemotron.resource_plan"),
+    ],
+    ids=["help", "steps list", "steps show", "tiny local dry run", "slurm dry run"],
+)  # fmt: skip
+def test_start_up_loads_only_what_the_command_needs(
+    home: Path, args: list[str], banned: tuple[str, ...], needed: str, run_cli_imports: Any
+) -> None:
+    """bench/cli_latency.py measures these commands; a module loaded where it is not needed shows here first."""
+    r, imported = run_cli_imports(*args)
+    assert r.code == 0, r.err
+    assert needed in imported  # the check is real: the command did its work and its modules are recorded
+    assert not loaded(imported, banned)
+
+
+def test_a_preset_interpolation_is_resolved(home: Path, run_cli_imports: Any) -> None:
+    """rl/rlhf's default preset names its judge as ${oc.env:RL_REWARD_MODEL,...}: OmegaConf resolves it (and is
+    loaded only because there is one to resolve)."""
+    r, imported = run_cli_imports("steps", "run", "rl/rlhf", "-c", "default", "-b", "slurm_rlhf", "--dry-run",
+                                  env={"RL_REWARD_MODEL": "my-org/my-judge"})  # fmt: skip
+    assert r.code == 0, r.err
+    assert "model: my-org/my-judge  # preset:default" in r.out and "${" not in r.out.split("## launch")[0]
+    assert "omegaconf" in imported
 
 
 def test_local_run_writes_job_record_and_jobs_ls_lists_it(

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from nemotron.errors import UserError, did_you_mean, disk_full
 from nemotron.paths import nemotron_home
 
-# Command groups, imported only when used: `nemotron steps list` loads nemotron.cli.steps alone (docs/benchmarks.md).
-GROUPS: dict[str, str] = {
-    "steps": "nemotron.cli.steps",
-    "jobs": "nemotron.cli.jobs",
-    "pipeline": "nemotron.cli.pipeline",
-    "profiles": "nemotron.cli.profiles",
-    "artifacts": "nemotron.cli.artifacts",
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# Command groups: module and one line of help. A group's module is imported only when that group runs: `nemotron
+# steps list` loads nemotron.cli.steps alone, and the root's help lists the groups from here (docs/benchmarks.md).
+GROUPS: dict[str, tuple[str, str]] = {
+    "steps": ("nemotron.cli.steps", "Browse and run steps."),
+    "jobs": ("nemotron.cli.jobs", "Inspect and control jobs."),
+    "pipeline": ("nemotron.cli.pipeline", "Run declared pipelines of steps."),
+    "profiles": ("nemotron.cli.profiles", "Execution profiles (env.toml)."),
+    "artifacts": ("nemotron.cli.artifacts", "The artifact store and checkpoint lineage."),
 }
 
 app = typer.Typer(
@@ -33,11 +36,20 @@ _added: set[str] = set()
 
 
 def with_groups(only: str | None = None) -> typer.Typer:
-    """The app with command group `only` added, or every group (the help, `--version`, a mistyped group's
-    did-you-mean)."""
-    for name, module in GROUPS.items():
+    """The app with command group `only` added, or every group."""
+    for name, (module, help_line) in GROUPS.items():
         if only in (None, name) and name not in _added:
-            app.add_typer(importlib.import_module(module).app, name=name)
+            app.add_typer(importlib.import_module(module).app, name=name, help=help_line)
+            _added.add(name)
+    return app
+
+
+def with_group_names() -> typer.Typer:
+    """The app with every group as its name and line of help, none of its commands: all that the root's help,
+    `--version` and a mistyped group's did-you-mean read, without importing the groups' code."""
+    for name, (_module, help_line) in GROUPS.items():
+        if name not in _added:
+            app.add_typer(typer.Typer(no_args_is_help=True), name=name, help=help_line)
             _added.add(name)
     return app
 
@@ -98,6 +110,13 @@ def usage_error_lines(e: BaseException) -> tuple[int, list[str]] | None:
     return 2, [f"error: {message}", f"try '{path} --help'"]
 
 
+def _stderr() -> Console:
+    """Where errors go; rich is imported only when there is one to print."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     # Everything after `--` belongs to the step itself; keep it away from click.
@@ -106,12 +125,11 @@ def main(argv: list[str] | None = None) -> None:
 
         i = args.index("--")
         args, steps.PASSTHROUGH[:] = args[:i], args[i + 1 :]
-    err = Console(stderr=True, highlight=False)
     if not args:
         # bare `nemotron`: the help, exit 0 (asking what there is is not an error)
-        with_groups()(args=["--help"], prog_name="nemotron", standalone_mode=False)
+        with_group_names()(args=["--help"], prog_name="nemotron", standalone_mode=False)
         sys.exit(0)
-    cli = with_groups(args[0] if args[0] in GROUPS else None)
+    cli = with_groups(args[0]) if args[0] in GROUPS else with_group_names()
     try:
         code = cli(args=args, prog_name="nemotron", standalone_mode=False)
         if isinstance(code, int) and code:
@@ -119,10 +137,10 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as e:
         from rich.text import Text
 
-        err.print(Text("error: ", style="bold red") + Text(e.render()), soft_wrap=True)
+        _stderr().print(Text("error: ", style="bold red") + Text(e.render()), soft_wrap=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        err.print("interrupted")
+        _stderr().print("interrupted")
         sys.exit(130)
     except SystemExit:
         raise
@@ -131,15 +149,16 @@ def main(argv: list[str] | None = None) -> None:
         if full is not None:  # one line, exit 3: nothing half-written is registered (outputs register last)
             from rich.text import Text
 
-            err.print(Text("error: ", style="bold red") + Text(str(full)), soft_wrap=True)
+            _stderr().print(Text("error: ", style="bold red") + Text(str(full)), soft_wrap=True)
             sys.exit(full.exit_code)
         shown = usage_error_lines(e)
         if shown is None:
             raise
         code, lines = shown
-        for line in lines:
-            if code == 0:
-                print(line)
-            else:
+        if code == 0:
+            print("\n".join(lines))
+        else:
+            err = _stderr()
+            for line in lines:
                 err.print(line, markup=False, highlight=False, soft_wrap=True)
         sys.exit(code)

@@ -19,7 +19,7 @@ from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 from nemotron.paths import artifacts_dir
 
-app = typer.Typer(help="The artifact store and checkpoint lineage.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: cli.app.GROUPS
 out = stdout_console()
 
 

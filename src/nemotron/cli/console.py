@@ -5,32 +5,44 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 PIPED_WIDTH = 400
 TABLE_ROWS = 200  # above this many rows a listing prints padded columns (print_columns), not a rich Table
 
 
 def stdout_console() -> Console:
+    from rich.console import Console
+
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
     return Console(highlight=False, width=PIPED_WIDTH if piped else None)
 
 
+def plain_stdout() -> bool:
+    """stdout is no terminal and nothing asks rich to treat it as one ($FORCE_COLOR, $TTY_COMPATIBLE): rich would
+    print it as plain text, so a listing writes it without importing rich."""
+    return not ({"FORCE_COLOR", "TTY_COMPATIBLE"} & os.environ.keys()) and not sys.stdout.isatty()
+
+
 def print_columns(
-    console: Console, title: str, headers: list[str], rows: list[list[str]], styles: list[str]
+    console: Console | None, title: str, headers: list[str], rows: list[list[str]], styles: list[str]
 ) -> None:
     """Rows in padded columns under a bold header: what a rich Table shows, at a cost linear in the rows (a Table
     measures and wraps every cell: 0.6 s for 1,000 rows). Cells are never cut. Piped, where rich would drop the
-    styles anyway, it is plain text written at once."""
+    styles anyway, it is plain text written at once. `console` None: stdout's, made only when it is a terminal."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths, strict=False)) + "  " + cells[-1]
 
-    if not console.is_terminal:
-        console.file.write("\n".join([title, line(headers), *(line(r) for r in rows)]) + "\n")
+    if plain_stdout() if console is None else not console.is_terminal:
+        file = sys.stdout if console is None else console.file
+        file.write("\n".join([title, line(headers), *(line(r) for r in rows)]) + "\n")
         return
+    console = console or stdout_console()
     from rich.text import Text
 
     text = Text(f"{title}\n", style="italic")

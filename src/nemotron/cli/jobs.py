@@ -19,7 +19,7 @@ from nemotron.cli.help import epilog
 from nemotron.cli.listing import more_note, parse_since
 from nemotron.errors import UserError
 
-app = typer.Typer(help="Inspect and control jobs.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: cli.app.GROUPS
 out = stdout_console()
 err_console = Console(stderr=True)
 

@@ -13,7 +13,7 @@ from nemotron.cli.console import stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 
-app = typer.Typer(help="Run declared pipelines of steps.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: cli.app.GROUPS
 err = Console(stderr=True, highlight=False)
 out = stdout_console()
 

@@ -13,7 +13,7 @@ from nemotron.cli.help import epilog
 from nemotron.profiles import list_profiles, load_profile
 from nemotron.redact import redact_tree
 
-app = typer.Typer(help="Execution profiles (env.toml).", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: cli.app.GROUPS
 out = stdout_console()
 
 

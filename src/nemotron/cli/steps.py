@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import date, time
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from nemotron.catalog import Catalog, Step
+from nemotron.catalog import Catalog, Step, plain
 from nemotron.cli.console import print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 
-app = typer.Typer(help="Browse and run steps.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: cli.app.GROUPS
 PASSTHROUGH: list[str] = []  # filled by cli.app.main from everything after `--`
-out = stdout_console()
 
 
 def _summary(step: Step) -> dict[str, Any]:
@@ -30,6 +29,13 @@ def _summary(step: Step) -> dict[str, Any]:
         "presets": step.presets(),
         "tags": m.step.tags,
     }
+
+
+def _iso(value: Any) -> str:
+    """A TOML date or time in a manifest's parameters, as JSON shows it (ISO 8601)."""
+    if isinstance(value, date | time):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 @app.command("list", epilog=epilog("nemotron steps list --json"))
@@ -65,7 +71,7 @@ def list_steps(
         ins = ", ".join(c.type for c in m.consumes) or "—"
         outs = ", ".join(p.type for p in m.produces) or "—"
         rows.append([s.id, f"{ins} → {outs}", ", ".join(s.presets()), m.step.name])
-    print_columns(out, "nemotron steps", ["id", "consumes → produces", "presets", "name"], rows,
+    print_columns(None, "nemotron steps", ["id", "consumes → produces", "presets", "name"], rows,
                   ["bold cyan", "", "green", ""])  # fmt: skip
 
 
@@ -78,8 +84,11 @@ def show(
     step = Catalog().get(step_id)
     m = step.manifest
     if as_json:
-        print(json.dumps({**_summary(step), "manifest": m.model_dump(mode="json", by_alias=True)}, indent=2))
+        print(json.dumps({**_summary(step), "manifest": plain(m)}, indent=2, default=_iso))
         return
+    from rich.table import Table
+
+    out = stdout_console()
     out.print(f"[bold cyan]{step.id}[/] — {m.step.name}")
     out.print(m.step.description, markup=False)
     out.print(f"launch: {m.step.launch}   entry: {step.entry_path}   presets: {', '.join(step.presets())}")

@@ -7,10 +7,9 @@ import importlib.metadata
 import re
 import sys
 import time
+from functools import cache
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, RayDriver
@@ -20,8 +19,19 @@ from nemotron.launch import local, render
 from nemotron.paths import jobs_dir
 from nemotron.procs import is_alive
 
-err = Console(stderr=True, highlight=False)
+if TYPE_CHECKING:
+    from rich.console import Console
+
 FINAL = ("succeeded", "failed", "cancelled")
+
+
+@cache
+def err() -> Console:
+    """The one stderr console of a run (its progress bar and its lines share it); rich is imported when a job runs,
+    not when a dry run renders one."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
 
 
 class LocalExecutor:
@@ -59,20 +69,24 @@ class LocalExecutor:
         if job.mode == "batch":
             local.start_detached(job_dir, cmd, env)
             print(job.job_id)
-            err.print(
+            err().print(
                 f"submitted {job.job_id} (local, detached). Follow it with: nemotron jobs logs {job.job_id} -f"
             )
             return 0
-        err.print(f"[bold]job[/] {job.job_id}  [dim]{job_dir}[/]")
+        err().print(f"[bold]job[/] {job.job_id}  [dim]{job_dir}[/]")
         started = time.monotonic()
         code = _attached(job, job_dir, cmd, env)
         took = time.monotonic() - started
         if code == 0:
-            err.print(f"[green]✓[/] {job.step_id} finished in {took:.1f}s — nemotron jobs show {job.job_id}")
+            err().print(
+                f"[green]✓[/] {job.step_id} finished in {took:.1f}s — nemotron jobs show {job.job_id}"
+            )
         elif code == 130:
-            err.print(f"[yellow]cancelled[/] {job.job_id}")
+            err().print(f"[yellow]cancelled[/] {job.job_id}")
         else:
-            err.print(f"[red]✗[/] {job.step_id} failed (exit {code}) — log: {job_dir / 'logs' / 'step.log'}")
+            err().print(
+                f"[red]✗[/] {job.step_id} failed (exit {code}) — log: {job_dir / 'logs' / 'step.log'}"
+            )
             _explain_failure(job, job_dir)
         return code
 
@@ -151,7 +165,7 @@ def _attached(job: Job, job_dir: Path, cmd: list[str], env: dict[str, str]) -> i
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.fields[stats]}"),
-        console=err,
+        console=err(),
         transient=True,
     )
     task = progress.add_task(job.step_id, total=None, stats="")
@@ -189,7 +203,7 @@ def _explain_failure(job: Job, job_dir: Path) -> None:
     except (OSError, UserError):
         return
     for name, recovery in known_errors([(k.name, k.match, k.recovery) for k in manifest.errors], tail):
-        err.print(f"[bold]known error[/] {name}: {recovery}")
+        err().print(f"[bold]known error[/] {name}: {recovery}")
 
 
 _FAILURE_LINE = re.compile(r"^(error: |[A-Za-z_][\w.]*(Error|Exception)(: |$))")
