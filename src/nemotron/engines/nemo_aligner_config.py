@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
-from nemotron.catalog import Catalog
 from nemotron.engines.nemo_rl_config import builtin_refusals
-from nemotron.engines.refusals import Refusals
+from nemotron.engines.refusals import Refusals, validated
 from nemotron.errors import UserError
 from nemotron.stepconfig import Generation, Optim, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.targets import NEMO_ALIGNER_VERSION
@@ -425,12 +424,9 @@ def compile_aligner(
         raise UserError(
             f"backend=nemo_aligner runs {', '.join(STEPS)}; {step_id} has no NeMo-Aligner mapping"
         )
-    schema = Catalog().get(step_id).config_schema()
-    config = schema.model_validate(step_config)
-    refuse = Refusals(
+    config, refuse = validated(
         step_id,
-        config.model_dump(mode="json"),
-        schema().model_dump(mode="json"),
+        step_config,
         engine=f"backend=nemo_aligner (NeMo-Aligner {NEMO_ALIGNER_VERSION})",
         hint="Change them, or run with backend=builtin. docs/nemo-aligner.md lists every key's mapping.",
     )

@@ -12,11 +12,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from nemotron.catalog import Catalog
 from nemotron.configtree import flatten
 from nemotron.engines import nemo_rl_sections as sec
 from nemotron.engines.nemo_rl_steps import STEPS, compile_step
-from nemotron.engines.refusals import Refusals
+from nemotron.engines.refusals import validated
 from nemotron.errors import UserError
 from nemotron.stepconfig import NemoRL
 from nemotron.targets import NEMO_RL_DIR, NEMO_RL_VERSION
@@ -71,12 +70,9 @@ def compile_run(
     every setting NeMo-RL cannot express."""
     if step_id not in STEPS:
         raise UserError(f"backend=nemo_rl runs {', '.join(STEPS)}; {step_id} has no NeMo-RL mapping")
-    schema = Catalog().get(step_id).config_schema()
-    config = schema.model_validate(step_config)
-    refuse = Refusals(
+    config, refuse = validated(
         step_id,
-        config.model_dump(mode="json"),
-        schema().model_dump(mode="json"),
+        step_config,
         engine=f"backend=nemo_rl (NeMo-RL {NEMO_RL_VERSION})",
         hint="Change them, or run with backend=builtin. docs/nemo-rl.md lists every key's mapping.",
     )

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
+from nemotron.catalog import Catalog
 from nemotron.configtree import flatten
 from nemotron.errors import UserError
 
@@ -44,3 +47,13 @@ class Refusals:
             raise UserError(
                 f"{self.step_id}: {self.engine} cannot express these settings", self.problems, hint=self.hint
             )
+
+
+def validated(
+    step_id: str, step_config: dict[str, Any], *, engine: str, hint: str
+) -> tuple[BaseModel, Refusals]:
+    """The step config validated by the step's own schema, and the refusals of `engine` over it."""
+    schema = Catalog().get(step_id).config_schema()
+    config = schema.model_validate(step_config)
+    defaults = schema().model_dump(mode="json")
+    return config, Refusals(step_id, config.model_dump(mode="json"), defaults, engine=engine, hint=hint)
