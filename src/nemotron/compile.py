@@ -22,8 +22,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from nemotron import preflight
-from nemotron.artifacts.binding import Binding as Binding  # launch/ and tests import it from here
-from nemotron.artifacts.binding import bind_inputs
+from nemotron.artifacts.binding import Binding, bind_inputs
 from nemotron.artifacts.refs import check_artifact_name
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.catalog import Catalog, Resources, Step

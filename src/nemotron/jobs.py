@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from nemotron.errors import NotFound, did_you_mean, disk_full
-from nemotron.jobrecord import JobRecord, load_record, parse_record
-from nemotron.jobrecord import read_status as read_status  # executors and `nemotron jobs` read it from here
+from nemotron.jobrecord import JobRecord, load_record, parse_record, read_status
 from nemotron.paths import jobs_dir, writable_dir
 from nemotron.redact import redact_tree, redact_values, secret_values
 

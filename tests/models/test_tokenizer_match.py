@@ -195,8 +195,8 @@ def test_a_hub_policy_is_compared_from_the_local_hugging_face_cache(
 )
 def test_a_malformed_tokenizer_file_is_left_to_the_loadable_inputs_check(tmp_path: Path, broken: str) -> None:
     """No traceback from the comparison: whether the checkpoint loads is another preflight's to say."""
+    from nemotron.artifacts.binding import Binding
     from nemotron.catalog import Catalog
-    from nemotron.compile import Binding
 
     policy = tmp_path / "policy"
     policy.mkdir()

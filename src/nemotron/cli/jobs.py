@@ -18,6 +18,7 @@ from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.cli.listing import more_note, parse_since
 from nemotron.errors import UserError
+from nemotron.jobrecord import read_status
 
 app = typer.Typer(no_args_is_help=True)  # its help: cli.app.GROUPS
 out = stdout_console()
@@ -74,7 +75,7 @@ def ls(
             st: dict[str, object] = {"state": job.state}
             if executor.cheap_refresh:
                 st = executor.refresh(d)
-            elif checked_recently(records.read_status(d), datetime.now(UTC)):
+            elif checked_recently(read_status(d), datetime.now(UTC)):
                 pass
             elif time.monotonic() < deadline:
                 st = _refresh_or_keep(executor.refresh, d, st)
@@ -119,7 +120,7 @@ def _refresh_or_keep(
 
 
 def _live_status(job_dir: Path) -> dict[str, object]:
-    st = records.read_status(job_dir)
+    st = read_status(job_dir)
     if st.get("state") in ("succeeded", "failed", "cancelled"):
         return st
     from nemotron.launch.executor import executor_of
@@ -183,7 +184,7 @@ def logs(job_id: str, follow: Annotated[bool, typer.Option("-f", "--follow")] = 
 def cancel(job_id: str) -> None:
     """Stop a running job (SIGTERM, then SIGKILL after a grace period)."""
     d = records.resolve_job_dir(job_id)
-    st = records.read_status(d)
+    st = read_status(d)
     if st.get("state") in ("succeeded", "failed", "cancelled"):
         raise UserError(f"job {d.name} already ended ({st.get('state')})")
     from nemotron.launch.executor import executor_of

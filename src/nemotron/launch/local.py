@@ -164,7 +164,7 @@ def cancel(job_dir: Path, status: dict[str, object], wait_s: float = GRACE_S + 5
         return True
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        from nemotron.jobs import read_status
+        from nemotron.jobrecord import read_status
 
         if read_status(job_dir).get("state") in ("cancelled", "failed", "succeeded"):
             return True

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, RayDriver
 from nemotron.errors import UserError
-from nemotron.jobs import now, read_status, update_status
+from nemotron.jobrecord import read_status
+from nemotron.jobs import now, update_status
 from nemotron.launch import local, render
 from nemotron.paths import jobs_dir
 from nemotron.procs import is_alive

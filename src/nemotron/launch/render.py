@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-from nemotron.compile import Binding, Job
+from nemotron.artifacts.binding import Binding
+from nemotron.compile import Job
 from nemotron.launch.step_process import secret_names, step_command
 from nemotron.redact import MASK, redact_text, redact_tree
 
