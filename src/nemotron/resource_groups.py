@@ -21,11 +21,11 @@ from nemotron.errors import UserError
 from nemotron.resource_plan import (
     CPU_RUNTIME_MB,
     GPU_RUNTIME_MB,
-    GPU_TYPES,
     Group,
     Plan,
     Sharding,
     activations_mb,
+    device_memory,
     frozen_weights_mb,
     heap_slack_mb,
     kv_cache_mb,
@@ -54,43 +54,6 @@ TOKENIZER_VOCAB_CEILING = 4096  # a tokenizer trained on the data (no inputs.ini
 DEFAULT_PROMPT_TOKENS = (
     512  # the builtin engine's prompt budget for the plan (NeMo-RL: nemo_rl.max_prompt_tokens)
 )
-
-
-def device_memory(profile: Any, runtime_device: str = "auto") -> tuple[str, float | None, bool]:
-    """(the device's name, its memory in MiB or None when unknown, whether it is a GPU).
-
-    A local job trains on a GPU when its `runtime.device` is `cuda`, or `auto` on a machine whose NVIDIA driver
-    lists a GPU (/proc/driver/nvidia/gpus: read, not torch, which dry-run never imports)."""
-    gpus = int(getattr(profile, "gpus_per_node", 0) or 0)
-    gpu_type, gpu_gb = getattr(profile, "gpu_type", None), getattr(profile, "gpu_memory_gb", None)
-    local = getattr(profile, "executor", "local") == "local"
-    local_gpu = local and (runtime_device == "cuda" or (runtime_device == "auto" and _nvidia_gpu_here()))
-    if gpus > 0 or gpu_type or gpu_gb or local_gpu:
-        if gpu_gb:
-            return f"GPU (gpu_memory_gb = {gpu_gb:g})", float(gpu_gb) * 1024, True
-        if gpu_type:
-            return f"{gpu_type} ({GPU_TYPES[gpu_type] / 1024:.0f} GiB)", float(GPU_TYPES[gpu_type]), True
-        return "GPU (memory unknown: set the profile's gpu_type or gpu_memory_gb)", None, True
-    if getattr(profile, "executor", "local") == "local":
-        return "RAM", _ram_mb(), False
-    return "RAM of a node (unknown)", None, False
-
-
-def _nvidia_gpu_here() -> bool:
-    try:
-        return any(Path("/proc/driver/nvidia/gpus").iterdir())
-    except OSError:
-        return False
-
-
-def _ram_mb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 class Shapes:
