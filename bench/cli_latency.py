@@ -49,8 +49,9 @@ COMMANDS = [
     Command("nemotron steps list, first call (no manifest cache)", ["steps", "list"], None, cold=True),
 ]  # fmt: skip
 PEER = "python -c 'import typer' (the peer)"
-# What typer itself costs once it runs a command: typer 0.29 checks every parameter's value with a pydantic
-# TypeAdapter, --help's included, so any typer CLI imports pydantic before its command starts.
+# What typer itself costs once it runs a command. typer 0.29 checks every parameter's value with a pydantic
+# TypeAdapter, so any typer CLI imports pydantic before its command starts (2.5x the peer here); pyproject keeps
+# typer < 0.29 for that reason, and this row shows whether the installed typer still runs a command for free.
 FLOOR = "a one-command typer app, run (the floor of any typer CLI)"
 FLOOR_CODE = """import typer
 app = typer.Typer()

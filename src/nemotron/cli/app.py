@@ -77,7 +77,7 @@ def _root(
 
 
 def _click_classes(name: str) -> tuple[type[BaseException], ...]:
-    """Class `name` from every click the installed typer may raise from: its vendored copy (typer >= 0.29 vendors
+    """Class `name` from every click the installed typer may raise from: its vendored copy (typer >= 0.26 vendors
     click as typer._click, Abort in typer.exceptions) and the separate package (older typer)."""
     found = []
     for module in ("typer._click.exceptions", "typer.exceptions", "click.exceptions"):
