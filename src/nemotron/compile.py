@@ -30,7 +30,7 @@ from nemotron.configtree import deep_merge, flatten, get_dotted, resolve_interpo
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.models.tokenizer_match import check_token_ids_meet
 from nemotron.paths import artifacts_dir
-from nemotron.profiles import DEFAULT_PROFILE, AnyProfile, LocalProfile, implicit_profile, load_profile
+from nemotron.profiles import AnyProfile, LocalProfile, implicit_profile, load_profile
 from nemotron.redact import MASK, is_secret_name
 from nemotron.reward.bind import refuse_open_servers
 
@@ -212,14 +212,14 @@ def validate_config(
 
 
 def compose_config(
-    step: Step, preset: str, overrides: list[str], profile: AnyProfile = DEFAULT_PROFILE
+    step: Step, preset: str, overrides: list[str], profile: AnyProfile | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Merge schema defaults < preset chain < profile < CLI, resolve interpolations, validate strictly.
     Returns the validated config (plain data) and the source of every key not left at its default."""
     schema = step.config_schema()
     layers: list[tuple[str, dict[str, Any]]] = [("default", schema().model_dump(mode="json"))]
     layers += load_preset_chain(preset_path(step, preset), step_presets=step.config_dir)
-    if profile.config:
+    if profile is not None and profile.config:
         layers.append((f"profile:{profile.name}", profile.config))
     cli = parse_dotlist(overrides)
     if cli:
