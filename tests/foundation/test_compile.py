@@ -133,3 +133,17 @@ def test_secrets_are_masked_in_the_job(catalog: Catalog, tmp_path: Path) -> None
 
     text = dry_run(job)
     assert "hunter2-secret" not in text and "token: '***'" in text
+
+
+def test_every_shipped_preset_reads_the_same_with_libyaml(catalog: Catalog) -> None:
+    """Presets are parsed by libyaml where PyYAML has it (compile._yaml_file): each must read as PyYAML's own parser
+    reads it, and a malformed one must still get PyYAML's message (test_cli's malformed preset)."""
+    import yaml
+
+    from nemotron.compile import _FAST_LOADER, _yaml_file
+
+    assert _FAST_LOADER is yaml.CSafeLoader  # the check is real: libyaml is in this environment
+    files = [p for s in catalog.steps.values() for p in sorted(s.config_dir.glob("*.yaml"))]
+    assert len(files) >= 14
+    for path in files:
+        assert _yaml_file(path) == (yaml.safe_load(path.read_text()) or {}), path
