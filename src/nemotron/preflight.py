@@ -15,7 +15,6 @@ node >= 1) are refused where the profile is read (`nemotron.profiles`), naming i
 
 from __future__ import annotations
 
-import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,6 +213,8 @@ def _nemo_model_config(path: Path) -> dict[str, Any] | None:
     None when `path` is not a local file. A file that is not such a tar raises CheckpointError."""
     if not path.is_file():
         return None
+    import tarfile  # here: only a .nemo input is read, and a dry run's start-up counts
+
     try:
         with tarfile.open(path, "r:*") as tar:
             for member in tar:

@@ -24,10 +24,10 @@ LONG_COUNT = (*COUNT, "trainer.max_steps=1000", "trainer.sleep_s=0.05")
 NEVER = ("torch", "transformers", "safetensors", "nemo_run", "leptonai", "torchx", "h11", "httpx", "uvicorn")
 BROWSE = (*NEVER, "omegaconf", "yaml", "jinja2", "nemotron.compile", "nemotron.profiles", "nemotron.jobrecord",
           "nemotron.stepconfig", "nemotron_step_schema_*")  # fmt: skip
-# What a dry run on this machine leaves to the run itself: job records and their writer, the process launcher, and
-# NeMo-RL's compiler (rl/rlhf -c tiny runs on the built-in engine).
+# What a dry run on this machine leaves to the run itself: job records and their writer, the process launcher,
+# NeMo-RL's compiler (rl/rlhf -c tiny runs on the built-in engine) and tarfile (its checkpoints are directories).
 LOCAL_DRY_RUN = ("nemotron.jobrecord", "nemotron.jobs", "nemotron.launch.local", "nemotron.procs",
-                 "nemotron.engines.nemo_rl_config")  # fmt: skip
+                 "nemotron.engines.nemo_rl_config", "tarfile")  # fmt: skip
 GROUPS = ("nemotron.cli.steps", "nemotron.cli.jobs", "nemotron.cli.pipeline", "nemotron.cli.profiles",
           "nemotron.cli.artifacts", "nemotron.catalog")  # fmt: skip
 
