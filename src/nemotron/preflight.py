@@ -67,12 +67,10 @@ def shape(nodes: int, gpus: int) -> str:
 
 
 def check(
-    catalog: Catalog, step_id: str, config: dict[str, Any], profile: AnyProfile, bindings: Sequence[Binding]
+    catalog: Catalog, step_id: str, validated: BaseModel, profile: AnyProfile, bindings: Sequence[Binding]
 ) -> None:
-    """Raise one UserError listing every parallelism problem and every local input that cannot load. `config`
-    is the step's resolved and validated config, as plain data."""
-    # the dump of a config this schema validated: validating it again cannot fail
-    validated = catalog.get(step_id).config_schema().model_validate(config)
+    """Raise one UserError listing every parallelism problem and every local input that cannot load. `validated`
+    is the step's resolved config as its schema validated it (compile)."""
     problems = unloadable_inputs(catalog, validated, bindings)
     problems += [
         p
