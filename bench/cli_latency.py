@@ -6,15 +6,16 @@ Run: python bench/cli_latency.py                         (9 runs of each, interl
                                                           `git archive main | tar -x -C /tmp/main` makes one)
      python bench/cli_latency.py --check                 (exit 1 when a command misses its target)
 Each command is a fresh `python -m nemotron` process with an empty NEMOTRON_HOME, as a user's call; the manifest
-cache is warm, as after a user's first call (one row measures a first call, with no cache). Every process, the peer's
-included, reads its modules' bytecode from a cache that the uncounted first run wrote (PYTHONPYCACHEPREFIX, in a
-temporary directory), as an installed package does: with PYTHONDONTWRITEBYTECODE set (as in some CI shells),
-nemotron's own modules would be compiled from source on every call while typer's come from its installed .pyc files,
-and that compile, about a third of a dry run, is no part of what a user waits for. Within each run the
-commands, the peer and the `--before` code run one after the other, so other load on the machine slows them alike;
-the ratio to the peer is what carries across machines. Targets (issue 33): the listing, a step and the help at most
-2x the peer, a dry run at most 3x (it compiles the step's config, which the others never load). One row measures
-what typer itself adds once it runs a command (FLOOR): no typer CLI starts faster than that.
+cache and the cache of record files that validated are warm, as after a user's first call (one row measures a first
+call, with no cache). Every process, the peer's included, reads its modules' bytecode from a cache that the uncounted
+first run wrote (PYTHONPYCACHEPREFIX, in a temporary directory), as an installed package does: with
+PYTHONDONTWRITEBYTECODE set (as in some CI shells), nemotron's own modules would be compiled from source on every call
+while typer's come from its installed .pyc files, and that compile, about a third of a dry run, is no part of what a
+user waits for. Within each run the commands, the peer and the `--before` code run one after the other, so other
+load on the machine slows them alike; the ratio to the peer is what carries across machines. Targets (issue 33):
+the listing, a step and the help at most 2x the peer, a dry run at most 3x (it compiles the step's config, which the
+others never load). One row measures what typer itself adds once it runs a command (FLOOR): no typer CLI starts
+faster than that.
 """
 
 from __future__ import annotations
