@@ -30,7 +30,7 @@ from nemotron.configtree import deep_merge, flatten, get_dotted, resolve_interpo
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.models.tokenizer_match import check_token_ids_meet
 from nemotron.paths import artifacts_dir
-from nemotron.profiles import DEFAULT_PROFILE, AnyProfile, LocalProfile, implicit_profile, load_profile
+from nemotron.profiles import AnyProfile, LocalProfile, implicit_profile, load_profile
 from nemotron.redact import MASK, is_secret_name
 from nemotron.reward.bind import refuse_open_servers
 
@@ -44,6 +44,9 @@ class Job:
     launch: str
     config: dict[str, Any]  # resolved and validated; inputs as the user wrote them
     config_schema: type[BaseModel]  # the step's Config, which validated `config`; engines read its fields
+    validated: (
+        BaseModel  # `config` as config_schema validated it, once: later stages read it, never validate again
+    )
     backend: str  # the engine that runs the job: config's `backend`, builtin for steps without one
     step_config: dict[str, Any]  # what the step reads: inputs replaced by resolved paths
     sources: dict[str, str]  # dotted key -> "preset:tiny" | "profile:NAME" | "cli" (defaults omitted)
@@ -72,9 +75,18 @@ def new_job_id(step_id: str) -> str:
 # ----------------------------------------------------------------------------- presets
 
 
+# libyaml's parser where PyYAML has it (the same safe constructor and resolver, in C): a preset parses in a tenth of
+# the time. A file it refuses is parsed again by PyYAML's own parser, whose line, column and problem are the message.
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _yaml_file(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        try:
+            data = yaml.load(text, Loader=_FAST_LOADER)
+        except yaml.YAMLError:
+            data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
@@ -212,14 +224,22 @@ def validate_config(
 
 
 def compose_config(
-    step: Step, preset: str, overrides: list[str], profile: AnyProfile = DEFAULT_PROFILE
+    step: Step, preset: str, overrides: list[str], profile: AnyProfile | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Merge schema defaults < preset chain < profile < CLI, resolve interpolations, validate strictly.
     Returns the validated config (plain data) and the source of every key not left at its default."""
+    _, config, sources = _compose(step, preset, overrides, profile)
+    return config, sources
+
+
+def _compose(
+    step: Step, preset: str, overrides: list[str], profile: AnyProfile | None
+) -> tuple[BaseModel, dict[str, Any], dict[str, str]]:
+    """compose_config, with the validated config object itself first."""
     schema = step.config_schema()
     layers: list[tuple[str, dict[str, Any]]] = [("default", schema().model_dump(mode="json"))]
     layers += load_preset_chain(preset_path(step, preset), step_presets=step.config_dir)
-    if profile.config:
+    if profile is not None and profile.config:
         layers.append((f"profile:{profile.name}", profile.config))
     cli = parse_dotlist(overrides)
     if cli:
@@ -236,8 +256,8 @@ def compose_config(
                 parts = key.split(".")
                 touched.update({".".join(parts[:i]): label for i in range(1, len(parts) + 1)})
     resolved = resolve_interpolations(merged)
-    config = validate_config(step.id, schema, resolved, touched).model_dump(mode="json")
-    return config, sources
+    validated = validate_config(step.id, schema, resolved, touched)
+    return validated, validated.model_dump(mode="json"), sources
 
 
 def compile_job(
@@ -257,7 +277,7 @@ def compile_job(
     lists them in `Job.warnings`, since a dry-run is how a user looks at a job before copying its data."""
     step = catalog.get(step_id)
     profile = load_profile(profile_name) if profile_name else implicit_profile()
-    config, sources = compose_config(step, preset, overrides or [], profile)
+    validated, config, sources = _compose(step, preset, overrides or [], profile)
     store = store or ArtifactStore(
         Path(profile.artifacts_root).expanduser() if profile.artifacts_root else artifacts_dir()
     )
@@ -266,7 +286,7 @@ def compile_job(
         step.config_schema(), config, env_vars=profile.env_vars, here=here, profile=profile.name
     )
     bindings = bind_inputs(catalog, step, config, store, remote=not here or dry_run)
-    preflight.check(catalog, step.id, config, profile, bindings)  # parallelism, loadable inputs
+    preflight.check(catalog, step.id, validated, profile, bindings)  # parallelism, loadable inputs
     warnings = tuple(
         f"input '{b.name}': {b.ref} does not exist here; running this job would refuse it"
         for b in bindings
@@ -301,6 +321,7 @@ def compile_job(
         launch=step.manifest.step.launch,
         config=config,
         config_schema=step.config_schema(),
+        validated=validated,
         backend=backend,
         step_config=step_config,
         sources=sources,

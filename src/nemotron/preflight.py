@@ -15,7 +15,6 @@ node >= 1) are refused where the profile is read (`nemotron.profiles`), naming i
 
 from __future__ import annotations
 
-import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,12 +67,10 @@ def shape(nodes: int, gpus: int) -> str:
 
 
 def check(
-    catalog: Catalog, step_id: str, config: dict[str, Any], profile: AnyProfile, bindings: Sequence[Binding]
+    catalog: Catalog, step_id: str, validated: BaseModel, profile: AnyProfile, bindings: Sequence[Binding]
 ) -> None:
-    """Raise one UserError listing every parallelism problem and every local input that cannot load. `config`
-    is the step's resolved and validated config, as plain data."""
-    # the dump of a config this schema validated: validating it again cannot fail
-    validated = catalog.get(step_id).config_schema().model_validate(config)
+    """Raise one UserError listing every parallelism problem and every local input that cannot load. `validated`
+    is the step's resolved config as its schema validated it (compile)."""
     problems = unloadable_inputs(catalog, validated, bindings)
     problems += [
         p
@@ -214,6 +211,8 @@ def _nemo_model_config(path: Path) -> dict[str, Any] | None:
     None when `path` is not a local file. A file that is not such a tar raises CheckpointError."""
     if not path.is_file():
         return None
+    import tarfile  # here: only a .nemo input is read, and a dry run's start-up counts
+
     try:
         with tarfile.open(path, "r:*") as tar:
             for member in tar:

@@ -15,7 +15,8 @@ from nemotron.paths import bundled_root
 
 
 class _ProfileBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: a command reads one profile, so only its executor's schema is built (load_profile), not all three
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str = ""
     description: str = ""
@@ -84,7 +85,7 @@ class SlurmProfile(_ProfileBase):
 
 
 class LeptonMount(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
     from_: str = Field(alias="from")
     path: str
     mount_path: str
@@ -126,9 +127,13 @@ class LeptonProfile(_ProfileBase):
 
 AnyProfile = LocalProfile | SlurmProfile | LeptonProfile
 Profile = Annotated[AnyProfile, Field(discriminator="executor")]
-_PROFILE = TypeAdapter(Profile)
-
-DEFAULT_PROFILE = LocalProfile(name="local")
+# each executor's profile schema, so that a profile is validated by its own (the union's errors are the same, less the
+# executor in their location, which load_profile drops from the union's)
+_BY_EXECUTOR: dict[str, type[AnyProfile]] = {
+    "local": LocalProfile,
+    "slurm": SlurmProfile,
+    "lepton": LeptonProfile,
+}
 
 
 def find_env_file(start: Path | None = None) -> Path | None:
@@ -195,8 +200,11 @@ def load_profile(name: str) -> AnyProfile:
     raw = _resolve_raw(name, raw_profiles())
     source = raw.pop("_file", "?")
     raw["name"] = name
+    executor = raw.get("executor")
+    kind = _BY_EXECUTOR.get(executor) if isinstance(executor, str) else None
     try:
-        return _PROFILE.validate_python(raw)
+        # a missing or unknown executor is the union's to report (which tags it knows)
+        return kind.model_validate(raw) if kind is not None else TypeAdapter(Profile).validate_python(raw)
     except ValidationError as e:
         problems = []
         for err in e.errors():

@@ -89,9 +89,7 @@ class Shapes:
 def plan_job(job: Job, nodes: int, gpus_per_node: int) -> Plan:
     """The resource plan of a compiled job on `nodes` nodes of `gpus_per_node` GPUs (0: CPU)."""
     if job.step_id not in PLANNED_STEPS:  # data/prep and user steps run no model the plan knows
-        # job.config is the dump of a config this schema validated: validating it again cannot fail. A user
-        # step may have no plan group.
-        plan = getattr(job.config_schema.model_validate(job.config), "plan", None)
+        plan = getattr(job.validated, "plan", None)  # a user step may have no plan group
         return Plan([], plan.on_no_fit if isinstance(plan, ResourcePlan) else "refuse")
     # The step's own Config over what the step reads (input refs resolved to paths), as the step validates it
     # when it starts. The catalog loaded steps/<step_id>/schema.py, the module mypy knows as sft.schema,

@@ -133,3 +133,54 @@ def test_secrets_are_masked_in_the_job(catalog: Catalog, tmp_path: Path) -> None
 
     text = dry_run(job)
     assert "hunter2-secret" not in text and "token: '***'" in text
+
+
+def test_every_shipped_preset_reads_the_same_with_libyaml(catalog: Catalog) -> None:
+    """Presets are parsed by libyaml where PyYAML has it (compile._yaml_file): each must read as PyYAML's own parser
+    reads it, and a malformed one must still get PyYAML's message (test_cli's malformed preset)."""
+    import yaml
+
+    from nemotron.compile import _FAST_LOADER, _yaml_file
+
+    assert _FAST_LOADER is yaml.CSafeLoader  # the check is real: libyaml is in this environment
+    files = [p for s in catalog.steps.values() for p in sorted(s.config_dir.glob("*.yaml"))]
+    assert len(files) >= 14
+    for path in files:
+        assert _yaml_file(path) == (yaml.safe_load(path.read_text()) or {}), path
+
+
+def test_a_dry_run_validates_the_step_config_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, home: Path
+) -> None:
+    """The Job carries the config object compile validated: preflight, the resource plan and the engine read it
+    instead of validating the config again. A copy of test/count whose Config counts its validations shows it."""
+    import shutil
+    import sys
+
+    from nemotron.launch import submit
+
+    root = tmp_path / "steproot"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "steproot", root)
+    schema = root / "steps" / "test" / "count" / "schema.py"
+    source = schema.read_text().replace(
+        "from pydantic import Field", "from pydantic import Field, model_validator"
+    )
+    schema.write_text(
+        source.replace(
+            "class Config(Strict):\n",
+            "VALIDATED: list[int] = []\n\n\nclass Config(Strict):\n"
+            "    @model_validator(mode='after')\n"
+            "    def _count(self) -> 'Config':\n"
+            "        VALIDATED.append(1)\n"
+            "        return self\n\n",
+        )
+    )
+    monkeypatch.setenv("NEMOTRON_STEPS_PATH", str(root))
+    catalog = Catalog()
+    counted = sys.modules[catalog.get("test/count").config_schema().__module__].VALIDATED
+    job = compile_job(catalog, "test/count", "tiny", ["trainer.max_steps=4"], dry_run=True)
+    assert len(counted) == 2  # the schema's defaults, then the composed config
+    assert job.validated.trainer.max_steps == 4  # type: ignore[attr-defined]
+    text = submit.dry_run(job)
+    assert "max_steps: 4  # cli" in text  # the dry run did its work: preflight, plan, engine, render
+    assert len(counted) == 2

@@ -51,3 +51,19 @@ def test_render_is_pure(fixture_steps: Path, tmp_path: Path) -> None:
     b = render.dry_run_text(job, render.local_launch(job, "/j", "python"), "/j")
     assert a == b
     assert not (tmp_path / "a").exists()
+
+
+def test_scalars_are_written_as_yaml_writes_them() -> None:
+    """The dry run writes common scalars itself; each must be what yaml.safe_dump gives, quoting included."""
+    import yaml
+
+    values = [None, True, False, 0, -3, 2**70, 0.0, -0.0, 1.0, 0.1, 1e-05, 3e10, 1e16, 2.5e-300, float("inf"),
+              float("-inf"), float("nan"), "abc", "rl-ppo", "/tmp/x", "pkg://tiny/prompts.jsonl", "a_b.c/d-e", "_x",
+              "x.", "Y", "n", "yes", "Yes", "YES", "no", "on", "On", "OFF", "off", "true", "True", "FALSE", "null",
+              "Null", "NULL", "~", "", "1.0", "12", "1e3", "0x1f", "2026-11-26", ".inf", "-x", "- x", "x y", "x: y",
+              "a:b", "x#y", "x #y", "'q'", '"q"', "é", "tab\there", "line\nbreak", "[a]", "{a}", "a,b", "*a", "&a",
+              "!a", "%a", "@a", "`a", "|a", ">a", "?a", "=", "<<", [], {}, [1, "a"], ["yes"], {"a": 1}]  # fmt: skip
+    for value in values:
+        expected = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+        expected = expected.removesuffix("\n...").removesuffix("...").strip()
+        assert render._scalar(value) == expected, value

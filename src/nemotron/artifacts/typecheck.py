@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nemotron.catalog import ArtifactType, Catalog
+from nemotron.catalog_cache import cache_dir
+
+if TYPE_CHECKING:
+    from nemotron.artifacts.validated_files import ValidatedFiles
 
 
 def conforms(path: Path, spec: ArtifactType) -> str | None:
@@ -36,15 +42,32 @@ def conforms(path: Path, spec: ArtifactType) -> str | None:
 
 
 def validate_records(path: Path, spec: ArtifactType) -> None:
-    """Read every line against the type's record schema; raises DataError naming file, line and field."""
+    """Read every line against the type's record schema; raises DataError naming file, line and field. A file
+    whose content validated as this record type before is not read again (artifacts.validated_files)."""
     if not spec.record or not path.is_file():
         return
     import importlib
 
+    from nemotron.artifacts.validated_files import ValidatedFiles
+
+    seen = _validated_files(cache_dir())
+    key = ValidatedFiles.key(path, spec.record)
+    if key is not None and key in seen:
+        return
     from nemotron.data.jsonl import read_jsonl
 
     module, _, name = spec.record.partition(":")
     read_jsonl(path, getattr(importlib.import_module(module), name))
+    if key is not None:
+        seen.add(key)
+
+
+@cache
+def _validated_files(where: Path) -> ValidatedFiles:
+    """One cache per process and cache directory: a job binds several inputs."""
+    from nemotron.artifacts.validated_files import ValidatedFiles
+
+    return ValidatedFiles(where / "validated_records.json")
 
 
 def detect_type(path: Path, catalog: Catalog) -> str | None:

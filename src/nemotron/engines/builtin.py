@@ -11,10 +11,9 @@ class BuiltinEngine:
     name = "builtin"
 
     def launch(self, job: Job, where: Placement) -> Launch:
-        from nemotron.engines.nemo_rl_config import builtin_refusals
+        from nemotron.engines.refusals import builtin_refusals
 
-        # job.config is the dump of a config this schema validated: validating it again cannot fail
-        refused = builtin_refusals(job.config_schema.model_validate(job.config))
+        refused = builtin_refusals(job.validated)
         if refused:
             raise UserError(
                 f"these keys act only on backend=nemo_rl; {job.step_id} runs on backend=builtin:", refused

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
-from nemotron.engines.nemo_rl_config import builtin_refusals
-from nemotron.engines.refusals import Refusals, validated
+from nemotron.engines.refusals import Refusals, builtin_refusals, validated
 from nemotron.errors import UserError
 from nemotron.stepconfig import Generation, Optim, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.targets import NEMO_ALIGNER_VERSION

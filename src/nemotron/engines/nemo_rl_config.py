@@ -10,14 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from pydantic import BaseModel
 
-from nemotron.configtree import flatten
 from nemotron.engines import nemo_rl_sections as sec
 from nemotron.engines.nemo_rl_steps import STEPS, compile_step
 from nemotron.engines.refusals import validated
 from nemotron.errors import UserError
-from nemotron.stepconfig import NemoRL
 from nemotron.targets import NEMO_RL_DIR, NEMO_RL_VERSION
 
 CONFIG_FILE = "nemo_rl_config.yaml"
@@ -34,23 +31,6 @@ class NemoRLRun:
     driver: str  # run once on the Ray head
     finalize: str  # run after the driver succeeds: newest checkpoint -> HF checkpoints at `outputs`
     outputs: dict[str, str]  # our output name ([[produces]] name) -> absolute HF checkpoint path
-
-
-def builtin_refusals(config: BaseModel, who: str = "the built-in backend") -> list[str]:
-    """Problems of a validated step config on a backend other than nemo_rl (`who`): the `nemo_rl.*` keys do
-    nothing there, so a non-default value is a mistake. Empty when backend is nemo_rl, the step's schema has no
-    nemo_rl group, or the group is untouched."""
-    # any step's Config comes here; only the RL steps' schemas have `backend` and `nemo_rl`
-    nemo = getattr(config, "nemo_rl", None)
-    if getattr(config, "backend", "builtin") == "nemo_rl" or not isinstance(nemo, NemoRL):
-        return []
-    given = dict(flatten({"nemo_rl": nemo.model_dump()}))
-    default = dict(flatten({"nemo_rl": NemoRL().model_dump()}))
-    return [
-        f"{key}={value!r}: only backend=nemo_rl reads it ({who} would ignore it)"
-        for key, value in sorted(given.items())
-        if default.get(key) != value
-    ]
 
 
 def _yaml(tree: dict[str, Any], title: str) -> str:

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from nemotron.catalog import Catalog
 from nemotron.configtree import flatten
 from nemotron.errors import UserError
+from nemotron.stepconfig import NemoRL
 
 
 class Refusals:
@@ -57,3 +58,20 @@ def validated(
     config = schema.model_validate(step_config)
     defaults = schema().model_dump(mode="json")
     return config, Refusals(step_id, config.model_dump(mode="json"), defaults, engine=engine, hint=hint)
+
+
+def builtin_refusals(config: BaseModel, who: str = "the built-in backend") -> list[str]:
+    """Problems of a validated step config on a backend other than nemo_rl (`who`): the `nemo_rl.*` keys do
+    nothing there, so a non-default value is a mistake. Empty when backend is nemo_rl, the step's schema has no
+    nemo_rl group, or the group is untouched."""
+    # any step's Config comes here; only the RL steps' schemas have `backend` and `nemo_rl`
+    nemo = getattr(config, "nemo_rl", None)
+    if getattr(config, "backend", "builtin") == "nemo_rl" or not isinstance(nemo, NemoRL):
+        return []
+    given = dict(flatten({"nemo_rl": nemo.model_dump()}))
+    default = dict(flatten({"nemo_rl": NemoRL().model_dump()}))
+    return [
+        f"{key}={value!r}: only backend=nemo_rl reads it ({who} would ignore it)"
+        for key, value in sorted(given.items())
+        if default.get(key) != value
+    ]

@@ -1,9 +1,11 @@
 """The local executor: the step as a child process of this machine (attached with a progress bar, or detached
-behind a small launcher). It runs our own step processes only; a Ray launch needs a cluster profile."""
+behind a small launcher). It runs our own step processes only; a Ray launch needs a cluster profile.
+
+A dry run needs only `placement` and `render`: the job records, the process launcher and importlib.metadata
+are imported by the methods that run, watch or cancel a job (tests/foundation/test_cli.py keeps them off a dry run)."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 import sys
 import time
@@ -14,11 +16,8 @@ from typing import TYPE_CHECKING, Any
 from nemotron.compile import Job
 from nemotron.engines.base import HetJob, Launch, Placement, RayDriver
 from nemotron.errors import UserError
-from nemotron.jobrecord import read_status
-from nemotron.jobs import now, update_status
-from nemotron.launch import local, render
+from nemotron.launch import render
 from nemotron.paths import jobs_dir
-from nemotron.procs import is_alive
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -59,6 +58,8 @@ class LocalExecutor:
         return render.local_launch(job, where.job_dir, python=sys.executable)
 
     def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
+        from nemotron.launch import local
+
         cmd = render.local_command(job, str(job_dir), python=sys.executable)
         extra = dict(job.profile.env_vars)
         if job.profile.artifacts_root:
@@ -94,6 +95,10 @@ class LocalExecutor:
     def refresh(self, job_dir: Path) -> dict[str, Any]:
         """status.json, except that a job whose launcher and step are both gone without recording an end (kill -9,
         a reboot) is recorded as failed here, instead of staying `running` forever."""
+        from nemotron.jobrecord import read_status
+        from nemotron.jobs import now, update_status
+        from nemotron.procs import is_alive
+
         status = read_status(job_dir)
         if status.get("state") in FINAL:
             return status
@@ -112,6 +117,8 @@ class LocalExecutor:
         )
 
     def print_logs(self, job_dir: Path, follow: bool) -> None:
+        from nemotron.jobrecord import read_status
+
         path = job_dir / "logs" / "step.log"
         pos = 0
         while True:
@@ -130,6 +137,9 @@ class LocalExecutor:
             time.sleep(0.2)
 
     def cancel(self, job_dir: Path) -> dict[str, Any]:
+        from nemotron.jobrecord import read_status
+        from nemotron.launch import local
+
         if not local.cancel(job_dir, read_status(job_dir)):
             raise UserError(
                 f"job {job_dir.name} did not stop in time; its status: {read_status(job_dir).get('state')}"
@@ -143,6 +153,8 @@ def cuda_refusal(config: dict[str, Any]) -> str | None:
     runtime = config.get("runtime")
     if not isinstance(runtime, dict) or runtime.get("device") != "cuda":
         return None
+    import importlib.metadata
+
     try:
         build = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
@@ -177,6 +189,8 @@ def _attached(job: Job, job_dir: Path, cmd: list[str], env: dict[str, str]) -> i
         if parsed:
             done, total, stats = parsed
             progress.update(task, completed=done, total=total, stats=stats)
+
+    from nemotron.launch import local
 
     with progress:
         return local.run_step_process(job_dir, cmd, env, on_line)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -13,8 +15,38 @@ from nemotron.compile import Job
 from nemotron.launch.step_process import secret_names, step_command
 from nemotron.redact import MASK, redact_text, redact_tree
 
+# A word YAML 1.1 reads as a bool or null (PyYAML's implicit resolvers): as a string it must be quoted.
+_YAML_WORDS = frozenset(
+    f(w)
+    for w in ("yes", "no", "true", "false", "on", "off", "null")
+    for f in (str.lower, str.capitalize, str.upper)
+)
+# A string YAML writes plain: a letter or _ first (never a number, date, indicator or document marker), then no
+# character that needs quoting (no space, colon, #, quote, bracket or comma).
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
+
 
 def _scalar(value: Any) -> str:
+    """`value` as PyYAML's flow style writes it. The values a config holds most (None, bools, ints, floats, plain
+    words and paths, empty groups) are written here as PyYAML would, without a yaml.safe_dump each (a few ms of a
+    dry run); anything else goes through yaml (tests/foundation/test_render.py compares the two)."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if type(value) is int:
+        return str(value)
+    if type(value) is float:
+        if value != value:
+            return ".nan"
+        if value in (math.inf, -math.inf):
+            return ".inf" if value > 0 else "-.inf"
+        text = repr(value).lower()
+        return text.replace("e", ".0e", 1) if "." not in text and "e" in text else text
+    if type(value) is str and value not in _YAML_WORDS and _PLAIN.fullmatch(value):
+        return value
+    if (type(value) is list or type(value) is dict) and not value:
+        return "[]" if type(value) is list else "{}"
     text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
     return text.removesuffix("\n...").removesuffix("...").strip()
 

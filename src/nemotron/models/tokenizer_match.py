@@ -219,16 +219,19 @@ _MALFORMED = (OSError, ValueError, TypeError, KeyError, IndexError, AttributeErr
 def read_tokenizer(path: Path) -> TokenizerFiles | None:
     """The tokenizer of an HF checkpoint directory or a .nemo archive; None when none can be read here (no
     tokenizer files, a hub id, an unreadable archive): the check then has nothing to compare."""
-    import tarfile  # here, not at the top: most runs read directories, and the dry-run's start-up counts
-
     try:
         if path.is_dir():
             return _from_directory(path)
-        if path.is_file() and tarfile.is_tarfile(path):
-            return _from_nemo(path)
-    except (*_MALFORMED, tarfile.TarError):
+        if not path.is_file():
+            return None
+        import tarfile  # here, not at the top: most inputs are directories, and the dry-run's start-up counts
+
+        try:
+            return _from_nemo(path) if tarfile.is_tarfile(path) else None
+        except tarfile.TarError:
+            return None
+    except _MALFORMED:
         return None
-    return None
 
 
 def _from_directory(path: Path) -> TokenizerFiles | None:
