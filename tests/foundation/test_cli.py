@@ -118,7 +118,9 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
 @pytest.mark.parametrize(
     ("args", "banned", "needed"),
     [
-        (["--help"], (*BROWSE, *GROUPS), "typer.rich_utils"),  # the groups' names and help are in cli.app
+        # the groups' names and help are in cli.app; plain click help: no typer.rich_utils, no rich at all
+        (["--help"], (*BROWSE, *GROUPS, "rich"), "nemotron.cli.app"),
+        ([], (*BROWSE, *GROUPS, "rich"), "nemotron.cli.app"),  # bare `nemotron`: the same help
         (["steps", "list"], (*BROWSE, "rich.console"), "nemotron.catalog"),  # piped: plain text, no rich
         (["steps", "show", "rl/rlhf"], BROWSE, "rich.table"),
         # a dry run prints plain text: no rich
@@ -128,7 +130,7 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], (*NEVER, "rich", "omegaconf"),
          "nemotron.resource_plan"),
     ],
-    ids=["help", "steps list", "steps show", "tiny local dry run", "slurm dry run"],
+    ids=["help", "bare", "steps list", "steps show", "tiny local dry run", "slurm dry run"],
 )  # fmt: skip
 def test_start_up_loads_only_what_the_command_needs(
     home: Path, args: list[str], banned: tuple[str, ...], needed: str, run_cli_imports: Any

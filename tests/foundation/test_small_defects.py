@@ -26,19 +26,42 @@ def test_profiles_show_is_a_table_and_json_on_request(home: Path, run_cli: Any) 
 
 
 def test_every_command_help_shows_an_example_and_the_exit_codes(home: Path, run_cli: Any) -> None:
+    """Plain help (no rich panels), each command's example whole on one line as it is typed (click rewraps a
+    paragraph, and cut `--dry-run` after `--dry-`), and each group's listing of its commands uncut (click ends a
+    summary longer than the line with "...")."""
     import typer.main
 
     from nemotron.cli.app import with_groups
 
     group = typer.main.get_command(with_groups())
     for name, sub in group.commands.items():  # type: ignore[attr-defined]
-        for cmd in getattr(sub, "commands", {name: sub}):
+        listing = run_cli(name, "--help").out
+        for cmd, command in getattr(sub, "commands", {name: sub}).items():
             args = [name, cmd, "--help"] if hasattr(sub, "commands") else [name, "--help"]
             shown = run_cli(*args)
             assert (
                 shown.code == 0 and "Example: nemotron" in shown.out and "Exit codes: 0 done" in shown.out
             ), args
             assert len(shown.out.splitlines()) <= 40, f"{args}: help longer than a screen"
+            (example,) = [line for line in command.epilog.splitlines() if line.startswith("Example: ")]
+            assert f"  {example}" in shown.out.splitlines(), (args, shown.out)
+            assert not {"╭", "│", "─"} & set(shown.out), (args, shown.out)
+            (summary,) = [line for line in listing.splitlines() if line.startswith(f"  {cmd}  ")]
+            assert not summary.endswith("..."), summary
+
+
+def test_the_help_is_the_same_on_a_terminal_and_in_a_pipe(home: Path, run_cli: Any) -> None:
+    """Plain click help: nothing differs where rich would colour and box it ($FORCE_COLOR, $TTY_COMPATIBLE make rich
+    treat a pipe as a terminal), and bare `nemotron` prints the same help as `nemotron --help`."""
+    piped = run_cli("--help")
+    assert piped.code == 0 and piped.out.startswith("Usage: nemotron [OPTIONS] COMMAND"), piped.out
+    assert "  steps      Browse and run steps." in piped.out.splitlines(), piped.out
+    for env in ({"FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "1"}):
+        assert run_cli("--help", env=env).out == piped.out, env
+    assert run_cli().out == piped.out
+    step = run_cli("steps", "run", "--help")
+    assert run_cli("steps", "run", "--help", env={"FORCE_COLOR": "1"}).out == step.out
+    assert "`defaults: [tiny]`" in step.out, step.out  # rich markup would have taken [tiny] for a style
 
 
 def test_tables_are_not_cut_when_piped(home: Path) -> None:

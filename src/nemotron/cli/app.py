@@ -24,8 +24,13 @@ GROUPS: dict[str, tuple[str, str]] = {
     "artifacts": ("nemotron.cli.artifacts", "The artifact store and checkpoint lineage."),
 }
 
+# Every Typer app here prints click's plain help (rich_markup_mode=None): typer's rich help imports
+# typer.rich_utils (rich.markdown, markdown_it, rich.traceback...), which made `nemotron --help` take 2.5x
+# `import typer` (docs/benchmarks.md). Plain help is the same on a terminal and in a pipe, and prints `[...]` as
+# written, so help texts use no rich markup; a block click must not rewrap starts after a `\b` line.
 app = typer.Typer(
     name="nemotron",
+    rich_markup_mode=None,
     help="A declarative steps runner for LLM alignment: typed steps, one config compiler, local/Slurm/Lepton executors, checkpoint lineage.",
     no_args_is_help=True,
     invoke_without_command=True,  # so `nemotron --version` needs no command
@@ -49,7 +54,7 @@ def with_group_names() -> typer.Typer:
     `--version` and a mistyped group's did-you-mean read, without importing the groups' code."""
     for name, (_module, help_line) in GROUPS.items():
         if name not in _added:
-            app.add_typer(typer.Typer(no_args_is_help=True), name=name, help=help_line)
+            app.add_typer(typer.Typer(no_args_is_help=True, rich_markup_mode=None), name=name, help=help_line)
             _added.add(name)
     return app
 

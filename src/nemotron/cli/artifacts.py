@@ -19,7 +19,7 @@ from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 from nemotron.paths import artifacts_dir
 
-app = typer.Typer(no_args_is_help=True)  # its help: cli.app.GROUPS
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # its help: cli.app.GROUPS
 out = stdout_console()
 
 
@@ -48,7 +48,11 @@ def _as_dict(a: Artifact) -> dict[str, Any]:
     }
 
 
-@app.command("ls", epilog=epilog("nemotron artifacts ls --type checkpoint_hf --since 7d --limit 20"))
+@app.command(
+    "ls",
+    short_help="Artifacts in the store, newest first, a page at a time.",
+    epilog=epilog("nemotron artifacts ls --type checkpoint_hf --since 7d --limit 20"),
+)
 def ls(
     name: Annotated[str | None, typer.Argument(help="only versions of this artifact")] = None,
     name_opt: Annotated[str | None, typer.Option("--name", help="only versions of this artifact")] = None,
@@ -158,14 +162,18 @@ def lineage_lines(root: int, edges: list[tuple[int, int, str]], dist: dict[int, 
     return lines
 
 
-@app.command("lineage", epilog=epilog("nemotron artifacts lineage tiny_rlhf_policy:latest --depth 3"))
+@app.command(
+    "lineage",
+    short_help="Which job made an artifact, from which inputs.",
+    epilog=epilog("nemotron artifacts lineage tiny_rlhf_policy:latest --depth 3"),
+)
 def lineage(
     ref: str,
     depth: Annotated[int | None, typer.Option(min=1, help="at most N inputs away (default: all)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="the graph as nodes and edges")] = False,
 ) -> None:
     """The ancestry of an artifact: which job made it, from which inputs, with which config. Each ancestor is
-    printed once; another path to it is a back-reference line (↳ policy:v3 (above))."""
+    printed once; another path to it is a line that points back to it (↳ policy:v3 (above))."""
     store = _store()
     top = _resolve(store, ref)
     nodes, edges, dist = store.lineage_graph(top.id, depth)
@@ -191,7 +199,11 @@ def lineage(
     out.print(tree)
 
 
-@app.command("verify", epilog=epilog("nemotron artifacts verify tiny_sft_policy:v1"))
+@app.command(
+    "verify",
+    short_help="Re-hash an artifact's files; exit 1 when they changed.",
+    epilog=epilog("nemotron artifacts verify tiny_sft_policy:v1"),
+)
 def verify(ref: str) -> None:
     """Re-hash an artifact's files and report tampering or corruption (exit 1)."""
     a = _resolve(_store(), ref)

@@ -20,7 +20,7 @@ from nemotron.cli.listing import more_note, parse_since
 from nemotron.errors import UserError
 from nemotron.jobrecord import read_status
 
-app = typer.Typer(no_args_is_help=True)  # its help: cli.app.GROUPS
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # its help: cli.app.GROUPS
 out = stdout_console()
 err_console = Console(stderr=True)
 
@@ -39,7 +39,11 @@ def checked_recently(status: dict[str, object], at: datetime, ttl_s: float = LS_
     return (at - checked).total_seconds() < ttl_s
 
 
-@app.command("ls", epilog=epilog("nemotron jobs ls --step rl/rlhf --since 7d --limit 10"))
+@app.command(
+    "ls",
+    short_help="Jobs, newest first, with their state.",
+    epilog=epilog("nemotron jobs ls --step rl/rlhf --since 7d --limit 10"),
+)
 def ls(
     as_json: Annotated[bool, typer.Option("--json")] = False,
     limit: Annotated[int, typer.Option(min=1, help="newest N")] = 50,
@@ -142,7 +146,11 @@ def status(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
         )
 
 
-@app.command("show", epilog=epilog("nemotron jobs show JOB_ID"))
+@app.command(
+    "show",
+    short_help="A job's record, last metrics, and artifacts in and out.",
+    epilog=epilog("nemotron jobs show JOB_ID"),
+)
 def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """A job's record, its last metrics, and the artifacts it consumed and produced."""
     from nemotron.artifacts.store import ArtifactStore

@@ -13,12 +13,16 @@ from nemotron.cli.console import stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 
-app = typer.Typer(no_args_is_help=True)  # its help: cli.app.GROUPS
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # its help: cli.app.GROUPS
 err = Console(stderr=True, highlight=False)
 out = stdout_console()
 
 
-@app.command("run", epilog=epilog("nemotron pipeline run tiny --until sft"))
+@app.command(
+    "run",
+    short_help="Run a pipeline's steps in order, skipping those already done.",
+    epilog=epilog("nemotron pipeline run tiny --until sft"),
+)
 def run(
     name: Annotated[
         str, typer.Argument(help="pipeline name (manifests/pipelines/NAME.toml) or a .toml path")

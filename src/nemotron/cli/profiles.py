@@ -13,7 +13,7 @@ from nemotron.cli.help import epilog
 from nemotron.profiles import list_profiles, load_profile
 from nemotron.redact import redact_tree
 
-app = typer.Typer(no_args_is_help=True)  # its help: cli.app.GROUPS
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # its help: cli.app.GROUPS
 out = stdout_console()
 
 
@@ -36,7 +36,7 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 def show(
     name: str, as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False
 ) -> None:
-    """A profile with `extends` resolved and secrets redacted. Example: nemotron profiles show slurm_rlhf"""
+    """A profile with `extends` resolved and secrets redacted."""
     profile = load_profile(name)
     data = redact_tree(profile.model_dump(mode="json", by_alias=True))
     if as_json:

@@ -14,7 +14,7 @@ from nemotron.cli.console import print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
 
-app = typer.Typer(no_args_is_help=True)  # its help: cli.app.GROUPS
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # its help: cli.app.GROUPS
 PASSTHROUGH: list[str] = []  # filled by cli.app.main from everything after `--`
 
 
@@ -75,7 +75,11 @@ def list_steps(
                   ["bold cyan", "", "green", ""])  # fmt: skip
 
 
-@app.command("show", epilog=epilog("nemotron steps show rl/reinforce"))
+@app.command(
+    "show",
+    short_help="A step: inputs, outputs, parameters, presets, known errors.",
+    epilog=epilog("nemotron steps show rl/reinforce"),
+)
 def show(
     step_id: Annotated[str, typer.Argument(metavar="ID")],
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -128,6 +132,7 @@ def show(
 
 @app.command(
     "run",
+    short_help="Compile a step into a job and run it, or print it (--dry-run).",
     context_settings={"allow_interspersed_args": True},
     epilog=epilog("nemotron steps run rl/reinforce -c tiny trainer.max_steps=20 --dry-run"),
 )
