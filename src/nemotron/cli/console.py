@@ -14,11 +14,12 @@ PIPED_WIDTH = 400
 TABLE_ROWS = 200  # above this many rows a listing prints padded columns (print_columns), not a rich Table
 
 
-def stdout_console() -> Console:
+def stdout_console(*, markup: bool = True) -> Console:
+    """stdout's console; `markup` False: strings print as written, `[...]` and `:name:` (emoji codes) included."""
     from rich.console import Console
 
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(highlight=False, width=PIPED_WIDTH if piped else None)
+    return Console(highlight=False, width=PIPED_WIDTH if piped else None, markup=markup, emoji=markup)
 
 
 def plain_stdout() -> bool:

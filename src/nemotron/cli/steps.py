@@ -91,10 +91,13 @@ def show(
         print(json.dumps({**_summary(step), "manifest": plain(m)}, indent=2, default=_iso))
         return
     from rich.table import Table
+    from rich.text import Text
 
-    out = stdout_console()
-    out.print(f"[bold cyan]{step.id}[/] — {m.step.name}")
-    out.print(m.step.description, markup=False)
+    # Every text as written: manifest text is no rich markup ("[...]" in a description stays) and parsing it as
+    # markup, emoji codes included, was a third of the time this command takes to print.
+    out = stdout_console(markup=False)
+    out.print(Text.assemble((step.id, "bold cyan"), f" — {m.step.name}"))
+    out.print(m.step.description)
     out.print(f"launch: {m.step.launch}   entry: {step.entry_path}   presets: {', '.join(step.presets())}")
     if m.step.services:
         out.print(f"runs beside: {', '.join(m.step.services)}")
@@ -117,9 +120,9 @@ def show(
             params.add_row(param.key, json.dumps(param.default), param.description + extra)
         out.print(params)
     for s in m.strategies:
-        out.print(f"[bold]strategy[/] when {s.when}: {s.then}", markup=True)
+        out.print(Text.assemble(("strategy", "bold"), f" when {s.when}: {s.then}"))
     for e in m.errors:
-        out.print(f"[bold]known error[/] {e.name}: {e.recovery}")
+        out.print(Text.assemble(("known error", "bold"), f" {e.name}: {e.recovery}"))
     if m.resources:
         out.print(
             "resources: "
