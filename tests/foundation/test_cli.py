@@ -122,7 +122,8 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         (["--help"], (*BROWSE, *GROUPS, "rich"), "nemotron.cli.app"),
         ([], (*BROWSE, *GROUPS, "rich"), "nemotron.cli.app"),  # bare `nemotron`: the same help
         (["steps", "list"], (*BROWSE, "rich.console"), "nemotron.catalog"),  # piped: plain text, no rich
-        (["steps", "show", "rl/rlhf"], BROWSE, "rich.table"),
+        # manifest text is printed as written: no emoji codes to look up
+        (["steps", "show", "rl/rlhf"], (*BROWSE, "rich._emoji_codes"), "rich.table"),
         # a dry run prints plain text: no rich
         (["steps", "run", "rl/rlhf", "-c", "tiny", "--dry-run"], (*NEVER, "rich", *LOCAL_DRY_RUN),
          "nemotron_step_schema_steps_rl_rlhf"),

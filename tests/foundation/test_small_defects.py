@@ -64,6 +64,39 @@ def test_the_help_is_the_same_on_a_terminal_and_in_a_pipe(home: Path, run_cli: A
     assert "`defaults: [tiny]`" in step.out, step.out  # rich markup would have taken [tiny] for a style
 
 
+def test_steps_show_prints_manifest_text_as_written(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    """A manifest's text is no rich markup: `[...]` and `:name:` print as written, on a terminal (FORCE_COLOR) too,
+    where the step id is still styled."""
+    (tmp_path / "manifests" / "user").mkdir(parents=True)
+    text = "keep [bold]this[/bold] and [x] and :smile: as written"
+    (tmp_path / "manifests" / "user" / "s.toml").write_text(f"""[step]
+id = "user/s"
+name = "n [red]"
+description = "{text}"
+category = "test"
+
+[[produces]]
+name = "out"
+type = "prompt_jsonl"
+description = "{text}"
+
+[[strategies]]
+when = "w [dim]"
+then = "{text}"
+
+[[errors]]
+name = "e [i]"
+recovery = "{text}"
+""")
+    env = {"NEMOTRON_STEPS_PATH": str(tmp_path)}
+    for extra in ({}, {"FORCE_COLOR": "1"}):
+        r = run_cli("steps", "show", "user/s", env={**env, **extra})
+        assert r.code == 0, r.err
+        assert r.out.count(text) == 4, r.out  # description, artifact, strategy, known error
+        assert "n [red]" in r.out and "w [dim]" in r.out and "e [i]" in r.out, r.out
+    assert "\x1b[1;36muser/s\x1b[0m" in r.out, r.out
+
+
 def test_tables_are_not_cut_when_piped(home: Path) -> None:
     """Piped (no terminal, no COLUMNS), rich would cut every table at 80 columns with "…"."""
     import os
