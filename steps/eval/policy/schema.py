@@ -133,6 +133,12 @@ class Config(Strict):
     """evaluate the first N prompts of the file; 0: all"""
     runtime: Runtime = Runtime()
 
+    def record_fields_needed(self) -> dict[str, tuple[list[str], str]]:
+        """Optional record fields the scorers read, checked in every record at compile time (preflight)."""
+        if self.scorers.math:
+            return {"prompts": (["answer"], "scorers.math checks each response against its prompt's answer")}
+        return {}
+
     @model_validator(mode="after")
     def _scorers_have_inputs(self) -> "Config":
         needs = []

@@ -45,7 +45,7 @@ class Prompts:
 
 def load_prompts(path: str, max_prompts: int, needs_answers: bool) -> Prompts:
     """The prompts to evaluate; exit 2 when there are none, or when scorers.math is on and one has no
-    answer."""
+    answer (the preflight refused those at compile time; a file changed since is refused here)."""
     records = read_jsonl(path, PromptRecord)  # DataError (exit 2) for an empty file or a bad line
     with open(path, encoding="utf-8") as handle:
         lines = [number for number, line in enumerate(handle, 1) if line.strip()]
@@ -57,7 +57,7 @@ def load_prompts(path: str, max_prompts: int, needs_answers: bool) -> Prompts:
         lacking = [line for record, line in zip(records, lines, strict=True) if record.answer is None]
         if lacking:
             raise UserError(
-                f'{path} line {lacking[0]} has no "answer" ({len(lacking)} of {len(records)} records '
+                f"{path}: line {lacking[0]} has no 'answer' ({len(lacking)} of {len(records)} records "
                 "lack one); scorers.math checks each response against its prompt's answer"
             )
     return Prompts(records, lines, [prompt_text(r.prompt) for r in records])
@@ -273,6 +273,8 @@ def main() -> None:
         "seed": cfg.runtime.seed,
         "scorers": cfg.scorers.model_dump(mode="json"),
         "judge": judge_stats,
+        # as bound: the paths of registered artifacts (their refs are in the lineage)
+        "inputs": cfg.inputs.model_dump(mode="json"),
     }
 
     # ---- write and register (lineage to every input comes from the job record)
