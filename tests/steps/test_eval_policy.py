@@ -44,6 +44,7 @@ def test_tiny_preset_registers_a_report_with_lineage_and_the_same_bytes_twice(
     assert summary["metrics"]["win_rate"] == {"mean": 0.5, "low": 0.5, "high": 0.5, "n": 16}
     assert summary["judge"]["judge/requests"] == 32 and summary["judge"]["judge/fallbacks"] == 0
     assert all(r["response"] == r["baseline_response"] for r in rows)
+    assert all(r["reward_model"] == r["baseline_reward_model"] for r in rows)
     # sampled, not greedy: the responses differ between prompts
     assert len({r["response"] for r in rows}) > 1
     for metric in (

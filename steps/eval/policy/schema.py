@@ -86,7 +86,8 @@ class Scorers(Strict):
     """Which scores each response gets; each adds metrics to the summary."""
 
     reward_model: bool = False
-    """score each response with inputs.reward_model (metric reward_model)"""
+    """score each response with inputs.reward_model (metric reward_model; with inputs.baseline also
+    baseline_reward_model, the baseline's answers)"""
     task: Literal["sentiment", "reverse"] | None = None
     """the tiny task whose ground truth scores each response (metrics task_score, task_well_formed)"""
     math: bool = False

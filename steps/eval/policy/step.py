@@ -9,6 +9,7 @@ and register.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -73,7 +74,7 @@ class Answers:
     truncated: list[bool]
 
 
-def generate(path: str, prompts: Prompts, g: Generation, seed: int, plan: DevicePlan) -> tuple[Answers, Any]:
+def generate(path: str, prompts: Prompts, g: Generation, seed: int, plan: DevicePlan) -> Answers:
     """The policy at `path` answers every prompt, in batches drawn from one generator seeded with `seed`, so
     the same checkpoint and settings give the same answers (and a baseline identical to the policy, identical
     ones)."""
@@ -106,7 +107,7 @@ def generate(path: str, prompts: Prompts, g: Generation, seed: int, plan: Device
             answers.texts.append(tokenizer.decode(ids, skip_special_tokens=True).strip())
             answers.truncated.append(not bool(end))
     del policy
-    return answers, tokenizer
+    return answers
 
 
 def reward_model_scores(path: str, rows: list[list[int]], device: str) -> list[float]:
@@ -138,8 +139,6 @@ def judge_client(j: Judge, model: str | None, run: StepRun[Any], plan: DevicePla
 
     given = external_url(j.url)
     if given:
-        import os
-
         yield client(given, os.environ.get(TOKEN_ENV))
         return
     device = "cuda" if plan.device.type == "cuda" else "cpu"
@@ -195,11 +194,15 @@ def score_rows(
             row[f"distinct_{n}"] = distinct_n(answers.texts[i], n)
         rows.append(row)
     if s.reward_model:
+        # one pass over both policies' answers: the model loads once
+        theirs = baseline.rows if baseline is not None else []
         rm = reward_model_scores(
-            required(cfg.inputs.reward_model, "inputs.reward_model"), answers.rows, str(plan.device)
+            required(cfg.inputs.reward_model, "inputs.reward_model"), answers.rows + theirs, str(plan.device)
         )
-        for row, value in zip(rows, rm, strict=True):
-            row["reward_model"] = value
+        for i, row in enumerate(rows):
+            row["reward_model"] = rm[i]
+            if theirs:
+                row["baseline_reward_model"] = rm[len(rows) + i]
     if s.task is not None:
         from nemotron.tasks import get_task
 
@@ -228,6 +231,7 @@ def score_rows(
 
 METRICS = (
     "reward_model",
+    "baseline_reward_model",
     "task_score",
     "task_well_formed",
     "math_correct",
@@ -251,10 +255,10 @@ def main() -> None:
 
     # ---- generate: the policy, then the baseline from the same seed
     policy_path = required(cfg.inputs.policy, "inputs.policy")
-    answers, _ = generate(policy_path, prompts, cfg.generation, cfg.runtime.seed, plan)
+    answers = generate(policy_path, prompts, cfg.generation, cfg.runtime.seed, plan)
     baseline = None
     if cfg.inputs.baseline:
-        baseline, _ = generate(cfg.inputs.baseline, prompts, cfg.generation, cfg.runtime.seed, plan)
+        baseline = generate(cfg.inputs.baseline, prompts, cfg.generation, cfg.runtime.seed, plan)
 
     # ---- score and summarise
     rows, judge_stats = score_rows(cfg, run, plan, prompts, answers, baseline)
