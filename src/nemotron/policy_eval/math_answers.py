@@ -20,9 +20,9 @@ class MathVerdict:
 
 def verify_answer(response: str, reference: str, timeout_s: int = 5) -> MathVerdict:
     """Whether `response`'s final answer equals `reference` (math-verify's parse + verify)."""
-    from math_verify import parse, verify  # type: ignore[import-untyped]
-    from math_verify.errors import TimeoutException  # type: ignore[import-untyped]
-    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig  # type: ignore[import-untyped]
+    from math_verify import parse, verify
+    from math_verify.errors import TimeoutException
+    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
 
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)  # it logs every unparseable answer
     gold = parse("\\boxed{" + reference + "}", extraction_config=(LatexExtractionConfig(),))

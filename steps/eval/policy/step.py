@@ -104,7 +104,7 @@ def generate(path: str, prompts: Prompts, g: Generation, seed: int, plan: Device
             ids = response[mask].tolist()
             answers.ids.append(ids)
             answers.rows.append(list(prompt) + ids)
-            answers.texts.append(tokenizer.decode(ids, skip_special_tokens=True).strip())
+            answers.texts.append(str(tokenizer.decode(ids, skip_special_tokens=True)).strip())
             answers.truncated.append(not bool(end))
     del policy
     return answers
