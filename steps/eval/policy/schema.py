@@ -43,7 +43,8 @@ class Generation(Strict):
     max_new_tokens: int = Field(64, ge=1)
     """longest response in tokens; a response that reaches it without EOS counts as truncated"""
     batch_size: int = Field(32, ge=1)
-    """prompts generated together (memory, not results: each batch draws from the same seeded stream)"""
+    """prompts generated together; sampled answers depend on it (the seeded stream is drawn batch by
+    batch), so keep it fixed between runs you compare"""
 
     @model_validator(mode="after")
     def _sampling_keys_act(self) -> "Generation":
