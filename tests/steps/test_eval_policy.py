@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +158,97 @@ def test_a_baseline_with_another_tokenizer_is_refused(permuted: Path, home: Path
     _refused(
         r, home, "input 'baseline' is given the token ids of input 'policy', but their tokenizers differ"
     )
+
+
+@pytest.fixture(scope="module")
+def other_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama with random weights and the shipped tokenizer: a baseline that answers differently."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("models") / "llama"
+    cmd = [sys.executable, "-m", "nemotron.models.tiny", "--family", "llama", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return out
+
+
+def _rank(review: str) -> int:
+    """The test judge's taste: reviews starting with a-h beat those with i-p, which beat the rest."""
+    first = review[:1].lower()
+    return 0 if "a" <= first <= "h" else 1 if "i" <= first <= "p" else 2
+
+
+class _RuleJudge(BaseHTTPRequestHandler):
+    """A judge behind /v1/chat/completions with a rule a test can work out by hand: the review of the better
+    `_rank` wins (scores 4 vs 2), and of two of the same rank the one shown first (a position bias: 3 vs 2)."""
+
+    def do_POST(self) -> None:
+        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        content = payload["messages"][-1]["content"]
+        first = content.split("Review 1: ", 1)[1].split("\nReview 2: ", 1)[0]
+        second = content.split("\nReview 2: ", 1)[1].split("\nAnswer", 1)[0]
+        if _rank(first) != _rank(second):
+            scores = (4, 2) if _rank(first) < _rank(second) else (2, 4)
+        else:
+            scores = (3, 2)
+        verdict = json.dumps({"score_1": scores[0], "score_2": scores[1]})
+        body = json.dumps({"choices": [{"message": {"role": "assistant", "content": verdict}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_win_rate_against_another_baseline_is_what_the_judge_said_both_ways(
+    other_policy: Path, home: Path, run_cli: Any
+) -> None:
+    """The SFT policy against a random-weight baseline, judged by a real HTTP judge (judge.url) whose verdicts
+    are known: each prompt's win is 1 when the policy's review ranks better, 0 when worse, and 0.5 when they
+    rank the same (the judge's preference for the first position cancels over the two orders)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RuleJudge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        r = run_cli(
+            "steps", "run", "eval/policy", "-c", "tiny", "scorers.reward_model=false", "inputs.reward_model=null",
+            "inputs.judge=null", f"judge.url=http://127.0.0.1:{server.server_address[1]}",
+            f"inputs.baseline={other_policy}", timeout=300,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert r.code == 0, r.err[-3000:]
+    (report,) = _reports(home)
+    rows = [json.loads(line) for line in (report / "responses.jsonl").read_text().splitlines()]
+
+    def expected(mine: str, theirs: str) -> float:
+        return 0.5 if _rank(mine) == _rank(theirs) else float(_rank(mine) < _rank(theirs))
+
+    wins = [expected(r["response"], r["baseline_response"]) for r in rows]
+    assert set(wins) == {0.0, 0.5, 1.0}, "the case needs wins, losses and same-rank pairs to tell anything"
+    assert [r["win_rate"] for r in rows] == wins
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["metrics"]["win_rate"]["mean"] == sum(wins) / len(wins)
+    assert summary["judge"]["judge/requests"] == 2 * len(rows)
+
+
+def test_against_another_baseline_each_pair_is_judged_both_ways(
+    other_policy: Path, home: Path, run_cli: Any
+) -> None:
+    """The tiny judge served by our chat server against a random-weight baseline: every pair is asked in both
+    orders. (Its 32 positions see only the tail of the template, so it gives every pair the same verdict and the
+    win-rate is 0.5 whatever the baseline: the judge.url test above checks the arithmetic end to end.)"""
+    r = run_cli(
+        "steps", "run", "eval/policy", "-c", "tiny", "scorers.reward_model=false", "inputs.reward_model=null",
+        f"inputs.baseline={other_policy}", timeout=300,
+    )  # fmt: skip
+    assert r.code == 0, r.err[-3000:]
+    (report,) = _reports(home)
+    rows = [json.loads(line) for line in (report / "responses.jsonl").read_text().splitlines()]
+    summary = json.loads((report / "summary.json").read_text())
+    assert any(r["response"] != r["baseline_response"] for r in rows)
+    assert all(r["win_rate"] in (0.0, 0.25, 0.5, 0.75, 1.0) for r in rows)
+    assert summary["judge"]["judge/requests"] == 2 * len(rows)
+    assert summary["metrics"]["win_rate"]["mean"] == sum(r["win_rate"] for r in rows) / len(rows)
