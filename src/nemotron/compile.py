@@ -214,6 +214,8 @@ def validate_config(
                     MASK if is_secret_name(loc[-1]) else repr(err["input"])
                 )  # a token typed where none belongs
                 problems.append(f"{key}: unknown key (value {shown}){origin}{hint}")
+            elif not loc:  # a rule across groups: its message names the keys; the input is the whole config
+                problems.append(str(err["msg"]).removeprefix("Value error, "))
             else:
                 value = "" if err["type"] == "missing" else f" (got {err['input']!r})"
                 problems.append(f"{key}: {err['msg']}{value}{origin}")

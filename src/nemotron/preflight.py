@@ -8,6 +8,9 @@
   refused), so it has nothing to divide.
 - **Loadable local inputs**: a Hugging Face checkpoint whose config, safetensors headers (every shard its index
   names) and tokenizer files can be read, and a .nemo whose model config can; read from the files, without torch.
+- **Optional record fields the config needs**: a step whose schema has `record_fields_needed()` (eval/policy's
+  scorers.math needs every prompt's "answer") gets each local JSONL input checked for them, naming the first line
+  without one.
 
 Every problem is collected and raised as one UserError (exit 2). Profiles' own numbers (nodes, GPUs and tasks per
 node >= 1) are refused where the profile is read (`nemotron.profiles`), naming its file and key.
@@ -15,6 +18,7 @@ node >= 1) are refused where the profile is read (`nemotron.profiles`), naming i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +75,7 @@ def check(
 ) -> None:
     """Raise one UserError listing every parallelism problem and every local input that cannot load. `validated`
     is the step's resolved config as its schema validated it (compile)."""
-    problems = unloadable_inputs(catalog, validated, bindings)
+    problems = unloadable_inputs(catalog, validated, bindings) + records_lacking_fields(validated, bindings)
     problems += [
         p
         for g in parallel_groups(catalog, step_id, validated, profile, bindings)
@@ -258,3 +262,44 @@ def unloadable_inputs(catalog: Catalog, config: BaseModel, bindings: Sequence[Bi
         except CheckpointError as err:
             problems.append(f"input '{b.name}' ({b.ref}) cannot load: {str(err).removeprefix(f'{path}: ')}")
     return problems
+
+
+# ----------------------------------------------------------------------------- record fields
+
+
+def records_lacking_fields(config: BaseModel, bindings: Sequence[Binding]) -> list[str]:
+    """A problem for each local JSONL input whose records lack a field the config needs: the schema's
+    `record_fields_needed()` maps input names to (fields, why), e.g. {"prompts": (["answer"], "scorers.math ...")}.
+    Paths that are not here are left to the step, which checks again."""
+    needed = getattr(config, "record_fields_needed", None)
+    if needed is None:
+        return []
+    wants: dict[str, tuple[list[str], str]] = needed()
+    problems = []
+    for b in bindings:
+        if b.name not in wants or not b.path or not Path(b.path).is_file():
+            continue
+        fields, why = wants[b.name]
+        lacking = first_record_lacking(Path(b.path), fields)
+        if lacking is not None:
+            line, field = lacking
+            problems.append(f"input '{b.name}' ({b.ref}): line {line} has no {field!r}; {why}")
+    return problems
+
+
+def first_record_lacking(path: Path, fields: Sequence[str]) -> tuple[int, str] | None:
+    """(line number, field) of the first record of a JSONL file without one of `fields` (null counts as absent),
+    or None. Lines that are not JSON objects are left to the record validation that reports them."""
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                missing = [f for f in fields if record.get(f) is None]
+                if missing:
+                    return number, missing[0]
+    return None

@@ -127,11 +127,15 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         # a dry run prints plain text: no rich
         (["steps", "run", "rl/rlhf", "-c", "tiny", "--dry-run"], (*NEVER, "rich", *LOCAL_DRY_RUN),
          "nemotron_step_schema_steps_rl_rlhf"),
+        # eval/policy's preflight reads the prompts for scorers.math's answers (json), never a model
+        (["steps", "run", "eval/policy", "-c", "tiny", "--dry-run", "scorers.math=true",
+          "inputs.prompts=" + str(Path(__file__).resolve().parents[2] / "docs" / "examples" / "math_prompts.jsonl")],
+         (*NEVER, "rich", "math_verify", "sympy"), "nemotron_step_schema_steps_eval_policy"),
         # no override and no ${...} in rl/ppo's presets: nothing for OmegaConf to do (rl/rlhf's has one)
         (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], (*NEVER, "rich", "omegaconf"),
          "nemotron.resource_plan"),
     ],
-    ids=["help", "bare", "steps list", "steps show", "tiny local dry run", "slurm dry run"],
+    ids=["help", "bare", "steps list", "steps show", "tiny local dry run", "eval dry run", "slurm dry run"],
 )  # fmt: skip
 def test_start_up_loads_only_what_the_command_needs(
     home: Path, args: list[str], banned: tuple[str, ...], needed: str, run_cli_imports: Any

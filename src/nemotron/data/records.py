@@ -79,9 +79,13 @@ def prompt_text(prompt: Prompt) -> str:
 
 
 class PromptRecord(_Record):
-    """A prompt for RL rollouts: `{"prompt": "the movie was"}`."""
+    """A prompt for RL rollouts: `{"prompt": "the movie was"}`, with an optional reference answer for evaluation:
+    `{"prompt": "What is 1/4 + 1/4?", "answer": "\\frac{1}{2}"}` (eval/policy's scorers.math; RL steps ignore it)."""
 
     prompt: Prompt
+    # Optional on the same record type, not a subtype: a prompt file with answers stays a prompt file every RL step
+    # reads (NeMo-RL's math data carries the ground truth beside the prompt the same way), and old files stay valid.
+    answer: StrictStr | None = None
 
     _conversation = field_validator("prompt")(_check_conversation)
 

@@ -263,6 +263,16 @@ class JudgeClient:
             results = [r for r in pool.map(judge_pair, pairs) if r is not None]
         return aggregate_pairwise(len(responses), results, self.default_score)
 
+    def verdict(self, prompt: str, response_1: str, response_2: str) -> tuple[float, float] | None:
+        """The pairwise template's (score_1, score_2) for one ordered pair, or None once the parse retries are
+        spent. With guided_choice the judge picks among the 25 verdicts of scores 1..5."""
+        content = fill_template(
+            self.pairwise_template, prompt=prompt, response_1=response_1, response_2=response_2
+        )
+        choices = [json.dumps({"score_1": a, "score_2": b}) for a in range(1, 6) for b in range(1, 6)]
+        verdict = self._ask(content, parse_pairwise_verdict, choices if self.guided_choice else None)
+        return None if verdict is None else (verdict[0], verdict[1])
+
     def score_groups(
         self, prompts: Sequence[str], responses: Sequence[str], strategy: str = "circular"
     ) -> list[float]:

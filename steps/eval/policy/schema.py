@@ -1,0 +1,168 @@
+"""Config schema of eval/policy: which policy answers which prompts, how it samples, and which scorers run."""
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from nemotron.stepconfig import Runtime, Strict
+
+
+class Inputs(Strict):
+    """What is evaluated, on what, and against what: artifact refs or paths."""
+
+    policy: str | None = None
+    """the policy to evaluate (checkpoint_hf)"""
+    prompts: str | None = None
+    """the prompts (prompt_jsonl); a record's optional "answer" is scorers.math's reference"""
+    baseline: str | None = None
+    """a second policy answering the same prompts with the same sampling (scorers.win_rate's opponent)"""
+    reward_model: str | None = None
+    """reward model (reward_model_hf) for scorers.reward_model"""
+    judge: str | None = None
+    """a causal LM served by our chat server as the pairwise judge of scorers.win_rate"""
+
+
+class Outputs(Strict):
+    """Names the outputs are registered under in the artifact store."""
+
+    report: str = "eval_report"
+    """artifact name of the eval_report"""
+
+
+class Generation(Strict):
+    """How the policy (and the baseline) answer: our torch sampler, one response per prompt."""
+
+    greedy: bool = True
+    """take the most likely token; false samples (temperature, top_k, top_p) from runtime.seed"""
+    temperature: float = Field(1.0, gt=0)
+    """sampling temperature (greedy=false only)"""
+    top_k: int = Field(0, ge=0)
+    """keep the k most likely tokens when sampling; 0: off (greedy=false only)"""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """nucleus sampling threshold; 1.0: off (greedy=false only)"""
+    max_new_tokens: int = Field(64, ge=1)
+    """longest response in tokens; a response that reaches it without EOS counts as truncated"""
+    batch_size: int = Field(32, ge=1)
+    """prompts generated together; sampled answers depend on it (the seeded stream is drawn batch by
+    batch), so keep it fixed between runs you compare"""
+
+    @model_validator(mode="after")
+    def _sampling_keys_act(self) -> "Generation":
+        if self.greedy and (self.temperature != 1.0 or self.top_k != 0 or self.top_p != 1.0):
+            raise ValueError(
+                "generation.temperature, top_k and top_p act only when sampling: set generation.greedy=false"
+            )
+        return self
+
+
+class Judge(Strict):
+    """The generative judge of scorers.win_rate (rl/rlhf's pairwise judge, served the same way)."""
+
+    url: str | None = None
+    """an OpenAI-compatible /v1/chat/completions server to ask instead of serving inputs.judge"""
+    pairwise_template: str = (
+        "Compare two reviews that continue the same opening. Score how positive each is from 1 to 5.\n"
+        "Opening: {prompt}\nReview 1: {response_1}\nReview 2: {response_2}\nAnswer with JSON only: "
+        '{"score_1": <1-5>, "score_2": <1-5>}'
+    )
+    """the judge's user message; must contain {prompt}, {response_1} and {response_2}; the higher score wins,
+    equal scores are a tie"""
+    guided_choice: bool = True
+    """constrain the judge to the 25 valid verdicts (vLLM structured_outputs.choice; our chat server too)"""
+    max_retries: int = Field(2, ge=0)
+    """re-asks when a verdict does not parse; a verdict that never parses counts as a tie"""
+    timeout_s: float = Field(60.0, gt=0)
+    """seconds to wait for one request to the judge"""
+
+    @field_validator("pairwise_template")
+    @classmethod
+    def _placeholders(cls, value: str) -> str:
+        missing = [p for p in ("{prompt}", "{response_1}", "{response_2}") if p not in value]
+        if missing:
+            raise ValueError(f"the pairwise template lacks {', '.join(missing)}")
+        return value
+
+
+class Scorers(Strict):
+    """Which scores each response gets; each adds metrics to the summary."""
+
+    reward_model: bool = False
+    """score each response with inputs.reward_model (metric reward_model; with inputs.baseline also
+    baseline_reward_model, the baseline's answers)"""
+    task: Literal["sentiment", "reverse"] | None = None
+    """the tiny task whose ground truth scores each response (metrics task_score, task_well_formed)"""
+    math: bool = False
+    """check each response's final answer against its prompt's "answer" with math-verify (metrics
+    math_correct, math_parsed); every prompt needs an answer"""
+    win_rate: bool = False
+    """the judge's pairwise preference of the policy's response over the baseline's, judged in both orders, a
+    tie half (metric win_rate); needs inputs.baseline and inputs.judge (or judge.url)"""
+    length: bool = True
+    """response length in tokens (metrics response_length, truncated)"""
+    distinct_n: list[int] = Field(default_factory=lambda: [1, 2])
+    """n of the distinct-n metrics (distinct_1, ...): per response, and over all responses in the summary;
+    empty: none"""
+
+    @field_validator("distinct_n")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(n < 1 for n in value):
+            raise ValueError(f"distinct-n needs n >= 1, got {value}")
+        return sorted(set(value))
+
+
+class Summary(Strict):
+    """How each metric's interval is computed: a percentile bootstrap over the prompts."""
+
+    resamples: int = Field(1000, ge=100)
+    """bootstrap resamples"""
+    level: float = Field(0.95, gt=0, lt=1)
+    """the interval's coverage"""
+    seed: int = 0
+    """the bootstrap's seed (the same scores always give the same interval)"""
+
+
+class Config(Strict):
+    """eval/policy: generate with a policy on a prompt set and score the responses."""
+
+    inputs: Inputs = Inputs()
+    outputs: Outputs = Outputs()
+    generation: Generation = Generation()
+    scorers: Scorers = Scorers()
+    judge: Judge = Judge()
+    summary: Summary = Summary()
+    max_prompts: int = Field(0, ge=0)
+    """evaluate the first N prompts of the file; 0: all"""
+    runtime: Runtime = Runtime()
+
+    def record_fields_needed(self) -> dict[str, tuple[list[str], str]]:
+        """Optional record fields the scorers read, checked in every record at compile time (preflight)."""
+        if self.scorers.math:
+            return {"prompts": (["answer"], "scorers.math checks each response against its prompt's answer")}
+        return {}
+
+    @model_validator(mode="after")
+    def _scorers_have_inputs(self) -> "Config":
+        needs = []
+        if self.scorers.reward_model and not self.inputs.reward_model:
+            needs.append("scorers.reward_model needs inputs.reward_model")
+        if self.scorers.win_rate and not self.inputs.baseline:
+            needs.append("scorers.win_rate needs inputs.baseline (the policy it is compared with)")
+        if self.scorers.win_rate and not (self.inputs.judge or self.judge.url):
+            needs.append("scorers.win_rate needs inputs.judge (or judge.url)")
+        if needs:
+            raise ValueError("; ".join(needs))
+        unused = [
+            f"inputs.{name} is given but no scorer reads it ({scorer})"
+            for name, scorer in (
+                ("reward_model", "scorers.reward_model"),
+                ("baseline", "scorers.win_rate"),
+                ("judge", "scorers.win_rate"),
+            )
+            if getattr(self.inputs, name) and not getattr(self.scorers, scorer.split(".")[1])
+        ]
+        if unused:
+            raise ValueError("; ".join(unused))
+        if self.judge.url and not self.scorers.win_rate:
+            raise ValueError("judge.url acts only with scorers.win_rate=true")
+        return self

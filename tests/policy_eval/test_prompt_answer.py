@@ -1,0 +1,23 @@
+"""A prompt record's optional reference answer: old files stay valid, an answer is text, never blank."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from nemotron.data.records import PromptRecord
+
+
+def test_a_prompt_without_an_answer_is_still_a_prompt() -> None:
+    assert PromptRecord.model_validate({"prompt": "the movie was"}).answer is None
+
+
+def test_an_answer_is_kept_as_written() -> None:
+    record = PromptRecord.model_validate({"prompt": "1/4 + 1/4 =", "answer": "\\frac{1}{2}"})
+    assert record.answer == "\\frac{1}{2}"
+
+
+@pytest.mark.parametrize(("answer", "says"), [(0.5, "valid string"), ("  ", "must not be empty")])
+def test_an_answer_is_nonblank_text(answer: object, says: str) -> None:
+    with pytest.raises(ValidationError, match=says):
+        PromptRecord.model_validate({"prompt": "1/4 + 1/4 =", "answer": answer})

@@ -1,0 +1,234 @@
+"""eval/policy as a user runs it: the CLI in a subprocess on the shipped tiny artifacts, a fresh $NEMOTRON_HOME.
+
+The tiny preset judges the tiny SFT policy against itself, so its win-rate is exactly 0.5 with every verdict
+parsed; the same run twice writes the same bytes; bad inputs are refused with one line before anything is
+written."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nemotron.paths import shipped_root
+
+TINY = shipped_root() / "tiny"
+# the judge and the baseline off: only what the policy and the reward model need
+NO_JUDGE = ("scorers.win_rate=false", "inputs.baseline=null", "inputs.judge=null")
+
+
+def _reports(home: Path) -> list[Path]:
+    return sorted((home / "jobs").glob("*/outputs/report"))
+
+
+@pytest.mark.slow
+def test_tiny_preset_registers_a_report_with_lineage_and_the_same_bytes_twice(
+    home: Path, run_cli: Any
+) -> None:
+    first = run_cli("steps", "run", "eval/policy", "-c", "tiny", timeout=300)
+    assert first.code == 0, first.err[-3000:]
+    second = run_cli("steps", "run", "eval/policy", "-c", "tiny", timeout=300)
+    assert second.code == 0, second.err[-3000:]
+    a, b = _reports(home)
+    for name in ("responses.jsonl", "summary.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), f"{name} differs between two runs"
+
+    summary = json.loads((a / "summary.json").read_text())
+    rows = [json.loads(line) for line in (a / "responses.jsonl").read_text().splitlines()]
+    assert summary["num_prompts"] == len(rows) == 16
+    # the policy against itself: every pair judged in both orders, every verdict parsed, exactly one half
+    assert summary["metrics"]["win_rate"] == {"mean": 0.5, "low": 0.5, "high": 0.5, "n": 16}
+    assert summary["judge"]["judge/requests"] == 32 and summary["judge"]["judge/fallbacks"] == 0
+    assert all(r["response"] == r["baseline_response"] for r in rows)
+    assert all(r["reward_model"] == r["baseline_reward_model"] for r in rows)
+    # sampled, not greedy: the responses differ between prompts
+    assert len({r["response"] for r in rows}) > 1
+    for metric in (
+        "reward_model",
+        "task_score",
+        "task_well_formed",
+        "response_length",
+        "distinct_1",
+        "distinct_2",
+    ):
+        m = summary["metrics"][metric]
+        assert m["low"] <= m["mean"] <= m["high"], metric
+    assert summary["metrics"]["reward_model"]["low"] < summary["metrics"]["reward_model"]["high"]
+
+    lineage = run_cli("artifacts", "lineage", "tiny_eval_report:v1")
+    assert lineage.code == 0, lineage.err
+    for name in ("policy", "prompts", "baseline", "reward_model", "judge"):
+        assert f"{name}: " in lineage.out, lineage.out
+    assert "type: eval_report" in run_cli("artifacts", "show", "tiny_eval_report:v2").out
+
+
+def test_math_answers_are_scored_per_prompt(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    prompts = tmp_path / "math.jsonl"
+    prompts.write_text(
+        '{"prompt": "What is 1/4 + 1/4?", "answer": "\\\\frac{1}{2}"}\n{"prompt": "2 + 2 =", "answer": "4"}\n'
+    )
+    r = run_cli(
+        "steps", "run", "eval/policy", "-c", "tiny", *NO_JUDGE, f"inputs.prompts={prompts}", "scorers.math=true",
+        "scorers.task=null", timeout=300,
+    )  # fmt: skip
+    assert r.code == 0, r.err[-3000:]
+    (report,) = _reports(home)
+    rows = [json.loads(line) for line in (report / "responses.jsonl").read_text().splitlines()]
+    assert [r["answer"] for r in rows] == ["\\frac{1}{2}", "4"]
+    assert all(r["math_correct"] in (0.0, 1.0) and r["math_parsed"] in (0.0, 1.0) for r in rows)
+    summary = json.loads((report / "summary.json").read_text())
+    assert {"math_correct", "math_parsed", "reward_model"} <= set(summary["metrics"])
+    assert "task_score" not in summary["metrics"]
+
+
+def _refused(r: Any, home: Path, says: str) -> None:
+    assert r.code == 2, (r.out, r.err[-2000:])
+    assert "Traceback" not in r.err
+    lines = [ln for ln in r.err.splitlines() if ln.strip()]
+    assert len(lines) <= 2 and says in r.err, r.err  # "error: ..." (with its one problem beneath)
+    assert not home.exists(), "a refused job must write nothing"
+
+
+def test_prompts_without_answers_are_refused_naming_the_line(
+    home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    prompts = tmp_path / "some.jsonl"
+    prompts.write_text('{"prompt": "1 + 1 =", "answer": "2"}\n\n{"prompt": "2 + 2 ="}\n')
+    r = run_cli("steps", "run", "eval/policy", "-c", "tiny", f"inputs.prompts={prompts}", "scorers.math=true")
+    _refused(r, home, f"input 'prompts' ({prompts}): line 3 has no 'answer'; scorers.math checks")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (("inputs.baseline=null",), "scorers.win_rate needs inputs.baseline"),
+        (("inputs.judge=null",), "scorers.win_rate needs inputs.judge (or judge.url)"),
+        (("inputs.reward_model=null",), "scorers.reward_model needs inputs.reward_model"),
+        (("scorers.win_rate=false",), "inputs.baseline is given but no scorer reads it"),
+        (("generation.greedy=true", "generation.temperature=0.7"), "act only when sampling"),
+    ],
+)
+def test_a_scorer_without_its_input_is_refused(
+    overrides: tuple[str, ...], says: str, home: Path, run_cli: Any
+) -> None:
+    _refused(run_cli("steps", "run", "eval/policy", "-c", "tiny", *overrides, "--dry-run"), home, says)
+
+
+def test_an_empty_prompt_set_is_refused(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    r = run_cli("steps", "run", "eval/policy", "-c", "tiny", f"inputs.prompts={empty}")
+    _refused(r, home, "no records (the file is empty)")
+
+
+@pytest.fixture(scope="module")
+def permuted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny SFT policy with the same tokens in a shuffled order (special tokens keep ids 0-2)."""
+    out = tmp_path_factory.mktemp("models") / "permuted"
+    shutil.copytree(TINY / "sft_policy", out)
+    tree = json.loads((out / "tokenizer.json").read_text())
+    vocab: dict[str, int] = tree["model"]["vocab"]
+    moved = sorted(i for i in vocab.values() if i >= 3)
+    shuffled = moved[:]
+    random.Random(0).shuffle(shuffled)
+    new_id = dict(zip(moved, shuffled, strict=True))
+    tree["model"]["vocab"] = {t: new_id.get(i, i) for t, i in vocab.items()}
+    (out / "tokenizer.json").write_text(json.dumps(tree, ensure_ascii=False))
+    return out
+
+
+def test_a_reward_model_with_another_tokenizer_is_refused(permuted: Path, home: Path, run_cli: Any) -> None:
+    r = run_cli("steps", "run", "eval/policy", "-c", "tiny", *NO_JUDGE, f"inputs.policy={permuted}")
+    _refused(
+        r, home, "input 'reward_model' is given the token ids of input 'policy', but their tokenizers differ"
+    )
+
+
+def test_a_baseline_with_another_tokenizer_is_refused(permuted: Path, home: Path, run_cli: Any) -> None:
+    r = run_cli(
+        "steps", "run", "eval/policy", "-c", "tiny", "scorers.reward_model=false", "inputs.reward_model=null",
+        f"inputs.baseline={permuted}",
+    )  # fmt: skip
+    _refused(
+        r, home, "input 'baseline' is given the token ids of input 'policy', but their tokenizers differ"
+    )
+
+
+@pytest.fixture(scope="module")
+def other_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama with random weights and the shipped tokenizer: a baseline that answers differently."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("models") / "llama"
+    cmd = [sys.executable, "-m", "nemotron.models.tiny", "--family", "llama", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return out
+
+
+def _rank(review: str) -> int:
+    """The test judge's taste: reviews starting with a-h beat those with i-p, which beat the rest."""
+    first = review[:1].lower()
+    return 0 if "a" <= first <= "h" else 1 if "i" <= first <= "p" else 2
+
+
+class _RuleJudge(BaseHTTPRequestHandler):
+    """A judge behind /v1/chat/completions with a rule a test can work out by hand: the review of the better
+    `_rank` wins (scores 4 vs 2), and of two of the same rank the one shown first (a position bias: 3 vs 2)."""
+
+    def do_POST(self) -> None:
+        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        content = payload["messages"][-1]["content"]
+        first = content.split("Review 1: ", 1)[1].split("\nReview 2: ", 1)[0]
+        second = content.split("\nReview 2: ", 1)[1].split("\nAnswer", 1)[0]
+        if _rank(first) != _rank(second):
+            scores = (4, 2) if _rank(first) < _rank(second) else (2, 4)
+        else:
+            scores = (3, 2)
+        verdict = json.dumps({"score_1": scores[0], "score_2": scores[1]})
+        body = json.dumps({"choices": [{"message": {"role": "assistant", "content": verdict}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_win_rate_against_another_baseline_is_what_the_judge_said_both_ways(
+    other_policy: Path, home: Path, run_cli: Any
+) -> None:
+    """The SFT policy against a random-weight baseline, judged by a real HTTP judge (judge.url) whose verdicts
+    are known: each prompt's win is 1 when the policy's review ranks better, 0 when worse, and 0.5 when they
+    rank the same (the judge's preference for the first position cancels over the two orders)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RuleJudge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        r = run_cli(
+            "steps", "run", "eval/policy", "-c", "tiny", "scorers.reward_model=false", "inputs.reward_model=null",
+            "inputs.judge=null", f"judge.url=http://127.0.0.1:{server.server_address[1]}",
+            f"inputs.baseline={other_policy}", timeout=300,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert r.code == 0, r.err[-3000:]
+    (report,) = _reports(home)
+    rows = [json.loads(line) for line in (report / "responses.jsonl").read_text().splitlines()]
+
+    def expected(mine: str, theirs: str) -> float:
+        return 0.5 if _rank(mine) == _rank(theirs) else float(_rank(mine) < _rank(theirs))
+
+    wins = [expected(r["response"], r["baseline_response"]) for r in rows]
+    assert set(wins) == {0.0, 0.5, 1.0}, "the case needs wins, losses and same-rank pairs to tell anything"
+    assert [r["win_rate"] for r in rows] == wins
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["metrics"]["win_rate"]["mean"] == sum(wins) / len(wins)
+    assert summary["judge"]["judge/requests"] == 2 * len(rows)
