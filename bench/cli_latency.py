@@ -14,8 +14,9 @@ while typer's come from its installed .pyc files, and that compile, about a thir
 user waits for. Within each run the commands, the peer and the `--before` code run one after the other, so other
 load on the machine slows them alike; the ratio to the peer is what carries across machines. Targets (issue 33):
 the listing, a step and the help at most 2x the peer, a dry run at most 3x (it compiles the step's config, which the
-others never load). One row measures what typer itself adds once it runs a command (FLOOR): no typer CLI starts
-faster than that.
+others never load). Two rows measure floors: what typer itself adds once it runs a command (FLOOR), no typer CLI
+starting faster; and that app with one pydantic model validated and YAML read and written (DRY_FLOOR), no dry run
+starting faster.
 """
 
 from __future__ import annotations
@@ -65,6 +66,20 @@ def hello(name: str = "x") -> None:
     print(name)
 app(["--name", "y"])
 """
+# What a dry run cannot do without, and nothing of nemotron: the typer app above, plus one pydantic model built and
+# validated (a dry run validates the step's config and the profile strictly) and a YAML file read and written (the
+# presets are YAML, and so is the config it prints). No dry run starts faster than this.
+DRY_FLOOR = "the same app validating one pydantic model and reading/writing YAML (the floor of a dry run)"
+DRY_FLOOR_CODE = """import typer, yaml
+from pydantic import BaseModel
+class Config(BaseModel):
+    steps: int = 1
+app = typer.Typer()
+@app.command()
+def run(name: str = "x") -> None:
+    print(yaml.safe_dump(Config.model_validate(yaml.safe_load("steps: 2")).model_dump()))
+app(["--name", "y"])
+"""
 
 
 def wall_s(args: list[str], env: dict[str, str], cwd: Path) -> float:
@@ -89,6 +104,7 @@ def measure(runs: int, trees: dict[str, Path], commands: list[Command]) -> dict[
         cases: list[tuple[tuple[str, str], list[str], dict[str, str], Path | None]] = [
             (("peer", PEER), ["-c", "import typer"], base, None),
             (("peer", FLOOR), ["-c", FLOOR_CODE], base, None),
+            (("peer", DRY_FLOOR), ["-c", DRY_FLOOR_CODE], base, None),
         ]
         for label, tree in trees.items():
             cache = Path(tmp) / f"cache-{label}"
@@ -138,8 +154,11 @@ def table(medians: dict[str, dict[str, float]], runs: int, commands: list[Comman
             b = medians["before"][c.name]
             row += f" {b * 1000:.0f} ms | {b / peer:.1f}x |"
         lines.append(row)
-    floor = medians["peer"][FLOOR]
-    lines.append(f"| {FLOOR} | | {floor * 1000:.0f} ms | {floor / peer:.1f}x |" + (" | |" if before else ""))
+    for name in (FLOOR, DRY_FLOOR):
+        floor = medians["peer"][name]
+        lines.append(
+            f"| {name} | | {floor * 1000:.0f} ms | {floor / peer:.1f}x |" + (" | |" if before else "")
+        )
     lines.append(f"| `{PEER}` | | {peer * 1000:.0f} ms | 1.0x |" + (" | |" if before else ""))
     return "\n".join(lines)
 

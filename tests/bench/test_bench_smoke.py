@@ -88,4 +88,5 @@ def test_cli_latency_bench_prints_each_command_against_the_peer() -> None:
                  "`nemotron steps run rl/ppo -c default -b slurm_rlhf --dry-run` | ≤ 3x", "no manifest cache",
                  "import typer"):  # fmt: skip
         assert line in out, out
-    assert out.count(" ms | ") == 8, out  # six commands, the floor and the peer
+    assert out.count(" ms | ") == 9, out  # six commands, the two floors and the peer
+    assert "(the floor of a dry run)" in out, out
