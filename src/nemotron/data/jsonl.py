@@ -84,7 +84,8 @@ def write_jsonl_atomic(path: str | os.PathLike[str], records: Iterable[BaseModel
     """Write one JSON object per record to `path` and return how many were written.
 
     The lines go to a temporary file beside `path` that is renamed over it at the end, so readers
-    see either the old file or the whole new one, never a half-written file.
+    see either the old file or the whole new one, never a half-written file. An optional field left unset (None)
+    is not written: a prompt without a reference answer is `{"prompt": ...}`, as before records had answers.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,7 +94,7 @@ def write_jsonl_atomic(path: str | os.PathLike[str], records: Iterable[BaseModel
     try:
         with tmp.open("w", encoding="utf-8") as out:
             for record in records:
-                out.write(record.model_dump_json())
+                out.write(record.model_dump_json(exclude_none=True))
                 out.write("\n")
                 count += 1
             out.flush()
