@@ -138,6 +138,36 @@ def recorded_figures(name: str, *keys: str) -> tuple[ModuleType, dict[str, Any]]
 # ----------------------------------------------------------------------------- the helpers, as fixtures
 
 
+def tiny_model(out: Path, family: str = "llama") -> Path:
+    """A tiny model of `family` with random weights and the shipped tokenizer, written to `out` the way the docs
+    tell a user to make one (python -m nemotron.models.tiny)."""
+    cmd = [sys.executable, "-m", "nemotron.models.tiny", "--family", family, str(out)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return out
+
+
+def tokenizer_variant(base: Path, out: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """A copy of the model at `base` in `out` whose tokenizer.json is `edit(tree)` (made once: kept if `out` exists)."""
+    if not out.exists():
+        shutil.copytree(base, out)
+        tree = json.loads((out / "tokenizer.json").read_text())
+        edit(tree)
+        (out / "tokenizer.json").write_text(json.dumps(tree, ensure_ascii=False))
+    return out
+
+
+def permute_vocab(tree: dict[str, Any]) -> None:
+    """A tokenizer.json tree edit: the same tokens in a shuffled order (seed 0); special tokens keep their ids 0-2."""
+    import random
+
+    vocab: dict[str, int] = tree["model"]["vocab"]
+    moved = sorted(i for i in vocab.values() if i >= 3)
+    shuffled = moved[:]
+    random.Random(0).shuffle(shuffled)
+    new_id = dict(zip(moved, shuffled, strict=True))
+    tree["model"]["vocab"] = {t: new_id.get(i, i) for t, i in vocab.items()}
+
+
 def _helper_fixture(helper: Callable[..., Any]) -> Any:
     """A fixture whose value is `helper`: test modules cannot import conftest under --import-mode=importlib, so
     they take its helpers as fixtures (the fixture's name is the name it is bound to below)."""
@@ -146,7 +176,7 @@ def _helper_fixture(helper: Callable[..., Any]) -> Any:
         return helper
 
     fixture.__doc__ = f"The `{helper.__name__}` helper: {helper.__doc__}"
-    return pytest.fixture(fixture)
+    return pytest.fixture(scope="session")(fixture)  # a plain function: any fixture may take it
 
 
 run_cli = _helper_fixture(cli)
@@ -154,6 +184,9 @@ run_cli_imports = _helper_fixture(cli_imports)
 nemotron_cmd = _helper_fixture(nemotron_argv)
 script_module = _helper_fixture(load_script)
 script_figures = _helper_fixture(recorded_figures)
+make_tiny_model = _helper_fixture(tiny_model)
+make_tokenizer_variant = _helper_fixture(tokenizer_variant)
+shuffle_vocab = _helper_fixture(permute_vocab)
 
 
 # ----------------------------------------------------------------------------- the local Slurm cluster

@@ -86,17 +86,13 @@ class ManifestCache:
         drops out). Atomic: concurrent writers leave one whole file."""
         if not self.changed and len(self.used) == len(self.entries):
             return
-        import tempfile  # here, not at start-up: most calls write nothing
+        from nemotron.atomic import write_atomic  # here, not at start-up: most calls write nothing
 
         keep = {p: e for p, e in self.entries.items() if p in self.used}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifests.")
+            write_atomic(
+                self.path, json.dumps({"version": self.VERSION, "schema": self.schema, "entries": keep})
+            )
         except OSError:
             return
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({"version": self.VERSION, "schema": self.schema, "entries": keep}, f)
-            os.replace(tmp, self.path)
-        except OSError:
-            Path(tmp).unlink(missing_ok=True)

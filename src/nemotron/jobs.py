@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from nemotron.atomic import write_atomic
 from nemotron.errors import NotFound, did_you_mean, disk_full
 from nemotron.jobrecord import JobRecord, load_record, parse_record, read_status
 from nemotron.paths import jobs_dir, writable_dir
@@ -71,25 +72,6 @@ def git_info(path: Path) -> dict[str, Any]:
         return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
     except (OSError, subprocess.TimeoutExpired):
         return {"commit": None, "dirty": None}
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        if err.filename is None:  # a failed write names no file: name it, so a full disk says where
-            raise OSError(err.errno, err.strerror, str(path)) from err
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def job_record(job: Job, rendered: str) -> JobRecord:

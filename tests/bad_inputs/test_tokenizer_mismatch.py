@@ -5,7 +5,6 @@ reward server that is given ids outside its vocabulary is bad input (exit 2 with
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import subprocess
 import sys
@@ -29,33 +28,9 @@ STEPS = {
 
 
 @pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory, make_tiny_model: Any) -> Path:
     """A tiny Llama with the shipped tokenizer, made the way the docs tell a user to."""
-    out = tmp_path_factory.mktemp("models") / "llama"
-    cmd = [sys.executable, "-m", "nemotron.models.tiny", "--family", "llama", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True)
-    return out
-
-
-def _variant(base: Path, name: str, edit: Any) -> Path:
-    """A copy of `base` whose tokenizer.json is `edit(tree)`."""
-    out = base.parent / name
-    if not out.exists():
-        shutil.copytree(base, out)
-        tree = json.loads((out / "tokenizer.json").read_text())
-        edit(tree)
-        (out / "tokenizer.json").write_text(json.dumps(tree, ensure_ascii=False))
-    return out
-
-
-def _permute(tree: dict[str, Any]) -> None:
-    """The same 476 tokens in a shuffled order; the special tokens keep their ids 0-2."""
-    vocab: dict[str, int] = tree["model"]["vocab"]
-    moved = sorted(i for i in vocab.values() if i >= 3)
-    shuffled = moved[:]
-    random.Random(0).shuffle(shuffled)
-    new_id = dict(zip(moved, shuffled, strict=True))
-    tree["model"]["vocab"] = {t: new_id.get(i, i) for t, i in vocab.items()}
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "llama")
 
 
 def _extend(tree: dict[str, Any]) -> None:
@@ -66,13 +41,13 @@ def _extend(tree: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def permuted(tiny_llama: Path) -> Path:
-    return _variant(tiny_llama, "permuted", _permute)
+def permuted(tiny_llama: Path, make_tokenizer_variant: Any, shuffle_vocab: Any) -> Path:
+    return make_tokenizer_variant(tiny_llama, tiny_llama.parent / "permuted", shuffle_vocab)
 
 
 @pytest.fixture(scope="module")
-def larger(tiny_llama: Path) -> Path:
-    return _variant(tiny_llama, "larger", _extend)
+def larger(tiny_llama: Path, make_tokenizer_variant: Any) -> Path:
+    return make_tokenizer_variant(tiny_llama, tiny_llama.parent / "larger", _extend)
 
 
 def _reorder(tree: dict[str, Any]) -> None:
@@ -82,8 +57,8 @@ def _reorder(tree: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def resaved(tiny_llama: Path) -> Path:
-    out = _variant(tiny_llama, "resaved", _reorder)
+def resaved(tiny_llama: Path, make_tokenizer_variant: Any) -> Path:
+    out = make_tokenizer_variant(tiny_llama, tiny_llama.parent / "resaved", _reorder)
     assert (out / "tokenizer.json").read_bytes() != SHIPPED_TOKENIZER.read_bytes()  # compared token by token
     return out
 

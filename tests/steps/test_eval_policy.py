@@ -7,8 +7,6 @@ written."""
 from __future__ import annotations
 
 import json
-import random
-import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -128,19 +126,13 @@ def test_an_empty_prompt_set_is_refused(home: Path, tmp_path: Path, run_cli: Any
 
 
 @pytest.fixture(scope="module")
-def permuted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def permuted(
+    tmp_path_factory: pytest.TempPathFactory, make_tokenizer_variant: Any, shuffle_vocab: Any
+) -> Path:
     """The tiny SFT policy with the same tokens in a shuffled order (special tokens keep ids 0-2)."""
-    out = tmp_path_factory.mktemp("models") / "permuted"
-    shutil.copytree(TINY / "sft_policy", out)
-    tree = json.loads((out / "tokenizer.json").read_text())
-    vocab: dict[str, int] = tree["model"]["vocab"]
-    moved = sorted(i for i in vocab.values() if i >= 3)
-    shuffled = moved[:]
-    random.Random(0).shuffle(shuffled)
-    new_id = dict(zip(moved, shuffled, strict=True))
-    tree["model"]["vocab"] = {t: new_id.get(i, i) for t, i in vocab.items()}
-    (out / "tokenizer.json").write_text(json.dumps(tree, ensure_ascii=False))
-    return out
+    return make_tokenizer_variant(
+        TINY / "sft_policy", tmp_path_factory.mktemp("models") / "permuted", shuffle_vocab
+    )
 
 
 def test_a_reward_model_with_another_tokenizer_is_refused(permuted: Path, home: Path, run_cli: Any) -> None:
@@ -161,15 +153,9 @@ def test_a_baseline_with_another_tokenizer_is_refused(permuted: Path, home: Path
 
 
 @pytest.fixture(scope="module")
-def other_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def other_policy(tmp_path_factory: pytest.TempPathFactory, make_tiny_model: Any) -> Path:
     """A tiny Llama with random weights and the shipped tokenizer: a baseline that answers differently."""
-    import subprocess
-    import sys
-
-    out = tmp_path_factory.mktemp("models") / "llama"
-    cmd = [sys.executable, "-m", "nemotron.models.tiny", "--family", "llama", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True)
-    return out
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "llama")
 
 
 def _rank(review: str) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 from nemotron.catalog_cache import cache_dir
@@ -71,16 +70,10 @@ class ValidatedFiles:
     def add(self, key: str) -> None:
         """Remember `key` (atomically: concurrent writers leave one whole file)."""
         self.keys = [*(k for k in self.keys if k != key), key][-KEEP:]
-        import tempfile  # here: most calls find their files already validated
+        from nemotron.atomic import write_atomic  # here: most calls find their files already validated
 
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".validated_records.")
+            write_atomic(self.path, json.dumps({"version": self.VERSION, "keys": self.keys}))
         except OSError:
             return
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({"version": self.VERSION, "keys": self.keys}, f)
-            os.replace(tmp, self.path)
-        except OSError:
-            Path(tmp).unlink(missing_ok=True)

@@ -165,7 +165,7 @@ def _executor(run: Any, profile: LeptonProfile, nodes: int, image: str, env: dic
 
 def submit(job: Job, job_dir: Path, plan: LeptonRayPlan, launch: RayDriver) -> LeptonRay:
     """Create the RayCluster and run the job on it through NeMo-Run's LeptonRayJob; return the job's record."""
-    from nemotron.jobs import write_atomic
+    from nemotron.atomic import write_atomic
 
     refuse_config_secrets(job_dir)
     workdir = Path(tempfile.mkdtemp(prefix="nemotron-ray-"))

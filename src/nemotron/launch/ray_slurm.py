@@ -256,7 +256,7 @@ def render_text(plan: RayPlan) -> str:
 def submit(job: Job, job_dir: Path, plan: RayPlan, launch: RayDriver) -> SlurmRay:
     """Write the driver script and the engine's files into the job dir, submit through NeMo-Run's Slurm Ray API,
     return the job's record."""
-    from nemotron.jobs import write_atomic
+    from nemotron.atomic import write_atomic
 
     if plan.secret_names:
         slurm.write_secrets(job, job_dir, plan.secret_names)

@@ -195,7 +195,7 @@ def _liveness_failure(job_dir: Path, reported: dict[str, Any] | None = None) -> 
     """What the job's watchdog saw when it failed the job (launch/liveness.py, launch/ray_watchdog.py), as the
     status's `error`: its record in the job dir, or the one the scheduler `reported` from a job dir this machine
     does not see (Lepton: the Ray job's log), then kept in the job dir here."""
-    from nemotron.jobs import write_atomic
+    from nemotron.atomic import write_atomic
     from nemotron.launch.liveness import RECORD_FILE
 
     if reported is not None:

@@ -301,7 +301,7 @@ def write_secrets(
     job: Job, job_dir: Path, names: Sequence[str], generated: dict[str, str] | None = None
 ) -> None:
     """<job dir>/.secrets.env (mode 0600): the profile's secret variables and any generated ones, never in a script."""
-    from nemotron.jobs import write_atomic
+    from nemotron.atomic import write_atomic
 
     values = {k: v for k, v in slurm_profile(job).env_vars.items() if k in names} | (generated or {})
     write_atomic(

@@ -178,8 +178,8 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`vllm serve` for the judge until SIGTERM, with a ready file once /health answers (what the step waits for)."""
+    from nemotron.atomic import write_atomic
     from nemotron.errors import UserError
-    from nemotron.jobs import write_atomic
     from nemotron.reward.address import Node, reachable_url
     from nemotron.reward.server_options import command_line, parse_checked
 
