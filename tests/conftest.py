@@ -240,7 +240,37 @@ class SlurmCluster:
             if states and all(s in SLURM_FINAL for s in states):
                 return states[0]
             time.sleep(0.5)
-        raise AssertionError(f"slurm job {slurm_id} not finished after {timeout_s} s")
+        raise AssertionError(
+            f"slurm job {slurm_id} not finished after {timeout_s} s\n{self.describe(slurm_id)}"
+        )
+
+    def wait_running(self, slurm_id: str, timeout_s: float = 300) -> None:
+        """Until the job has its allocation. Time in the queue (behind a job a test before this one left
+        completing, on a loaded machine) is not what a test measures: its own deadlines start from here."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            out = subprocess.run(
+                ["squeue", "-h", "-j", slurm_id, "-o", "%T"], capture_output=True, text=True
+            ).stdout.split()
+            if out[:1] != ["PENDING"]:  # running, or ran and left the queue already
+                return
+            time.sleep(0.5)
+        raise AssertionError(
+            f"slurm job {slurm_id} still pending after {timeout_s} s\n{self.describe(slurm_id)}"
+        )
+
+    def describe(self, slurm_id: str) -> str:
+        """The queue, the nodes and this job, for a failure message (the cluster is gone when CI's log is read)."""
+        commands = [
+            ["squeue", "-o", "%i %T %r %N %M"],
+            ["sinfo", "-N", "-o", "%N %T %E"],
+            ["sacct", "-n", "-P", "-j", slurm_id, "-o", "JobID,State,ExitCode,Start,End,NodeList"],
+        ]
+        shown = []
+        for argv in commands:
+            done = subprocess.run(argv, capture_output=True, text=True)
+            shown.append(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}")
+        return "\n".join(shown)
 
 
 def slurm_required() -> bool:

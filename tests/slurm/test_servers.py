@@ -53,6 +53,17 @@ def server_processes(job_dir: Path) -> list[int]:
     return pids
 
 
+def job_logs(job_dir: Path) -> str:
+    """The tail of the job's Slurm logs, for a failure message."""
+    remote = Path(json.loads((job_dir / "status.json").read_text())["remote_dir"])
+    text = (
+        "".join(p.read_text(errors="replace") for p in sorted(remote.glob("*.out")))
+        if remote.is_dir()
+        else ""
+    )
+    return text[-4000:]
+
+
 def test_rm_serve_runs_one_server_per_node_however_many_tasks_the_profile_asks(
     home: Path, tmp_path: Path, slurm_cluster: Any
 ) -> None:
@@ -64,9 +75,14 @@ def test_rm_serve_runs_one_server_per_node_however_many_tasks_the_profile_asks(
     job_dir = home / "jobs" / job_id
     slurm_id = str(json.loads((job_dir / "status.json").read_text())["remote_id"])
     try:
-        deadline = time.monotonic() + 90
+        slurm_cluster.wait_running(slurm_id)
+        deadline = (
+            time.monotonic() + 180
+        )  # four step processes loading torch on 2 cores beside the other worker
         while len(entries := announced_servers(job_dir) if (job_dir / "servers").is_dir() else []) < 2:
-            assert time.monotonic() < deadline, f"servers announced: {entries}"
+            assert time.monotonic() < deadline, (
+                f"servers announced: {entries}\n{slurm_cluster.describe(slurm_id)}\n{job_logs(job_dir)}"
+            )
             time.sleep(0.2)
         # every task srun started is running by now: exactly the two announced servers, one per node
         assert sorted(server_processes(job_dir)) == sorted(e["pid"] for e in entries)
