@@ -167,6 +167,20 @@ def test_the_config_diff_shows_what_differs_and_leaves_out_output_names_and_run_
     assert [j.note for j in d.jobs] == ["", "", "no job"]
 
 
+def test_inputs_are_compared_by_their_content() -> None:
+    """The same files registered twice (two runs started at once each registered the shipped policy) are the same
+    input; a different checkpoint is a different one, whatever its name."""
+    same = [JobConfig(f"j{i}", "s", {"inputs.policy": f"external.sft_policy:v{i}"}, identity={"inputs.policy": "abc"})
+            for i in (1, 2)]  # fmt: skip
+    assert config_diff(same, ["outputs"]).keys == []
+    other = [
+        *same[:1],
+        JobConfig("j3", "s", {"inputs.policy": "external.sft_policy:v1"}, identity={"inputs.policy": "def"}),
+    ]
+    (key,) = config_diff(other, ["outputs"]).keys
+    assert key.key == "inputs.policy" and key.values == ["external.sft_policy:v1"] * 2
+
+
 def test_identical_configs_differ_in_nothing() -> None:
     cfg = {"optim.lr": 0.001, "outputs.policy": "a"}
     d = config_diff([JobConfig("j1", "s", cfg), JobConfig("j2", "s", dict(cfg))], ["outputs"])

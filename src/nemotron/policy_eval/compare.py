@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -118,11 +118,16 @@ class JobConfig:
     step: str | None
     config: dict[str, Any] | None  # None: no record to read; `note` says why
     note: str = ""
+    # What a key's value is compared by, where not by the value itself: an input's content hash, so the same
+    # files registered twice (external.sft_policy:v1 and :v2) are the same input
+    identity: dict[str, str] = field(default_factory=dict)
 
 
-def load_job_config(job_id: str | None, jobs_root: Path) -> JobConfig:
+def load_job_config(job_id: str | None, jobs_root: Path, store: ArtifactStore) -> JobConfig:
     """The config job.yaml recorded for `job_id`. An input is shown as the artifact it resolved to
-    (`tiny_sft_policy:v3`, not the `:latest` that was typed), since that is what the job read."""
+    (`tiny_sft_policy:v3`, not the `:latest` that was typed), since that is what the job read, and compared by
+    that artifact's content hash."""
+    from nemotron.errors import NotFound
     from nemotron.jobrecord import load_record
 
     if job_id is None:
@@ -133,11 +138,18 @@ def load_job_config(job_id: str | None, jobs_root: Path) -> JobConfig:
     record = load_record(job_dir)
     config = json.loads(json.dumps(record.config))  # a deep copy
     inputs = config.get("inputs")
+    identity = {}
     if isinstance(inputs, dict):
         for binding in record.inputs:
-            if binding.name in inputs:
-                inputs[binding.name] = binding.artifact or binding.ref
-    return JobConfig(job_id, record.step, flatten(config))
+            if binding.name not in inputs:
+                continue
+            inputs[binding.name] = binding.artifact or binding.ref
+            if binding.artifact_id is not None:
+                try:
+                    identity[f"inputs.{binding.name}"] = store.get(binding.artifact_id).sha256
+                except NotFound:  # removed by gc since: compared by its name
+                    pass
+    return JobConfig(job_id, record.step, flatten(config), identity=identity)
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -316,7 +328,7 @@ def config_diff(jobs: Sequence[JobConfig], left_out: Sequence[str]) -> ConfigDif
     known = [c for c in configs if c is not None]
     keys, dropped = [], []
     for key in sorted({k for c in known for k in c}):
-        seen = [_masked(c[key]) if key in c else _UNSET for c in known]
+        seen = [_compared(j, key) for j in jobs if j.config is not None]
         if all(v == seen[0] for v in seen):
             continue
         if leave(key):
@@ -333,6 +345,15 @@ def config_diff(jobs: Sequence[JobConfig], left_out: Sequence[str]) -> ConfigDif
 
 
 _UNSET = object()
+
+
+def _compared(job: JobConfig, key: str) -> Any:
+    """What `key`'s value in `job` is compared by: its identity (an input's content hash), else the value with
+    job ids masked; _UNSET where the key is absent."""
+    assert job.config is not None
+    if key not in job.config:
+        return _UNSET
+    return job.identity.get(key) or _masked(job.config[key])
 
 
 def _masked(value: Any) -> Any:
@@ -405,8 +426,8 @@ def compare_artifacts(
     if len(artifacts) < 2:
         raise UserError(f"compare needs at least two eval reports, got {len(artifacts)}")
     reports = [load_report(store, a) for a in artifacts]
-    training = [load_job_config(r.policy_job, jobs_root) for r in reports]
-    evaluation = [load_job_config(r.eval_job, jobs_root) for r in reports]
+    training = [load_job_config(r.policy_job, jobs_root, store) for r in reports]
+    evaluation = [load_job_config(r.eval_job, jobs_root, store) for r in reports]
     return compare(reports, training, evaluation, allow_different_prompts=allow_different_prompts), reports
 
 
