@@ -144,6 +144,14 @@ def test_different_prompt_sets_are_refused_unless_allowed() -> None:
     assert c.rule.test == "unpaired"
 
 
+def test_the_same_prompts_with_other_reference_answers_are_another_prompt_set() -> None:
+    first, second = report("r:v1", [0.0, 1.0]), report("r:v2", [0.0, 1.0])
+    second.rows[1]["answer"] = "42"
+    none = [JobConfig(None, None, None, "x")] * 2
+    with pytest.raises(UserError, match="were made on different prompt sets"):
+        compare([first, second], none, none)
+
+
 def test_one_report_is_refused() -> None:
     with pytest.raises(UserError, match="at least two eval reports, got 1"):
         compare([report("r:v1", [1.0])], [], [])
@@ -194,8 +202,8 @@ def _comparison() -> Any:
     a = [float(i % 10) for i in range(20)]
     first, second = report("r:v1", a), report("r:v2", [x + 0.5 for x in a])
     train = [
-        JobConfig("rl-a", "rl/reinforce", {"optim.lr": 0.001}),
-        JobConfig("rl-b", "rl/reinforce", {"optim.lr": 0.002}),
+        JobConfig("rl-a", "rl/reinforce", {"optim.lr": 0.001, "outputs.policy": "a"}),
+        JobConfig("rl-b", "rl/reinforce", {"optim.lr": 0.002, "outputs.policy": "b"}),
     ]
     evals = [JobConfig("ev-a", "eval/policy", {"inputs.policy": "p:v1"}), JobConfig("ev-b", "eval/policy", {"inputs.policy": "p:v2"})]  # fmt: skip
     return compare([first, second], train, evals)
@@ -234,6 +242,7 @@ def test_json_has_the_documented_keys() -> None:
     assert data["corpus"] == [{"name": "distinct_1", "values": [0.5, 0.5]}]
     assert list(data["training"]) == ["jobs", "keys", "left_out"]
     assert data["training"]["keys"] == [{"key": "optim.lr", "values": [0.001, 0.002], "set": [True, True]}]
+    assert data["training"]["left_out"] == ["outputs.policy"]
     assert data["evaluation"]["left_out"] == ["inputs.policy"]
     assert data["training"]["jobs"][0] == {"job_id": "rl-a", "step": "rl/reinforce", "note": ""}
 
