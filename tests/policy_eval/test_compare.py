@@ -18,6 +18,7 @@ from nemotron.policy_eval.compare import (
     compare,
     config_diff,
     difference,
+    load_job_config,
     plot_metric,
 )
 from nemotron.policy_eval.compare_render import as_json, render_text
@@ -189,6 +190,36 @@ def test_inputs_are_compared_by_their_content() -> None:
     assert key.key == "inputs.policy" and key.values == ["external.sft_policy:v1"] * 2
 
 
+def test_a_job_config_shows_each_input_as_the_artifact_it_was_bound_to(tmp_path: Path) -> None:
+    from nemotron.artifacts.store import ArtifactStore
+    from nemotron.jobrecord import dump_record, parse_record
+
+    store = ArtifactStore(tmp_path / "artifacts")
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "config.json").write_text("{}")
+    (sft,) = store.register(
+        [("sft_policy", "checkpoint_hf", tmp_path / "sft", {})], "sft-20261126-000000-abcd"
+    )
+    record = parse_record(
+        {"job_id": "rl-x-20261126-010101-beef", "step": "rl/x", "preset": "tiny", "created_at": "now",
+         "mode": "attached", "executor": "local", "profile": {}, "config_hash": "h", "launch": "",
+         "config": {"inputs": {"policy": "sft_policy:latest"}, "optim": {"lr": 0.001, "betas": [0.9, 0.99]}},
+         "inputs": [{"name": "policy", "expected_type": "checkpoint_hf", "ref": "sft_policy:latest", "kind": "store",
+                     "artifact_id": sft.id, "artifact": sft.ref}]},
+        tmp_path / "job.yaml",
+    )  # fmt: skip
+    jobs = tmp_path / "jobs"
+    (jobs / record.job_id).mkdir(parents=True)
+    (jobs / record.job_id / "job.yaml").write_text(dump_record(record))
+    job = load_job_config(record.job_id, jobs, store)
+    assert job.step == "rl/x" and job.note == ""
+    assert job.config == {"inputs.policy": "sft_policy:v1", "optim.lr": 0.001, "optim.betas": [0.9, 0.99]}
+    assert job.identity == {"inputs.policy": sft.sha256}
+    gone = load_job_config("rl-x-20261126-020202-cafe", jobs, store)
+    assert gone.config is None and "record is not in" in gone.note
+    assert load_job_config(None, jobs, store).note == "was registered from a path: no job made it"
+
+
 def test_identical_configs_differ_in_nothing() -> None:
     cfg = {"optim.lr": 0.001, "outputs.policy": "a"}
     d = config_diff([JobConfig("j1", "s", cfg), JobConfig("j2", "s", dict(cfg))], ["outputs"])
@@ -219,7 +250,7 @@ def test_the_table_shows_each_metric_its_difference_and_the_config_diff() -> Non
     line = next(ln for ln in text.splitlines() if "optim.lr" in ln)
     assert "0.001" in line and "0.002" in line
     assert "eval config: no key differs between the eval jobs" in text
-    assert "left out: inputs.policy" in text
+    assert "left out (they differ by design): inputs.policy" in text
 
 
 def test_json_has_the_documented_keys() -> None:

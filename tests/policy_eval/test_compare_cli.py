@@ -125,7 +125,7 @@ def test_json_is_the_whole_comparison(two_reports: tuple[str, str], run_cli: Any
         None,
         {"mean": 0.5, "low": 0.5, "high": 0.5, "n": 20, "verdict": "higher"},
     ]
-    assert data["training"]["jobs"][0]["note"] == "registered from a path: no job"
+    assert data["training"]["jobs"][0]["note"] == "was registered from a path: no job made it"
 
 
 def test_plot_writes_an_image_of_both_reports(

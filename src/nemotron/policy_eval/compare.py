@@ -117,7 +117,7 @@ class JobConfig:
     job_id: str | None
     step: str | None
     config: dict[str, Any] | None  # None: no record to read; `note` says why
-    note: str = ""
+    note: str = ""  # why there is no config: "was registered from a path: no job made it", ...
     # What a key's value is compared by, where not by the value itself: an input's content hash, so the same
     # files registered twice (external.sft_policy:v1 and :v2) are the same input
     identity: dict[str, str] = field(default_factory=dict)
@@ -131,10 +131,10 @@ def load_job_config(job_id: str | None, jobs_root: Path, store: ArtifactStore) -
     from nemotron.jobrecord import load_record
 
     if job_id is None:
-        return JobConfig(None, None, None, "registered from a path: no job")
+        return JobConfig(None, None, None, "was registered from a path: no job made it")
     job_dir = jobs_root / job_id
     if not (job_dir / "job.yaml").is_file():
-        return JobConfig(job_id, None, None, f"no record in {jobs_root}")
+        return JobConfig(job_id, None, None, f"was made by job {job_id}, whose record is not in {jobs_root}")
     record = load_record(job_dir)
     config = json.loads(json.dumps(record.config))  # a deep copy
     inputs = config.get("inputs")
@@ -274,19 +274,20 @@ def difference(
 ) -> Difference | None:
     """How `other`'s `metric` differs from `reference`'s: paired through `order` (align's), else unpaired. None
     when either report has no values for it."""
-    settings = {"resamples": rule.resamples, "level": rule.level, "seed": rule.seed}
     if order is not None:
         pairs = [(reference[i].get(metric), other[j].get(metric)) for i, j in enumerate(order)]
         deltas = [float(b) - float(a) for a, b in pairs if a is not None and b is not None]
         if not deltas:
             return None
-        interval = bootstrap_interval(deltas, **settings)
+        interval = bootstrap_interval(deltas, resamples=rule.resamples, level=rule.level, seed=rule.seed)
     else:
         a = [float(r[metric]) for r in reference if r.get(metric) is not None]
         b = [float(r[metric]) for r in other if r.get(metric) is not None]
         if not a or not b:
             return None
-        interval = unpaired_difference_interval(a, b, **settings)
+        interval = unpaired_difference_interval(
+            a, b, resamples=rule.resamples, level=rule.level, seed=rule.seed
+        )
     return Difference(interval.mean, interval.low, interval.high, interval.n, verdict(interval))
 
 

@@ -98,17 +98,16 @@ def config_tables(c: Comparison, d: ConfigDiff, title: str, whose: str) -> list[
     from rich.table import Table
     from rich.text import Text
 
-    missing = [
-        f"{col.ref}: {job.job_id or ''} {job.note}".replace("  ", " ")
-        for col, job in zip(c.reports, d.jobs, strict=True)
+    subjects = (
+        [col.policy or "its policy" for col in c.reports] if d is c.training else ["the report"] * len(d.jobs)
+    )
+    notes = [
+        Text(f"  {col.ref}: {subject} {job.note}")
+        for col, job, subject in zip(c.reports, d.jobs, subjects, strict=True)
         if job.note
     ]
-    notes = [Text(f"  no config for {m}") for m in missing]
-    left = [
-        Text(f"  left out: {', '.join(d.left_out)} (output names and the compared policy differ by design)")
-    ]
-    left = left if d.left_out else []
-    readable = len(d.jobs) - len(missing)
+    left = [Text(f"  left out (they differ by design): {', '.join(d.left_out)}")] if d.left_out else []
+    readable = len(d.jobs) - len(notes)
     if readable < 2:
         return [Text(f"{title}: fewer than two of {whose} have a record to compare"), *notes, Text("")]
     if not d.keys:
