@@ -149,6 +149,25 @@ def test_plot_metric_without_plot_is_refused(two_reports: tuple[str, str], run_c
     )
 
 
+def test_a_report_of_a_newer_format_or_without_its_files_is_refused(home: Path) -> None:
+    from nemotron.errors import UserError
+    from nemotron.policy_eval.compare import load_report
+
+    store = ArtifactStore(home / "artifacts")
+    newer = _register_report(home, "newer", [1.0])
+    summary = Path(newer.path) / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "format": 99}))
+    with pytest.raises(
+        UserError,
+        match=r"newer:v1: summary\.json has format 99; this nemotron reads eval reports of format 1",
+    ):
+        load_report(store, newer)
+    gone = _register_report(home, "gone", [1.0])
+    (Path(gone.path) / "responses.jsonl").unlink()
+    with pytest.raises(UserError, match="gone:v1: cannot read its report"):
+        load_report(store, gone)
+
+
 # -------------------------------------------------------------------------------------- the "done when"
 
 # The tiny RL step cut to two steps (seconds, not a minute): the comparison needs two trained policies, not good ones.

@@ -91,10 +91,11 @@ def load_report(store: ArtifactStore, artifact: Artifact) -> Report:
             f"{artifact.ref}: cannot read its report in {directory}: {e}",
             hint=f"Check its files with: nemotron artifacts verify {artifact.ref}",
         ) from None
-    if not isinstance(summary, dict) or summary.get("format", 0) > FORMAT:
+    written = summary.get("format") if isinstance(summary, dict) else None
+    if not isinstance(written, int) or written > FORMAT:
         raise UserError(
-            f"{artifact.ref}: summary.json has format {summary.get('format') if isinstance(summary, dict) else '?'}"
-            f", newer than this nemotron reads ({FORMAT}); upgrade nemotron"
+            f"{artifact.ref}: summary.json has format {written!r}; this nemotron reads eval reports of format "
+            f"{FORMAT} and older (a newer nemotron wrote it: upgrade)"
         )
     parents = dict(store.parents(artifact.id))
     policy, prompts = parents.get("policy"), parents.get("prompts")

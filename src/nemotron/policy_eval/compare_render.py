@@ -115,7 +115,7 @@ def config_tables(c: Comparison, d: ConfigDiff, title: str, whose: str) -> list[
     table = Table()
     table.add_column("key", no_wrap=True)
     for col, job in zip(c.reports, d.jobs, strict=True):
-        table.add_column(Text(f"{col.ref}\n{job.step or ''} {job.job_id or ''}".rstrip()))
+        table.add_column(Text("\n".join(x for x in (col.ref, job.step, job.job_id) if x)))
     for key in d.keys:
         cells = [
             value(v) if is_set else ("(unset)" if not job.note else "—")
