@@ -1,4 +1,4 @@
-"""`nemotron artifacts ls | show | lineage | verify | gc`."""
+"""`nemotron artifacts ls | show | lineage | compare | verify | gc`."""
 
 from __future__ import annotations
 
@@ -197,6 +197,53 @@ def lineage(
         del branches[level:]
         branches.append(branches[level - 1].add(text))
     out.print(tree)
+
+
+@app.command(
+    "compare",
+    short_help="Eval reports side by side: metrics, differences beyond noise, config diff.",
+    epilog=epilog("nemotron artifacts compare tiny_eval_report:v1 tiny_eval_report:v2 --plot rewards.png"),
+)
+def compare(
+    refs: Annotated[list[str], typer.Argument(help="eval_report artifacts (NAME:vN, NAME:latest, art://NAME:vN); the first is the reference")],
+    as_json: Annotated[bool, typer.Option("--json", help="the whole comparison as JSON (keys: docs/evaluation.md)")] = False,
+    plot: Annotated[Path | None, typer.Option("--plot", metavar="FILE", help="also draw each report's per-prompt scores into FILE (.png, .svg, .pdf)")] = None,
+    plot_metric: Annotated[str | None, typer.Option(help="the per-prompt score --plot draws (default: reward_model, else task_score, ...)")] = None,
+    allow_different_prompts: Annotated[bool, typer.Option("--allow-different-prompts", help="compare reports made on different prompt sets (unpaired: a weaker test)")] = False,
+) -> None:  # fmt: skip
+    """Eval reports side by side: each metric's mean and interval, whether it differs from the first report's beyond
+    noise (a paired bootstrap over the prompts), and the config keys that differ between the jobs that trained the
+    compared policies and between the eval jobs. Reports made on different prompt sets are refused (exit 2) unless
+    --allow-different-prompts."""
+    from nemotron.paths import jobs_dir
+    from nemotron.policy_eval.compare import compare_artifacts, scores
+    from nemotron.policy_eval.compare import plot_metric as choose_metric
+    from nemotron.policy_eval.compare_render import as_json as comparison_json
+    from nemotron.policy_eval.compare_render import renderables
+
+    if len(refs) < 2:
+        raise UserError(f"compare needs at least two eval reports, got {len(refs)}: {' '.join(refs)}")
+    if plot_metric is not None and plot is None:
+        raise UserError("--plot-metric acts only with --plot FILE")
+    if plot is not None and not plot.parent.resolve().is_dir():
+        raise UserError(f"--plot {plot}: {plot.parent} is not a directory")
+    store = _store()
+    comparison, reports = compare_artifacts(
+        store, [_resolve(store, r) for r in refs], jobs_dir(), allow_different_prompts=allow_different_prompts
+    )
+    if plot is not None:
+        from nemotron.plotting import plot_distributions
+
+        metric = choose_metric(reports, plot_metric)
+        series = [(f"{r.ref} ({r.policy})" if r.policy else r.ref, scores(r, metric)) for r in reports]
+        plot_distributions(series, metric, plot)
+    if as_json:
+        print(json.dumps(comparison_json(comparison), indent=2))
+    else:
+        for item in renderables(comparison):
+            out.print(item)
+    if plot is not None and not as_json:
+        out.print(f"wrote {plot}", markup=False, highlight=False)
 
 
 @app.command(

@@ -44,6 +44,32 @@ def bootstrap_interval(
     return Interval(float(values.mean()), float(low), float(high), len(values))
 
 
+def unpaired_difference_interval(
+    reference: Sequence[float],
+    other: Sequence[float],
+    *,
+    resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """mean(other) - mean(reference) and its percentile-bootstrap interval when the two sets of scores are not
+    paired (different prompts): each resample draws both sets anew, independently, and takes the difference of
+    their means. `n` is the smaller set's size. (Scores of the same prompts are paired: bootstrap_interval of the
+    per-prompt differences is the sharper test there.)"""
+    if not reference or not other:
+        raise ValueError("no scores to compare")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), not {level}")
+    a = np.asarray(reference, dtype=np.float64)
+    b = np.asarray(other, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means_a = a[rng.integers(0, len(a), size=(resamples, len(a)))].mean(axis=1)
+    means_b = b[rng.integers(0, len(b), size=(resamples, len(b)))].mean(axis=1)
+    tail = (1 - level) / 2
+    low, high = np.quantile(means_b - means_a, [tail, 1 - tail])
+    return Interval(float(b.mean() - a.mean()), float(low), float(high), min(len(a), len(b)))
+
+
 # A judge's preference for the first of two responses: 1.0 first better, 0.0 second better, 0.5 a tie.
 Prefer = Callable[[str, str, str], float]
 
