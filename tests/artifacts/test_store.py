@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,7 @@ def test_verify_catches_a_flipped_byte(home: Path, run_cli: Any, tmp_path: Path)
 
 WORKER = """
 import sys
+import time
 from pathlib import Path
 from nemotron.artifacts.store import ArtifactStore
 root, worker, count, src = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -126,3 +128,36 @@ def test_gc_keeps_ancestors_of_kept_artifacts(home: Path, run_cli: Any, tmp_path
     assert left == {"data:v2", "model:v2"}
     assert not (owned / "m.jsonl").exists() and not (owned / "d1.jsonl").exists()
     assert model.id not in {a.id for a in store.list_artifacts()}
+
+
+EXTERNAL_WORKER = """
+import sys, time
+from pathlib import Path
+from nemotron.artifacts.store import ArtifactStore
+root, src, go = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+store = ArtifactStore(root)
+time.sleep(max(0.0, go - time.time()))  # every process looks the file up at the same moment
+print(store.register_external("prompt_jsonl", src).ref)
+"""
+
+
+def test_jobs_binding_one_plain_file_at_once_register_it_once(tmp_path: Path) -> None:
+    """Two jobs started together bind the same shipped prompts file: one `external.*` artifact, not :v1 and :v2
+    (the lookup and the insert are one transaction)."""
+    src = _file(tmp_path, "p.jsonl", '{"prompt": "x"}\n')
+    ArtifactStore(tmp_path / "a")  # the schema exists before the race
+    go = time.time() + 2.0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", EXTERNAL_WORKER, str(tmp_path / "a"), str(src), str(go)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    refs = {p.communicate(timeout=120)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs)
+    assert refs == {"external.p.jsonl:v1"}
+    assert [a.ref for a in ArtifactStore(tmp_path / "a").list_artifacts(name="external.p.jsonl")] == [
+        "external.p.jsonl:v1"
+    ]

@@ -230,10 +230,13 @@ class ArtifactStore:
         outputs: Sequence[tuple[str, str, Path, dict[str, Any]]],
         job_id: str | None,
         parents: Sequence[tuple[str, int]] = (),
+        *,
+        reuse_same_content: bool = False,
     ) -> list[Artifact]:
         """Register (name, type, path, metadata) outputs in ONE transaction, each with edges to `parents`
         ((input name, artifact id)). Versions are allocated inside the transaction, so concurrent writers never
-        collide or skip."""
+        collide or skip. `reuse_same_content`: an output whose path and content hash are registered already is
+        that artifact, looked up inside the same transaction (two jobs binding one plain file at once get one)."""
         hashed = [
             (name, type_, path.resolve(), meta, *content_hash(path)) for name, type_, path, meta in outputs
         ]
@@ -243,6 +246,16 @@ class ArtifactStore:
             try:
                 ids = []
                 for name, type_, path, meta, sha, files in hashed:
+                    same = (
+                        reuse_same_content
+                        and conn.execute(
+                            "SELECT id FROM artifacts WHERE sha256=? AND path=? ORDER BY id DESC LIMIT 1",
+                            (sha, str(path)),
+                        ).fetchone()
+                    )
+                    if same:
+                        ids.append(same[0])
+                        continue
                     (ver,) = conn.execute(
                         "SELECT COALESCE(MAX(version), 0) + 1 FROM artifacts WHERE name=?", (name,)
                     ).fetchone()
@@ -285,10 +298,12 @@ class ArtifactStore:
                 f"SELECT {self._COLS} FROM artifacts WHERE sha256=? AND path=? ORDER BY id DESC LIMIT 1",
                 (sha, str(path.resolve())),
             ).fetchone()
-        if row:
+        if row:  # the common case, without taking the write lock
             return self._row(row)
         name = "external." + path.name.replace(":", "_")
-        return self.register([(name, type_, path, {"external": True})], job_id=None)[0]
+        return self.register([(name, type_, path, {"external": True})], job_id=None, reuse_same_content=True)[
+            0
+        ]
 
     def resolve(self, name: str, version: str = "latest") -> Artifact:
         with self._connect() as conn:
