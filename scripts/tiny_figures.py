@@ -115,8 +115,9 @@ def verdict_table(verdict: dict[str, Any]) -> str:
 
 def render(record: dict[str, Any]) -> str:
     note = (
-        f"Measured {record['date']} on {record['cpu']} ({record['cores']} cores), pipeline "
-        f"{record['pipeline_seconds']} s (its four eval/policy stages {record['eval_seconds']} s), by "
+        f"Measured {record['date']} on {record['cpu']} ({record['cores']} cores, load average {record['load']} "
+        f"at the start), pipeline {record['pipeline_seconds']} s (its four eval/policy stages "
+        f"{record['eval_seconds']} s), by "
         "`python scripts/tiny_figures.py`. Each RL step's own evaluation, before and after training (64 "
         "prompts, sampled):"
     )

@@ -83,7 +83,8 @@ class Judge(Strict):
     max_retries: int = Field(2, ge=0)
     """generative: re-asks when a verdict does not parse; a verdict that never parses counts as a tie"""
     timeout_s: float = Field(60.0, gt=0)
-    """seconds to wait for one request to the judge (judge.url, or the server this step started)"""
+    """seconds to wait for one request to the judge: judge.url, or the chat server this step started
+    (kind=reward_model without judge.url loads the model here and refuses this key)"""
 
     @field_validator("pairwise_template")
     @classmethod
@@ -107,6 +108,11 @@ class Judge(Strict):
             raise ValueError(
                 f"{', '.join(changed)} act{'s' if len(changed) == 1 else ''} only with judge.kind=generative "
                 "(a reward model judge compares two scores: no template, no verdict to parse)"
+            )
+        if self.url is None and self.timeout_s != defaults["timeout_s"].default:
+            raise ValueError(
+                "judge.timeout_s acts with judge.kind=reward_model only through judge.url (a reward model "
+                "loaded in this step is sent no request)"
             )
         return self
 
