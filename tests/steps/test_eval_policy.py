@@ -125,6 +125,10 @@ def test_prompts_without_answers_are_refused_naming_the_line(
             "judge.pairwise_template, judge.max_retries act only with judge.kind=generative",
         ),
         (
+            ("judge.kind=reward_model", "inputs.judge=pkg://tiny/reward_model", "judge.timeout_s=5"),
+            "judge.timeout_s acts with judge.kind=reward_model only through judge.url",
+        ),
+        (
             (
                 "scorers.win_rate=false",
                 "inputs.baseline=null",
