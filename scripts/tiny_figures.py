@@ -1,6 +1,7 @@
 """Run the tiny pipeline in a fresh home and record its figures: docs/figures/tiny_pipeline.json (with the date, the
-CPU, the thread count and the command) and the README table between its markers. The pipeline test checks that
-every run, on any CPU, lands within the tolerances written here.
+CPU, the thread count and the command) and the README's tables between their markers: each RL step's own
+before/after evaluation, and the pipeline's verdict (its eval/policy reports side by side, as `pipeline run` prints
+them). The pipeline test checks that every run, on any CPU, lands within the tolerances written here.
 
     python scripts/tiny_figures.py            # about 2 minutes on 2 cores
 """
@@ -13,13 +14,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from nemotron.docgen import measured_on, splice, write_figures
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = REPO / "docs" / "figures" / "tiny_pipeline.json"
-README = REPO / "README.md"
+PAGE = README = REPO / "README.md"
 RL_STEPS = {"rl-reinforce": "rl/reinforce (RLOO)", "rl-ppo": "rl/ppo", "rl-rlhf": "rl/rlhf (GRPO)"}
 METRICS = ("rm", "gt", "well_formed")
 # Across CPUs torch promises no bitwise equality (kernels differ by ISA); these bounds held on the CPUs we ran.
@@ -45,6 +48,45 @@ def collect(home: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+def collect_verdict(home: Path) -> dict[str, Any]:
+    """The pipeline's eval reports as its own final table finds them (the pipeline once more, every step skipped
+    as done): {"compare": metrics, "reports": [{"policy", "report", "metrics": {name: {mean, low, high, n}}}]}."""
+    os.environ["NEMOTRON_HOME"] = str(home)
+    from nemotron.artifacts.store import ArtifactStore
+    from nemotron.catalog import Catalog
+    from nemotron.pipeline import eval_reports, load_pipeline, run_pipeline
+
+    catalog = Catalog()
+    pipe = load_pipeline("tiny", catalog)
+
+    def ran_already(job: Any) -> int:
+        raise RuntimeError(f"{job.step_id} had not run: the pipeline run above left it undone")
+
+    results = run_pipeline(pipe, catalog, ArtifactStore(home / "artifacts"), ran_already)
+    compare = list(pipe.pipeline.compare)
+    return {
+        "compare": compare,
+        "reports": [
+            {
+                "policy": r.label,
+                "report": r.ref,
+                "metrics": {m: r.summary["metrics"][m] for m in compare if m in r.summary["metrics"]},
+            }
+            for r in eval_reports(pipe, results)
+        ],
+    }
+
+
+def eval_seconds(home: Path) -> int:
+    """Wall seconds of the pipeline's eval/policy jobs, from their status records."""
+    total = 0.0
+    for job in (home / "jobs").glob("eval-policy-*"):
+        status = json.loads((job / "status.json").read_text())
+        start, end = (datetime.fromisoformat(status[k]) for k in ("started_at", "ended_at"))
+        total += (end - start).total_seconds()
+    return round(total)
+
+
 def table(figures: dict[str, dict[str, float]]) -> str:
     rows = [
         "| step | RM before → after | GT before → after | well-formed before → after |",
@@ -60,28 +102,60 @@ def table(figures: dict[str, dict[str, float]]) -> str:
     return "\n".join(rows)
 
 
+def verdict_table(verdict: dict[str, Any]) -> str:
+    """The verdict as Markdown, its cells from the same function as `pipeline run`'s final table."""
+    from nemotron.pipeline import EvalReport, comparison
+
+    reports = [EvalReport(r["policy"], r["report"], {"metrics": r["metrics"]}) for r in verdict["reports"]]
+    header, rows = comparison(reports, verdict["compare"])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render(record: dict[str, Any]) -> str:
+    note = (
+        f"Measured {record['date']} on {record['cpu']} ({record['cores']} cores, load average {record['load']} "
+        f"at the start), pipeline {record['pipeline_seconds']} s (its four eval/policy stages "
+        f"{record['eval_seconds']} s), by "
+        "`python scripts/tiny_figures.py`. Each RL step's own evaluation, before and after training (64 "
+        "prompts, sampled):"
+    )
+    verdict = (
+        "The pipeline's verdict, its last table: `eval/policy` on each policy, on the 64 held-out validation "
+        "prompts, greedy. `win_rate` is against the SFT policy with the tiny reward model as the judge (SFT "
+        "against itself is 0.5 exactly), `reward_model` the same model's score, `task_score` and "
+        "`task_well_formed` the task's ground truth; each a mean with its bootstrap 95% interval:"
+    )
+    return f"{note}\n\n{table(record['steps'])}\n\n{verdict}\n\n{verdict_table(record['verdict'])}\n"
+
+
+def update_page(page: str, record: dict[str, Any]) -> str:
+    return splice(page, BEGIN, END, render(record), str(PAGE))
+
+
 def main() -> int:
     machine = measured_on()
     command = [sys.executable, "-m", "nemotron", "pipeline", "run", "tiny"]
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "NEMOTRON_HOME": f"{tmp}/home"}
+        home = Path(tmp) / "home"
+        env = {**os.environ, "NEMOTRON_HOME": str(home)}
         started = time.monotonic()
         subprocess.run(command, env=env, check=True, cwd=tmp)
         seconds = round(time.monotonic() - started)
-        figures = collect(Path(tmp) / "home")
+        figures = collect(home)
+        verdict = collect_verdict(home)
+        evals = eval_seconds(home)
     record = {
         **machine,
         "pipeline_seconds": seconds,
+        "eval_seconds": evals,
         "command": "nemotron pipeline run tiny",
         "tolerance": TOLERANCE,
         "steps": figures,
+        "verdict": verdict,
     }
-    note = (
-        f"Measured {record['date']} on {record['cpu']} ({record['cores']} cores), pipeline {seconds} s, by "
-        "`python scripts/tiny_figures.py`:"
-    )
-    block = f"{note}\n\n{table(figures)}\n"
-    write_figures(FIGURES, record, README, splice(README.read_text(), BEGIN, END, block, str(README)))
+    write_figures(FIGURES, record, PAGE, update_page(PAGE.read_text(), record))
     print(json.dumps(record, indent=2))
     return 0
 

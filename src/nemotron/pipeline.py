@@ -3,8 +3,9 @@ and config is skipped."""
 
 from __future__ import annotations
 
+import json
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.paths import step_roots
+
+EVAL_STEP = "eval/policy"  # the step whose eval_report summaries [pipeline] compare sets side by side
 
 
 class PipelineStep(BaseModel):
@@ -31,7 +34,11 @@ class PipelineInfo(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
     description: str = ""
-    report: list[str] = []
+    report: list[
+        str
+    ] = []  # metrics.jsonl keys shown per step as before -> after (eval_<metric>_before/_after)
+    # eval_report metrics shown side by side after the run, one row per eval/policy step (mean [interval])
+    compare: list[str] = []
 
 
 class Pipeline(BaseModel):
@@ -80,6 +87,10 @@ def load_pipeline(name: str, catalog: Catalog) -> Pipeline:
             elif out not in {p.name for p in catalog.get(seen[up]).manifest.produces}:
                 problems.append(f"step '{s.id}': '{up}' ({seen[up]}) produces no '{out}'")
         seen[s.id] = s.step
+    if pipe.pipeline.compare and EVAL_STEP not in seen.values():
+        problems.append(
+            f"[pipeline] compare sets eval_report metrics side by side, but no step is {EVAL_STEP}"
+        )
     if problems:
         raise UserError(f"{path}: invalid pipeline:", problems)
     return pipe
@@ -175,3 +186,49 @@ def run_pipeline(
         if s.id == until:
             break
     return list(results.values())
+
+
+# ----------------------------------------------------------------------------- the verdict: eval reports compared
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """One eval/policy step's report, labelled by the step that made the policy it evaluated."""
+
+    label: str  # "rl/ppo": the pipeline step the evaluated policy came from (its step name)
+    ref: str  # the eval_report artifact
+    summary: Mapping[str, Any]  # its summary.json
+
+
+def eval_reports(pipe: Pipeline, results: Sequence[StepResult]) -> list[EvalReport]:
+    """The eval_report of every eval/policy step that ran or was skipped as done, in pipeline order."""
+    wiring = {s.id: s.inputs for s in pipe.steps}
+    step_of = {r.id: r.step for r in results}
+    found = []
+    for r in results:
+        if r.step != EVAL_STEP:
+            continue
+        report = r.outputs["report"]
+        producer = wiring[r.id].get("policy", "").partition(".")[0]
+        summary = json.loads((Path(report.path) / "summary.json").read_text())
+        found.append(EvalReport(step_of.get(producer, r.id), report.ref, summary))
+    return found
+
+
+def comparison(reports: Sequence[EvalReport], metrics: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """The pipeline's final table as text cells: a header, then one row per report with each metric's mean and
+    its interval, "mean [low, high]" (a percentile bootstrap interval need not be symmetric), or "-" where the
+    report has no such metric.
+
+    The seam for `nemotron artifacts compare` (issue 31): once that renderer exists, the pipeline's verdict is
+    its table of these same reports, and this function goes."""
+    header = ["policy", "report", *metrics]
+    rows = []
+    for report in reports:
+        got = report.summary.get("metrics", {})
+        cells = [
+            f"{got[m]['mean']:.2f} [{got[m]['low']:.2f}, {got[m]['high']:.2f}]" if m in got else "-"
+            for m in metrics
+        ]
+        rows.append([report.label, report.ref, *cells])
+    return header, rows

@@ -7,6 +7,7 @@ written."""
 from __future__ import annotations
 
 import json
+import runpy
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from nemotron.paths import shipped_root
 
 TINY = shipped_root() / "tiny"
+STEP = Path(__file__).resolve().parents[2] / "steps" / "eval" / "policy" / "step.py"
 # the judge and the baseline off: only what the policy and the reward model need
 NO_JUDGE = ("scorers.win_rate=false", "inputs.baseline=null", "inputs.judge=null")
 
@@ -110,6 +112,31 @@ def test_prompts_without_answers_are_refused_naming_the_line(
         (("inputs.reward_model=null",), "scorers.reward_model needs inputs.reward_model"),
         (("scorers.win_rate=false",), "inputs.baseline is given but no scorer reads it"),
         (("generation.greedy=true", "generation.temperature=0.7"), "act only when sampling"),
+        (
+            ("judge.kind=reward_model", "inputs.judge=pkg://tiny/reward_model", "judge.guided_choice=false"),
+            "judge.guided_choice acts only with judge.kind=generative",
+        ),
+        (
+            (
+                "judge.kind=reward_model",
+                "judge.max_retries=5",
+                "judge.pairwise_template='Which? {prompt} {response_1} {response_2}'",
+            ),
+            "judge.pairwise_template, judge.max_retries act only with judge.kind=generative",
+        ),
+        (
+            ("judge.kind=reward_model", "inputs.judge=pkg://tiny/reward_model", "judge.timeout_s=5"),
+            "judge.timeout_s acts with judge.kind=reward_model only through judge.url",
+        ),
+        (
+            (
+                "scorers.win_rate=false",
+                "inputs.baseline=null",
+                "inputs.judge=null",
+                "judge.kind=reward_model",
+            ),
+            "judge.kind: the judge acts only with scorers.win_rate=true",
+        ),
     ],
 )
 def test_a_scorer_without_its_input_is_refused(
@@ -140,6 +167,20 @@ def test_a_reward_model_with_another_tokenizer_is_refused(permuted: Path, home: 
     _refused(
         r, home, "input 'reward_model' is given the token ids of input 'policy', but their tokenizers differ"
     )
+
+
+def test_a_reward_model_judge_with_another_tokenizer_is_refused_a_generative_one_is_not(
+    permuted: Path, home: Path, run_cli: Any
+) -> None:
+    """A reward-model judge scores the policy's token ids, so its tokenizer must read them as the policy's does;
+    a generative judge reads text, so the same judge is fine there."""
+    rm_judge = ("scorers.reward_model=false", "inputs.reward_model=null", "judge.kind=reward_model")
+    r = run_cli(
+        "steps", "run", "eval/policy", "-c", "tiny", *rm_judge, f"inputs.judge={permuted}", "--dry-run"
+    )
+    _refused(r, home, "input 'judge' is given the token ids of input 'policy', but their tokenizers differ")
+    ok = run_cli("steps", "run", "eval/policy", "-c", "tiny", f"inputs.judge={permuted}", "--dry-run")
+    assert ok.code == 0, ok.err[-2000:]
 
 
 def test_a_baseline_with_another_tokenizer_is_refused(permuted: Path, home: Path, run_cli: Any) -> None:
@@ -218,3 +259,64 @@ def test_the_win_rate_against_another_baseline_is_what_the_judge_said_both_ways(
     summary = json.loads((report / "summary.json").read_text())
     assert summary["metrics"]["win_rate"]["mean"] == sum(wins) / len(wins)
     assert summary["judge"]["judge/requests"] == 2 * len(rows)
+
+
+def test_a_reward_model_judge_by_hand() -> None:
+    """The reward model judge's win per prompt from hand-picked scores: higher wins (1), lower loses (0), equal
+    ties (0.5), asked in both orders; against itself every prompt is a tie."""
+    step = runpy.run_path(str(STEP), run_name="eval_policy_step")
+    wins = step["reward_model_win_rates"]([2.0, -1.0, 0.5, 3.0, -0.25], [1.0, 0.0, 0.5, -2.0, -0.5])
+    assert wins == [1.0, 0.0, 0.5, 1.0, 1.0]
+    assert sum(wins) / len(wins) == 0.7
+    scores = [0.3, -1.2, 0.3, 7.0]
+    assert step["reward_model_win_rates"](scores, scores) == [0.5] * 4
+
+
+RM_JUDGE = ("judge.kind=reward_model", "inputs.judge=pkg://tiny/reward_model")
+
+
+def test_a_reward_model_judge_against_itself_is_one_half_and_against_another_policy_what_its_scores_say(
+    other_policy: Path, home: Path, run_cli: Any
+) -> None:
+    """The tiny reward model as the judge: the SFT policy against itself wins exactly half (every pair a tie);
+    against a random-weight baseline each prompt's win is what the reward model's two scores say (the same model
+    is scorers.reward_model, so the report carries both scores), in process and through a real reward server
+    at judge.url alike."""
+    from nemotron.reward.bind import TOKEN_ENV
+    from nemotron.reward.sibling import sibling_server
+
+    itself = run_cli("steps", "run", "eval/policy", "-c", "tiny", *RM_JUDGE, timeout=300)
+    assert itself.code == 0, itself.err[-3000:]
+    (report,) = _reports(home)
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["metrics"]["win_rate"] == {"mean": 0.5, "low": 0.5, "high": 0.5, "n": 16}
+    assert "judge/requests" not in summary["judge"], "no generative judge was asked"
+
+    other = (
+        "steps",
+        "run",
+        "eval/policy",
+        "-c",
+        "tiny",
+        "judge.kind=reward_model",
+        f"inputs.baseline={other_policy}",
+    )
+    r = run_cli(*other, "inputs.judge=pkg://tiny/reward_model", timeout=300)
+    assert r.code == 0, r.err[-3000:]
+    report = _reports(home)[-1]
+    rows = [json.loads(line) for line in (report / "responses.jsonl").read_text().splitlines()]
+
+    def expected(mine: float, theirs: float) -> float:
+        return 1.0 if mine > theirs else 0.0 if mine < theirs else 0.5
+
+    wins = [expected(r["reward_model"], r["baseline_reward_model"]) for r in rows]
+    assert {0.0, 1.0} <= set(wins), "the case needs wins and losses to tell anything"
+    assert [r["win_rate"] for r in rows] == wins
+    in_process = json.loads((report / "summary.json").read_text())["metrics"]["win_rate"]
+    assert in_process["mean"] == sum(wins) / len(wins)
+
+    with sibling_server(TINY / "reward_model", log_path=home.parent / "rm.log", device="cpu") as (url, token):
+        served = run_cli(*other, "inputs.judge=null", f"judge.url={url}", env={TOKEN_ENV: token}, timeout=300)
+    assert served.code == 0, served.err[-3000:]
+    rows = [json.loads(line) for line in (_reports(home)[-1] / "responses.jsonl").read_text().splitlines()]
+    assert [r["win_rate"] for r in rows] == wins

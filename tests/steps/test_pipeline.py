@@ -1,9 +1,11 @@
-"""`nemotron pipeline run tiny`, the README's main job: data -> sft -> rm/train -> the three RL steps on CPU.
+"""`nemotron pipeline run tiny`, the README's main job: data -> sft -> rm/train -> the three RL steps -> eval/policy
+of the SFT and RL policies, on CPU.
 
 Checks what the issue promises: every step runs, the reward model reaches >= 85% held-out pairwise accuracy, every RL
 step raises the reward-model and ground-truth scores (within the stated tolerance of the recorded figures on any CPU),
-the shipped tiny data is exactly what this pipeline makes, SFT is bitwise reproducible on one machine,
-the aligned policies' lineage reaches the data, and a second run skips everything.
+the verdict is real (each RL policy beats SFT on the reward model judge's win-rate, the reward model and the ground
+truth, SFT against itself is exactly 0.5), the shipped tiny data is exactly what this pipeline makes, SFT is bitwise
+reproducible on one machine, the aligned policies' lineage reaches the data, and a second run skips everything.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any) -> None:
     assert r.code == 0, r.err[-3000:]
     assert "pipeline tiny" in r.out and "rm before → after" in r.out
 
+    ran = sorted(p.name.rsplit("-", 3)[0] for p in (home / "jobs").iterdir())
+    assert ran == sorted(
+        ["data-prep", "sft", "rm-train", "rl-reinforce", "rl-ppo", "rl-rlhf", *["eval-policy"] * 4]
+    )
     jobs = {p.name.rsplit("-", 3)[0]: p for p in (home / "jobs").iterdir()}
-    assert set(jobs) == {"data-prep", "sft", "rm-train", "rl-reinforce", "rl-ppo", "rl-rlhf"}
     rm_rows = [json.loads(x) for x in (jobs["rm-train"] / "metrics.jsonl").read_text().splitlines()]
     assert rm_rows[-1]["val_accuracy"] >= 0.85
     for step in ("rl-reinforce", "rl-ppo", "rl-rlhf"):
@@ -56,9 +61,34 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any) -> None:
                 value,
             )
 
+    # The verdict: each policy's eval_report on the validation prompts, side by side at the end of the output.
+    listed = {a["ref"]: a for a in json.loads(run_cli("artifacts", "ls", "--json").out)}
+    verdict = {
+        policy: json.loads((Path(listed[f"tiny_{policy}_eval:v1"]["path"]) / "summary.json").read_text())[
+            "metrics"
+        ]
+        for policy in ("sft", "reinforce", "ppo", "rlhf")
+    }
+    assert verdict["sft"]["win_rate"] == {"mean": 0.5, "low": 0.5, "high": 0.5, "n": 64}  # SFT against itself
+    for policy in ("reinforce", "ppo", "rlhf"):
+        got = verdict[policy]
+        assert got["win_rate"]["mean"] > 0.5 and got["win_rate"]["n"] == 64, (policy, got["win_rate"])
+        assert got["reward_model"]["mean"] > verdict["sft"]["reward_model"]["mean"] + 0.5, policy
+        assert got["task_score"]["mean"] > verdict["sft"]["task_score"]["mean"] + 0.1, policy
+    table = r.out[r.out.index("pipeline tiny: eval reports") :]
+    for policy in ("sft", "rl/reinforce", "rl/ppo", "rl/rlhf"):
+        assert f"│ {policy} " in table, table
+    assert "0.50 [0.50, 0.50]" in table
+    # and within the tolerance of the verdict the README shows
+    recorded = {r["report"].split("_")[1]: r["metrics"] for r in reference["verdict"]["reports"]}
+    for policy, metrics in recorded.items():
+        for metric, tolerance in (("reward_model", "rm"), ("task_score", "gt"), ("win_rate", "gt")):
+            assert abs(verdict[policy][metric]["mean"] - metrics[metric]["mean"]) <= reference["tolerance"][tolerance], (
+                policy, metric, verdict[policy][metric], metrics[metric]
+            )  # fmt: skip
+
     # The shipped tiny data (pure Python from a seed) is byte for byte what this pipeline produced.
     provenance = json.loads((shipped_root() / "tiny" / "PROVENANCE.json").read_text())
-    listed = {a["ref"]: a for a in json.loads(run_cli("artifacts", "ls", "--json").out)}
     for shipped, info in provenance.items():
         if info["type"].endswith("_jsonl"):
             made = listed[info["artifact"]]
@@ -75,8 +105,9 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any) -> None:
     assert len({n["ref"] for n in graph["nodes"]}) == len(graph["nodes"])  # each ancestor once
 
     again = run_cli("pipeline", "run", "tiny", timeout=300)
-    assert again.code == 0 and again.err.count("skip ") == 6
-    assert len(list((home / "jobs").iterdir())) == 6  # nothing ran twice
+    assert again.code == 0 and again.err.count("skip ") == 10
+    assert len(list((home / "jobs").iterdir())) == 10  # nothing ran twice
+    assert again.out[again.out.index("pipeline tiny: eval reports") :] == table  # the verdict, from the store
 
     # On one machine with the same threads, training is bitwise reproducible: SFT again gives the same weights.
     again_sft = run_cli("steps", "run", "sft", "-c", "tiny", "inputs.data=tiny_sft_data:v1", timeout=300)

@@ -35,7 +35,7 @@ def run(
     from nemotron.catalog import Catalog
     from nemotron.launch import submit
     from nemotron.paths import artifacts_dir, check_writable, jobs_dir
-    from nemotron.pipeline import PipelineStep, load_pipeline, run_pipeline
+    from nemotron.pipeline import PipelineStep, comparison, eval_reports, load_pipeline, run_pipeline
 
     catalog = Catalog()
     pipe = load_pipeline(name, catalog)
@@ -53,6 +53,15 @@ def run(
     t0 = time.monotonic()
     results = run_pipeline(pipe, catalog, store, submit.submit, force=force, on_event=on_event, until=until)
     out.print(report_table(pipe.pipeline.name, time.monotonic() - t0, results, pipe.pipeline.report))
+    reports = eval_reports(pipe, results)
+    if pipe.pipeline.compare and reports:  # none when --until stopped before the eval steps
+        header, rows = comparison(reports, pipe.pipeline.compare)
+        verdict = Table(title=f"pipeline {pipe.pipeline.name}: eval reports", title_justify="left")
+        for i, column in enumerate(header):
+            verdict.add_column(column, justify="left" if i < 2 else "right")
+        for row in rows:
+            verdict.add_row(*row)
+        out.print(verdict)
 
 
 def report_table(name: str, seconds: float, results: list[Any], report: list[str]) -> Table:

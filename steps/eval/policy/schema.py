@@ -19,7 +19,8 @@ class Inputs(Strict):
     reward_model: str | None = None
     """reward model (reward_model_hf) for scorers.reward_model"""
     judge: str | None = None
-    """a causal LM served by our chat server as the pairwise judge of scorers.win_rate"""
+    """the judge of scorers.win_rate: a causal LM served by our chat server (judge.kind=generative), or a
+    reward model (reward_model_hf) loaded in process (judge.kind=reward_model)"""
 
 
 class Outputs(Strict):
@@ -56,23 +57,34 @@ class Generation(Strict):
 
 
 class Judge(Strict):
-    """The generative judge of scorers.win_rate (rl/rlhf's pairwise judge, served the same way)."""
+    """The judge of scorers.win_rate, with rl/rlhf's judge keys: a generative judge (a causal LM asked which
+    of two responses is better), or a reward model whose two scores decide."""
 
+    kind: Literal["generative", "reward_model"] = "generative"
+    """generative: inputs.judge (a causal LM) compares the two responses through chat completions;
+    reward_model: inputs.judge (a reward_model_hf) scores each response and the higher score wins, equal
+    scores a tie. Both are asked in both orders; a scalar reward model's two orders agree by construction
+    (its score of a response does not depend on the other), so its win is 1, 0 or 0.5 per prompt"""
     url: str | None = None
-    """an OpenAI-compatible /v1/chat/completions server to ask instead of serving inputs.judge"""
+    """a running server to ask instead of inputs.judge: generative, an OpenAI-compatible
+    /v1/chat/completions; reward_model, rm/serve (KServe v2, scoring the policy's token ids). Unset:
+    inputs.judge, served by our chat server beside this step (generative) or loaded in this process
+    (reward_model)"""
     pairwise_template: str = (
         "Compare two reviews that continue the same opening. Score how positive each is from 1 to 5.\n"
         "Opening: {prompt}\nReview 1: {response_1}\nReview 2: {response_2}\nAnswer with JSON only: "
         '{"score_1": <1-5>, "score_2": <1-5>}'
     )
-    """the judge's user message; must contain {prompt}, {response_1} and {response_2}; the higher score wins,
-    equal scores are a tie"""
+    """generative: the judge's user message; must contain {prompt}, {response_1} and {response_2}; the higher
+    score wins, equal scores are a tie"""
     guided_choice: bool = True
-    """constrain the judge to the 25 valid verdicts (vLLM structured_outputs.choice; our chat server too)"""
+    """generative: constrain the judge to the 25 valid verdicts (vLLM structured_outputs.choice; our chat
+    server too)"""
     max_retries: int = Field(2, ge=0)
-    """re-asks when a verdict does not parse; a verdict that never parses counts as a tie"""
+    """generative: re-asks when a verdict does not parse; a verdict that never parses counts as a tie"""
     timeout_s: float = Field(60.0, gt=0)
-    """seconds to wait for one request to the judge"""
+    """seconds to wait for one request to the judge: judge.url, or the chat server this step started
+    (kind=reward_model without judge.url loads the model here and refuses this key)"""
 
     @field_validator("pairwise_template")
     @classmethod
@@ -81,6 +93,28 @@ class Judge(Strict):
         if missing:
             raise ValueError(f"the pairwise template lacks {', '.join(missing)}")
         return value
+
+    @model_validator(mode="after")
+    def _generative_keys_act_only_there(self) -> "Judge":
+        if self.kind == "generative":
+            return self
+        defaults = Judge.model_fields
+        changed = [
+            f"judge.{key}"
+            for key in ("pairwise_template", "guided_choice", "max_retries")
+            if getattr(self, key) != defaults[key].default
+        ]
+        if changed:
+            raise ValueError(
+                f"{', '.join(changed)} act{'s' if len(changed) == 1 else ''} only with judge.kind=generative "
+                "(a reward model judge compares two scores: no template, no verdict to parse)"
+            )
+        if self.url is None and self.timeout_s != defaults["timeout_s"].default:
+            raise ValueError(
+                "judge.timeout_s acts with judge.kind=reward_model only through judge.url (a reward model "
+                "loaded in this step is sent no request)"
+            )
+        return self
 
 
 class Scorers(Strict):
@@ -96,7 +130,8 @@ class Scorers(Strict):
     math_correct, math_parsed); every prompt needs an answer"""
     win_rate: bool = False
     """the judge's pairwise preference of the policy's response over the baseline's, judged in both orders, a
-    tie half (metric win_rate); needs inputs.baseline and inputs.judge (or judge.url)"""
+    tie half (metric win_rate); needs inputs.baseline and inputs.judge (or judge.url); judge.kind picks a
+    generative judge or a reward model"""
     length: bool = True
     """response length in tokens (metrics response_length, truncated)"""
     distinct_n: list[int] = Field(default_factory=lambda: [1, 2])
@@ -163,6 +198,11 @@ class Config(Strict):
         ]
         if unused:
             raise ValueError("; ".join(unused))
-        if self.judge.url and not self.scorers.win_rate:
-            raise ValueError("judge.url acts only with scorers.win_rate=true")
+        judge_set = [
+            f"judge.{key}"
+            for key, field in Judge.model_fields.items()
+            if getattr(self.judge, key) != field.default
+        ]
+        if judge_set and not self.scorers.win_rate:
+            raise ValueError(f"{', '.join(judge_set)}: the judge acts only with scorers.win_rate=true")
         return self

@@ -165,6 +165,64 @@ def win_rates(
     return [pairwise_win(p, a, b, prefer) for p, a, b in zip(prompts, policy, baseline, strict=True)]
 
 
+def reward_model_judge_scores(
+    j: Judge, model: str | None, rows: list[list[int]], run: StepRun[Any], plan: DevicePlan
+) -> list[float]:
+    """judge.kind=reward_model: the judge's score of each prompt + response token ids, from rm/serve at
+    judge.url or inputs.judge loaded here. Each distinct row is scored once, so a response that is the same
+    on both sides of a pair gets one score and ties, whatever the batch it would have been padded in."""
+    from nemotron.reward.server import TOKEN_ENV
+    from nemotron.rl.reward_source import reward_source
+
+    distinct = list(dict.fromkeys(tuple(row) for row in rows))
+    if j.url:
+        source = reward_source(
+            "server", None, j.url, os.environ.get(TOKEN_ENV), j.timeout_s, 5,
+            log_path=run.job_dir / "logs" / "judge.log",
+        )  # fmt: skip
+    else:
+        source = reward_source(
+            "in_process", required(model, "inputs.judge"), None, None, 1.0, 0, device=str(plan.device)
+        )
+    with source as (score, _):
+        scored = dict(
+            zip(distinct, (float(s) for s in score([list(r) for r in distinct], [], [])), strict=True)
+        )
+    return [scored[tuple(row)] for row in rows]
+
+
+def reward_model_win_rates(policy: Sequence[float], baseline: Sequence[float]) -> list[float]:
+    """Per prompt, the reward model judge's preference for the policy's response: asked in both orders as the
+    generative judge is (pairwise_win), each order's verdict the higher of the two scores. A scalar reward
+    model scores a response without seeing the other, so the second order's verdict is always one minus the
+    first's: the two orders agree by construction, and the win is 1, 0 or 0.5 (equal scores)."""
+    wins = []
+    for mine, theirs in zip(policy, baseline, strict=True):
+        score = {"policy": mine, "baseline": theirs}
+
+        def prefer(_prompt: str, first: str, second: str, score: dict[str, float] = score) -> float:
+            return preference_from_scores(score[first], score[second])
+
+        wins.append(pairwise_win("", "policy", "baseline", prefer))
+    return wins
+
+
+def judge_win_rates(
+    cfg: Config, run: StepRun[Any], plan: DevicePlan, prompts: Prompts, answers: Answers, baseline: Answers
+) -> tuple[list[float], dict[str, float]]:
+    """scorers.win_rate: each prompt's win of the policy over the baseline, and the judge's counters."""
+    if cfg.judge.kind == "reward_model":
+        scores = reward_model_judge_scores(
+            cfg.judge, cfg.inputs.judge, answers.rows + baseline.rows, run, plan
+        )
+        n = len(answers.rows)
+        wins = reward_model_win_rates(scores[:n], scores[n:])
+        return wins, {"judge/scored": float(len(set(map(tuple, answers.rows + baseline.rows))))}
+    with judge_client(cfg.judge, cfg.inputs.judge, run, plan) as client:
+        wins = win_rates(client, prompts.texts, answers.texts, baseline.texts)
+        return wins, client.metrics()
+
+
 def score_rows(
     cfg: Config,
     run: StepRun[Any],
@@ -220,12 +278,9 @@ def score_rows(
     judge_stats: dict[str, float] = {}
     if s.win_rate:
         assert baseline is not None  # the schema refuses win_rate without inputs.baseline
-        with judge_client(cfg.judge, cfg.inputs.judge, run, plan) as client:
-            for row, value in zip(
-                rows, win_rates(client, prompts.texts, answers.texts, baseline.texts), strict=True
-            ):
-                row["win_rate"] = value
-            judge_stats = client.metrics()
+        wins, judge_stats = judge_win_rates(cfg, run, plan, prompts, answers, baseline)
+        for row, value in zip(rows, wins, strict=True):
+            row["win_rate"] = value
     return rows, judge_stats
 
 
