@@ -49,32 +49,22 @@ def collect(home: Path) -> dict[str, dict[str, float]]:
 
 
 def collect_verdict(home: Path) -> dict[str, Any]:
-    """The pipeline's eval reports as its own final table finds them (the pipeline once more, every step skipped
-    as done): {"compare": metrics, "reports": [{"policy", "report", "metrics": {name: {mean, low, high, n}}}]}."""
+    """The pipeline's final table as `pipeline run` computes it (the pipeline once more, every step skipped as
+    done): nemotron.pipeline.verdict's record, `artifacts compare` of the eval reports."""
     os.environ["NEMOTRON_HOME"] = str(home)
     from nemotron.artifacts.store import ArtifactStore
     from nemotron.catalog import Catalog
-    from nemotron.pipeline import eval_reports, load_pipeline, run_pipeline
+    from nemotron.pipeline import eval_reports, load_pipeline, run_pipeline, verdict
 
     catalog = Catalog()
     pipe = load_pipeline("tiny", catalog)
+    store = ArtifactStore(home / "artifacts")
 
     def ran_already(job: Any) -> int:
         raise RuntimeError(f"{job.step_id} had not run: the pipeline run above left it undone")
 
-    results = run_pipeline(pipe, catalog, ArtifactStore(home / "artifacts"), ran_already)
-    compare = list(pipe.pipeline.compare)
-    return {
-        "compare": compare,
-        "reports": [
-            {
-                "policy": r.label,
-                "report": r.ref,
-                "metrics": {m: r.summary["metrics"][m] for m in compare if m in r.summary["metrics"]},
-            }
-            for r in eval_reports(pipe, results)
-        ],
-    }
+    results = run_pipeline(pipe, catalog, store, ran_already)
+    return verdict(eval_reports(pipe, results), pipe.pipeline.compare, store, home / "jobs")
 
 
 def eval_seconds(home: Path) -> int:
@@ -104,10 +94,9 @@ def table(figures: dict[str, dict[str, float]]) -> str:
 
 def verdict_table(verdict: dict[str, Any]) -> str:
     """The verdict as Markdown, its cells from the same function as `pipeline run`'s final table."""
-    from nemotron.pipeline import EvalReport, comparison
+    from nemotron.pipeline import verdict_cells
 
-    reports = [EvalReport(r["policy"], r["report"], {"metrics": r["metrics"]}) for r in verdict["reports"]]
-    header, rows = comparison(reports, verdict["compare"])
+    header, rows = verdict_cells(verdict)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)

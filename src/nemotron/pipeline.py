@@ -215,20 +215,57 @@ def eval_reports(pipe: Pipeline, results: Sequence[StepResult]) -> list[EvalRepo
     return found
 
 
-def comparison(reports: Sequence[EvalReport], metrics: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    """The pipeline's final table as text cells: a header, then one row per report with each metric's mean and
-    its interval, "mean [low, high]" (a percentile bootstrap interval need not be symmetric), or "-" where the
-    report has no such metric.
+def verdict(
+    reports: Sequence[EvalReport], metrics: Sequence[str], store: ArtifactStore, jobs: Path
+) -> dict[str, Any]:
+    """The pipeline's final table: `nemotron artifacts compare` of its eval reports (the first, the SFT policy's,
+    is the reference), kept to the pipeline's `compare` metrics, as a JSON-able record: {"compare": metrics,
+    "rule": {...}, "reports": [{"policy", "report", "metrics": {name: {mean, low, high, n[, delta]}}}]}, where
+    `delta` is the paired-bootstrap difference from the first report with its verdict (higher / lower /
+    inconclusive)."""
+    import dataclasses
 
-    The seam for `nemotron artifacts compare` (issue 31): once that renderer exists, the pipeline's verdict is
-    its table of these same reports, and this function goes."""
+    from nemotron.artifacts.refs import parse_ref
+    from nemotron.policy_eval.compare import compare_artifacts
+
+    artifacts = [store.resolve(parse_ref(r.ref).name, parse_ref(r.ref).version) for r in reports]
+    comparison, _ = compare_artifacts(store, artifacts, jobs)
+    rows = {row.name: row for row in comparison.metrics if row.name in metrics}
+    out = []
+    for i, report in enumerate(reports):
+        cells: dict[str, Any] = {}
+        for name in metrics:
+            row = rows.get(name)
+            value = row.values[i] if row else None
+            if value is None:
+                continue
+            cells[name] = dataclasses.asdict(value)
+            diff = row.differences[i] if row and i else None
+            if diff is not None:
+                cells[name]["delta"] = dataclasses.asdict(diff)
+        out.append({"policy": report.label, "report": report.ref, "metrics": cells})
+    return {"compare": list(metrics), "rule": dataclasses.asdict(comparison.rule), "reports": out}
+
+
+def verdict_cells(record: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The verdict record as text cells, a header and one row per report: "mean [low, high]", and for every report
+    after the first its difference from the first, "Δ +d higher" (or lower; no word when the interval holds 0).
+    `pipeline run` prints these and scripts/tiny_figures.py writes them into the README."""
+    metrics = record["compare"]
     header = ["policy", "report", *metrics]
     rows = []
-    for report in reports:
-        got = report.summary.get("metrics", {})
-        cells = [
-            f"{got[m]['mean']:.2f} [{got[m]['low']:.2f}, {got[m]['high']:.2f}]" if m in got else "-"
-            for m in metrics
-        ]
-        rows.append([report.label, report.ref, *cells])
+    for report in record["reports"]:
+        cells = []
+        for m in metrics:
+            got = report["metrics"].get(m)
+            if got is None:
+                cells.append("-")
+                continue
+            cell = f"{got['mean']:.2f} [{got['low']:.2f}, {got['high']:.2f}]"
+            if "delta" in got:
+                d = got["delta"]
+                word = "" if d["verdict"] == "inconclusive" else f" {d['verdict']}"
+                cell += f", Δ {d['mean']:+.2f}{word}"
+            cells.append(cell)
+        rows.append([report["policy"], report["report"], *cells])
     return header, rows

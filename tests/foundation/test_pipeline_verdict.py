@@ -6,32 +6,46 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nemotron.pipeline import EvalReport, comparison
+from nemotron.pipeline import verdict_cells
 
 
-def _metric(mean: float, low: float, high: float) -> dict[str, float]:
-    return {"mean": mean, "low": low, "high": high, "n": 64}
+def _metric(mean: float, low: float, high: float, delta: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"mean": mean, "low": low, "high": high, "n": 64, **({"delta": delta} if delta else {})}
 
 
-def test_each_report_is_a_row_of_its_means_and_intervals() -> None:
-    reports = [
-        EvalReport("sft", "tiny_sft_eval:v1", {"metrics": {"win_rate": _metric(0.5, 0.5, 0.5)}}),
-        EvalReport(
-            "rl/ppo",
-            "tiny_ppo_eval:v1",
+def test_each_report_is_a_row_of_its_means_intervals_and_differences_from_the_first() -> None:
+    record = {
+        "compare": ["win_rate", "reward_model"],
+        "rule": {"test": "paired", "resamples": 1000, "level": 0.95, "seed": 0},
+        "reports": [
+            {"policy": "sft", "report": "tiny_sft_eval:v1", "metrics": {"win_rate": _metric(0.5, 0.5, 0.5)}},
             {
+                "policy": "rl/ppo",
+                "report": "tiny_ppo_eval:v1",
                 "metrics": {
-                    "win_rate": _metric(0.8125, 0.71, 0.904),
-                    "reward_model": _metric(5.9, 5.88, 5.916),
-                }
+                    "win_rate": _metric(
+                        0.8125, 0.71, 0.904, {"mean": 0.3125, "low": 0.21, "high": 0.404, "verdict": "higher"}
+                    ),
+                    "reward_model": _metric(5.9, 5.88, 5.916),  # no difference: the first report lacks it
+                },
             },
-        ),
-    ]
-    header, rows = comparison(reports, ["win_rate", "reward_model"])
+            {
+                "policy": "rl/rlhf",
+                "report": "tiny_rlhf_eval:v1",
+                "metrics": {
+                    "win_rate": _metric(
+                        0.52, 0.4, 0.64, {"mean": 0.02, "low": -0.1, "high": 0.14, "verdict": "inconclusive"}
+                    )
+                },
+            },
+        ],
+    }
+    header, rows = verdict_cells(record)
     assert header == ["policy", "report", "win_rate", "reward_model"]
     assert rows == [
         ["sft", "tiny_sft_eval:v1", "0.50 [0.50, 0.50]", "-"],  # a metric the report lacks
-        ["rl/ppo", "tiny_ppo_eval:v1", "0.81 [0.71, 0.90]", "5.90 [5.88, 5.92]"],
+        ["rl/ppo", "tiny_ppo_eval:v1", "0.81 [0.71, 0.90], Δ +0.31 higher", "5.90 [5.88, 5.92]"],
+        ["rl/rlhf", "tiny_rlhf_eval:v1", "0.52 [0.40, 0.64], Δ +0.02", "-"],  # the interval holds 0: no word
     ]
 
 

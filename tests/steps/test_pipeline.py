@@ -79,6 +79,8 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any) -> None:
     for policy in ("sft", "rl/reinforce", "rl/ppo", "rl/rlhf"):
         assert f"│ {policy} " in table, table
     assert "0.50 [0.50, 0.50]" in table
+    # artifacts compare's paired bootstrap: each RL policy's win-rate is above SFT's beyond noise
+    assert table.count(" higher") >= 3, table
     # and within the tolerance of the verdict the README shows
     recorded = {r["report"].split("_")[1]: r["metrics"] for r in reference["verdict"]["reports"]}
     for policy, metrics in recorded.items():

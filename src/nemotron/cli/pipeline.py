@@ -35,7 +35,14 @@ def run(
     from nemotron.catalog import Catalog
     from nemotron.launch import submit
     from nemotron.paths import artifacts_dir, check_writable, jobs_dir
-    from nemotron.pipeline import PipelineStep, comparison, eval_reports, load_pipeline, run_pipeline
+    from nemotron.pipeline import (
+        PipelineStep,
+        eval_reports,
+        load_pipeline,
+        run_pipeline,
+        verdict,
+        verdict_cells,
+    )
 
     catalog = Catalog()
     pipe = load_pipeline(name, catalog)
@@ -55,13 +62,22 @@ def run(
     out.print(report_table(pipe.pipeline.name, time.monotonic() - t0, results, pipe.pipeline.report))
     reports = eval_reports(pipe, results)
     if pipe.pipeline.compare and reports:  # none when --until stopped before the eval steps
-        header, rows = comparison(reports, pipe.pipeline.compare)
-        verdict = Table(title=f"pipeline {pipe.pipeline.name}: eval reports", title_justify="left")
+        record = verdict(reports, pipe.pipeline.compare, store, jobs_dir())
+        header, rows = verdict_cells(record)
+        table = Table(title=f"pipeline {pipe.pipeline.name}: eval reports", title_justify="left")
         for i, column in enumerate(header):
-            verdict.add_column(column, justify="left" if i < 2 else "right")
+            table.add_column(column, justify="left" if i < 2 else "right")
         for row in rows:
-            verdict.add_row(*row)
-        out.print(verdict)
+            table.add_row(*row)
+        out.print(table)
+        rule = record["rule"]
+        out.print(
+            f"mean [{rule['level']:.0%} bootstrap interval]; Δ: the difference from {rows[0][0]} over the same "
+            f"prompts ({rule['test']} bootstrap, {rule['resamples']} resamples), higher / lower when its interval "
+            f"excludes 0. More: nemotron artifacts compare {' '.join(r.ref for r in reports)}",
+            markup=False,
+            highlight=False,
+        )
 
 
 def report_table(name: str, seconds: float, results: list[Any], report: list[str]) -> Table:
