@@ -9,8 +9,8 @@
 - **Loadable local inputs**: a Hugging Face checkpoint whose config, safetensors headers (every shard its index
   names) and tokenizer files can be read, and a .nemo whose model config can; read from the files, without torch.
 - **Optional record fields the config needs**: a step whose schema has `record_fields_needed()` (eval/policy's
-  scorers.math needs every prompt's "answer") gets each local JSONL input checked for them, naming the first line
-  without one.
+  scorers.math needs the answer of every prompt it evaluates) gets the records it will read of each local JSONL
+  input checked for them, naming the first line without one.
 
 Every problem is collected and raised as one UserError (exit 2). Profiles' own numbers (nodes, GPUs and tasks per
 node >= 1) are refused where the profile is read (`nemotron.profiles`), naming its file and key.
@@ -269,31 +269,37 @@ def unloadable_inputs(catalog: Catalog, config: BaseModel, bindings: Sequence[Bi
 
 def records_lacking_fields(config: BaseModel, bindings: Sequence[Binding]) -> list[str]:
     """A problem for each local JSONL input whose records lack a field the config needs: the schema's
-    `record_fields_needed()` maps input names to (fields, why), e.g. {"prompts": (["answer"], "scorers.math ...")}.
+    `record_fields_needed()` maps input names to (fields, why, how many leading records the step reads, 0: all),
+    e.g. {"prompts": (["answer"], "scorers.math ...", 16)}. Records past those are never read, so never checked.
     Paths that are not here are left to the step, which checks again."""
     needed = getattr(config, "record_fields_needed", None)
     if needed is None:
         return []
-    wants: dict[str, tuple[list[str], str]] = needed()
+    wants: dict[str, tuple[list[str], str, int]] = needed()
     problems = []
     for b in bindings:
         if b.name not in wants or not b.path or not Path(b.path).is_file():
             continue
-        fields, why = wants[b.name]
-        lacking = first_record_lacking(Path(b.path), fields)
+        fields, why, used = wants[b.name]
+        lacking = first_record_lacking(Path(b.path), fields, used)
         if lacking is not None:
             line, field = lacking
             problems.append(f"input '{b.name}' ({b.ref}): line {line} has no {field!r}; {why}")
     return problems
 
 
-def first_record_lacking(path: Path, fields: Sequence[str]) -> tuple[int, str] | None:
+def first_record_lacking(path: Path, fields: Sequence[str], used: int = 0) -> tuple[int, str] | None:
     """(line number, field) of the first record of a JSONL file without one of `fields` (null counts as absent),
-    or None. Lines that are not JSON objects are left to the record validation that reports them."""
+    or None; only the first `used` records (non-blank lines) are read, all when 0. Lines that are not JSON objects
+    are left to the record validation that reports them."""
+    records = 0
     with path.open(encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
+            records += 1
+            if used and records > used:
+                return None
             try:
                 record = json.loads(line)
             except ValueError:

@@ -83,27 +83,34 @@ class Optim(Strict):
     built-in RL steps do not decay yet: there only warm-up applies"""
 
 
-class Generation(Strict):
-    """Sampling for rollouts: our torch sampler, or a vLLM engine in the trainer's process (docs/vllm.md)."""
+class GenerationEngine(Strict):
+    """Which engine generates: the `generation.backend` keys every step that samples shares (the RL steps'
+    rollouts, eval/policy's answers), read by `nemotron.rl.generation_backends`."""
 
     backend: Literal["torch", "vllm"] = "torch"
-    """who samples rollouts: our torch sampler, or vLLM colocated with the trainer (its weights synced in
-    memory after every optimizer step; CUDA, or vLLM's CPU build in .venv-vllm)"""
+    """who generates: our torch sampler, or a vLLM engine in the step's process (in the RL steps colocated
+    with the trainer, its weights synced in memory after every optimizer step; CUDA, or vLLM's CPU build in
+    .venv-vllm)"""
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
     """with backend vllm: the share of GPU memory vLLM takes for weights and KV cache (on vLLM's CPU build,
-    the share of the CPU's memory); the trainer needs the rest (NeMo-RL: vllm_cfg.gpu_memory_utilization)"""
+    the share of the CPU's memory); the rest is the trainer's, or the scoring models' (NeMo-RL:
+    vllm_cfg.gpu_memory_utilization)"""
     vllm_max_model_len: int = Field(0, ge=0)
     """with backend vllm: the longest prompt plus response vLLM plans for (0 = the model's context length;
     NeMo-RL: vllm_cfg.max_model_len)"""
 
     @model_validator(mode="after")
-    def _vllm_keys_need_vllm(self) -> Generation:
+    def _vllm_keys_need_vllm(self) -> GenerationEngine:
         """Accepted-but-ignored is refused: the vllm_* keys act only with backend vllm."""
         if self.backend != "vllm" and (
             self.vllm_gpu_memory_utilization != 0.3 or self.vllm_max_model_len != 0
         ):
             raise ValueError("vllm_gpu_memory_utilization and vllm_max_model_len act only with backend: vllm")
         return self
+
+
+class Generation(GenerationEngine):
+    """Sampling for rollouts: our torch sampler, or a vLLM engine in the trainer's process (docs/vllm.md)."""
 
     temperature: float = Field(1.0, gt=0)
     """sampling temperature; log-probs for the loss are divided by it too (NeMo-Aligner:

@@ -116,13 +116,18 @@ def test_sampling_params_carry_the_generation_keys_the_stop_strings_and_a_decode
     tokenizer = SimpleNamespace(
         eos_token_id=2, pad_token_id=0, decode=lambda ids: "".join(chr(96 + i) for i in ids)
     )
-    params = sampling_params(Generation(stop_strings=[" ", "\n\n"]), tokenizer)
+    keys = Generation(stop_strings=[" ", "\n\n"])
+    params = sampling_params(keys, tokenizer, stop_strings=keys.stop_strings)
     assert params.stop_strings == (" ", "\n\n") and params.decode is not None
     assert params.decode([1, 2, 3]) == "abc"
     assert sampling_params(Generation(), tokenizer).stop_strings == ()
     sampled = Generation(max_new_tokens=9, temperature=0.7, top_k=5, top_p=0.9)
     assert sampling_params(sampled, tokenizer) == SamplingParams(
         max_new_tokens=9, temperature=0.7, top_k=5, top_p=0.9, eos_token_id=2, pad_token_id=0
+    )
+    assert (
+        sampling_params(sampled, tokenizer, greedy=True).greedy
+        and not sampling_params(sampled, tokenizer).greedy
     )
 
 

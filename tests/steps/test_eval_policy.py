@@ -104,6 +104,28 @@ def test_prompts_without_answers_are_refused_naming_the_line(
     _refused(r, home, f"input 'prompts' ({prompts}): line 3 has no 'answer'; scorers.math checks")
 
 
+def test_only_the_prompts_evaluated_need_answers(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    """max_prompts=2 reads lines 1-2 (a blank line is no record): the answerless line 4 is never evaluated, so
+    the compile passes; with max_prompts=3 it is evaluated, and refused."""
+    prompts = tmp_path / "some.jsonl"
+    prompts.write_text(
+        '{"prompt": "1 + 1 =", "answer": "2"}\n\n{"prompt": "2 + 2 =", "answer": "4"}\n{"prompt": "3 + 3 ="}\n'
+    )
+    args = (
+        "steps",
+        "run",
+        "eval/policy",
+        "-c",
+        "tiny",
+        *NO_JUDGE,
+        f"inputs.prompts={prompts}",
+        "scorers.math=true",
+    )
+    r = run_cli(*args, "max_prompts=2", "--dry-run")
+    assert r.code == 0, r.err[-2000:]
+    _refused(run_cli(*args, "max_prompts=3", "--dry-run"), home, f"({prompts}): line 4 has no 'answer'")
+
+
 @pytest.mark.parametrize(
     ("overrides", "says"),
     [
@@ -320,3 +342,22 @@ def test_a_reward_model_judge_against_itself_is_one_half_and_against_another_pol
     assert served.code == 0, served.err[-3000:]
     rows = [json.loads(line) for line in (_reports(home)[-1] / "responses.jsonl").read_text().splitlines()]
     assert [r["win_rate"] for r in rows] == wins
+
+
+@pytest.mark.slow
+def test_two_ranks_share_the_batches_and_write_the_one_rank_report(home: Path, run_cli: Any) -> None:
+    """The tiny preset (sampled, judge and reward model on) on 2 ranks (local_ddp) writes the bytes 1 rank does:
+    each batch samples from its own seed, whichever rank answers it, and rank 0 scores the gathered answers."""
+    args = ("steps", "run", "eval/policy", "-c", "tiny", "generation.batch_size=4")
+    one = run_cli(*args, timeout=300)
+    assert one.code == 0, one.err[-3000:]
+    two = run_cli(*args, "-r", "local_ddp", timeout=300)
+    assert two.code == 0, two.err[-3000:]
+    # 16 prompts in 4 batches: each rank answered two of them, for the policy and for the baseline
+    for rank in (0, 1):
+        assert two.err.count(f"rank {rank} of 2 answers 8 prompts (2 of 4 batches)") == 2, two.err[-3000:]
+    a, b = _reports(home)
+    for name in ("responses.jsonl", "summary.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), f"{name} differs between 1 and 2 ranks"
+    rows = [json.loads(line) for line in (a / "responses.jsonl").read_text().splitlines()]
+    assert len(rows) == 16 and len({r["response"] for r in rows}) > 1

@@ -101,6 +101,16 @@ def sync_gradients(parameters: Iterable[torch.nn.Parameter], world: World) -> No
         offset += n
 
 
+def gather_on_main(item: T, world: World) -> list[T]:
+    """Every rank's `item` on rank 0, in rank order (pickled; small things only); [] on the other ranks, [item]
+    on one rank."""
+    if world.size == 1:
+        return [item]
+    out: list[T | None] | None = [None] * world.size if world.is_main else None
+    dist.gather_object(item, out, dst=0)
+    return [x for x in out if x is not None] if out is not None else []
+
+
 def barrier(world: World) -> None:
     if world.size > 1:
         dist.barrier()

@@ -6,16 +6,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from transformers import PreTrainedModel
 
 from nemotron.rl.generation_backends import GenerationBackend
 from nemotron.rl.rollout import SamplingParams, sequence_logprobs
-
-if TYPE_CHECKING:
-    from nemotron.stepconfig import Generation
 
 # (token rows: prompt + response ids, prompts, responses) -> one score per row
 ScoreFn = Callable[[list[list[int]], list[str], list[str]], Sequence[float]]
@@ -178,14 +175,33 @@ def prompt_schedule(num_prompts: int, seed: int, position: int, count: int) -> l
     return picked
 
 
-def sampling_params(generation: Generation, tokenizer: Any) -> SamplingParams:
-    """The SamplingParams of a `generation` config group, with the tokenizer's EOS and pad ids."""
-    stops = tuple(generation.stop_strings)
+class SamplingKeys(Protocol):
+    """The sampling keys of every `generation` config group: the RL steps' (`stepconfig.Generation`, which adds
+    stop strings) and eval/policy's (which adds greedy)."""
+
+    @property
+    def max_new_tokens(self) -> int: ...
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def top_k(self) -> int: ...
+    @property
+    def top_p(self) -> float: ...
+
+
+def sampling_params(
+    generation: SamplingKeys, tokenizer: Any, *, greedy: bool = False, stop_strings: Sequence[str] = ()
+) -> SamplingParams:
+    """The SamplingParams of a `generation` config group, with the tokenizer's EOS and pad ids: the one mapping
+    from config keys to the sampler's settings, for every engine. `greedy` and `stop_strings` are the keys only
+    one of the groups has."""
+    stops = tuple(stop_strings)
     return SamplingParams(
         max_new_tokens=generation.max_new_tokens,
         temperature=generation.temperature,
         top_k=generation.top_k,
         top_p=generation.top_p,
+        greedy=greedy,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         stop_strings=stops,

@@ -13,7 +13,7 @@ from transformers import PreTrainedModel
 
 from nemotron.errors import NotFound, did_you_mean
 from nemotron.rl.rollout import Rollout, SamplingParams, generate
-from nemotron.stepconfig import Generation
+from nemotron.stepconfig import GenerationEngine
 
 
 @runtime_checkable
@@ -44,23 +44,23 @@ class TorchBackend:
     generate = staticmethod(generate)
 
 
-def vllm_backend(generation: Generation | None = None) -> GenerationBackend:
+def vllm_backend(generation: GenerationEngine | None = None) -> GenerationBackend:
     """vLLM in this process (`nemotron.rl.vllm_backend`); exit 2 with the way to install it when it is missing.
     Without a `generation` group, the group's defaults."""
     from nemotron.rl.vllm_backend import VLLMBackend
 
-    settings = generation if generation is not None else Generation(backend="vllm")
+    settings = generation if generation is not None else GenerationEngine(backend="vllm")
     return VLLMBackend(
         gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
         max_model_len=settings.vllm_max_model_len,
     )
 
 
-def torch_backend(generation: Generation | None = None) -> GenerationBackend:
+def torch_backend(generation: GenerationEngine | None = None) -> GenerationBackend:
     return TorchBackend()
 
 
-BACKENDS: dict[str, Callable[[Generation | None], GenerationBackend]] = {
+BACKENDS: dict[str, Callable[[GenerationEngine | None], GenerationBackend]] = {
     "torch": torch_backend,
     "vllm": vllm_backend,
 }
@@ -68,7 +68,7 @@ BACKENDS: dict[str, Callable[[Generation | None], GenerationBackend]] = {
 run here."""
 
 
-def get_backend(generation: Generation | str) -> GenerationBackend:
+def get_backend(generation: GenerationEngine | str) -> GenerationBackend:
     """The generation backend a `generation` config group names (or a bare backend name, with default settings).
 
     Raises:

@@ -155,7 +155,7 @@ class Rollouts:
         prompts = PromptSet.load(prompts_path, tokenizer)
         models = ActorAndReference.load(policy_path, plan)
         prompts.fit(models.policy, generation.max_new_tokens)
-        sampling = sampling_params(generation, tokenizer)
+        sampling = sampling_params(generation, tokenizer, stop_strings=generation.stop_strings)
         sampler = plan.generator(seed * 1000 + world.rank)
         return cls(
             get_backend(generation),

@@ -118,13 +118,27 @@ class VLLMBackend:
         if generator is None and not params.greedy:
             raise ValueError("sampling needs a torch.Generator (rollouts must be reproducible); pass one")
         self._start(model)
+        self.sync(model)
+        rollout = self.sample(prompts, params, generator)
+        device = next(model.parameters()).device
+        moved: dict[str, Any] = {
+            k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(rollout).items()
+        }
+        return Rollout(**moved)
+
+    def sample(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, generator: torch.Generator | None
+    ) -> Rollout:
+        """The engine's rollout (on the CPU) with the weights it holds now: request i samples from seed base + i,
+        base drawn from `generator`, so a row's response depends on its seed alone, not on the rows beside it."""
+        if generator is None and not params.greedy:
+            raise ValueError("sampling needs a torch.Generator (rollouts must be reproducible); pass one")
         longest = max(len(p) for p in prompts) + params.max_new_tokens
         if longest > self.model_len:  # vLLM would cut the responses short without a word; our sampler refuses
             raise UserError(
                 f"a prompt plus max_new_tokens needs {longest} positions, and the vLLM engine has "
                 f"{self.model_len} (generation.vllm_max_model_len, else the model's context length)"
             )
-        self.sync(model)
         base = (
             0
             if generator is None
@@ -145,18 +159,13 @@ class VLLMBackend:
         ) as err:  # e.g. a prompt over generation.vllm_max_model_len
             raise UserError(f"vLLM refuses the request: {str(err).splitlines()[0]}") from None
         completions = [o.outputs[0] for o in outputs]
-        rollout = to_rollout(
+        return to_rollout(
             prompts,
             [list(c.token_ids) for c in completions],
             [[next(iter(step.values())).logprob for step in (c.logprobs or [])] for c in completions],
             [c.finish_reason == "stop" for c in completions],
             params.pad_token_id,
         )
-        device = next(model.parameters()).device
-        moved: dict[str, Any] = {
-            k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(rollout).items()
-        }
-        return Rollout(**moved)
 
     def _start(self, model: PreTrainedModel) -> None:
         if self.llm is not None:
@@ -169,11 +178,18 @@ class VLLMBackend:
         positions = getattr(model.config, "max_position_embeddings", None) or getattr(
             model.config, "n_positions", 0
         )
-        dtype = {torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(model.dtype, "float32")
+        self.start(source, model.dtype, int(positions or 0))
+
+    def start(self, source: Path, dtype: torch.dtype, positions: int) -> None:
+        """Start the engine from the checkpoint directory `source` (once: a started engine stays), weights in
+        `dtype`, planning for `positions` (generation.vllm_max_model_len wins when set; 0: vLLM's own choice)."""
+        if self.llm is not None:
+            return
+        name = {torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(dtype, "float32")
         try:
             self.llm = self.vllm.LLM(
                 model=str(source),
-                dtype=dtype,
+                dtype=name,
                 max_model_len=self.max_model_len or positions or None,
                 gpu_memory_utilization=self.gpu_memory_utilization,
                 enforce_eager=True,
@@ -192,7 +208,7 @@ class VLLMBackend:
             "vLLM %s engine started from %s (%s, %d positions)",
             self.vllm.__version__,
             source,
-            dtype,
+            name,
             self.model_len,
         )
 

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nemotron.stepconfig import Runtime, Strict
+from nemotron.stepconfig import GenerationEngine, Runtime, Strict
 
 
 class Inputs(Strict):
@@ -30,8 +30,9 @@ class Outputs(Strict):
     """artifact name of the eval_report"""
 
 
-class Generation(Strict):
-    """How the policy (and the baseline) answer: our torch sampler, one response per prompt."""
+class Generation(GenerationEngine):
+    """How the policy (and the baseline) answer, one response per prompt: our torch sampler (backend torch) or
+    a vLLM engine started from the checkpoint (backend vllm, in .venv-vllm; docs/vllm.md)."""
 
     greedy: bool = True
     """take the most likely token; false samples (temperature, top_k, top_p) from runtime.seed"""
@@ -44,8 +45,9 @@ class Generation(Strict):
     max_new_tokens: int = Field(64, ge=1)
     """longest response in tokens; a response that reaches it without EOS counts as truncated"""
     batch_size: int = Field(32, ge=1)
-    """prompts generated together; sampled answers depend on it (the seeded stream is drawn batch by
-    batch), so keep it fixed between runs you compare"""
+    """prompts generated together; batch i samples from its own seed, drawn from runtime.seed, so sampled
+    answers depend on it (keep it fixed between runs you compare) and not on how many ranks share the
+    batches (several ranks take whole batches each)"""
 
     @model_validator(mode="after")
     def _sampling_keys_act(self) -> "Generation":
@@ -170,10 +172,12 @@ class Config(Strict):
     """evaluate the first N prompts of the file; 0: all"""
     runtime: Runtime = Runtime()
 
-    def record_fields_needed(self) -> dict[str, tuple[list[str], str]]:
-        """Optional record fields the scorers read, checked in every record at compile time (preflight)."""
+    def record_fields_needed(self) -> dict[str, tuple[list[str], str, int]]:
+        """Optional record fields the scorers read, checked at compile time (preflight) in the records the
+        step evaluates: the first max_prompts (0: all)."""
         if self.scorers.math:
-            return {"prompts": (["answer"], "scorers.math checks each response against its prompt's answer")}
+            why = "scorers.math checks each response against its prompt's answer"
+            return {"prompts": (["answer"], why, self.max_prompts)}
         return {}
 
     @model_validator(mode="after")

@@ -2,8 +2,8 @@
 eval_report.
 
 `main()` reads top to bottom: setup -> prompts (refused before any model loads when a scorer lacks what it
-needs) -> generate -> score (reward model, task, math, judge, length, distinct-n) -> summarise -> write
-and register.
+needs) -> generate (`nemotron.policy_eval.answers`; the ranks share the batches) -> on rank 0: score (reward
+model, task, math, judge, length, distinct-n) -> summarise -> write and register.
 """
 
 from __future__ import annotations
@@ -15,24 +15,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PromptRecord, prompt_text
 from nemotron.devices import DevicePlan
 from nemotron.errors import UserError
-from nemotron.models.checkpoint import load_policy, load_tokenizer
-from nemotron.models.tokenizer import encode_prompt
+from nemotron.policy_eval.answers import Answers, generate
 from nemotron.policy_eval.report import corpus_metrics, summarise, write_report
 from nemotron.policy_eval.stats import distinct_n, pairwise_win, preference_from_scores
 from nemotron.rl import distributed
-from nemotron.rl.generation_backends import get_backend
-from nemotron.rl.prompts import fit_prompts, model_positions
-from nemotron.rl.rollout import SamplingParams
 from nemotron.runtime import StepRun, required
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
-    from eval.policy.schema import Config, Generation, Judge
+    from eval.policy.schema import Config, Judge
 
 log = logging.getLogger("nemotron")
 
@@ -62,52 +56,6 @@ def load_prompts(path: str, max_prompts: int, needs_answers: bool) -> Prompts:
                 "lack one); scorers.math checks each response against its prompt's answer"
             )
     return Prompts(records, lines, [prompt_text(r.prompt) for r in records])
-
-
-@dataclass
-class Answers:
-    """One response per prompt."""
-
-    texts: list[str]
-    ids: list[list[int]]  # response token ids up to and including EOS
-    rows: list[list[int]]  # prompt + response ids, what a reward model scores
-    truncated: list[bool]
-
-
-def generate(path: str, prompts: Prompts, g: Generation, seed: int, plan: DevicePlan) -> Answers:
-    """The policy at `path` answers every prompt, in batches drawn from one generator seeded with `seed`, so
-    the same checkpoint and settings give the same answers (and a baseline identical to the policy, identical
-    ones)."""
-    tokenizer = load_tokenizer(path)
-    policy = load_policy(path, device=plan.device, dtype=plan.dtype)
-    prompt_ids = [encode_prompt(tokenizer, r.prompt) for r in prompts.records]
-    prompt_ids = fit_prompts(prompt_ids, model_positions(policy.config), g.max_new_tokens)
-    params = SamplingParams(
-        max_new_tokens=g.max_new_tokens,
-        temperature=g.temperature,
-        top_k=g.top_k,
-        top_p=g.top_p,
-        greedy=g.greedy,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    backend = get_backend("torch")
-    generator = torch.Generator(device=plan.device).manual_seed(seed)
-    answers = Answers([], [], [], [])
-    for start in range(0, len(prompt_ids), g.batch_size):
-        batch = prompt_ids[start : start + g.batch_size]
-        with torch.no_grad(), plan.autocast():
-            rollout = backend.generate(policy, batch, params, generator)
-        for prompt, response, mask, end in zip(
-            batch, rollout.responses, rollout.response_mask, rollout.is_end, strict=True
-        ):
-            ids = response[mask].tolist()
-            answers.ids.append(ids)
-            answers.rows.append(list(prompt) + ids)
-            answers.texts.append(str(tokenizer.decode(ids, skip_special_tokens=True)).strip())
-            answers.truncated.append(not bool(end))
-    del policy
-    return answers
 
 
 def reward_model_scores(path: str, rows: list[list[int]], device: str) -> list[float]:
@@ -308,12 +256,19 @@ def main() -> None:
     prompts = load_prompts(prompts_path, cfg.max_prompts, cfg.scorers.math)
     log.info("evaluating on %d prompts of %s", len(prompts.records), prompts_path)
 
-    # ---- generate: the policy, then the baseline from the same seed
+    # ---- generate: the policy, then the baseline from the same batch seeds; with several ranks each answers
+    # whole batches, and rank 0 gathers the answers (in prompt order) and does the rest alone
     policy_path = required(cfg.inputs.policy, "inputs.policy")
-    answers = generate(policy_path, prompts, cfg.generation, cfg.runtime.seed, plan)
-    baseline = None
+    mine = generate(policy_path, prompts.records, cfg.generation, cfg.runtime.seed, plan, world)
+    theirs = None
     if cfg.inputs.baseline:
-        baseline = generate(cfg.inputs.baseline, prompts, cfg.generation, cfg.runtime.seed, plan)
+        theirs = generate(cfg.inputs.baseline, prompts.records, cfg.generation, cfg.runtime.seed, plan, world)
+    gathered = distributed.gather_on_main((mine, theirs), world)
+    if not world.is_main:
+        distributed.close(world)
+        return
+    answers = Answers.joined([a for a, _ in gathered])
+    baseline = Answers.joined([b for _, b in gathered if b is not None]) if theirs is not None else None
 
     # ---- score and summarise
     rows, judge_stats = score_rows(cfg, run, plan, prompts, answers, baseline)
@@ -337,11 +292,10 @@ def main() -> None:
     }
 
     # ---- write and register (lineage to every input comes from the job record)
-    if world.is_main:
-        directory = run.output_dir("report")
-        write_report(directory, rows, summary)
-        means = {name: m["mean"] for name, m in metrics.items()}
-        run.register_outputs({"report": directory}, {"num_prompts": len(rows), "means": means})
+    directory = run.output_dir("report")
+    write_report(directory, rows, summary)
+    means = {name: m["mean"] for name, m in metrics.items()}
+    run.register_outputs({"report": directory}, {"num_prompts": len(rows), "means": means})
     distributed.close(world)
 
 
