@@ -4,9 +4,14 @@ NeMo-RL's container, on a Ray cluster across the profile's nodes. The config com
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from nemotron.compile import Job
 from nemotron.engines.base import Launch, Placement, RayDriver, pinned_or_profile
 from nemotron.engines.nemo_rl_config import compile_run
+from nemotron.engines.nemo_rl_eval import REPORT, STEP
+from nemotron.jobrecord import JobRecord
 from nemotron.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
 
 
@@ -22,6 +27,16 @@ def nemo_rl_dir(job: Job) -> str:
 
 class NemoRLEngine:
     name = "nemo_rl"
+
+    def adopt_outputs(self, record: JobRecord, paths: dict[str, Path]) -> dict[str, Any]:
+        """Before registration: eval/policy's report is NeMo-RL's evaluation_data.json, turned into our
+        eval_report in place (nemotron.engines.nemo_rl_eval_report); the RL steps' outputs are HF checkpoints
+        already. Returns the registration metadata."""
+        if record.step != STEP:
+            return {}
+        from nemotron.engines.nemo_rl_eval_report import adopt_report
+
+        return adopt_report(record, paths[REPORT])
 
     def launch(self, job: Job, where: Placement) -> Launch:
         run = compile_run(
