@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nemotron.compile import Job
-from nemotron.jobrecord import JobRecord
 from nemotron.registry import load
+
+if TYPE_CHECKING:
+    from nemotron.jobrecord import JobRecord
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,16 @@ CONTENT_ONLY = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 PRECISION = {"fp32": "float32", "bf16": "bfloat16"}  # runtime.precision -> vllm_cfg.precision
 REPORT = "report"
 
-# Keys this compiler maps or refuses by name; any other schema key (one added later) is refused unless left at its
-# default, so no key silently does nothing here.
+# Keys this compiler maps or refuses by name (a group here: each of its keys; judge.*: every one refused unless
+# default). Any other schema key (one added later) is refused unless left at its default, so none silently does
+# nothing here.
 HANDLED = (
-    "backend", "inputs", "outputs", "generation", "scorers", "judge", "summary", "max_prompts", "runtime.seed",
-    "runtime.device", "runtime.precision", "runtime.num_threads", "nemo_rl",
+    "backend", "inputs.policy", "inputs.prompts", "inputs.baseline", "inputs.reward_model", "inputs.judge",
+    "outputs.report", "generation.greedy", "generation.temperature", "generation.top_k", "generation.top_p",
+    "generation.max_new_tokens", "generation.batch_size", "scorers.reward_model", "scorers.task", "scorers.math",
+    "scorers.win_rate", "scorers.length", "scorers.distinct_n", "judge", "summary.resamples", "summary.level",
+    "summary.seed", "max_prompts", "runtime.seed", "runtime.device", "runtime.precision", "runtime.num_threads",
+    "nemo_rl",
 )  # fmt: skip
 
 
