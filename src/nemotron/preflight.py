@@ -31,6 +31,7 @@ from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
+    from eval.policy.schema import Config as EvalConfig
     from rl.rlhf.schema import Config as RLHFConfig
 
     from nemotron.artifacts.binding import Binding
@@ -123,6 +124,12 @@ def _nemo_rl_groups(step_id: str, config: BaseModel, nodes: int, gpus: int) -> l
     its GPUs, a larger one a node of its own (nemo_rl/algorithms/grpo.py:520-590, ppo.py:380-415; our mapping:
     nemotron.engines.nemo_rl_sections.reward_model_resources). The reward model itself runs DTensor at TP 1 CP 1
     (nemo_rl_sections.reward_model_env)."""
+    if (
+        step_id == "eval/policy"
+    ):  # NeMo-RL's eval: one vLLM engine per TP group over every GPU (eval.py setup)
+        tp = cast("EvalConfig", config).nemo_rl.generation_tensor_parallel_size
+        keys = "nemo_rl.generation_tensor_parallel_size"
+        return [Group("generation (vLLM)", keys, tp, 1, 1, nodes * gpus, shape(nodes, gpus))]
     if step_id not in ("rl/rlhf", "rl/reinforce", "rl/ppo"):
         return []  # the engine refuses the step itself
     from nemotron.engines.nemo_rl_sections import reward_model_resources
