@@ -77,6 +77,7 @@ def check(
     """Raise one UserError listing every parallelism problem and every local input that cannot load. `validated`
     is the step's resolved config as its schema validated it (compile)."""
     problems = unloadable_inputs(catalog, validated, bindings) + records_lacking_fields(validated, bindings)
+    problems += conversations_refused(step_id, validated, bindings)
     problems += [
         p
         for g in parallel_groups(catalog, step_id, validated, profile, bindings)
@@ -310,3 +311,34 @@ def first_record_lacking(path: Path, fields: Sequence[str]) -> tuple[int, str] |
                 if missing:
                     return number, missing[0]
     return None
+
+
+def conversations_refused(step_id: str, config: BaseModel, bindings: Sequence[Binding]) -> list[str]:
+    """eval/policy on NeMo-RL: its math processor formats each prompt as one string (NeMo-RL v0.7.0
+    nemo_rl/data/processors.py, math_data_processor), so a conversation (a list of messages) cannot be expressed.
+    The first one among the records it would read (the first max_prompts) is refused; paths not here are left to
+    the registration, which checks each sample against its prompt."""
+    if step_id != "eval/policy" or backend(config) != "nemo_rl":
+        return []
+    limit = int(getattr(config, "max_prompts", 0) or 0)
+    for b in bindings:
+        if b.name != "prompts" or not b.path or not Path(b.path).is_file():
+            continue
+        seen = 0
+        with Path(b.path).open(encoding="utf-8", errors="replace") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                seen += 1
+                if limit and seen > limit:
+                    break
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # left to the record validation that reports it
+                if isinstance(record, dict) and not isinstance(record.get("prompt"), str):
+                    return [
+                        f"input 'prompts' ({b.ref}): line {number} is a conversation; backend=nemo_rl runs NeMo-RL's "
+                        "eval, which takes text prompts only"
+                    ]
+    return []

@@ -350,3 +350,11 @@ def test_data_matches_the_tag() -> None:
     # run_eval validates its config as a pydantic model that keeps unknown keys (so they must be read to act)
     assert 'class MasterConfig(BaseModel, extra="allow")' in rl._show("nemo_rl/evals/eval.py")
     assert "config = MasterConfig(**config)" in rl._show(tag.ENTRY)
+
+
+def test_every_schema_key_is_in_the_mapping_table() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "nemo-rl.md").read_text()
+    section = text.split(f"## {STEP}\n")[1].split("\n## ")[0]
+    rows = set(re.findall(r"^\| `([^`]+)` \|", section, flags=re.M))
+    keys = set(dict(flatten(Catalog().get(STEP).config_schema()().model_dump(mode="json"))))
+    assert sorted(keys ^ rows) == []
