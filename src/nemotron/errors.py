@@ -122,3 +122,8 @@ def human_bytes(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
+
+
+class EngineOutputError(RuntimeError):
+    """An external engine's run left an output that is not what it was asked for (NeMo-RL's eval samples that are
+    not the job's prompts): nothing is registered, and the job fails with this message."""

@@ -31,6 +31,7 @@ from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
+    from eval.policy.schema import Config as EvalConfig
     from rl.rlhf.schema import Config as RLHFConfig
 
     from nemotron.artifacts.binding import Binding
@@ -76,6 +77,7 @@ def check(
     """Raise one UserError listing every parallelism problem and every local input that cannot load. `validated`
     is the step's resolved config as its schema validated it (compile)."""
     problems = unloadable_inputs(catalog, validated, bindings) + records_lacking_fields(validated, bindings)
+    problems += conversations_refused(step_id, validated, bindings)
     problems += [
         p
         for g in parallel_groups(catalog, step_id, validated, profile, bindings)
@@ -123,6 +125,12 @@ def _nemo_rl_groups(step_id: str, config: BaseModel, nodes: int, gpus: int) -> l
     its GPUs, a larger one a node of its own (nemo_rl/algorithms/grpo.py:520-590, ppo.py:380-415; our mapping:
     nemotron.engines.nemo_rl_sections.reward_model_resources). The reward model itself runs DTensor at TP 1 CP 1
     (nemo_rl_sections.reward_model_env)."""
+    if (
+        step_id == "eval/policy"
+    ):  # NeMo-RL's eval: one vLLM engine per TP group over every GPU (eval.py setup)
+        tp = cast("EvalConfig", config).nemo_rl.generation_tensor_parallel_size
+        keys = "nemo_rl.generation_tensor_parallel_size"
+        return [Group("generation (vLLM)", keys, tp, 1, 1, nodes * gpus, shape(nodes, gpus))]
     if step_id not in ("rl/rlhf", "rl/reinforce", "rl/ppo"):
         return []  # the engine refuses the step itself
     from nemotron.engines.nemo_rl_sections import reward_model_resources
@@ -309,3 +317,34 @@ def first_record_lacking(path: Path, fields: Sequence[str], used: int = 0) -> tu
                 if missing:
                     return number, missing[0]
     return None
+
+
+def conversations_refused(step_id: str, config: BaseModel, bindings: Sequence[Binding]) -> list[str]:
+    """eval/policy on NeMo-RL: its math processor formats each prompt as one string (NeMo-RL v0.7.0
+    nemo_rl/data/processors.py, math_data_processor), so a conversation (a list of messages) cannot be expressed.
+    The first one among the records it would read (the first max_prompts) is refused; paths not here are left to
+    the registration, which checks each sample against its prompt."""
+    if step_id != "eval/policy" or backend(config) != "nemo_rl":
+        return []
+    limit = int(getattr(config, "max_prompts", 0) or 0)
+    for b in bindings:
+        if b.name != "prompts" or not b.path or not Path(b.path).is_file():
+            continue
+        seen = 0
+        with Path(b.path).open(encoding="utf-8", errors="replace") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                seen += 1
+                if limit and seen > limit:
+                    break
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # left to the record validation that reports it
+                if isinstance(record, dict) and not isinstance(record.get("prompt"), str):
+                    return [
+                        f"input 'prompts' ({b.ref}): line {number} is a conversation; backend=nemo_rl runs NeMo-RL's "
+                        "eval, which takes text prompts only"
+                    ]
+    return []

@@ -131,11 +131,16 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         (["steps", "run", "eval/policy", "-c", "tiny", "--dry-run", "scorers.math=true",
           "inputs.prompts=" + str(Path(__file__).resolve().parents[2] / "docs" / "examples" / "math_prompts.jsonl")],
          (*NEVER, "rich", "math_verify", "sympy"), "nemotron_step_schema_steps_eval_policy"),
+        # ... and on NeMo-RL's eval entry: the compiler only, no model, no math-verify, no NeMo-Run
+        (["steps", "run", "eval/policy", "-c", "nemo_rl", "-b", "slurm_rlhf", "--dry-run", "inputs.policy=/models/p",
+          "inputs.prompts=" + str(Path(__file__).resolve().parents[2] / "docs" / "examples" / "math_prompts.jsonl")],
+         (*NEVER, "rich", "math_verify", "sympy"), "nemotron.engines.nemo_rl_eval"),
         # no override and no ${...} in rl/ppo's presets: nothing for OmegaConf to do (rl/rlhf's has one)
         (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], (*NEVER, "rich", "omegaconf"),
          "nemotron.resource_plan"),
     ],
-    ids=["help", "bare", "steps list", "steps show", "tiny local dry run", "eval dry run", "slurm dry run"],
+    ids=["help", "bare", "steps list", "steps show", "tiny local dry run", "eval dry run", "eval nemo_rl dry run",
+         "slurm dry run"],
 )  # fmt: skip
 def test_start_up_loads_only_what_the_command_needs(
     home: Path, args: list[str], banned: tuple[str, ...], needed: str, run_cli_imports: Any

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 UPDATE = os.environ.get("NEMOTRON_UPDATE_GOLDENS") == "1"
 JOB_ID = "{step}-20250101-120000-abcd"  # fixed: the job id appears in every path of a script
 RM = "<REWARD_MODEL>"
+MATH = "<REPO>/docs/examples/math_prompts.jsonl"
 
 
 def _reward_model_dir(root: Path) -> Path:
@@ -88,6 +89,8 @@ CASES = [
     ("local_slurm", "rl/reinforce", "default", ("backend=nemo_aligner",)),
     ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_aligner",)),
     ("slurm_rlhf", "rm/serve", "default", ("backend=nemo_aligner",)),
+    # eval/policy on NeMo-RL's own eval entry: the prompts prepared in the job dir, then run_eval.py on the Ray head
+    ("slurm_rlhf", "eval/policy", "nemo_rl", ("inputs.policy=/models/policy", f"inputs.prompts={MATH}")),
 ]
 # node counts beyond the shipped templates (slurm_rlhf and lepton_rl have 2 and 1 nodes)
 PROFILES = """
@@ -121,7 +124,7 @@ def _name(profile: str, step: str, extra: tuple[str, ...]) -> str:
 def render(profile: str, step: str, preset: str, extra: tuple[str, ...], home: Path, tmp_path: Path) -> str:
     (tmp_path / "env.toml").write_text(PROFILES)  # the working directory: found by walking up from it
     rm = _reward_model_dir(tmp_path) if any(RM in e for e in extra) else None
-    overrides = [e.replace(RM, str(rm)) for e in extra if not e.startswith("--")]
+    overrides = [e.replace(RM, str(rm)).replace("<REPO>", str(REPO)) for e in extra if not e.startswith("--")]
     job = compile_job(
         Catalog(),
         step,

@@ -169,3 +169,49 @@ def test_a_crashed_driver_fails_the_job_with_its_exit_code_and_registers_nothing
     st = status(home, job_dir.name)
     assert st["state"] == "failed" and st["exit_code"] == 1 and "registered" not in st
     assert nemotron(env, "artifacts", "ls", "--json").stdout.count("tiny_rlhf_policy") == 0
+
+
+def test_eval_policy_runs_nemo_rls_eval_entry_and_registers_an_eval_report(
+    env: dict[str, str], home: Path, tmp_path: Path
+) -> None:
+    """NeMo-RL's eval samples (the fake answers right on even rows) become our eval_report: per-prompt math_correct
+    with the prompts' own line numbers, our bootstrap interval, lineage to the policy and the prompts."""
+    prompts = tmp_path / "math prompts.jsonl"
+    answers = ["\\frac{1}{2}", "4", "x+1", "7", "9"]
+    lines = [json.dumps({"prompt": f"question {i}", "answer": a}) for i, a in enumerate(answers)]
+    prompts.write_text(lines[0] + "\n\n" + "\n".join(lines[1:]) + "\n")  # a blank line: line numbers skip it
+    done = nemotron(
+        env,
+        "steps",
+        "run",
+        "eval/policy",
+        "-c",
+        "nemo_rl",
+        "inputs.policy=pkg://tiny/sft_policy",
+        f"inputs.prompts={prompts}",
+        "max_prompts=4",
+        "-r",
+        "ray2",
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "fake NeMo-RL eval: 2 alive Ray nodes (cluster.num_nodes=2)" in done.stderr
+    assert "fake NeMo-RL eval: score=0.5000 (2.0/4)" in done.stderr
+    (job_dir,) = (home / "jobs").iterdir()
+    st = status(home, job_dir.name)
+    assert st["state"] == "succeeded" and st["registered"] == ["eval_report:v1"], st
+    shown = json.loads(nemotron(env, "artifacts", "show", "eval_report:v1", "--json").stdout)
+    report = Path(shown["path"])
+    rows = [json.loads(line) for line in (report / "responses.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["prompt"], r["answer"], r["math_correct"]) for r in rows] == [
+        (1, "question 0", "\\frac{1}{2}", 1.0),
+        (3, "question 1", "4", 0.0),
+        (4, "question 2", "x+1", 1.0),
+        (5, "question 3", "7", 0.0),
+    ]
+    summary = json.loads((report / "summary.json").read_text())
+    m = summary["metrics"]["math_correct"]
+    assert summary["format"] == 1 and summary["backend"] == "nemo_rl" and summary["num_prompts"] == 4
+    assert m["mean"] == 0.5 == summary["nemo_rl"]["pass@1"] and 0.0 <= m["low"] < 0.5 < m["high"] <= 1.0
+    assert (report / "evaluation_data.json").is_file()  # NeMo-RL's own samples stay beside ours
+    lineage = nemotron(env, "artifacts", "lineage", "eval_report:v1")
+    assert "sft_policy" in lineage.stdout and "math prompts" in lineage.stdout, lineage.stdout

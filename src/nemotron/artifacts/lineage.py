@@ -35,6 +35,11 @@ def register_job_outputs(
     missing = [n for n in declared if n not in paths]
     if missing:
         raise RuntimeError(f"step did not produce declared outputs {missing}")
+    if str(record.config.get("backend") or "builtin") != "builtin":
+        # an external engine's outputs in our artifact types first (NeMo-RL's eval samples -> an eval_report)
+        from nemotron.engines.base import adopt_outputs
+
+        metadata = {**adopt_outputs(record, paths), **(metadata or {})}
     store = store or job_store(record)
     parents: list[tuple[str, int]] = []
     for binding in record.inputs:
@@ -77,9 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"nemotron: the run left no {', '.join(missing)}; nothing registered", file=sys.stderr)
         return 1
+    from nemotron.errors import EngineOutputError
+
     store = job_store(record)
     done = store.by_job(record.job_id) if store.exists() else []
-    arts = done or register_job_outputs(record, paths, store=store)
+    try:
+        arts = done or register_job_outputs(record, paths, store=store)
+    except EngineOutputError as err:
+        print(f"nemotron: {err}; nothing registered", file=sys.stderr)
+        return 1
     print("nemotron: registered " + ", ".join(a.ref for a in arts), flush=True)
     return 0
 

@@ -7,10 +7,14 @@ answers with one of three launch shapes, and every executor knows how to place e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nemotron.compile import Job
 from nemotron.registry import load
+
+if TYPE_CHECKING:
+    from nemotron.jobrecord import JobRecord
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,15 @@ def pinned_or_profile(job: Job, field: str, pinned: str) -> str:
 def engine_named(name: str) -> Engine:
     engine: Engine = load(ENGINES, name, "backend")
     return engine
+
+
+def adopt_outputs(record: JobRecord, paths: dict[str, Path]) -> dict[str, Any]:
+    """Before a job's outputs are registered: the engine that ran it turns what it left into our artifact types
+    in place, where they differ (NeMo-RL's eval samples -> an eval_report), and gives registration metadata. An
+    engine without `adopt_outputs` leaves its outputs as they are."""
+    backend = str(record.config.get("backend") or "builtin")
+    adopt = getattr(engine_named(backend), "adopt_outputs", None)
+    return dict(adopt(record, paths)) if adopt is not None else {}
 
 
 def engine_for(job: Job) -> Engine:

@@ -1,13 +1,22 @@
-"""The NeMo-RL engine: rl/rlhf, rl/reinforce and rl/ppo as NeMo-RL runs (pinned in `nemotron.targets`), in
-NeMo-RL's container, on a Ray cluster across the profile's nodes. The config compiler is
-`nemotron.engines.nemo_rl_config`; this class only hands its result to the executor."""
+"""The NeMo-RL engine: rl/rlhf, rl/reinforce and rl/ppo, and eval/policy as NeMo-RL's eval entry, as NeMo-RL runs
+(pinned in `nemotron.targets`), in NeMo-RL's container, on a Ray cluster across the profile's nodes. The config
+compiler is `nemotron.engines.nemo_rl_config`; this class hands its result to the executor, and turns what the run
+left into our artifact types before registration (`adopt_outputs`)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
 from nemotron.engines.base import Launch, Placement, RayDriver, pinned_or_profile
 from nemotron.engines.nemo_rl_config import compile_run
+from nemotron.engines.nemo_rl_eval import REPORT, STEP
 from nemotron.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from nemotron.jobrecord import JobRecord
 
 
 def image(job: Job) -> str:
@@ -22,6 +31,16 @@ def nemo_rl_dir(job: Job) -> str:
 
 class NemoRLEngine:
     name = "nemo_rl"
+
+    def adopt_outputs(self, record: JobRecord, paths: dict[str, Path]) -> dict[str, Any]:
+        """Before registration: eval/policy's report is NeMo-RL's evaluation_data.json, turned into our
+        eval_report in place (nemotron.engines.nemo_rl_eval_report); the RL steps' outputs are HF checkpoints
+        already. Returns the registration metadata."""
+        if record.step != STEP:
+            return {}
+        from nemotron.engines.nemo_rl_eval_report import adopt_report
+
+        return adopt_report(record, paths[REPORT])
 
     def launch(self, job: Job, where: Placement) -> Launch:
         run = compile_run(

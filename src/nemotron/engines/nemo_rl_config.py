@@ -7,15 +7,19 @@ refusals are raised together as one UserError."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
+from nemotron.engines import nemo_rl_eval
 from nemotron.engines import nemo_rl_sections as sec
 from nemotron.engines.nemo_rl_steps import STEPS, compile_step
 from nemotron.engines.refusals import validated
 from nemotron.errors import UserError
 from nemotron.targets import NEMO_RL_DIR, NEMO_RL_VERSION
+
+if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
+    from eval.policy.schema import Config as EvalConfig
 
 CONFIG_FILE = "nemo_rl_config.yaml"
 
@@ -48,14 +52,23 @@ def compile_run(
 ) -> NemoRLRun:
     """Our resolved step config (input refs already paths) -> the NeMo-RL run. Raises one UserError listing
     every setting NeMo-RL cannot express."""
-    if step_id not in STEPS:
-        raise UserError(f"backend=nemo_rl runs {', '.join(STEPS)}; {step_id} has no NeMo-RL mapping")
+    if step_id not in (*STEPS, nemo_rl_eval.STEP):
+        raise UserError(
+            f"backend=nemo_rl runs {', '.join((*STEPS, nemo_rl_eval.STEP))}; {step_id} has no NeMo-RL mapping"
+        )
     config, refuse = validated(
         step_id,
         step_config,
         engine=f"backend=nemo_rl (NeMo-RL {NEMO_RL_VERSION})",
         hint="Change them, or run with backend=builtin. docs/nemo-rl.md lists every key's mapping.",
     )
+    if step_id == nemo_rl_eval.STEP:
+        # the catalog loaded steps/eval/policy/schema.py, whose Config mypy knows as eval.policy.schema's
+        evaluated = nemo_rl_eval.compile_eval(
+            cast("EvalConfig", config), refuse, job_dir, nodes, gpus_per_node
+        )
+        refuse.raise_any()
+        return _eval_run(evaluated, nemo_rl_dir, job_dir)
     compiled = compile_step(step_id, config, refuse, job_dir, nodes, gpus_per_node)
     refuse.raise_any()
     tree = {"defaults": f"{nemo_rl_dir}/{compiled.base}", **compiled.config}
@@ -79,4 +92,22 @@ def compile_run(
         driver=sec.driver_command(nemo_rl_dir, compiled.entry, config_path),
         finalize=sec.finalize_command(nemo_rl_dir, checkpoint_dir, compiled.megatron, conversions),
         outputs=outputs,
+    )
+
+
+def _eval_run(compiled: nemo_rl_eval.CompiledEval, nemo_rl_dir: str, job_dir: str) -> NemoRLRun:
+    """eval/policy's run: the prompts prepared in the job dir, then the tag's eval entry; no checkpoint to convert
+    (its output, evaluation_data.json, becomes our eval_report when it is registered)."""
+    tree = {"defaults": f"{nemo_rl_dir}/{nemo_rl_eval.BASE}", **compiled.config}
+    title = f"NeMo-RL {NEMO_RL_VERSION} eval config compiled by nemotron from {nemo_rl_eval.STEP}"
+    files = {CONFIG_FILE: _yaml(tree, title), **compiled.files}
+    driver = sec.driver_command(nemo_rl_dir, nemo_rl_eval.ENTRY, f"{job_dir}/{CONFIG_FILE}")
+    return NemoRLRun(
+        entry=nemo_rl_eval.ENTRY,
+        config=tree,
+        config_file=CONFIG_FILE,
+        files=files,
+        driver=f"{compiled.prepare} && {driver}",
+        finalize="",
+        outputs=compiled.outputs,
     )

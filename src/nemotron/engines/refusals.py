@@ -10,7 +10,6 @@ from pydantic import BaseModel
 from nemotron.catalog import Catalog
 from nemotron.configtree import flatten
 from nemotron.errors import UserError
-from nemotron.stepconfig import NemoRL
 
 
 class Refusals:
@@ -64,12 +63,13 @@ def builtin_refusals(config: BaseModel, who: str = "the built-in backend") -> li
     """Problems of a validated step config on a backend other than nemo_rl (`who`): the `nemo_rl.*` keys do
     nothing there, so a non-default value is a mistake. Empty when backend is nemo_rl, the step's schema has no
     nemo_rl group, or the group is untouched."""
-    # any step's Config comes here; only the RL steps' schemas have `backend` and `nemo_rl`
+    # any step's Config comes here; the RL steps' schemas and eval/policy's have `backend` and a `nemo_rl` group
+    # (the RL steps' NemoRL, eval/policy's own smaller one): its defaults are its class's
     nemo = getattr(config, "nemo_rl", None)
-    if getattr(config, "backend", "builtin") == "nemo_rl" or not isinstance(nemo, NemoRL):
+    if getattr(config, "backend", "builtin") == "nemo_rl" or not isinstance(nemo, BaseModel):
         return []
     given = dict(flatten({"nemo_rl": nemo.model_dump()}))
-    default = dict(flatten({"nemo_rl": NemoRL().model_dump()}))
+    default = dict(flatten({"nemo_rl": type(nemo)().model_dump()}))
     return [
         f"{key}={value!r}: only backend=nemo_rl reads it ({who} would ignore it)"
         for key, value in sorted(given.items())

@@ -232,7 +232,12 @@ def _register_outputs(job_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
             "exit_code": 1,
             "error": "the run ended without its outputs: " + "; ".join(missing),
         }
-    arts = register_job_outputs(record, {k: Path(v) for k, v in paths.items()}, store=store)
+    from nemotron.errors import EngineOutputError
+
+    try:
+        arts = register_job_outputs(record, {k: Path(v) for k, v in paths.items()}, store=store)
+    except EngineOutputError as err:
+        return {"state": "failed", "exit_code": 1, "error": f"{err}; nothing registered"}
     return {"registered": [a.ref for a in arts]}
 
 

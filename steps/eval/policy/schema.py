@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nemotron.stepconfig import GenerationEngine, Runtime, Strict
+from nemotron.stepconfig import Backend, GenerationEngine, Runtime, Strict, backend_field
 
 
 class Inputs(Strict):
@@ -159,9 +159,22 @@ class Summary(Strict):
     """the bootstrap's seed (the same scores always give the same interval)"""
 
 
+class NemoRLEval(Strict):
+    """Settings only `backend: nemo_rl` reads (NeMo-RL v0.7.0's eval entry, vLLM in its container). The
+    built-in backend refuses non-default values here, because there they would do nothing."""
+
+    generation_tensor_parallel_size: int = Field(1, ge=1)
+    """tensor-parallel size of NeMo-RL's vLLM engine; it must divide the job's GPUs"""
+    max_prompt_tokens: int = Field(512, ge=1)
+    """longest prompt in tokens: vLLM plans for this plus generation.max_new_tokens (its max_model_len)"""
+
+
 class Config(Strict):
     """eval/policy: generate with a policy on a prompt set and score the responses."""
 
+    backend: Backend = backend_field(
+        "eval entry (examples/run_eval.py): vLLM answers scored by its math environment"
+    )
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
     generation: Generation = Generation()
@@ -171,6 +184,7 @@ class Config(Strict):
     max_prompts: int = Field(0, ge=0)
     """evaluate the first N prompts of the file; 0: all"""
     runtime: Runtime = Runtime()
+    nemo_rl: NemoRLEval = NemoRLEval()
 
     def record_fields_needed(self) -> dict[str, tuple[list[str], str, int]]:
         """Optional record fields the scorers read, checked at compile time (preflight) in the records the

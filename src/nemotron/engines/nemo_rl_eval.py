@@ -1,0 +1,146 @@
+"""eval/policy as NeMo-RL v0.7.0's own eval entry (examples/run_eval.py): the policy answers on NeMo-RL's vLLM, its
+math environment scores each answer against the prompt's reference, and it saves every sample to
+`eval.save_path` (evaluation_data.json), which `nemotron.engines.nemo_rl_eval_report` turns into our eval_report.
+
+Pure: our validated config in, the NeMo-RL config tree, the job-dir files and the driver out. Every key of the
+schema is mapped, or refused (all at once, exit 2) when NeMo-RL's eval cannot honour it; docs/nemo-rl.md lists
+each. Key names and where NeMo-RL reads them: tests/engines/nemo_rl_eval_v070.py."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nemotron.configtree import flatten
+from nemotron.engines.refusals import Refusals
+
+if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
+    from eval.policy.schema import Config as EvalConfig
+
+STEP = "eval/policy"
+ENTRY = "examples/run_eval.py"
+BASE = "examples/configs/evals/eval.yaml"
+PROMPTS_FILE = (
+    "nemo_rl_eval_prompts.jsonl"  # the prompts NeMo-RL reads: the first max_prompts of inputs.prompts
+)
+TEMPLATE_FILE = "nemo_rl_eval_prompt.txt"  # data.prompt_file: our prompt format, as str.format takes it
+# Each message's content, nothing added: the text prompt as our sampler formats it. A template string, not the null
+# that selects NeMo-RL's own passthrough: run_eval validates tokenizer.chat_template as a str (TokenizerConfig).
+CONTENT_ONLY = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+PRECISION = {"fp32": "float32", "bf16": "bfloat16"}  # runtime.precision -> vllm_cfg.precision
+REPORT = "report"
+
+# Keys this compiler maps or refuses by name (a group here: each of its keys; judge.*: every one refused unless
+# default). Any other schema key (one added later) is refused unless left at its default, so none silently does
+# nothing here.
+HANDLED = (
+    "backend", "inputs.policy", "inputs.prompts", "inputs.baseline", "inputs.reward_model", "inputs.judge",
+    "outputs.report", "generation.greedy", "generation.temperature", "generation.top_k", "generation.top_p",
+    "generation.max_new_tokens", "generation.batch_size", "scorers.reward_model", "scorers.task", "scorers.math",
+    "scorers.win_rate", "scorers.length", "scorers.distinct_n", "judge", "summary.resamples", "summary.level",
+    "summary.seed", "max_prompts", "runtime.seed", "runtime.device", "runtime.precision", "runtime.num_threads",
+    "nemo_rl",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CompiledEval:
+    config: dict[str, Any]  # without `defaults`
+    files: dict[str, str]
+    prepare: str  # shell: the prompt file NeMo-RL reads, before the entry runs
+    outputs: dict[str, str]
+
+
+def prompt_template() -> str:
+    """Our prompt format (nemotron.models.tokenizer.PROMPT_TEMPLATE, not imported: it loads transformers, which a
+    dry run must not) with its one field as str.format's `{}`: NeMo-RL's math_data_processor formats each problem
+    with the prompt file's text. A test holds the two equal."""
+    return "{} =>"
+
+
+def _refusals(c: EvalConfig, refuse: Refusals) -> None:
+    s, r = c.scorers, c.runtime
+    if not s.math:
+        refuse("scorers.math", "NeMo-RL's eval scores with its math environment only: set scorers.math=true")
+    if s.reward_model:
+        refuse("scorers.reward_model", "NeMo-RL's eval takes no reward model (its env section is math only)")
+    if s.task is not None:
+        refuse("scorers.task", "our tiny tasks' ground truth does not run inside NeMo-RL")
+    if s.win_rate:
+        refuse("scorers.win_rate", "NeMo-RL's eval generates with one policy and has no judge")
+    if s.length:
+        refuse(
+            "scorers.length",
+            "NeMo-RL's eval saves the response text only (no token counts, no end flags): set scorers.length=false",
+        )
+    for key in dict(flatten({"judge": c.judge.model_dump(mode="json")})):
+        refuse.unless_default(key, "the judge acts only with scorers.win_rate, which NeMo-RL's eval lacks")
+    if r.device == "cpu":
+        refuse("runtime.device", "NeMo-RL's vLLM runs on GPUs only")
+    if r.precision not in PRECISION:
+        refuse("runtime.precision", "vLLM holds the weights in one dtype: use bf16 (or fp32)")
+    refuse.unless_default(
+        "runtime.seed",
+        "NeMo-RL's vLLM workers seed themselves by their place in the cluster (node x 1024 + bundle), not by a "
+        "setting",
+    )
+    refuse.unless_default("runtime.num_threads", "NeMo-RL's workers set their own threads")
+
+
+def _refuse_unhandled(refuse: Refusals) -> None:
+    for key in refuse.defaults:
+        if not any(key == h or key.startswith(h + ".") for h in HANDLED):
+            refuse.unless_default(key, "NeMo-RL's eval has no setting for it")
+
+
+def compile_eval(c: EvalConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> CompiledEval:
+    """The NeMo-RL eval config (its `defaults:` is the tag's eval.yaml), the files and the prompt preparation;
+    refusals go to `refuse`."""
+    _refusals(c, refuse)
+    _refuse_unhandled(refuse)
+    policy, prompts = c.inputs.policy, c.inputs.prompts
+    for key, value in (("inputs.policy", policy), ("inputs.prompts", prompts)):
+        if not value:
+            refuse(key, "NeMo-RL needs it set (an artifact ref or a path)")
+    g, nemo = c.generation, c.nemo_rl
+    report = f"{job_dir}/outputs/{REPORT}"
+    config: dict[str, Any] = {
+        # pass@1 over one answer per prompt: the mean of the math environment's 0/1 rewards
+        "eval": {"metric": "pass@k", "num_tests_per_prompt": 1, "k_value": 1, "save_path": report},
+        "generation": {
+            "backend": "vllm",
+            "model_name": str(policy or ""),
+            "max_new_tokens": g.max_new_tokens,
+            # temperature 0 is vLLM's greedy decoding; the schema keeps the sampling keys at their defaults then
+            "temperature": 0.0 if g.greedy else g.temperature,
+            "top_p": g.top_p,
+            "top_k": g.top_k or -1,  # NeMo-RL's "off" is -1 (or null), ours 0
+            "num_prompts_per_step": g.batch_size,
+            "vllm_cfg": {
+                "precision": PRECISION.get(c.runtime.precision, "bfloat16"),
+                "tensor_parallel_size": nemo.generation_tensor_parallel_size,
+                "max_model_len": nemo.max_prompt_tokens + g.max_new_tokens,
+            },
+        },
+        "tokenizer": {"name": str(policy or ""), "chat_template": CONTENT_ONLY, "chat_template_kwargs": None},
+        # owned whole: the base's dataset (aime2024) must not survive the merge
+        "data": {
+            "_override_": True,
+            "max_input_seq_length": nemo.max_prompt_tokens,
+            "dataset_name": f"{job_dir}/{PROMPTS_FILE}",  # a path: load_eval_dataset's LocalMathDataset
+            "problem_key": "prompt",
+            "solution_key": "answer",
+            "file_format": "json",  # JSON lines, read by datasets' json loader
+            "split": "train",  # the one split that loader makes of a file
+            "prompt_file": f"{job_dir}/{TEMPLATE_FILE}",
+            "system_prompt_file": None,
+        },
+        "env": {"_override_": True, "math": {"num_workers": 8, "math_verify_impl": "hf_math_verify"}},
+        "cluster": {"num_nodes": nodes, "gpus_per_node": gpus},
+    }
+    q = shlex.quote
+    first = f"-m {c.max_prompts} " if c.max_prompts else ""
+    # the first max_prompts records (blank lines skipped, as our reader does) where NeMo-RL and the report read them
+    prepare = f"grep {first}'[^[:space:]]' {q(str(prompts or ''))} > {q(f'{job_dir}/{PROMPTS_FILE}')}"
+    return CompiledEval(config, {TEMPLATE_FILE: prompt_template()}, prepare, {REPORT: report})
