@@ -79,6 +79,7 @@ READS: list[tuple[str, str, int]] = [
     ("generation.top_p", _WORKER, 866),
     ("generation.vllm_cfg.precision", _WORKER, 224),
     ("generation.vllm_cfg.max_model_len", _WORKER, 449),
+    ("generation.vllm_cfg.gpu_memory_utilization", _WORKER, 223),
     ("generation.vllm_cfg.tensor_parallel_size", "nemo_rl/models/generation/vllm/vllm_generation.py", 105),
     ("tokenizer.name", "nemo_rl/algorithms/utils.py", 367),
     ("tokenizer.chat_template", "nemo_rl/algorithms/utils.py", 374),

@@ -52,6 +52,7 @@ def step_config(**overrides: Any) -> dict[str, Any]:
         "inputs.prompts": PROMPTS,
         "scorers.math": True,
         "scorers.length": False,
+        "generation.backend": "vllm",
     }
     return unflatten(flat | overrides)
 
@@ -205,7 +206,8 @@ def test_the_driver_prepares_the_first_prompts_then_runs_the_entry(
         ({"scorers.length": True}, "scorers.length"),
         ({"scorers.task": "sentiment"}, "scorers.task"),
         ({"scorers.reward_model": True, "inputs.reward_model": "/models/rm"}, "scorers.reward_model"),
-        ({"judge.max_retries": 5}, "judge.max_retries"),
+        ({"generation.backend": "torch"}, "generation.backend"),
+        ({"generation.vllm_max_model_len": 100}, "generation.vllm_max_model_len"),
         ({"runtime.device": "cpu"}, "runtime.device"),
         ({"runtime.precision": "bf16-mixed"}, "runtime.precision"),
         ({"runtime.seed": 7}, "runtime.seed"),
@@ -227,12 +229,12 @@ def test_win_rate_is_refused_and_all_refusals_come_at_once() -> None:
 
 
 def test_a_key_this_compiler_does_not_know_is_refused_unless_default() -> None:
-    """A key added to the schema later (generation.backend, say) must act on NeMo-RL or be refused, never pass."""
-    config = {"generation": {"backend": "vllm", "greedy": True}, "max_prompts": 0}
-    defaults = {"generation": {"backend": "torch", "greedy": True}, "max_prompts": 0}
+    """A key added to the schema later must act on NeMo-RL or be refused, never pass."""
+    config = {"generation": {"speculative_tokens": 4, "greedy": True}, "max_prompts": 0}
+    defaults = {"generation": {"speculative_tokens": 0, "greedy": True}, "max_prompts": 0}
     refuse = Refusals(STEP, config, defaults, engine="nemo_rl", hint="")
     nemo_rl_eval._refuse_unhandled(refuse)
-    assert refuse.problems == ["generation.backend='vllm': NeMo-RL's eval has no setting for it"]
+    assert refuse.problems == ["generation.speculative_tokens=4: NeMo-RL's eval has no setting for it"]
 
 
 def test_every_schema_key_is_handled_by_name() -> None:

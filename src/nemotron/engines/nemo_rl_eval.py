@@ -37,7 +37,8 @@ REPORT = "report"
 HANDLED = (
     "backend", "inputs.policy", "inputs.prompts", "inputs.baseline", "inputs.reward_model", "inputs.judge",
     "outputs.report", "generation.greedy", "generation.temperature", "generation.top_k", "generation.top_p",
-    "generation.max_new_tokens", "generation.batch_size", "scorers.reward_model", "scorers.task", "scorers.math",
+    "generation.max_new_tokens", "generation.batch_size", "generation.backend", "generation.vllm_gpu_memory_utilization",
+    "generation.vllm_max_model_len", "scorers.reward_model", "scorers.task", "scorers.math",
     "scorers.win_rate", "scorers.length", "scorers.distinct_n", "judge", "summary.resamples", "summary.level",
     "summary.seed", "max_prompts", "runtime.seed", "runtime.device", "runtime.precision", "runtime.num_threads",
     "nemo_rl",
@@ -76,6 +77,19 @@ def _refusals(c: EvalConfig, refuse: Refusals) -> None:
         )
     for key in dict(flatten({"judge": c.judge.model_dump(mode="json")})):
         refuse.unless_default(key, "the judge acts only with scorers.win_rate, which NeMo-RL's eval lacks")
+    g = c.generation
+    if g.backend != "vllm":
+        refuse(
+            "generation.backend",
+            "NeMo-RL's eval answers on vLLM only: set generation.backend=vllm (-c nemo_rl does)",
+        )
+    wanted = c.nemo_rl.max_prompt_tokens + g.max_new_tokens
+    if g.vllm_max_model_len and g.vllm_max_model_len < wanted:
+        refuse(
+            "generation.vllm_max_model_len",
+            f"vLLM must hold nemo_rl.max_prompt_tokens + generation.max_new_tokens = {wanted} tokens: raise it, or 0 "
+            "for exactly that",
+        )
     if r.device == "cpu":
         refuse("runtime.device", "NeMo-RL's vLLM runs on GPUs only")
     if r.precision not in PRECISION:
@@ -120,7 +134,8 @@ def compile_eval(c: EvalConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
             "vllm_cfg": {
                 "precision": PRECISION.get(c.runtime.precision, "bfloat16"),
                 "tensor_parallel_size": nemo.generation_tensor_parallel_size,
-                "max_model_len": nemo.max_prompt_tokens + g.max_new_tokens,
+                "gpu_memory_utilization": g.vllm_gpu_memory_utilization,
+                "max_model_len": g.vllm_max_model_len or nemo.max_prompt_tokens + g.max_new_tokens,
             },
         },
         "tokenizer": {"name": str(policy or ""), "chat_template": CONTENT_ONLY, "chat_template_kwargs": None},
