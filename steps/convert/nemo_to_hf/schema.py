@@ -1,5 +1,6 @@
 """Config schema of convert/nemo_to_hf: a .nemo (as NeMo-Aligner writes it) back into a Hugging Face
-checkpoint, by NeMo's own converter script (the NeMo release NeMo-Aligner v0.7.0's image pins) in the NeMo container."""
+checkpoint, by NeMo's own converter script (the NeMo release NeMo-Aligner v0.7.0's image pins) in the NeMo
+container."""
 
 from typing import Literal
 
