@@ -3,6 +3,8 @@
 
 from typing import Literal
 
+from pydantic import field_validator
+
 from nemotron.stepconfig import Strict
 
 Family = Literal["llama", "qwen2", "mistral"]
@@ -35,6 +37,12 @@ class Convert(Strict):
     """family llama only: the checkpoint uses Llama 3.1's RoPE scaling (config.json rope_scaling.rope_type
     "llama3"); sets --llama31, whose default in NeMo's script is true. Unset: read from config.json, refused
     when that is not readable here"""
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _digits_as_text(cls, value: object) -> object:
+        """`convert.precision=32` on the command line is the number 32: the script takes the word."""
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class Config(Strict):

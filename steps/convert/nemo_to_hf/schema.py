@@ -4,6 +4,8 @@ container."""
 
 from typing import Literal
 
+from pydantic import field_validator
+
 from nemotron.stepconfig import Strict
 
 Family = Literal["llama", "qwen2", "mistral"]
@@ -38,6 +40,12 @@ class Convert(Strict):
     cpu_only: bool = False
     """load the .nemo on the CPU (--cpu-only: a model too large for one GPU, much slower); llama and qwen2
     only, mistral's script has no such switch"""
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _digits_as_text(cls, value: object) -> object:
+        """`convert.precision=32` on the command line is the number 32: the script takes the word."""
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class Config(Strict):
