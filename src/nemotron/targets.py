@@ -18,4 +18,6 @@ VLLM_VERSION = (
 # convert/* steps run its scripts/checkpoint_converters/ so that the .nemo files they write and read are that
 # NeMo's. The converters' arguments are the same at v2.2.x (the NeMo of NEMO_ALIGNER_IMAGE); tests check both.
 NEMO_VERSION = "v2.1.0"
-NEMO_DIR = "/opt/NeMo"  # where NeMo containers keep the checkout (the Aligner Dockerfile clones it under /opt)
+NEMO_DIR = (
+    "/opt/NeMo"  # where NeMo containers keep the checkout (the Aligner Dockerfile clones it under /opt)
+)

@@ -129,8 +129,8 @@ def compile_nemo_to_hf(c: dict[str, Any], job_dir: str) -> ConvertRun:
             raise UserError(f"{step}: convert.cpu_only: NeMo's mistral converter has no --cpu-only")
         # this script writes the whole directory itself, the tokenizer taken from --hf_model_name (a path works:
         # it reads it with from_pretrained)
-        args = (f"--input_name_or_path={source}", f"--output_path={out}", f"--hf_model_name={template}")
-        return ConvertRun(script, (*args, *precision), {"checkpoint": out})
+        words = (f"--input_name_or_path={source}", f"--output_path={out}", f"--hf_model_name={template}")
+        return ConvertRun(script, (*words, *precision), {"checkpoint": out})
     args = (
         f"--input_name_or_path={source}",
         # the bare weights the script writes first; --hf_input_path/--hf_output_path then make the directory
