@@ -381,7 +381,7 @@ class Catalog:
         makers.sort(
             key=lambda s: (
                 all(p.type != type_name for p in s.manifest.produces),
-                len(s.manifest.consumes),
+                sum(c.required for c in s.manifest.consumes),  # what a user must bring first
                 s.id,
             )
         )

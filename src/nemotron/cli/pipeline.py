@@ -29,23 +29,55 @@ def run(
     ],
     force: Annotated[bool, typer.Option("--force", help="rerun steps whose outputs already exist")] = False,
     until: Annotated[str | None, typer.Option(help="stop after this pipeline step id")] = None,
+    batch_profile: Annotated[
+        str | None, typer.Option("-b", "--batch", help="with --dry-run: the profile every step compiles for")
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "-d",
+            "--dry-run",
+            help="compile every step, each input bound to its upstream step's planned output; print what each "
+            "would submit; run and write nothing",
+        ),
+    ] = False,
 ) -> None:
     """Run every step of a pipeline in order, skipping steps already done for the same inputs and config."""
-    from nemotron.artifacts.store import ArtifactStore
     from nemotron.catalog import Catalog
-    from nemotron.launch import submit
-    from nemotron.paths import artifacts_dir, check_writable, jobs_dir
-    from nemotron.pipeline import (
-        PipelineStep,
-        eval_reports,
-        load_pipeline,
-        run_pipeline,
-        verdict,
-        verdict_cells,
-    )
+    from nemotron.pipeline import load_pipeline
 
     catalog = Catalog()
     pipe = load_pipeline(name, catalog)
+    if dry_run:
+        _dry_run(pipe, catalog, batch_profile, until)
+        return
+    if batch_profile:
+        raise UserError(
+            "-b/--batch goes with --dry-run: a pipeline runs its steps one after the other on this machine, "
+            "each waiting for the one before"
+        )
+    _run(pipe, catalog, force, until)
+
+
+def _dry_run(pipe: Any, catalog: Any, profile: str | None, until: str | None) -> None:
+    """Every step's `steps run --dry-run` text, in order, under a header naming the step and what it is bound to."""
+    import sys
+
+    from nemotron.pipeline import plan_pipeline
+
+    for p in plan_pipeline(pipe, catalog, profile, until=until):
+        sys.stdout.write(f"# ==== pipeline {pipe.pipeline.name}, step {p.id}: {p.step}\n")
+        for name, path in sorted(p.outputs.items()):
+            sys.stdout.write(f"# planned output {p.id}.{name}: {path}\n")
+        sys.stdout.write(p.text)
+
+
+def _run(pipe: Any, catalog: Any, force: bool, until: str | None) -> None:
+    from nemotron.artifacts.store import ArtifactStore
+    from nemotron.launch import submit
+    from nemotron.paths import artifacts_dir, check_writable, jobs_dir
+    from nemotron.pipeline import PipelineStep, eval_reports, run_pipeline, verdict, verdict_cells
+
     check_writable(jobs_dir(), "jobs directory")  # before the first step's header, not after it
     store = ArtifactStore(artifacts_dir())
 

@@ -79,6 +79,10 @@ class HetJob:
     # (variable, offset): exported before the groups start, the executor's per-job port plus the offset
     ports: tuple[tuple[str, int], ...] = ()
     shown: str = ""  # what --dry-run prints before the executor's text (the engine's compiled commands)
+    # shell run by the last group's first task once it succeeded, before the outputs are registered
+    finalize: str = ""
+    # why the job cannot run on this machine's local executor, and what to do instead
+    local_hint: str = "on this machine use backend=builtin"
 
 
 Launch = StepProcess | RayDriver | HetJob
@@ -98,6 +102,7 @@ ENGINES: dict[str, str] = {
     "builtin": "nemotron.engines.builtin:BuiltinEngine",
     "nemo_rl": "nemotron.engines.nemo_rl:NemoRLEngine",
     "nemo_aligner": "nemotron.engines.nemo_aligner:NemoAlignerEngine",
+    "nemo": "nemotron.engines.nemo_convert:NemoConvertEngine",
 }
 
 

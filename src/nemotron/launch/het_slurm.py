@@ -24,12 +24,21 @@ def _reachable(waits_for: tuple[tuple[str, str], ...]) -> str:
     return " && ".join(f'(: </dev/tcp/"${host}"/"${port}") 2>/dev/null' for host, port in waits_for)
 
 
-def _register_on_rank_0(launch: HetJob, paths: slurm.ClusterPaths, python: str) -> str:
-    """The trainer's first task registers the outputs where they are, as a Ray driver does (`register_lines`)."""
+def _finalize_on_rank_0(launch: HetJob, paths: slurm.ClusterPaths, python: str) -> str:
+    """The last group's first task runs the engine's `finalize`, then registers the outputs where they are, as a
+    Ray driver does (`register_lines`)."""
     from nemotron.launch.ray_slurm import register_lines
 
-    lines = register_lines(python, paths.job_dir, launch.outputs)
+    lines = launch.finalize + register_lines(python, paths.job_dir, launch.outputs)
     return f'if [ "${{SLURM_PROCID:-0}}" = 0 ]; then\n{lines}fi\n' if lines else ""
+
+
+def _then_on_success(command: slurm.Command, then: str) -> slurm.Command:
+    """`command`, then the shell `then` once it succeeded; the exit code stays the command's."""
+    run = " ".join(command.words())
+    # the time-limit warning (nemotron.preempt) must not end this shell
+    inner = f"trap '' USR1; {run}; code=$?; if [ $code -eq 0 ]; then\n{then}fi; exit $code"
+    return slurm.Command("bash", "-c", (shlex.quote(inner),))
 
 
 def plan_het(job: Job, launch: HetJob) -> slurm.SlurmPlan:
@@ -44,13 +53,16 @@ def plan_het(job: Job, launch: HetJob) -> slurm.SlurmPlan:
     for i, group in enumerate(launch.groups):
         command = _command(group)
         group_env = [(k, shlex.quote(v)) for k, v in group.env]
+        last = i == len(launch.groups) - 1
+        then = _finalize_on_rank_0(launch, paths, python) if last else ""
         if group.waits_for:
             # the servers are groups 0..n-1 in the order the trainer names them
             group_env += [(host, f'"${{het_group_host_{j}}}"') for j, (host, _) in enumerate(group.waits_for)]
             what = "the server group(s) it talks to"
-            then = _register_on_rank_0(launch, paths, python) if i == len(launch.groups) - 1 else ""
             ready = _reachable(group.waits_for)
             command = slurm.after_server_is_ready(command, paths, what, ready=ready, then=then)
+        elif then:
+            command = _then_on_success(command, then)
         role = f"{task}-{i}" if len(launch.groups) > 1 else task
         groups.append(
             slurm.SrunGroup(role, command, group.nodes, group.tasks_per_node, gpus, tuple(group_env))

@@ -50,7 +50,7 @@ class LocalExecutor:
         if isinstance(launch, HetJob):
             raise UserError(
                 f"backend={job.config.get('backend')} runs as a heterogeneous Slurm job: use a Slurm profile "
-                "(-r/-b PROFILE); on this machine use backend=builtin"
+                f"(-r/-b PROFILE); {launch.local_hint}"
             )
         refusal = cuda_refusal(job.config)
         if refusal:

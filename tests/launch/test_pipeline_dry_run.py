@@ -1,0 +1,92 @@
+"""`nemotron pipeline run NAME --dry-run -b PROFILE`: every step compiled, none run, each input bound to the path
+its upstream step's job will leave the output at. The cross-engine pipeline (built-in SFT -> NeMo's converter ->
+NeMo-Aligner's PPO -> NeMo's converter -> eval/policy) is a golden file (NEMOTRON_UPDATE_GOLDENS=1 rewrites it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nemotron.artifacts.store import ArtifactStore
+from nemotron.catalog import Catalog
+from nemotron.compile import compile_job
+from nemotron.configtree import get_dotted
+from nemotron.launch import submit
+from nemotron.paths import artifacts_dir, jobs_dir
+from nemotron.pipeline import load_pipeline, plan_pipeline, planned_outputs
+
+GOLDEN = Path(__file__).parent / "golden" / "pipeline__cross_engine__slurm_rlhf.txt"
+REPO = Path(__file__).resolve().parents[2]
+UPDATE = os.environ.get("NEMOTRON_UPDATE_GOLDENS") == "1"
+JOB_ID = re.compile(r"\b([a-z0-9_-]+)-\d{8}-\d{6}-[0-9a-f]{4}\b")  # compile.new_job_id: a time and 4 hex
+
+
+def _normalised(text: str, home: Path) -> str:
+    for path, name in ((home, "<NEMOTRON_HOME>"), (sys.executable, "<PYTHON>"), (REPO, "<REPO>")):
+        text = text.replace(str(path), name)
+    return JOB_ID.sub(r"\1-20250101-120000-abcd", text)
+
+
+def test_cross_engine_dry_run_matches_golden(home: Path, run_cli: Callable[..., Any]) -> None:
+    result = run_cli("pipeline", "run", "cross_engine", "--dry-run", "-b", "slurm_rlhf")
+    assert result.code == 0, result.err
+    text = _normalised(result.out, home)
+    if UPDATE:
+        GOLDEN.write_text(text)
+    assert GOLDEN.is_file(), f"no golden file {GOLDEN.name}: run with NEMOTRON_UPDATE_GOLDENS=1 and review it"
+    assert text == GOLDEN.read_text(), (
+        f"{GOLDEN.name} changed: rerun with NEMOTRON_UPDATE_GOLDENS=1 if intended"
+    )
+    # the five steps, on the three engines, in order
+    headers = re.findall(r"^# ==== pipeline cross_engine, step (\S+): (\S+)$", text, re.M)
+    assert headers == [
+        ("sft", "sft"),
+        ("to_nemo", "convert/hf_to_nemo"),
+        ("ppo", "rl/ppo"),
+        ("to_hf", "convert/nemo_to_hf"),
+        ("eval", "eval/policy"),
+    ]
+    scripts = ("convert_llama_hf_to_nemo.py", "train_gpt_ppo_actor.py", "convert_llama_nemo_to_hf.py")
+    assert all(f"/{script} " in text for script in scripts)
+    assert not (home / "jobs").exists()  # nothing written
+
+
+def test_each_input_is_its_upstream_steps_planned_output(home: Path) -> None:
+    catalog = Catalog()
+    pipe = load_pipeline("cross_engine", catalog)
+    planned = {p.id: p for p in plan_pipeline(pipe, catalog, "slurm_rlhf")}
+    bound = 0
+    for s in pipe.steps:
+        keys = {c.name: c.config_key for c in catalog.get(s.step).manifest.consumes}
+        for inp, src in s.inputs.items():
+            up, _, out = src.partition(".")
+            assert get_dotted(planned[s.id].job.step_config, keys[inp]) == planned[up].outputs[out]
+            bound += 1
+    assert bound == 5
+    # the actor's .nemo is where NeMo-Aligner's engine says it registers it from
+    assert planned["to_hf"].job.step_config["inputs"]["checkpoint"].endswith("megatron_gpt_ppo_actor.nemo")
+
+
+def test_planned_outputs_are_where_a_real_step_registers_them(home: Path) -> None:
+    """Our own step process's outputs: the planned paths are the ones data/prep really writes and registers."""
+    job = compile_job(Catalog(), "data/prep", "tiny")
+    _executor, where, launch, _text = submit.plan(job)
+    planned = planned_outputs(job, where.job_dir, launch, Catalog())
+    assert submit.submit(job) == 0
+    registered = {a.name: a.path for a in ArtifactStore(artifacts_dir()).by_job(job.job_id)}
+    assert {job.outputs[n][0]: p for n, p in planned.items()} == registered
+    assert where.job_dir == str(jobs_dir() / job.job_id)
+
+
+def test_refusals(home: Path, run_cli: Callable[..., Any]) -> None:
+    # -b without --dry-run: a pipeline runs its steps here, one after the other
+    result = run_cli("pipeline", "run", "cross_engine", "-b", "slurm_rlhf")
+    assert result.code == 2 and "-b/--batch goes with --dry-run" in result.err
+    # on this machine the converters cannot run: the dry-run says so for the step that needs them
+    result = run_cli("pipeline", "run", "cross_engine", "--dry-run")
+    assert result.code == 2 and "convert/hf_to_nemo has no CPU path" in result.err, result.err
+    assert not (home / "jobs").exists()
