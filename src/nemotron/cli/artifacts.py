@@ -123,7 +123,11 @@ def _with_aliases(store: ArtifactStore, arts: Iterator[Artifact]) -> Iterator[tu
         yield from ((a, found.get(a.id, [])) for a in chunk)
 
 
-@app.command("show", epilog=epilog("nemotron artifacts show tiny_sft_policy:v1"))
+@app.command(
+    "show",
+    short_help="One artifact: hash, files, job, inputs, aliases.",
+    epilog=epilog("nemotron artifacts show tiny_sft_policy:v1"),
+)
 def show(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """One artifact: type, hash, files, producing job, inputs, its aliases and their history (every move of an
     alias that points at it, and of one that pointed at it before; newest first, at most 20)."""
@@ -332,12 +336,15 @@ def _size(n: int) -> str:
 
 @app.command(
     "alias",
-    short_help="Point NAME@ALIAS at an artifact (set or move it); every move is recorded.",
+    short_help="Set or move NAME@ALIAS to an artifact (recorded).",
     epilog=epilog("nemotron artifacts alias tiny_sft_policy:v2 best"),
 )
 def alias(
     ref: Annotated[
-        str, typer.Argument(help="the artifact: NAME:vN, NAME:latest, NAME@OTHER_ALIAS or art://...")
+        str,
+        typer.Argument(
+            metavar="REF", help="the artifact: NAME:vN, NAME:latest, NAME@OTHER_ALIAS or art://..."
+        ),
     ],
     name: Annotated[str, typer.Argument(metavar="ALIAS", help="letters, digits, _ -; not latest nor vN")],
     as_json: Annotated[bool, typer.Option("--json", help="the move as JSON")] = False,
@@ -369,7 +376,7 @@ def alias(
 
 @app.command(
     "unalias",
-    short_help="Remove an alias (the removal is recorded in its history).",
+    short_help="Remove an alias (recorded in its history).",
     epilog=epilog("nemotron artifacts unalias tiny_sft_policy@best"),
 )
 def unalias(ref: Annotated[str, typer.Argument(metavar="NAME@ALIAS", help="the alias to remove")]) -> None:
