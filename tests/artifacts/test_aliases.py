@@ -96,6 +96,8 @@ def test_the_cli_sets_shows_lists_and_refuses_with_one_line(home: Path, tmp_path
         ("policy@best", "policy:v1", "policy:v2"),
         ("policy@best", None, "policy:v1"),
     ]
+    assert run_cli("artifacts", "verify", "art://policy@best").out.startswith("✓ policy:v2")
+    assert json.loads(run_cli("artifacts", "lineage", "policy@prod", "--json").out)["root"] == "policy:v2"
     text = run_cli("artifacts", "show", "policy:v1").out  # v1: the move away from it
     assert "aliases: (none)" in text and "best: v1 -> v2  by " in text and "prod" not in text
     listed = json.loads(run_cli("artifacts", "ls", "--alias", "best", "--json").out)
