@@ -130,6 +130,8 @@ def test_the_cli_sets_shows_lists_and_refuses_with_one_line(home: Path, tmp_path
         assert conn.execute("SELECT COUNT(*) FROM alias_history").fetchone()[0] == before  # nothing written
     r = run_cli("artifacts", "unalias", "policy@prod")
     assert r.code == 0 and r.out.strip() == "removed policy@prod (it pointed at policy:v2)"
+    removed = json.loads(run_cli("artifacts", "unalias", "data@best", "--json").out)
+    assert removed == {"alias": "data@best", "removed": True, "from": "data:v1"}
 
 
 def test_a_step_input_binds_through_an_alias_dry_run_without_torch(

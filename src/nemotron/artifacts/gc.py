@@ -133,7 +133,8 @@ class GcRun(AbstractContextManager["GcRun"]):
 
 def gc_plan(store: ArtifactStore, keep: int) -> tuple[list[Artifact], list[Artifact]]:
     """(kept, removable) as lists: the newest `keep` versions of every name are kept, so is every artifact an alias
-    points at, and so is every ancestor of a kept artifact, whatever its age; the rest can go. For tests and small stores; the CLI streams a GcRun."""
+    points at, and so is every ancestor of a kept artifact, whatever its age; the rest can go. For tests and small
+    stores; the CLI streams a GcRun."""
     with GcRun(store, keep) as run:
         gone = list(run.removable())
     gone_ids = {a.id for a in gone}

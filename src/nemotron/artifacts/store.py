@@ -75,13 +75,6 @@ CREATE INDEX IF NOT EXISTS alias_history_name ON alias_history(name, alias, id);
 """
 
 
-_NO_ALIASES = (
-    "CREATE TEMP TABLE aliases (name TEXT, alias TEXT, artifact_id INTEGER);"
-    " CREATE TEMP TABLE alias_history (id INTEGER PRIMARY KEY, name TEXT, alias TEXT, from_version INTEGER,"
-    " to_version INTEGER, at TEXT, by_user TEXT, host TEXT);"
-)
-
-
 def schema_sql(since: int = 0) -> str:
     """The DDL that brings a store at version `since` (0: none) to SCHEMA_VERSION."""
     parts = [SCHEMA] if since < 1 else []
@@ -224,7 +217,7 @@ class ArtifactStore:
             ):
                 # A store older than aliases that this user cannot upgrade has none: empty tables of this
                 # connection's own (TEMP: nothing is written to the store) answer the queries that join them.
-                conn.executescript(_NO_ALIASES)
+                conn.executescript(MIGRATIONS[3].replace("CREATE TABLE", "CREATE TEMP TABLE"))
             yield conn
         finally:
             conn.close()
@@ -329,6 +322,7 @@ class ArtifactStore:
     def resolve(self, name: str, version: str = "latest") -> Artifact:
         """The one lookup of a store reference (binding a step's input, every `artifacts` command): `version` is
         "latest", "vN" or "@ALIAS" (ArtifactRef.version)."""
+        aliases: list[str] = []  # the name's aliases, for the error when the one asked for is not among them
         with self._connect() as conn:
             if version == "latest":
                 row = conn.execute(

@@ -379,7 +379,10 @@ def alias(
     short_help="Remove an alias (recorded in its history).",
     epilog=epilog("nemotron artifacts unalias tiny_sft_policy@best"),
 )
-def unalias(ref: Annotated[str, typer.Argument(metavar="NAME@ALIAS", help="the alias to remove")]) -> None:
+def unalias(
+    ref: Annotated[str, typer.Argument(metavar="NAME@ALIAS", help="the alias to remove")],
+    as_json: Annotated[bool, typer.Option("--json", help="the removal as JSON")] = False,
+) -> None:
     """Remove the alias NAME@ALIAS; the artifact it pointed at stays, and gc may remove it once nothing else keeps
     it. The removal is the alias's last recorded move."""
     from nemotron.artifacts.aliases import remove_alias
@@ -388,6 +391,8 @@ def unalias(ref: Annotated[str, typer.Argument(metavar="NAME@ALIAS", help="the a
     if not at or not name or not alias_name:
         raise UserError(f"unalias takes NAME@ALIAS, got '{ref}'")
     move = remove_alias(_store(), name, alias_name)
-    out.print(
-        f"removed {move.ref} (it pointed at {name}:v{move.from_version})", markup=False, highlight=False
-    )
+    was = f"{name}:v{move.from_version}"
+    if as_json:
+        print(json.dumps({"alias": move.ref, "removed": True, "from": was}))
+    else:
+        out.print(f"removed {move.ref} (it pointed at {was})", markup=False, highlight=False)
