@@ -173,8 +173,8 @@ class RewardServer(Strict):
 
 
 class RLInputs(Strict):
-    """The artifacts rl/reinforce and rl/ppo read: an artifact reference (name:latest, name:vN, art://...) or a
-    path."""
+    """The artifacts rl/reinforce and rl/ppo read: an artifact reference (name:latest, name:vN, name@alias,
+    art://...) or a path."""
 
     prompts: str | None = None
     """prompt JSONL, one {prompt} per line (prompt_jsonl): artifact ref or path"""

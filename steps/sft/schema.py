@@ -5,7 +5,8 @@ from nemotron.stepconfig import ModelArch, Optim, ResourcePlan, Strict, Supervis
 
 
 class Inputs(Strict):
-    """The artifacts sft reads: an artifact reference (name:latest, name:vN, art://...) or a path."""
+    """The artifacts sft reads: an artifact reference (name:latest, name:vN, name@alias, art://...) or a
+    path."""
 
     data: str | None = None
     """SFT JSONL, one {prompt, response} per line (type sft_jsonl)"""

@@ -96,7 +96,8 @@ def bind_hub(want: Wanted, ref: ArtifactRef) -> Binding:
 
 
 def bind_store(catalog: Catalog, store: ArtifactStore, want: Wanted, ref: ArtifactRef) -> Binding | Problem:
-    """NAME:vN or NAME:latest: the store knows its type, so only the path it records is checked."""
+    """NAME:vN, NAME:latest or NAME@ALIAS: the store knows its type, so only the path it records is checked. The
+    binding keeps the version an alias pointed at when the job was bound (job.yaml: ref and artifact)."""
     try:
         art = store.resolve(ref.name, ref.version)
     except NotFound as e:
@@ -170,7 +171,7 @@ def _missing(catalog: Catalog, want: Wanted, ref: ArtifactRef) -> Problem:
     makers = catalog.producers_of(want.expected)
     how = f" Produce one with: nemotron steps run {makers[0]}" if makers else ""
     return Problem(
-        f"input '{want.name}': '{ref.text}' is neither an existing path nor an artifact (NAME:vN, NAME:latest).{how}"
+        f"input '{want.name}': '{ref.text}' is neither an existing path nor an artifact (NAME:vN, NAME:latest, NAME@ALIAS).{how}"
     )
 
 

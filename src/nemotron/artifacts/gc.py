@@ -1,7 +1,8 @@
-"""Garbage collection of the artifact store: the plan is computed in SQL (a window per name for the newest versions,
-a recursive query for their ancestors), summarised per name, and deleted in batches, each batch its own
-transaction, so an interrupted gc leaves a consistent store (files are removed after their batch commits: at worst
-an interruption leaves unreferenced files, never an index row without its files or an edge to a deleted row)."""
+"""Garbage collection of the artifact store: the plan is computed in SQL (a window per name for the newest versions
+and the aliased ones, a recursive query for their ancestors), summarised per name, and deleted in batches, each
+batch its own transaction, so an interrupted gc leaves a consistent store (files are removed after their batch
+commits: at worst an interruption leaves unreferenced files, never an index row without its files or an edge to a
+deleted row)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,15 @@ _PLAN = """
 INSERT INTO temp.gc_keep (id)
 WITH RECURSIVE
   newest(id) AS (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY name ORDER BY version DESC) AS rn
-                                 FROM artifacts) WHERE rn <= ?),
+                                 FROM artifacts) WHERE rn <= ? UNION SELECT artifact_id FROM aliases),
   kept(id) AS (SELECT id FROM newest UNION SELECT e.parent FROM edges e JOIN kept ON e.child = kept.id)
 SELECT id FROM kept
+"""
+# The aliased artifacts that only their alias keeps (older than the newest `keep` of their name): what the plan says.
+_BY_ALIAS = """
+SELECT al.name, a.version, al.alias FROM aliases al JOIN artifacts a ON a.id = al.artifact_id
+WHERE (SELECT COUNT(*) FROM artifacts b WHERE b.name = a.name AND b.version > a.version) >= ?
+ORDER BY al.name, a.version, al.alias
 """
 _BYTES = "(SELECT COALESCE(SUM(json_extract(f.value, '$.size')), 0) FROM json_each(a.files) f)"
 
@@ -63,6 +70,7 @@ class GcRun(AbstractContextManager["GcRun"]):
         c.execute(f"INSERT INTO temp.gc_gone SELECT a.id, a.name, a.version, {_BYTES} FROM artifacts a"
                   " WHERE a.id NOT IN (SELECT id FROM temp.gc_keep) AND a.id <= ?", (self.max_id,))  # fmt: skip
         c.execute("COMMIT")
+        self.by_alias: list[tuple[str, int, str]] = c.execute(_BY_ALIAS, (self.keep,)).fetchall()
         self.kept = int(c.execute("SELECT COUNT(*) FROM temp.gc_keep").fetchone()[0])
         self.gone, self.gone_bytes = (int(x) for x in c.execute(
             "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM temp.gc_gone").fetchone())  # fmt: skip
@@ -91,7 +99,8 @@ class GcRun(AbstractContextManager["GcRun"]):
 
     def delete(self, remove_files: Callable[[list[str]], None]) -> int:
         """Delete the plan batch by batch, each batch one transaction, then its files (`remove_files(paths)`).
-        An artifact registered since the plan keeps its ancestors. Returns how many artifacts were deleted."""
+        An artifact registered since the plan keeps its ancestors, and so does one an alias was pointed at since:
+        an alias never points at a deleted artifact. Returns how many artifacts were deleted."""
         c, last, done = self.conn, 0, 0
         while True:
             batch = c.execute("SELECT g.id, a.path FROM temp.gc_gone g JOIN artifacts a ON a.id = g.id WHERE g.id > ?"
@@ -104,8 +113,8 @@ class GcRun(AbstractContextManager["GcRun"]):
                 ids = [r[0] for r in batch]
                 marks = ",".join("?" * len(ids))
                 protected = {r[0] for r in c.execute(
-                    f"""WITH RECURSIVE p(id) AS (SELECT id FROM artifacts WHERE id > ? UNION
-                        SELECT e.parent FROM edges e JOIN p ON e.child = p.id) SELECT id FROM p WHERE id IN ({marks})""",
+                    f"""WITH RECURSIVE p(id) AS (SELECT id FROM artifacts WHERE id > ? UNION SELECT artifact_id FROM aliases
+                        UNION SELECT e.parent FROM edges e JOIN p ON e.child = p.id) SELECT id FROM p WHERE id IN ({marks})""",
                     [self.max_id, *ids])}  # fmt: skip
                 if protected:
                     batch = [r for r in batch if r[0] not in protected]
@@ -123,8 +132,9 @@ class GcRun(AbstractContextManager["GcRun"]):
 
 
 def gc_plan(store: ArtifactStore, keep: int) -> tuple[list[Artifact], list[Artifact]]:
-    """(kept, removable) as lists: the newest `keep` versions of every name are kept, and so is every ancestor of a
-    kept artifact, whatever its age; the rest can go. For tests and small stores; the CLI streams a GcRun."""
+    """(kept, removable) as lists: the newest `keep` versions of every name are kept, so is every artifact an alias
+    points at, and so is every ancestor of a kept artifact, whatever its age; the rest can go. For tests and small
+    stores; the CLI streams a GcRun."""
     with GcRun(store, keep) as run:
         gone = list(run.removable())
     gone_ids = {a.id for a in gone}

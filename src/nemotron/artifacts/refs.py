@@ -1,4 +1,5 @@
-"""Artifact references as users write them: `name:v3`, `name:latest`, `art://name:v3`, a path, or a hub id."""
+"""Artifact references as users write them: `name:v3`, `name:latest`, `name@best` (an alias), `art://name:v3`, a
+path, or a hub id."""
 
 from __future__ import annotations
 
@@ -11,8 +12,16 @@ from nemotron.errors import UserError
 from nemotron.paths import shipped_root
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]*"  # an artifact name: what `name:vN` references can reach
-_STORE_REF = re.compile(rf"^(?:art://)?(?P<name>{NAME_PATTERN}):(?P<version>latest|v\d+)$")
+# An alias is written NAME@ALIAS: `@` is in no artifact name, so the reference cannot be read as a name, a version
+# or a hub id; and since an alias may not look like a version (vN, latest), `name@x` and `name:x` never mean the
+# same artifact by accident.
+ALIAS_PATTERN = r"[A-Za-z][A-Za-z0-9_\-]*"
+_STORE_REF = re.compile(
+    rf"^(?:art://)?(?P<name>{NAME_PATTERN})(?::(?P<version>latest|v\d+)|@(?P<alias>[^@:/]+))$"
+)
 _NAME = re.compile(rf"^{NAME_PATTERN}$")
+_ALIAS = re.compile(rf"^{ALIAS_PATTERN}$")
+_VERSION_LIKE = re.compile(r"^(?:latest|v\d+)$", re.IGNORECASE)
 
 
 def check_artifact_name(name: str) -> str | None:
@@ -25,6 +34,19 @@ def check_artifact_name(name: str) -> str | None:
     return None
 
 
+def check_alias_name(alias: str) -> str | None:
+    """Why `alias` cannot be an alias (None if it can): letters, digits, `_` and `-`, starting with a letter, at
+    most 64 characters, and nothing a version is written as (`latest` is every name's implicit alias, `v3` a
+    version)."""
+    if _VERSION_LIKE.match(alias):
+        return f"'{alias}' is reserved: `latest` and vN name versions, not aliases"
+    if len(alias) > 64:
+        return f"alias '{alias[:40]}...' is longer than 64 characters"
+    if not _ALIAS.match(alias):
+        return f"'{alias}' is not an alias name (letters, digits, _ -, starting with a letter)"
+    return None
+
+
 _HUB_ID = re.compile(r"^(?:hf://)?[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
@@ -33,8 +55,13 @@ class ArtifactRef:
     kind: Literal["store", "path", "hub", "package"]
     text: str
     name: str = ""
-    version: str = ""  # "latest" or "vN"
+    version: str = ""  # which version of `name`: "latest", "vN", or "@ALIAS" (the one its alias points at)
     path: Path | None = None
+
+    @property
+    def alias(self) -> str:
+        """The alias a `NAME@ALIAS` reference goes through ("" for any other reference)."""
+        return self.version.removeprefix("@") if self.version.startswith("@") else ""
 
 
 def parse_ref(text: str, base_dir: Path | None = None) -> ArtifactRef:
@@ -51,10 +78,33 @@ def parse_ref(text: str, base_dir: Path | None = None) -> ArtifactRef:
     if candidate.exists():
         return ArtifactRef("path", text, path=candidate.resolve())
     m = _STORE_REF.match(text)
+    if m and m["alias"] is not None:
+        if m["alias"] == "latest":  # every name's implicit alias
+            return ArtifactRef("store", text, name=m["name"], version="latest")
+        if re.fullmatch(r"v\d+", m["alias"]):
+            raise UserError(f"bad artifact reference '{text}': a version is written {m['name']}:{m['alias']}")
+        why = check_alias_name(m["alias"])
+        if why is not None:
+            raise UserError(f"bad artifact reference '{text}': {why}")
+        return ArtifactRef("store", text, name=m["name"], version="@" + m["alias"])
     if m:
         return ArtifactRef("store", text, name=m["name"], version=m["version"])
     if text.startswith("art://"):
-        raise UserError(f"bad artifact reference '{text}': expected art://NAME:vN or art://NAME:latest")
+        raise UserError(
+            f"bad artifact reference '{text}': expected art://NAME:vN, art://NAME:latest or art://NAME@ALIAS"
+        )
     if _HUB_ID.match(text) and not text.startswith((".", "/")):
         return ArtifactRef("hub", text, name=text.removeprefix("hf://"))
     return ArtifactRef("path", text, path=candidate)
+
+
+def store_ref(text: str) -> ArtifactRef:
+    """A reference as the `artifacts` commands take it: NAME:vN, NAME:latest, NAME@ALIAS, art://..., or a bare NAME
+    for its latest version. Anything else (a path, a hub id) is refused."""
+    bare = ":" not in text and "@" not in text and not text.startswith("art://")
+    ref = parse_ref(f"{text}:latest" if bare else text)
+    if ref.kind != "store":
+        raise UserError(
+            f"'{text}' is not an artifact reference (NAME:vN, NAME:latest, NAME@ALIAS or art://NAME:vN)"
+        )
+    return ref

@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nemotron.errors import NotFound, did_you_mean, disk_full, disk_full_while
+from nemotron.errors import NotFound, UserError, did_you_mean, disk_full, disk_full_while
 from nemotron.paths import writable_dir
 
-SCHEMA_VERSION = 2  # PRAGMA user_version of a store with this schema
+SCHEMA_VERSION = 3  # PRAGMA user_version of a store with this schema
 # Each version's DDL, applied in order to bring an older store up to date in place (one transaction).
 MIGRATIONS: dict[int, str] = {}
 SCHEMA = """
@@ -49,6 +49,29 @@ CREATE INDEX IF NOT EXISTS artifacts_job ON artifacts(job_id);
 CREATE INDEX IF NOT EXISTS artifacts_created ON artifacts(created_at);
 CREATE INDEX IF NOT EXISTS artifacts_sha ON artifacts(sha256);
 CREATE INDEX IF NOT EXISTS edges_parent ON edges(parent);
+"""
+# 3: aliases (NAME@ALIAS -> one version of NAME) and every move of one, kept after its artifacts are gone (the
+# history names versions, not row ids, so it reads the same once gc removed an old target).
+MIGRATIONS[3] = """
+CREATE TABLE IF NOT EXISTS aliases (
+  name TEXT NOT NULL,
+  alias TEXT NOT NULL,
+  artifact_id INTEGER NOT NULL REFERENCES artifacts(id),
+  PRIMARY KEY (name, alias)
+);
+CREATE INDEX IF NOT EXISTS aliases_artifact ON aliases(artifact_id);
+CREATE INDEX IF NOT EXISTS aliases_alias ON aliases(alias);
+CREATE TABLE IF NOT EXISTS alias_history (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  alias TEXT NOT NULL,
+  from_version INTEGER,
+  to_version INTEGER,
+  at TEXT NOT NULL,
+  by_user TEXT NOT NULL,
+  host TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alias_history_name ON alias_history(name, alias, id);
 """
 
 
@@ -189,6 +212,12 @@ class ArtifactStore:
                 conn.close()
                 conn = sqlite3.connect(":memory:")
                 conn.executescript(schema_sql())
+            elif (
+                not write and not conn.execute("SELECT 1 FROM sqlite_master WHERE name='aliases'").fetchone()
+            ):
+                # A store older than aliases that this user cannot upgrade has none: empty tables of this
+                # connection's own (TEMP: nothing is written to the store) answer the queries that join them.
+                conn.executescript(MIGRATIONS[3].replace("CREATE TABLE", "CREATE TEMP TABLE"))
             yield conn
         finally:
             conn.close()
@@ -306,11 +335,22 @@ class ArtifactStore:
         ]
 
     def resolve(self, name: str, version: str = "latest") -> Artifact:
+        """The one lookup of a store reference (binding a step's input, every `artifacts` command): `version` is
+        "latest", "vN" or "@ALIAS" (ArtifactRef.version)."""
+        aliases: list[str] = []  # the name's aliases, for the error when the one asked for is not among them
         with self._connect() as conn:
             if version == "latest":
                 row = conn.execute(
                     f"SELECT {self._COLS} FROM artifacts WHERE name=? ORDER BY version DESC LIMIT 1", (name,)
                 ).fetchone()
+            elif version.startswith("@"):
+                cols = ", ".join("a." + c.strip() for c in self._COLS.split(","))
+                row = conn.execute(
+                    f"SELECT {cols} FROM aliases al JOIN artifacts a ON a.id = al.artifact_id"
+                    " WHERE al.name=? AND al.alias=?",
+                    (name, version[1:]),
+                ).fetchone()
+                aliases = [r[0] for r in conn.execute("SELECT alias FROM aliases WHERE name=?", (name,))]
             else:
                 row = conn.execute(
                     f"SELECT {self._COLS} FROM artifacts WHERE name=? AND version=?",
@@ -319,6 +359,11 @@ class ArtifactStore:
             if row:
                 return self._row(row)
             names = [r[0] for r in conn.execute("SELECT DISTINCT name FROM artifacts")]
+        if name in names and version.startswith("@"):
+            alias = version[1:]
+            near = did_you_mean(alias, aliases) or (f" (its aliases: {', '.join(sorted(aliases))})" if aliases else
+                                                    f" (it has none; set one with: nemotron artifacts alias {name}:vN {alias})")  # fmt: skip
+            raise NotFound(f"artifact '{name}' has no alias '{alias}'{near}")
         if name in names:
             raise NotFound(
                 f"artifact '{name}' has no version {version}",
@@ -344,20 +389,21 @@ class ArtifactStore:
 
     @staticmethod
     def _filters(
-        name: str | None, type_: str | None, step: str | None, since: str | None
+        name: str | None, type_: str | None, step: str | None, since: str | None, alias: str | None = None
     ) -> tuple[str, list[str]]:
         where, args = ["1=1"], list[str]()
         for sql, value in (("name=?", name), ("type=?", type_), ("json_extract(metadata, '$.step')=?", step),
-                           ("created_at>=?", since)):  # fmt: skip
+                           ("created_at>=?", since),
+                           ("id IN (SELECT artifact_id FROM aliases WHERE alias=?)", alias)):  # fmt: skip
             if value:
                 where, args = [*where, sql], [*args, value]
         return " AND ".join(where), args
 
     def newest(self, limit: int | None, name: str | None = None, type_: str | None = None, step: str | None = None,
-               since: str | None = None) -> Iterator[Artifact]:  # fmt: skip
+               since: str | None = None, alias: str | None = None) -> Iterator[Artifact]:  # fmt: skip
         """Artifacts newest first (by id: registration order), filtered in SQL on indexed columns, at most `limit`
         (None: all), streamed row by row: a page costs a page, not the history."""
-        cond, args = self._filters(name, type_, step, since)
+        cond, args = self._filters(name, type_, step, since, alias)
         sql = f"SELECT {self._COLS} FROM artifacts WHERE {cond} ORDER BY id DESC"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
@@ -366,8 +412,8 @@ class ArtifactStore:
                 yield self._row(row)
 
     def count(self, name: str | None = None, type_: str | None = None, step: str | None = None,
-              since: str | None = None) -> int:  # fmt: skip
-        cond, args = self._filters(name, type_, step, since)
+              since: str | None = None, alias: str | None = None) -> int:  # fmt: skip
+        cond, args = self._filters(name, type_, step, since, alias)
         with self._connect() as conn:
             return int(conn.execute(f"SELECT COUNT(*) FROM artifacts WHERE {cond}", args).fetchone()[0])
 
@@ -442,13 +488,23 @@ class ArtifactStore:
         return seen
 
     def delete(self, artifact_ids: Sequence[int]) -> None:
-        """Drop index rows (and their edges) in one transaction. Files are the caller's business."""
+        """Drop index rows (and their edges) in one transaction. Files are the caller's business. An artifact an
+        alias points at is refused (exit 2, naming the alias): an alias never points at a deleted artifact."""
         if not artifact_ids:
             return
         marks = ",".join("?" * len(artifact_ids))
         with self._connect(write=True) as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
+                held = conn.execute(
+                    f"SELECT al.name, al.alias, a.version FROM aliases al JOIN artifacts a ON a.id = al.artifact_id"
+                    f" WHERE al.artifact_id IN ({marks}) ORDER BY al.name, al.alias",
+                    list(artifact_ids),
+                ).fetchall()
+                if held:
+                    name, alias, version = held[0]
+                    raise UserError(f"cannot delete {name}:v{version}: alias {name}@{alias} points at it (move it"
+                                    f" or remove it first: nemotron artifacts unalias {name}@{alias})")  # fmt: skip
                 conn.execute(
                     f"DELETE FROM edges WHERE child IN ({marks}) OR parent IN ({marks})",
                     [*artifact_ids, *artifact_ids],

@@ -1,9 +1,11 @@
-"""`nemotron artifacts ls | show | lineage | compare | verify | gc`."""
+"""`nemotron artifacts ls | show | lineage | compare | verify | gc | alias | unalias`."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from nemotron.artifacts.refs import parse_ref
+from nemotron.artifacts.refs import store_ref
 from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash
 from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
@@ -28,9 +30,8 @@ def _store() -> ArtifactStore:
 
 
 def _resolve(store: ArtifactStore, ref: str) -> Artifact:
-    r = parse_ref(ref if ":" in ref or ref.startswith("art://") else f"{ref}:latest")
-    if r.kind != "store":
-        raise UserError(f"'{ref}' is not an artifact reference (NAME:vN, NAME:latest or art://NAME:vN)")
+    """Every command's reference: NAME:vN, NAME:latest, NAME@ALIAS, art://..., or a bare NAME (its latest)."""
+    r = store_ref(ref)
     return store.resolve(r.name, r.version)
 
 
@@ -61,6 +62,9 @@ def ls(
     since: Annotated[
         str | None, typer.Option(help="only artifacts registered since: 2026-11-01, 12h, 7d")
     ] = None,
+    alias: Annotated[
+        str | None, typer.Option(help="only the artifacts this alias points at (one per name)")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, help="newest N")] = 50,
     all_: Annotated[bool, typer.Option("--all", help="every match, not the newest --limit")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="a JSON array, written as it is read")] = False,
@@ -71,14 +75,14 @@ def ls(
 
     from nemotron.cli.listing import more_note, parse_since
 
-    filters = {"name": name_opt or name, "type_": type_, "step": step,
+    filters = {"name": name_opt or name, "type_": type_, "step": step, "alias": alias,
                "since": parse_since(since, datetime.now(UTC)) if since else None}  # fmt: skip
     store = _store()
-    page = store.newest(None if all_ else limit, **filters)
+    page = _with_aliases(store, store.newest(None if all_ else limit, **filters))
     if as_json or as_jsonl:
         shown = 0
-        for a in page:
-            row = json.dumps({k: v for k, v in _as_dict(a).items() if k != "files"})
+        for a, names in page:
+            row = json.dumps({**{k: v for k, v in _as_dict(a).items() if k != "files"}, "aliases": names})
             sys.stdout.write(f"{row}\n" if as_jsonl else ("[\n  " if shown == 0 else ",\n  ") + row)
             shown += 1
         if as_json:
@@ -86,11 +90,16 @@ def ls(
     else:
         headers = ["ref", "type", "step", "job", "sha256", "created"]
         cells = [[a.ref, a.type, str(a.metadata.get("step") or ""), a.job_id or "(external)", a.sha256[:12],
-                  a.created_at.replace("T", " ").removesuffix("+00:00")] for a in page]  # fmt: skip
+                  a.created_at.replace("T", " ").removesuffix("+00:00"), " ".join("@" + n for n in names)]
+                 for a, names in page]  # fmt: skip
+        if any(c[-1] for c in cells):  # a column only where the page has an alias: most stores have none
+            headers.append("aliases")
+        else:
+            cells = [c[:-1] for c in cells]
         shown = len(cells)
         if shown > TABLE_ROWS:
             print_columns(
-                out, f"artifacts in {artifacts_dir()}", headers, cells, ["bold", "", "", "", "", ""]
+                out, f"artifacts in {artifacts_dir()}", headers, cells, ["bold"] + [""] * (len(headers) - 1)
             )
         else:
             table = Table(title=f"artifacts in {artifacts_dir()}", title_justify="left")
@@ -105,19 +114,48 @@ def ls(
         more_note(store.count(**filters) - limit, "artifacts")
 
 
-@app.command("show", epilog=epilog("nemotron artifacts show tiny_sft_policy:v1"))
+def _with_aliases(store: ArtifactStore, arts: Iterator[Artifact]) -> Iterator[tuple[Artifact, list[str]]]:
+    """Each artifact with the aliases pointing at it, looked up 500 at a time: `ls --all --json` stays a stream."""
+    from nemotron.artifacts.aliases import aliases_of
+
+    while chunk := list(itertools.islice(arts, 500)):
+        found = aliases_of(store, [a.id for a in chunk])
+        yield from ((a, found.get(a.id, [])) for a in chunk)
+
+
+@app.command(
+    "show",
+    short_help="One artifact: hash, files, job, inputs, aliases.",
+    epilog=epilog("nemotron artifacts show tiny_sft_policy:v1"),
+)
 def show(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """One artifact: type, hash, files, producing job, inputs."""
+    """One artifact: type, hash, files, producing job, inputs, its aliases and their history (every move of an
+    alias that points at it, and of one that pointed at it before; newest first, at most 20)."""
+    from nemotron.artifacts.aliases import aliases_of, history_of
+
     store = _store()
     a = _resolve(store, ref)
     info = {**_as_dict(a), "inputs": {n: p.ref for n, p in store.parents(a.id)}}
+    aliases = aliases_of(store, [a.id]).get(a.id, [])
+    moves, more = history_of(store, a)
     if as_json:
-        print(json.dumps(info, indent=2))
+        history = [{"alias": m.ref, "from": None if m.from_version is None else f"{a.name}:v{m.from_version}",
+                    "to": None if m.to_version is None else f"{a.name}:v{m.to_version}", "at": m.at,
+                    "by": m.by_user, "host": m.host} for m in moves]  # fmt: skip
+        print(json.dumps({**info, "aliases": aliases, "alias_history": history}, indent=2))
         return
     for k, v in info.items():
         if k != "files":
             out.print(f"[bold]{k}[/]: {v}")
     out.print(f"[bold]files[/]: {len(a.files)} ({sum(int(f['size']) for f in a.files)} bytes)")
+    out.print(f"[bold]aliases[/]: {escape(', '.join(aliases)) if aliases else '(none)'}")
+    if moves:
+        out.print("[bold]alias history[/] (newest first):")
+        for m in moves:
+            when = m.at.replace("T", " ").removesuffix("+00:00")
+            out.print(f"  {when}  {m.describe()}  by {m.by_user} on {m.host}", markup=False, highlight=False)
+        if more:
+            out.print(f"  ... and {more} older moves", markup=False)
 
 
 def _node(a: Artifact, depth: int) -> dict[str, Any]:
@@ -205,7 +243,7 @@ def lineage(
     epilog=epilog("nemotron artifacts compare tiny_eval_report:v1 tiny_eval_report:v2 --plot rewards.png"),
 )
 def compare(
-    refs: Annotated[list[str], typer.Argument(help="eval_report artifacts (NAME:vN, NAME:latest, art://NAME:vN); the first is the reference")],
+    refs: Annotated[list[str], typer.Argument(help="eval_report artifacts (NAME:vN, NAME:latest, NAME@ALIAS, art://NAME:vN); the first is the reference")],
     as_json: Annotated[bool, typer.Option("--json", help="the whole comparison as JSON (keys: docs/evaluation.md)")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", metavar="FILE", help="also draw each report's per-prompt scores into FILE (.png, .svg, .pdf)")] = None,
     plot_metric: Annotated[str | None, typer.Option(help="the per-prompt score --plot draws (default: reward_model, else task_score, ...)")] = None,
@@ -277,7 +315,8 @@ def gc(
     yes: Annotated[bool, typer.Option("--yes", help="really delete; without it gc only reports")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="one line per removable artifact")] = False,
 ) -> None:
-    """Remove old, unreferenced artifact versions. A dry run unless --yes; never removes an ancestor of a kept one.
+    """Remove old, unreferenced artifact versions. A dry run unless --yes; never removes an artifact an alias points
+    at, nor an ancestor of a kept one.
     Reports per name (versions, bytes); deletes in batches, each its own transaction, so Ctrl-C leaves a
     consistent store (run gc again to finish)."""
     from nemotron.artifacts.gc import GcRun, remove_owned
@@ -306,6 +345,12 @@ def gc(
                 out.print(f"{doing} {what}, {_size(n.bytes)}", markup=False, highlight=False)
             if more:
                 out.print(f"... and {more} more names (--verbose lists every artifact)", markup=False)
+        for name, version, alias in run.by_alias[:50]:
+            out.print(
+                f"keeping {name}:v{version}: alias {name}@{alias} points at it", markup=False, highlight=False
+            )
+        if len(run.by_alias) > 50:
+            out.print(f"... and {len(run.by_alias) - 50} more artifacts kept by an alias", markup=False)
         summary = f"{run.kept} kept, {run.gone} {'removed' if yes else 'removable'} ({_size(run.gone_bytes)})"
         if not yes:
             out.print(summary + (" — run with --yes to remove" if run.gone else ""), markup=False)
@@ -320,7 +365,7 @@ def gc(
     out.print(
         summary
         if done == run.gone
-        else f"{run.kept} kept, {done} removed ({run.gone - done} kept: an artifact registered meanwhile uses them)",
+        else f"{run.kept} kept, {done} removed ({run.gone - done} kept: an artifact registered or aliased meanwhile uses them)",
         markup=False,
     )
 
@@ -334,3 +379,67 @@ def _size(n: int) -> str:
     else:
         unit = "TB"
     return f"{n} B" if n < 1024 else f"{size:.1f} {unit}"
+
+
+@app.command(
+    "alias",
+    short_help="Set or move NAME@ALIAS to an artifact (recorded).",
+    epilog=epilog("nemotron artifacts alias tiny_sft_policy:v2 best"),
+)
+def alias(
+    ref: Annotated[
+        str,
+        typer.Argument(
+            metavar="REF", help="the artifact: NAME:vN, NAME:latest, NAME@OTHER_ALIAS or art://..."
+        ),
+    ],
+    name: Annotated[str, typer.Argument(metavar="ALIAS", help="letters, digits, _ -; not latest nor vN")],
+    as_json: Annotated[bool, typer.Option("--json", help="the move as JSON")] = False,
+) -> None:
+    """Point the alias ALIAS of the artifact's name at it: set it, or move it from the version it pointed at.
+    Inputs then take NAME@ALIAS wherever they take NAME:vN. Each move is recorded (from, to, when, by whom:
+    `artifacts show NAME@ALIAS`); gc keeps every artifact an alias points at."""
+    from nemotron.artifacts.aliases import move_alias
+    from nemotron.artifacts.refs import check_alias_name
+
+    why = check_alias_name(name)  # before the store is read: a bad name is refused whatever the reference
+    if why is not None:
+        raise UserError(f"cannot set alias: {why}")
+    store = _store()
+    target = _resolve(store, ref)
+    move = move_alias(store, target, name)
+    to = f"{target.name}@{name}"
+    if as_json:
+        was = None if move is None or move.from_version is None else f"{target.name}:v{move.from_version}"
+        print(json.dumps({"alias": to, "to": target.ref, "moved": move is not None,
+                          "from": target.ref if move is None else was}))  # fmt: skip
+    elif move is None:
+        out.print(f"{to} already points at {target.ref}", markup=False, highlight=False)
+    elif move.from_version is None:
+        out.print(f"{to} -> {target.ref} (new alias)", markup=False, highlight=False)
+    else:
+        out.print(f"{to} -> {target.ref} (moved from v{move.from_version})", markup=False, highlight=False)
+
+
+@app.command(
+    "unalias",
+    short_help="Remove an alias (recorded in its history).",
+    epilog=epilog("nemotron artifacts unalias tiny_sft_policy@best"),
+)
+def unalias(
+    ref: Annotated[str, typer.Argument(metavar="NAME@ALIAS", help="the alias to remove")],
+    as_json: Annotated[bool, typer.Option("--json", help="the removal as JSON")] = False,
+) -> None:
+    """Remove the alias NAME@ALIAS; the artifact it pointed at stays, and gc may remove it once nothing else keeps
+    it. The removal is the alias's last recorded move."""
+    from nemotron.artifacts.aliases import remove_alias
+
+    name, at, alias_name = ref.removeprefix("art://").partition("@")
+    if not at or not name or not alias_name:
+        raise UserError(f"unalias takes NAME@ALIAS, got '{ref}'")
+    move = remove_alias(_store(), name, alias_name)
+    was = f"{name}:v{move.from_version}"
+    if as_json:
+        print(json.dumps({"alias": move.ref, "removed": True, "from": was}))
+    else:
+        out.print(f"removed {move.ref} (it pointed at {was})", markup=False, highlight=False)
