@@ -1,5 +1,6 @@
 """`nemotron steps run ... -b/-r local_slurm` on the real local cluster: batch and attached runs, cancelling (jobs
-cancel and Ctrl-C), the heterogeneous reward-server job, and the tiny REINFORCE run with its artifact lineage."""
+cancel and Ctrl-C), the heterogeneous reward-server job, the tiny REINFORCE run with its artifact lineage, and the tiny
+eval/policy run with its report's."""
 
 from __future__ import annotations
 
@@ -256,3 +257,22 @@ def test_tiny_reinforce_runs_on_slurm_and_registers_the_policy_with_lineage(
     root, inputs = lineage_of(env, "tiny_reinforce_policy:latest")
     assert root["job_id"] == job_id and root["step"] == "rl/reinforce"
     assert set(inputs) == {"prompts", "policy", "reward_model"}
+
+
+def test_tiny_eval_runs_on_slurm_and_registers_its_report_with_lineage(
+    env: dict[str, str], home: Path, slurm_cluster: Any
+) -> None:
+    """eval/policy as a Slurm batch job: the SFT policy against itself with the tiny reward model as the judge
+    wins exactly half, and the report's lineage names every input it read."""
+    args = ("eval/policy", "-c", "tiny", "judge.kind=reward_model", "inputs.judge=pkg://tiny/reward_model")
+    job_id, slurm_id = submit(env, home, *args)
+    assert slurm_cluster.final_state(slurm_id, timeout_s=600) == "COMPLETED", nemotron(
+        env, "jobs", "logs", job_id
+    ).stdout[-3000:]
+    assert json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"] == "succeeded"
+    root, inputs = lineage_of(env, "tiny_eval_report:latest")
+    assert root["job_id"] == job_id and root["step"] == "eval/policy" and root["type"] == "eval_report"
+    assert set(inputs) == {"policy", "prompts", "baseline", "reward_model", "judge"}
+    shown = json.loads(nemotron(env, "artifacts", "show", root["ref"], "--json").stdout)
+    summary = json.loads((Path(shown["path"]) / "summary.json").read_text())
+    assert summary["metrics"]["win_rate"] == {"mean": 0.5, "low": 0.5, "high": 0.5, "n": 16}
