@@ -114,7 +114,9 @@ def render(record: dict[str, Any]) -> str:
         "The pipeline's verdict, its last table: `eval/policy` on each policy, on the 64 held-out validation "
         "prompts, greedy. `win_rate` is against the SFT policy with the tiny reward model as the judge (SFT "
         "against itself is 0.5 exactly), `reward_model` the same model's score, `task_score` and "
-        "`task_well_formed` the task's ground truth; each a mean with its bootstrap 95% interval:"
+        "`task_well_formed` the task's ground truth; each a mean with its bootstrap 95% interval, and Δ the difference "
+        "from SFT over the same prompts (`nemotron artifacts compare`'s paired bootstrap), higher or lower when its "
+        "95% interval excludes 0:"
     )
     return f"{note}\n\n{table(record['steps'])}\n\n{verdict}\n\n{verdict_table(record['verdict'])}\n"
 
