@@ -91,6 +91,9 @@ CASES = [
     ("slurm_rlhf", "rm/serve", "default", ("backend=nemo_aligner",)),
     # eval/policy on NeMo-RL's own eval entry: the prompts prepared in the job dir, then run_eval.py on the Ray head
     ("slurm_rlhf", "eval/policy", "nemo_rl", ("inputs.policy=/models/policy", f"inputs.prompts={MATH}")),
+    # eval/policy on the built-in engine: torchrun ranks sharing the prompt batches, on Slurm and on Lepton
+    ("local_slurm", "eval/policy", "default", ("inputs.policy=/models/policy", f"inputs.prompts={MATH}")),
+    ("lepton_rl", "eval/policy", "default", ("inputs.policy=/models/policy", f"inputs.prompts={MATH}")),
 ]
 # node counts beyond the shipped templates (slurm_rlhf and lepton_rl have 2 and 1 nodes)
 PROFILES = """
