@@ -9,7 +9,6 @@ from typing import Any
 from nemotron.catalog import Catalog
 from nemotron.paths import bundled_root
 
-
 # Steps whose tiny preset cannot run on a CPU machine: NeMo's converters need the NeMo container on Slurm, and the
 # tiny policy is GPT-2, a family they do not convert. Their tiny preset is refused here (checked below).
 NOT_ON_THIS_MACHINE = {"convert/hf_to_nemo", "convert/nemo_to_hf"}
