@@ -18,7 +18,7 @@ from nemotron.devices import DevicePlan
 from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.models.tokenizer import encode_prompt
 from nemotron.rl import distributed
-from nemotron.rl.experience import sampling_params
+from nemotron.rl.experience import SamplingKeys, sampling_params
 from nemotron.rl.generation_backends import TorchBackend
 from nemotron.rl.prompts import fit_prompts, model_positions
 from nemotron.rl.rollout import Rollout, SamplingParams
@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from nemotron.data.records import PromptRecord
 
 
-class AnswerKeys(Protocol):
-    """eval/policy's `generation` group as this module reads it (its schema lives with the step)."""
+class AnswerKeys(SamplingKeys, Protocol):
+    """eval/policy's `generation` group as this module reads it (its schema lives with the step): the sampling
+    keys every generation group has, and the engine, greedy and the batch."""
 
     @property
     def backend(self) -> str: ...
@@ -38,14 +39,6 @@ class AnswerKeys(Protocol):
     def vllm_max_model_len(self) -> int: ...
     @property
     def greedy(self) -> bool: ...
-    @property
-    def temperature(self) -> float: ...
-    @property
-    def top_k(self) -> int: ...
-    @property
-    def top_p(self) -> float: ...
-    @property
-    def max_new_tokens(self) -> int: ...
     @property
     def batch_size(self) -> int: ...
 

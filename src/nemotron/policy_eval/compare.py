@@ -25,21 +25,9 @@ from typing import Any, Literal
 
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.errors import UserError
-from nemotron.policy_eval.report import FORMAT
+from nemotron.policy_eval.report import FORMAT, METRICS
 from nemotron.policy_eval.stats import Interval, bootstrap_interval, unpaired_difference_interval
 
-# The order eval/policy lists its metrics in (its step's METRICS); a metric not named here follows, by name.
-METRIC_ORDER = (
-    "reward_model",
-    "baseline_reward_model",
-    "task_score",
-    "task_well_formed",
-    "math_correct",
-    "math_parsed",
-    "win_rate",
-    "response_length",
-    "truncated",
-)
 # What --plot draws when not told: the first of these every report has.
 PLOT_PREFERENCE = ("reward_model", "task_score", "math_correct", "win_rate")
 # Config keys left out of the diff. Output names differ whenever runs are named apart, and an eval job's
@@ -294,7 +282,7 @@ def difference(
 
 def metric_names(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     names = {name for s in summaries for name in s.get("metrics", {})}
-    known = [m for m in METRIC_ORDER if m in names]
+    known = [m for m in METRICS if m in names]
     return known + sorted(names - set(known))
 
 

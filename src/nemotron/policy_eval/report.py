@@ -14,6 +14,19 @@ from typing import Any
 from nemotron.policy_eval.stats import bootstrap_interval, corpus_distinct_n
 
 FORMAT = 1  # bump when the layout below changes, so a reader can tell reports apart
+# The per-prompt metrics eval/policy may write, in the order its summary and `artifacts compare` list them
+# (distinct_N follow, one per scorers.distinct_n).
+METRICS = (
+    "reward_model",
+    "baseline_reward_model",
+    "task_score",
+    "task_well_formed",
+    "math_correct",
+    "math_parsed",
+    "win_rate",
+    "response_length",
+    "truncated",
+)
 
 
 def summarise(

@@ -20,7 +20,7 @@ from nemotron.data.records import PromptRecord, prompt_text
 from nemotron.devices import DevicePlan
 from nemotron.errors import UserError
 from nemotron.policy_eval.answers import Answers, generate
-from nemotron.policy_eval.report import corpus_metrics, summarise, write_report
+from nemotron.policy_eval.report import METRICS, corpus_metrics, summarise, write_report
 from nemotron.policy_eval.stats import distinct_n, pairwise_win, preference_from_scores
 from nemotron.rl import distributed
 from nemotron.runtime import StepRun, required
@@ -230,19 +230,6 @@ def score_rows(
         for row, value in zip(rows, wins, strict=True):
             row["win_rate"] = value
     return rows, judge_stats
-
-
-METRICS = (
-    "reward_model",
-    "baseline_reward_model",
-    "task_score",
-    "task_well_formed",
-    "math_correct",
-    "math_parsed",
-    "win_rate",
-    "response_length",
-    "truncated",
-)
 
 
 def main() -> None:
