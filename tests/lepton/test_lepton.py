@@ -148,3 +148,24 @@ def test_a_server_step_on_several_lepton_nodes_is_refused(home: Path, tmp_path: 
         run_cli("steps", "run", "rm/serve", "-c", "tiny", "-b", "lepton_rl", "--dry-run", cwd=tmp_path).code
         == 0
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "instead"),
+    [
+        (("rl/ppo", "-c", "default", "backend=nemo_aligner"), "use a Slurm profile, or backend=nemo_rl / builtin"),
+        (
+            ("convert/hf_to_nemo", "-c", "default", "inputs.checkpoint=/models/llama", "convert.family=llama",
+             "convert.llama31=false"),
+            "use a Slurm profile: convert/hf_to_nemo runs on Slurm only",
+        ),
+    ],
+)  # fmt: skip
+def test_a_slurm_only_job_on_lepton_says_what_runs_instead(
+    args: tuple[str, ...], instead: str, home: Path, run_cli: Any
+) -> None:
+    """A heterogeneous Slurm job is refused on Lepton with the way out its engine has: another backend for
+    NeMo-Aligner's steps, none for NeMo's converters."""
+    r = run_cli("steps", "run", *args, "-b", "lepton_rl", "--dry-run")
+    assert r.code == 2 and "which Lepton cannot place" in r.err and instead in r.err, r.err[-2000:]
+    assert "Traceback" not in r.err

@@ -83,6 +83,8 @@ class HetJob:
     finalize: str = ""
     # why the job cannot run on this machine's local executor, and what to do instead
     local_hint: str = "on this machine use backend=builtin"
+    # the backends that run the step off Slurm (on Lepton); "" when there is none
+    elsewhere: str = "backend=nemo_rl / builtin"
 
 
 Launch = StepProcess | RayDriver | HetJob

@@ -183,4 +183,5 @@ class NemoConvertEngine:
                 f"{job.step_id} has no CPU path: NeMo's converters need NeMo, Megatron-Core and Transformer "
                 "Engine, which only the NeMo container has"
             ),
+            elsewhere="",
         )

@@ -97,10 +97,13 @@ def _profile(job: Job) -> LeptonProfile:
     return job.profile
 
 
-def _no_hetjob(job: Job) -> UserError:
+def _no_hetjob(job: Job, launch: HetJob) -> UserError:
+    instead = (
+        f", or {launch.elsewhere} on Lepton" if launch.elsewhere else f": {job.step_id} runs on Slurm only"
+    )
     return UserError(
         f"backend={job.config.get('backend')} runs as a heterogeneous Slurm job, which Lepton cannot place: use a "
-        "Slurm profile, or backend=nemo_rl / builtin on Lepton"
+        f"Slurm profile{instead}"
     )
 
 
@@ -329,7 +332,7 @@ class LeptonExecutor(SchedulerJobs):
         if isinstance(launch, StepProcess):
             return render_text(self.plan(job))
         if isinstance(launch, HetJob):
-            raise _no_hetjob(job)
+            raise _no_hetjob(job, launch)
         return ray_lepton.render_text(ray_lepton.plan_for(job, where, launch))
 
     def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
@@ -337,7 +340,7 @@ class LeptonExecutor(SchedulerJobs):
             plan = self.plan(job)
             return remote.submit_remote(job, job_dir, lambda: submit_job(job, job_dir, plan), self.record)
         if isinstance(launch, HetJob):
-            raise _no_hetjob(job)
+            raise _no_hetjob(job, launch)
         ray = ray_lepton.plan_for(job, where, launch)
         return remote.submit_remote(
             job, job_dir, lambda: ray_lepton.submit(job, job_dir, ray, launch), self.record
