@@ -48,9 +48,13 @@ def test_the_cuda_pipeline_trains_every_step_on_cuda(tmp_path: Path) -> None:
     assert [(s.id, s.step, s.inputs) for s in pipe.steps] == [
         (s.id, s.step, s.inputs) for s in original.steps
     ]
-    assert pipe.pipeline.report == original.pipeline.report
-    for step in pipe.steps:
-        assert step.overrides == ([] if step.step.startswith("data/") else CUDA), step
+    assert (
+        pipe.pipeline.report == original.pipeline.report
+        and pipe.pipeline.compare == original.pipeline.compare
+    )
+    for step, before in zip(pipe.steps, original.steps, strict=True):
+        # each step's own overrides (the eval stages' judge and prompts), then CUDA's
+        assert step.overrides == [*before.overrides, *([] if step.step.startswith("data/") else CUDA)], step
 
 
 @no_gpu

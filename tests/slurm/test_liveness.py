@@ -67,10 +67,13 @@ def nemotron(env: dict[str, str], *args: str, timeout: float = 240) -> subproces
     )
 
 
-def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+def wait_for(predicate: Any, timeout_s: float, what: str, detail: Any = None) -> None:
+    """Until `predicate()`; past `timeout_s` fail, with `detail()` (the cluster and the job's log) when given."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s" + (
+            f"\n{detail()}" if detail else ""
+        )
         time.sleep(0.5)
 
 
@@ -108,12 +111,22 @@ def cleanup() -> Iterator[list[str]]:
         subprocess.run(["scancel", slurm_id], capture_output=True)
 
 
-def _submit(env: dict[str, str], home: Path, profile: str, *args: str) -> tuple[str, str]:
+def _submit(env: dict[str, str], home: Path, cluster: Any, profile: str, *args: str) -> tuple[str, str]:
+    """Submit and wait for the allocation: the tests' deadlines start once the job runs (a job the test before
+    left completing can hold both nodes for a minute)."""
     done = nemotron(env, "steps", "run", *args, "-b", profile)
     assert done.returncode == 0, done.stderr[-4000:]
     job_id = done.stdout.strip().splitlines()[-1]
     status = json.loads((home / "jobs" / job_id / "status.json").read_text())
-    return job_id, str(status["remote_id"])
+    slurm_id = str(status["remote_id"])
+    try:
+        cluster.wait_running(slurm_id)
+    except AssertionError:
+        subprocess.run(
+            ["scancel", slurm_id], capture_output=True
+        )  # the cluster is shared: leave nothing queued
+        raise
+    return job_id, slurm_id
 
 
 def _logs(home: Path, job_id: str) -> str:
@@ -163,13 +176,18 @@ def _check_failed_in_bound(
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
 def test_nemo_rl_on_ray_fails_within_the_bound_when_node2_dies_or_hangs(
-    env: dict[str, str], home: Path, sig: signal.Signals, cleanup: list[str]
+    env: dict[str, str], home: Path, sig: signal.Signals, cleanup: list[str], slurm_cluster: Any
 ) -> None:
     job_id, slurm_id = _submit(
-        env, home, "ray2_slow", "rl/rlhf", "-c", "tiny", "backend=nemo_rl", "eval.task=null"
+        env, home, slurm_cluster, "ray2_slow", "rl/rlhf", "-c", "tiny", "backend=nemo_rl", "eval.task=null"
     )
     cleanup.append(slurm_id)
-    wait_for(lambda: "alive Ray nodes" in _logs(home, job_id), 150, "the driver to start")
+    wait_for(
+        lambda: "alive Ray nodes" in _logs(home, job_id),
+        150,
+        "the driver to start",
+        lambda: f"{slurm_cluster.describe(slurm_id)}\n{_logs(home, job_id)[-3000:]}",
+    )
     wait_for(lambda: processes_on(slurm_id, "node2"), 30, "the job's processes on node2")
     broke_at = time.time()
     signal_all(processes_on(slurm_id, "node2"), sig)
@@ -178,13 +196,18 @@ def test_nemo_rl_on_ray_fails_within_the_bound_when_node2_dies_or_hangs(
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
 def test_builtin_torchrun_across_two_nodes_fails_within_the_bound_when_node2_dies_or_hangs(
-    env: dict[str, str], home: Path, sig: signal.Signals, cleanup: list[str]
+    env: dict[str, str], home: Path, sig: signal.Signals, cleanup: list[str], slurm_cluster: Any
 ) -> None:
     job_id, slurm_id = _submit(
-        env, home, "watched", "test/ranks", "-c", "tiny", "rounds=100000", "sleep_s=0.2"
+        env, home, slurm_cluster, "watched", "test/ranks", "-c", "tiny", "rounds=100000", "sleep_s=0.2"
     )
     cleanup.append(slurm_id)
-    wait_for(lambda: "2 ranks agree" in _logs(home, job_id), 150, "both ranks to run")
+    wait_for(
+        lambda: "2 ranks agree" in _logs(home, job_id),
+        150,
+        "both ranks to run",
+        lambda: f"{slurm_cluster.describe(slurm_id)}\n{_logs(home, job_id)[-3000:]}",
+    )
     broke_at = time.time()
     signal_all(processes_on(slurm_id, "node2"), sig)
     # killed, rank 0's collective may fail by itself first (gloo sees the closed socket); frozen, it waits
@@ -193,15 +216,20 @@ def test_builtin_torchrun_across_two_nodes_fails_within_the_bound_when_node2_die
 
 
 def test_a_hetjob_fails_within_the_bound_when_node2_hangs(
-    env: dict[str, str], home: Path, cleanup: list[str]
+    env: dict[str, str], home: Path, cleanup: list[str], slurm_cluster: Any
 ) -> None:
     """The step beside its reward server (group 0 on node1, group 1 on node2): each group's nodes beat, and the
     watchdog cancels the steps of both groups. The step stalls at step 2 so that only the watchdog can end it."""
     env = {**env, "NEMOTRON_FAULT": "stall@2", "NEMOTRON_FAULT_STALL_S": "300"}
     args = ["rl/reinforce", "-c", "tiny", "trainer.max_steps=4", "eval.num_prompts=0"]
-    job_id, slurm_id = _submit(env, home, "watched_hetjob", *args)
+    job_id, slurm_id = _submit(env, home, slurm_cluster, "watched_hetjob", *args)
     cleanup.append(slurm_id)
-    wait_for(lambda: "stalling at step 2" in _logs(home, job_id), 180, "the step to reach step 2")
+    wait_for(
+        lambda: "stalling at step 2" in _logs(home, job_id),
+        180,
+        "the step to reach step 2",
+        lambda: f"{slurm_cluster.describe(slurm_id)}\n{_logs(home, job_id)[-3000:]}",
+    )
     broke_at = time.time()
     signal_all(processes_on(slurm_id, "node2"), signal.SIGSTOP)
     _check_failed_in_bound(env, home, job_id, slurm_id, broke_at)
