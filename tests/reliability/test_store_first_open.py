@@ -22,7 +22,10 @@ from pathlib import Path
 from nemotron.artifacts.store import ArtifactStore
 root, src, go = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 (go.parent / f"ready{sys.argv[4]}").touch()
+given_up = time.monotonic() + 300  # a test killed before the release must not leave 16 processes spinning
 while not go.exists():
+    if time.monotonic() > given_up:
+        sys.exit("never released")
     time.sleep(0.001)
 ArtifactStore(root).register_external("prompt_jsonl", src)
 ArtifactStore(root).register([("w" + sys.argv[4], "prompt_jsonl", src, {})], None)
