@@ -135,6 +135,17 @@ def existing_outputs(job: Job, store: ArtifactStore) -> dict[str, Artifact] | No
     return found
 
 
+def bound_overrides(s: PipelineStep, catalog: Catalog, upstream: Callable[[str, str], str]) -> list[str]:
+    """The step's own overrides, then each input bound to what `upstream(step id, output name)` gives for its
+    source: a registered artifact's ref when the pipeline runs, a planned path in a dry run."""
+    keys = {c.name: c.config_key for c in catalog.get(s.step).manifest.consumes}
+    overrides = list(s.overrides)
+    for inp, src in s.inputs.items():
+        up, _, out = src.partition(".")
+        overrides.append(f"{keys[inp]}={upstream(up, out)}")
+    return overrides
+
+
 def run_pipeline(
     pipe: Pipeline,
     catalog: Catalog,
@@ -149,12 +160,7 @@ def run_pipeline(
     _check_until(pipe, until)
     results: dict[str, StepResult] = {}
     for s in pipe.steps:
-        overrides = list(s.overrides)
-        step = catalog.get(s.step)
-        keys = {c.name: c.config_key for c in step.manifest.consumes}
-        for inp, src in s.inputs.items():
-            up, _, out = src.partition(".")
-            overrides.append(f"{keys[inp]}={results[up].outputs[out].ref}")
+        overrides = bound_overrides(s, catalog, lambda up, out: results[up].outputs[out].ref)
         job = compile_job(
             catalog,
             s.step,
@@ -319,12 +325,7 @@ def plan_pipeline(
     _check_until(pipe, until)
     planned: dict[str, PlannedStep] = {}
     for s in pipe.steps:
-        step = catalog.get(s.step)
-        keys = {c.name: c.config_key for c in step.manifest.consumes}
-        overrides = list(s.overrides)
-        for inp, src in s.inputs.items():
-            up, _, out = src.partition(".")
-            overrides.append(f"{keys[inp]}={planned[up].outputs[out]}")
+        overrides = bound_overrides(s, catalog, lambda up, out: planned[up].outputs[out])
         job = compile_job(
             catalog,
             s.step,
