@@ -196,6 +196,8 @@ def schema_fields(model: type[BaseModel], prefix: str = "") -> Iterator[SchemaFi
 
 def _type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # a type with a validator attached: named by the type it validates
+        return _type_name(typing.get_args(annotation)[0])
     if origin is Literal:
         return "enum"
     if origin in (typing.Union, types.UnionType):

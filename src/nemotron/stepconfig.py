@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+
+def _number_as_word(value: object) -> object:
+    """`convert.precision=32` on the command line is the number 32: NeMo's converter scripts take the word."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+# The families NeMo's checkpoint converters take both ways, and the dtype word their --precision takes
+# (convert/hf_to_nemo, convert/nemo_to_hf).
+NemoFamily = Literal["llama", "qwen2", "mistral"]
+NemoPrecision = Annotated[Literal["32", "16", "bf16"], BeforeValidator(_number_as_word)]
 
 
 class Strict(BaseModel):

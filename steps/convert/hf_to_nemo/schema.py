@@ -3,11 +3,7 @@
 
 from typing import Literal
 
-from pydantic import field_validator
-
-from nemotron.stepconfig import Strict
-
-Family = Literal["llama", "qwen2", "mistral"]
+from nemotron.stepconfig import NemoFamily, NemoPrecision, Strict
 
 
 class Inputs(Strict):
@@ -28,21 +24,15 @@ class Outputs(Strict):
 class Convert(Strict):
     """What NeMo's converter is told (scripts/checkpoint_converters/convert_<family>_hf_to_nemo.py)."""
 
-    family: Family | None = None
+    family: NemoFamily | None = None
     """the checkpoint's model family, which picks the converter script; unset: config.json's model_type,
     refused when the checkpoint is not readable here (a path on the cluster, a pipeline's planned output)"""
-    precision: Literal["32", "16", "bf16"] = "bf16"
+    precision: NemoPrecision = "bf16"
     """dtype of the .nemo's weights (--precision; NeMo falls back to 16 where the GPU has no bf16)"""
     llama31: bool | None = None
     """family llama only: the checkpoint uses Llama 3.1's RoPE scaling (config.json rope_scaling.rope_type
     "llama3"); sets --llama31, whose default in NeMo's script is true. Unset: read from config.json, refused
     when that is not readable here"""
-
-    @field_validator("precision", mode="before")
-    @classmethod
-    def _digits_as_text(cls, value: object) -> object:
-        """`convert.precision=32` on the command line is the number 32: the script takes the word."""
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class Config(Strict):

@@ -4,11 +4,7 @@ container."""
 
 from typing import Literal
 
-from pydantic import field_validator
-
-from nemotron.stepconfig import Strict
-
-Family = Literal["llama", "qwen2", "mistral"]
+from nemotron.stepconfig import NemoFamily, NemoPrecision, Strict
 
 
 class Inputs(Strict):
@@ -31,21 +27,15 @@ class Outputs(Strict):
 class Convert(Strict):
     """What NeMo's converter is told (scripts/checkpoint_converters/convert_<family>_nemo_to_hf.py)."""
 
-    family: Family | None = None
+    family: NemoFamily | None = None
     """the model family, which picks the converter script; unset: inputs.hf_template's config.json model_type,
     refused when that is not readable here"""
-    precision: Literal["32", "16", "bf16"] | None = None
+    precision: NemoPrecision | None = None
     """dtype of the output weights (--precision); unset: the .nemo's own (llama, qwen2) or bf16 (mistral,
     the script's default)"""
     cpu_only: bool = False
     """load the .nemo on the CPU (--cpu-only: a model too large for one GPU, much slower); llama and qwen2
     only, mistral's script has no such switch"""
-
-    @field_validator("precision", mode="before")
-    @classmethod
-    def _digits_as_text(cls, value: object) -> object:
-        """`convert.precision=32` on the command line is the number 32: the script takes the word."""
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class Config(Strict):
