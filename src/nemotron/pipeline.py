@@ -3,7 +3,6 @@ and config is skipped."""
 
 from __future__ import annotations
 
-import json
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -207,8 +206,11 @@ class EvalReport:
     """One eval/policy step's report, labelled by the step that made the policy it evaluated."""
 
     label: str  # "rl/ppo": the pipeline step the evaluated policy came from (its step name)
-    ref: str  # the eval_report artifact
-    summary: Mapping[str, Any]  # its summary.json
+    artifact: Artifact  # the eval_report
+
+    @property
+    def ref(self) -> str:
+        return self.artifact.ref
 
 
 def eval_reports(pipe: Pipeline, results: Sequence[StepResult]) -> list[EvalReport]:
@@ -221,8 +223,7 @@ def eval_reports(pipe: Pipeline, results: Sequence[StepResult]) -> list[EvalRepo
             continue
         report = r.outputs["report"]
         producer = wiring[r.id].get("policy", "").partition(".")[0]
-        summary = json.loads((Path(report.path) / "summary.json").read_text())
-        found.append(EvalReport(step_of.get(producer, r.id), report.ref, summary))
+        found.append(EvalReport(step_of.get(producer, r.id), report))
     return found
 
 
@@ -236,11 +237,9 @@ def verdict(
     inconclusive)."""
     import dataclasses
 
-    from nemotron.artifacts.refs import parse_ref
     from nemotron.policy_eval.compare import compare_artifacts
 
-    artifacts = [store.resolve(parse_ref(r.ref).name, parse_ref(r.ref).version) for r in reports]
-    comparison, _ = compare_artifacts(store, artifacts, jobs)
+    comparison, _ = compare_artifacts(store, [r.artifact for r in reports], jobs)
     rows = {row.name: row for row in comparison.metrics if row.name in metrics}
     out = []
     for i, report in enumerate(reports):
