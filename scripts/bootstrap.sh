@@ -10,5 +10,5 @@ PY=${PYTHON:-python3}
 # Some machines list package mirrors that do not exist on every host; pip warns once per package about each.
 pip_install() { "$VENV/bin/python" -m pip install -q "$@" 2> >(grep -v "WARNING: Location '" >&2); }
 pip_install -c requirements.lock "torch==2.13.0"
-pip_install -c requirements.lock -e '.[dev,bench]'
+pip_install -c requirements.lock -e '.[dev,bench,tracking,postgres]'
 echo "nemotron installed in $VENV: activate with  . $VENV/bin/activate"
