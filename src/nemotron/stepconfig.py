@@ -254,6 +254,56 @@ def kl_estimator_field(default: KLEstimator, where_else: str) -> Any:
     )
 
 
+class MlflowTracking(Strict):
+    """MLflow: the run's config, metrics (metrics.jsonl's names) and system metrics, and each registered artifact
+    as a logged model that names its inputs (docs/tracking.md). Credentials only from the environment
+    (MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD), never the config."""
+
+    enabled: bool = False
+    """log this job to MLflow (NeMo-RL: logger.mlflow_enabled)"""
+    tracking_uri: str | None = None
+    """the tracking server (http://host:5000) or a local store (file:/path, sqlite:///path); unset:
+    $MLFLOW_TRACKING_URI, and with neither the job is refused before it starts (NeMo-RL:
+    logger.mlflow.tracking_uri)"""
+    experiment: str = "nemotron"
+    """experiment the run is logged under, created if missing (NeMo-RL: logger.mlflow.experiment_name)"""
+    run_name: str | None = None
+    """the run's name; unset: the job id (NeMo-RL: logger.mlflow.run_name)"""
+    tags: dict[str, str] = {}
+    """extra run tags; nemotron adds nemotron.job_id, nemotron.step and nemotron.preset"""
+
+
+class WandbTracking(Strict):
+    """Weights & Biases: the run's config, metrics (metrics.jsonl's names) and system metrics, and each
+    registered artifact as a W&B artifact used by its inputs' artifacts, so W&B draws the lineage
+    (docs/tracking.md). The API key only from the environment (WANDB_API_KEY) or ~/.netrc, never the config."""
+
+    enabled: bool = False
+    """log this job to W&B (NeMo-RL: logger.wandb_enabled)"""
+    project: str = "nemotron"
+    """W&B project (NeMo-RL: logger.wandb.project)"""
+    entity: str | None = None
+    """team or user that owns the project; unset: the API key's default entity"""
+    name: str | None = None
+    """the run's display name; unset: the job id (NeMo-RL: logger.wandb.name)"""
+    mode: Literal["online", "offline"] = "online"
+    """online: stream to the W&B server; offline: write the run under the job dir's wandb/ only, for `wandb
+    sync` (or `nemotron jobs sync`) later"""
+    tags: list[str] = []
+    """extra run tags; nemotron adds the step and the preset"""
+
+
+class Tracking(Strict):
+    """Experiment trackers the job logs to, besides its own metrics.jsonl and TensorBoard. A tracker that is
+    down never fails training: its calls are retried, then it is warned about and skipped for the rest of the
+    job, and `nemotron jobs sync JOB_ID` replays the finished job into it (docs/tracking.md)."""
+
+    mlflow: MlflowTracking = MlflowTracking()
+    wandb: WandbTracking = WandbTracking()
+    retries: int = Field(3, ge=0)
+    """re-sends, with exponential backoff, of a tracker call that failed before the tracker is skipped"""
+
+
 class DataRuntime(Strict):
     """Process settings of a step that runs no model."""
 
@@ -351,6 +401,7 @@ class RLConfig(Strict):
     checkpoint: Checkpointing = Checkpointing()
     eval: Evaluation = Evaluation()
     runtime: TrainRuntime = TrainRuntime()
+    tracking: Tracking = Tracking()
     nemo_rl: NemoRL = NemoRL()
     plan: ResourcePlan = ResourcePlan()
     """the resource plan's model hints and what a plan that cannot fit does"""

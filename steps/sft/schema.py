@@ -1,7 +1,15 @@
 """Config schema of sft: supervised fine-tuning of a causal LM, built from a model config (random init, with a
 tokenizer trained on the data) or started from a checkpoint."""
 
-from nemotron.stepconfig import ModelArch, Optim, ResourcePlan, Strict, SupervisedTrainer, TrainRuntime
+from nemotron.stepconfig import (
+    ModelArch,
+    Optim,
+    ResourcePlan,
+    Strict,
+    SupervisedTrainer,
+    Tracking,
+    TrainRuntime,
+)
 
 
 class Inputs(Strict):
@@ -32,5 +40,6 @@ class Config(Strict):
     optim: Optim = Optim(lr=3e-3, warmup_steps=20, min_lr_ratio=0.1)
     """the policy's optimizer"""
     runtime: TrainRuntime = TrainRuntime()
+    tracking: Tracking = Tracking()
     plan: ResourcePlan = ResourcePlan()
     """the resource plan's model hints and what a plan that cannot fit does"""

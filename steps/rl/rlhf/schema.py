@@ -14,6 +14,7 @@ from nemotron.stepconfig import (
     Optim,
     ResourcePlan,
     Strict,
+    Tracking,
     TrainRuntime,
     backend_field,
     kl_estimator_field,
@@ -226,6 +227,7 @@ class Config(Strict):
     checkpoint: Checkpointing = Checkpointing()
     eval: Evaluation = Evaluation()
     runtime: TrainRuntime = TrainRuntime()
+    tracking: Tracking = Tracking()
     nemo_rl: NemoRL = NemoRL()
     plan: ResourcePlan = ResourcePlan()
     """the resource plan's model hints and what a plan that cannot fit does"""

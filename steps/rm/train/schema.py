@@ -1,6 +1,14 @@
 """Config schema of rm/train: a Bradley-Terry reward model trained on preference pairs."""
 
-from nemotron.stepconfig import ModelArch, Optim, ResourcePlan, Strict, SupervisedTrainer, TrainRuntime
+from nemotron.stepconfig import (
+    ModelArch,
+    Optim,
+    ResourcePlan,
+    Strict,
+    SupervisedTrainer,
+    Tracking,
+    TrainRuntime,
+)
 
 
 class Inputs(Strict):
@@ -31,5 +39,6 @@ class Config(Strict):
     optim: Optim = Optim(lr=1e-3, warmup_steps=20, min_lr_ratio=0.1)
     """the reward model's optimizer"""
     runtime: TrainRuntime = TrainRuntime()
+    tracking: Tracking = Tracking()
     plan: ResourcePlan = ResourcePlan()
     """the resource plan's model hints and what a plan that cannot fit does"""

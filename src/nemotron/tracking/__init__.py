@@ -1,0 +1,1 @@
+"""Experiment trackers (MLflow, Weights & Biases) fed from every engine: docs/tracking.md."""
