@@ -10,6 +10,11 @@ export PATH="$PWD/$VENV/bin:$PATH"
 if [ -f scripts/slurm-up.sh ] && [ "$(id -u)" = 0 ]; then
   bash scripts/slurm-up.sh || echo "slurm-up failed: the Slurm tests will say why they skip" >&2
 fi
+# The team-store tests start their own PostgreSQL server (tests/services/postgres.py); install the server when missing.
+if [ "$(id -u)" = 0 ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v apt-get >/dev/null; then
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; } >/dev/null \
+    || echo "installing PostgreSQL failed: the PostgreSQL tests will say why they cannot run" >&2
+fi
 # Every Python file in the tree (pyproject's [tool.ruff] include), not only the package: scripts/ and docs/examples/ too.
 ruff check
 ruff format --check

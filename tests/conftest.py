@@ -24,6 +24,21 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURE_STEPS = Path(__file__).resolve().parent / "fixtures" / "steproot"
 
 
+def _load_service(name: str) -> ModuleType:
+    """tests/services/NAME.py as a module (the tests are not a package on sys.path: --import-mode=importlib)."""
+    path = Path(__file__).resolve().parent / "services" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"nemotron_test_services_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+_pg = _load_service("postgres")
+PostgresServer = _pg.PostgresServer
+
+
 @dataclass
 class Result:
     code: int
@@ -312,3 +327,31 @@ def _cluster_for_slurm_tests(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.node.get_closest_marker("slurm") is not None:
         request.getfixturevalue("slurm_cluster")
     yield
+
+
+def postgres_required() -> bool:
+    return os.environ.get("CI", "").lower() == "true" or os.environ.get("NEMOTRON_REQUIRE_POSTGRES") == "1"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for this pytest worker (tests/services/postgres.py); in CI a missing server fails
+    the test instead of skipping it."""
+    bindir = _pg.pg_bindir()
+    if bindir is None:
+        reason = "PostgreSQL is not installed (initdb/pg_ctl not found; scripts/test.sh installs it as root)"
+        if postgres_required():
+            pytest.fail(f"PostgreSQL is required (CI=true or NEMOTRON_REQUIRE_POSTGRES=1): {reason}")
+        pytest.skip(reason)
+    server = PostgresServer.start(bindir)
+    try:
+        _pg.wait_ready(server)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A fresh, empty database on the session's PostgreSQL server."""
+    return postgres_server.create_database()
