@@ -83,16 +83,40 @@ class PostgresServer:
             os.chown(base, pw.pw_uid, pw.pw_gid)
         server = cls(bindir, data, _free_port(), run_as)
         subprocess.run(
-            server._cmd(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                        "--no-sync"),  # fmt: skip
-            check=True, capture_output=True, text=True,
-        )  # fmt: skip
+            server._cmd(
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ),
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         opts = f"-c listen_addresses=127.0.0.1 -p {server.port} -k {base} -c fsync=off -c max_connections=100"
         done = subprocess.run(
-            server._cmd(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "server.log"), "-o", opts,
-                        "-w", "-t", str(START_TIMEOUT_S), "start"),  # fmt: skip
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            server._cmd(
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(base / "server.log"),
+                "-o",
+                opts,
+                "-w",
+                "-t",
+                str(START_TIMEOUT_S),
+                "start",
+            ),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
             log = (base / "server.log").read_text() if (base / "server.log").is_file() else ""
             raise RuntimeError(f"PostgreSQL did not start: {done.stdout}{done.stderr}\n{log[-2000:]}")
@@ -101,8 +125,9 @@ class PostgresServer:
     def stop(self) -> None:
         subprocess.run(
             self._cmd(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"),
-            capture_output=True, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            check=False,
+        )
         shutil.rmtree(self.data.parent, ignore_errors=True)
 
 
