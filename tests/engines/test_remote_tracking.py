@@ -350,3 +350,20 @@ def test_tracker_credentials_in_the_profile_never_show(home: Path, tmp_path: Pat
         if backend == "nemo_rl"
         else ("++exp_manager.create_mlflow_logger=true" in shown)
     )
+
+
+def test_mlflow_without_a_server_anywhere_is_exit_2_before_anything_is_written(
+    home: Path, tmp_path: Path
+) -> None:
+    args = ["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "backend=nemo_rl"]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "nemotron", *args, "tracking.mlflow.enabled=true", "--dry-run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**clean, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "tracking.mlflow.tracking_uri=None" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (home / "jobs").exists() or not any((home / "jobs").iterdir())

@@ -56,8 +56,11 @@ class RunLabels:
 
     @classmethod
     def of(cls, job: Job) -> RunLabels:
+        # env_vars with a value (an empty one is not exported), and a Lepton profile's workspace secrets by name
         env = getattr(job.profile, "env_vars", {}) or {}
-        return cls(job.job_id, job.step_id, job.preset, frozenset(k for k, v in env.items() if v))
+        secret = getattr(job.profile, "secret_vars", {}) or {}
+        names = {k for k, v in env.items() if v} | set(secret)
+        return cls(job.job_id, job.step_id, job.preset, frozenset(names))
 
     @classmethod
     def from_job_dir(cls, job_dir: str, step: str) -> RunLabels:
