@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
 import json
 import os
 import shlex
@@ -258,6 +259,8 @@ def test_the_actor_s_exp_manager_overrides_fit_the_tag_and_nemo_s_dataclasses(
     assert em["mlflow_logger_kwargs"]["tracking_uri"] == "http://mlflow:5000"  # read on the node
     assert em["mlflow_logger_kwargs"]["tags"]["nemotron.job_id"] == LABELS.job_id
     assert set(em["wandb_logger_kwargs"]) <= al_tag.WANDB_INIT_KWARGS
+    wandb = pytest.importorskip("wandb")  # Lightning hands what it does not name itself to wandb.init
+    assert al_tag.WANDB_INIT_KWARGS <= set(inspect.signature(wandb.init).parameters)
     assert em["wandb_logger_kwargs"]["tags"] == ["baseline", LABELS.step, "default"]
     for nemo in al_tag.NEMO_TAGS:
         source = _nemo_source(nemo, "nemo/utils/exp_manager.py")
