@@ -3,7 +3,8 @@ conf/*.yaml): the scripts our heterogeneous jobs start, and for each YAML the ke
 tag's file gives them (interpolations kept as text).
 
 test_nemo_aligner.py checks every override we emit against this data (Hydra refuses a key its YAML lacks unless
-it is prefixed with `+`, and we never prefix), and, when the mirror is on disk, re-reads the real files at the tag
+it is prefixed with `+`; only the trackers' keys the YAMLs lack are prefixed, `++`, and test_remote_tracking.py checks
+those against NeMo's own dataclasses), and, when the mirror is on disk, re-reads the real files at the tag
 so the data cannot drift from it."""
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ KEYS: dict[str, dict[str, Any]] = {
     },
     "gpt_reinforce_actor.yaml": {
         **ACTOR_SHARED,
+        "exp_manager.create_wandb_logger": False,
+        "exp_manager.wandb_logger_kwargs.project": "nemo_aligner_reinforce",
+        "exp_manager.wandb_logger_kwargs.name": "gpt3_reinforce_2b",
         "model.reinforce.length_params.max_length": "${int_div:${model.encoder_seq_length}, 2}",
         "model.reinforce.num_rollout_samples": 512,
         "model.reinforce.num_val_samples": "${.num_rollout_samples}",
@@ -98,6 +102,9 @@ KEYS: dict[str, dict[str, Any]] = {
     },
     "gpt_ppo_actor.yaml": {
         **ACTOR_SHARED,
+        "exp_manager.create_wandb_logger": False,
+        "exp_manager.wandb_logger_kwargs.project": "nemo_aligner_ppo",
+        "exp_manager.wandb_logger_kwargs.name": "gpt3_ppo_2b",
         "model.ppo.entropy_bonus": 0.0,
         "model.ppo.length_params.max_length": "${int_div:${model.encoder_seq_length}, 2}",
         "model.ppo.num_rollout_samples": 512,
@@ -129,3 +136,28 @@ KEYS: dict[str, dict[str, Any]] = {
         "trainer.precision": "bf16",
     },
 }
+
+
+# NeMo's exp_manager at the tag NeMo-Aligner v0.7.0's Dockerfile builds on (ARG NEMO_TAG, "On: v2.1.0"), and the
+# NeMo of its image (nemo:25.02, v2.2.x): ExpManagerConfig's logger fields (nemo/utils/exp_manager.py) and
+# MLFlowParams' fields (nemo/utils/loggers/mlflow_logger.py). wandb_logger_kwargs is a free Dict[Any, Any] that
+# Lightning's WandbLogger takes, handing keys it does not name to wandb.init.
+NEMO_MIRROR = Path("/work/.mirror/NVIDIA+NeMo/repo")
+NEMO_TAGS = ("v2.1.0", "v2.2.1")
+EXP_MANAGER_FIELDS = {
+    "create_wandb_logger",
+    "wandb_logger_kwargs",
+    "create_mlflow_logger",
+    "mlflow_logger_kwargs",
+}
+MLFLOW_PARAMS = {
+    "experiment_name",
+    "tracking_uri",
+    "tags",
+    "save_dir",
+    "prefix",
+    "artifact_location",
+    "run_id",
+    "log_model",
+}
+WANDB_INIT_KWARGS = {"project", "name", "entity", "tags"}  # wandb.init's own parameters

@@ -42,6 +42,9 @@ BASE_KEYS: dict[str, dict[str, Any]] = {
         "logger.monitor_gpus": True,
         "logger.gpu_monitoring.collection_interval": 10,
         "logger.num_val_samples_to_print": 0,
+        # a server of the base's own: our runs must set it to null when tracking.mlflow.tracking_uri is unset
+        "logger.mlflow.tracking_uri": "http://localhost:5000",
+        "logger.wandb.name": "grpo-dev-logger",
         "data.train.dataset_name": "OpenMathInstruct-2",  # what must NOT survive into our runs
         "data.default.env_name": "math",
         "env.math.num_workers": 8,
@@ -279,3 +282,36 @@ LOSS_FIELDS = {
     "positive_example_nll_weight",
 }
 VALUE_LOSS_FIELDS = {"scale", "cliprange"}  # MseValueLossConfig, extra="forbid" (loss_functions.py:1138)
+
+
+# The keys of `logger:` NeMo-RL declares (nemo_rl/utils/logger.py: LoggerConfig and the TypedDicts of its sections).
+# WandbLogger hands its section to wandb.init(**cfg) (logger.py:209), so an undeclared key would reach wandb.init
+# too; we emit declared keys only and pass the rest as the variables MLflow's and W&B's clients read.
+LOGGER_KEYS: dict[str, set[str]] = {
+    "LoggerConfig": {
+        "log_dir",
+        "wandb_enabled",
+        "swanlab_enabled",
+        "tensorboard_enabled",
+        "mlflow_enabled",
+        "wandb",
+        "tensorboard",
+        "swanlab",
+        "mlflow",
+        "monitor_gpus",
+        "gpu_monitoring",
+        "num_val_samples_to_print",
+    },
+    "WandbConfig": {"project", "name", "entity"},
+    "MLflowConfig": {"experiment_name", "run_id", "run_name", "tracking_uri", "artifact_location"},
+    "TensorboardConfig": {"log_dir"},
+    "SwanlabConfig": {"project", "name"},
+    "GPUMonitoringConfig": {"collection_interval", "flush_interval"},
+}
+LOGGER_SECTIONS = {  # LoggerConfig's key -> the TypedDict of its section
+    "wandb": "WandbConfig",
+    "mlflow": "MLflowConfig",
+    "tensorboard": "TensorboardConfig",
+    "swanlab": "SwanlabConfig",
+    "gpu_monitoring": "GPUMonitoringConfig",
+}

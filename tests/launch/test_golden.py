@@ -40,6 +40,13 @@ def _reward_model_dir(root: Path) -> Path:
 # rl/ppo's default preset does not fit one Lepton node: each node's reward server shares local rank 0's GPU with
 # the actor and critic (the plan refuses it: tests/plan/test_plan_cli.py); with activation checkpointing it does
 FITS = {("lepton_rl", "rl/ppo"): ("runtime.gradient_checkpointing=true",)}
+# tracking on, as a team's cluster runs it (the server named in the config, W&B offline on air-gapped nodes)
+TRACKING = (
+    "tracking.mlflow.enabled=true",
+    "tracking.mlflow.tracking_uri=http://mlflow.internal:5000",
+    "tracking.wandb.enabled=true",
+    "tracking.wandb.mode=offline",
+)
 CASES = [
     (profile, step, "default", FITS.get((profile, step), ()))
     for profile in ("local_slurm", "slurm_rlhf", "lepton_rl")
@@ -89,6 +96,9 @@ CASES = [
     ("local_slurm", "rl/reinforce", "default", ("backend=nemo_aligner",)),
     ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_aligner",)),
     ("slurm_rlhf", "rm/serve", "default", ("backend=nemo_aligner",)),
+    # tracking on the external engines: NeMo-RL's logger keys and the driver's variables; the actor's exp_manager
+    ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_rl", *TRACKING)),
+    ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_aligner", *TRACKING)),
     # eval/policy on NeMo-RL's own eval entry: the prompts prepared in the job dir, then run_eval.py on the Ray head
     ("slurm_rlhf", "eval/policy", "nemo_rl", ("inputs.policy=/models/policy", f"inputs.prompts={MATH}")),
     # eval/policy on the built-in engine: torchrun ranks sharing the prompt batches, on Slurm and on Lepton

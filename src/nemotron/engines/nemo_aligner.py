@@ -10,6 +10,7 @@ import shlex
 from nemotron.compile import Job
 from nemotron.engines.base import HetGroup, HetJob, Launch, Placement, pinned_or_profile
 from nemotron.engines.nemo_aligner_config import compile_aligner
+from nemotron.engines.remote_tracking import RunLabels
 from nemotron.targets import NEMO_ALIGNER_DIR, NEMO_ALIGNER_IMAGE, NEMO_ALIGNER_VERSION
 
 
@@ -21,7 +22,12 @@ class NemoAlignerEngine:
         image = pinned_or_profile(job, "nemo_aligner_image", NEMO_ALIGNER_IMAGE)
         checkout = pinned_or_profile(job, "nemo_aligner_dir", NEMO_ALIGNER_DIR) or NEMO_ALIGNER_DIR
         run = compile_aligner(
-            job.step_id, job.step_config, job_dir=where.job_dir, nodes=where.nodes, gpus=where.gpus_per_node
+            job.step_id,
+            job.step_config,
+            job_dir=where.job_dir,
+            nodes=where.nodes,
+            gpus=where.gpus_per_node,
+            labels=RunLabels.of(job),
         )
         python = str(getattr(job.profile, "python", None) or "python")
         tasks = max(where.gpus_per_node, 1)  # one process per GPU, as Lightning expects under Slurm

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalo
     from rl.reinforce.schema import Config as ReinforceConfig
     from rl.reinforce.schema import Reinforce
     from rm.serve.schema import Config as ServeConfig
+
+    from nemotron.engines.remote_tracking import RunLabels
 
 SCRIPTS = "examples/nlp/gpt"  # under the NeMo-Aligner checkout
 REWARD_PORT_ENV = "NEMOTRON_REWARD_PORT"  # the executor exports both ports and hosts before the groups start
@@ -415,10 +417,20 @@ def _compile_step(
 
 
 def compile_aligner(
-    step_id: str, step_config: dict[str, Any], *, job_dir: str, nodes: int, gpus: int
+    step_id: str,
+    step_config: dict[str, Any],
+    *,
+    job_dir: str,
+    nodes: int,
+    gpus: int,
+    labels: RunLabels | None = None,
 ) -> AlignerRun:
     """Our resolved step config (input refs already paths) -> the groups of NeMo-Aligner's heterogeneous job.
-    Raises one UserError listing every setting NeMo-Aligner cannot express."""
+    Raises one UserError listing every setting NeMo-Aligner cannot express. `labels` name the tracker runs
+    (default: the job dir's name, no profile variables)."""
+    # remote_tracking builds on this module's Env: imported here, not at the top, so neither waits for the other
+    from nemotron.engines.remote_tracking import RunLabels, aligner_exp_manager
+
     if step_id not in STEPS:
         raise UserError(
             f"backend=nemo_aligner runs {', '.join(STEPS)}; {step_id} has no NeMo-Aligner mapping"
@@ -432,5 +444,13 @@ def compile_aligner(
     for problem in builtin_refusals(config, who="backend=nemo_aligner"):
         refuse.problems.append(problem)
     run = _compile_step(step_id, config, refuse, job_dir, nodes, gpus)
+    tracking = getattr(config, "tracking", None)  # the trainers' schemas have it; rm/serve's has not
+    if tracking is not None:
+        overrides, env = aligner_exp_manager(
+            tracking, refuse, labels or RunLabels.from_job_dir(job_dir, step_id)
+        )
+        actor = run.groups[-1]  # the trainer: only it logs metrics (the servers keep their TensorBoard)
+        actor = replace(actor, overrides=[*actor.overrides, *overrides], env={**actor.env, **env})
+        run = replace(run, groups=[*run.groups[:-1], actor])
     refuse.raise_any()
     return run

@@ -11,6 +11,7 @@ from nemotron.compile import Job
 from nemotron.engines.base import Launch, Placement, RayDriver, pinned_or_profile
 from nemotron.engines.nemo_rl_config import compile_run
 from nemotron.engines.nemo_rl_eval import REPORT, STEP
+from nemotron.engines.remote_tracking import RunLabels
 from nemotron.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class NemoRLEngine:
             nodes=where.nodes,
             gpus_per_node=where.gpus_per_node,
             nemo_rl_dir=nemo_rl_dir(job),
+            labels=RunLabels.of(job),
         )
         files = tuple(sorted(run.files.items()))
         where_it_runs = (

@@ -15,6 +15,7 @@ from nemotron.engines import nemo_rl_eval
 from nemotron.engines import nemo_rl_sections as sec
 from nemotron.engines.nemo_rl_steps import STEPS, compile_step
 from nemotron.engines.refusals import validated
+from nemotron.engines.remote_tracking import RunLabels, Tracked, nemo_rl_logger
 from nemotron.errors import UserError
 from nemotron.targets import NEMO_RL_DIR, NEMO_RL_VERSION
 
@@ -49,9 +50,11 @@ def compile_run(
     nodes: int,
     gpus_per_node: int,
     nemo_rl_dir: str = NEMO_RL_DIR,
+    labels: RunLabels | None = None,
 ) -> NemoRLRun:
     """Our resolved step config (input refs already paths) -> the NeMo-RL run. Raises one UserError listing
-    every setting NeMo-RL cannot express."""
+    every setting NeMo-RL cannot express. `labels` name the tracker runs (default: the job dir's name, no
+    profile variables)."""
     if step_id not in (*STEPS, nemo_rl_eval.STEP):
         raise UserError(
             f"backend=nemo_rl runs {', '.join((*STEPS, nemo_rl_eval.STEP))}; {step_id} has no NeMo-RL mapping"
@@ -70,8 +73,12 @@ def compile_run(
         refuse.raise_any()
         return _eval_run(evaluated, nemo_rl_dir, job_dir)
     compiled = compile_step(step_id, config, refuse, job_dir, nodes, gpus_per_node)
+    # every RL step's schema has the tracking group (stepconfig.RLConfig, rl/rlhf's Config)
+    tracking = cast("Tracked", config).tracking
+    logger, env = nemo_rl_logger(tracking, refuse, labels or RunLabels.from_job_dir(job_dir, step_id))
     refuse.raise_any()
     tree = {"defaults": f"{nemo_rl_dir}/{compiled.base}", **compiled.config}
+    tree["logger"] = {**tree["logger"], **logger}
     config_path = f"{job_dir}/{CONFIG_FILE}"
     title = f"NeMo-RL {NEMO_RL_VERSION} config compiled by nemotron from {step_id}"
     files = {CONFIG_FILE: _yaml(tree, title)}
@@ -89,7 +96,7 @@ def compile_run(
         config=tree,
         config_file=CONFIG_FILE,
         files=files,
-        driver=sec.driver_command(nemo_rl_dir, compiled.entry, config_path),
+        driver=sec.driver_command(nemo_rl_dir, compiled.entry, config_path, env),
         finalize=sec.finalize_command(nemo_rl_dir, checkpoint_dir, compiled.megatron, conversions),
         outputs=outputs,
     )

@@ -310,9 +310,11 @@ def runtime(job_dir: str, nodes: int, gpus_per_node: int, save_period: int) -> d
     }
 
 
-def driver_command(nemo_rl_dir: str, entry: str, config_path: str) -> str:
+def driver_command(nemo_rl_dir: str, entry: str, config_path: str, env: dict[str, str] | None = None) -> str:
+    """The driver's shell command; `env` (name -> plain value) is set on it alone, as `NAME=value` words."""
     q = shlex.quote
-    return f"cd {q(nemo_rl_dir)} && uv run python {q(entry)} --config {q(config_path)}"
+    assigns = "".join(f"{name}={q(value)} " for name, value in sorted((env or {}).items()))
+    return f"cd {q(nemo_rl_dir)} && {assigns}uv run python {q(entry)} --config {q(config_path)}"
 
 
 def finalize_command(
