@@ -4,6 +4,7 @@ process serves the whole module (wandb starts it once per Python process)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import time
@@ -18,7 +19,7 @@ import wandb
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.stepconfig import WandbTracking
 from nemotron.tracking.base import LoggedArtifact, RunInfo
-from nemotron.tracking.wandb_tracker import LAST_STEP_FILE, WandbTracker, run_id
+from nemotron.tracking.wandb_tracker import LAST_STEP_FILE, WandbTracker, reference_artifact, run_id
 
 from . import wandb_records as rec
 
@@ -140,6 +141,17 @@ def test_each_output_is_a_reference_artifact_carrying_our_ref_hash_and_inputs(jo
         card = refs.pop("nemotron-artifact.json")
         assert card == ""
         assert refs == {f["path"]: Path(ours.path, f["path"]).as_uri() for f in ours.files}
+
+
+def test_an_input_built_again_has_the_digest_its_own_job_logged_and_a_new_content_another(job: Job) -> None:
+    """Online, the run uses each input as reference_artifact(parent) and W&B resolves it to the version with the
+    same digest: the one the parent's own job logged. So the digest must not depend on what only the output carries
+    (its inputs), and must change with our content (sha256) even where the path and file names stay."""
+    (path,) = rec.run_files(job.dir)
+    logged = {a.name: a.digest for a in rec.of_type(path, "artifact")}
+    assert reference_artifact(job.policy, inputs=[]).digest == logged["tiny_ppo_policy"]
+    rewritten = dataclasses.replace(job.policy, sha256="0" * 64)
+    assert reference_artifact(rewritten, inputs=[]).digest != logged["tiny_ppo_policy"]
 
 
 def test_offline_the_lineage_is_in_the_metadata_since_wandb_cannot_mark_a_use(job: Job) -> None:

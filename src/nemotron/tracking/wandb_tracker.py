@@ -25,7 +25,8 @@ INIT_TIMEOUT_S = 15.0
 # collection, and that index is not ours (a W&B project may miss versions, or hold them from several homes), so
 # "name:v3" in W&B would be W&B's fourth version. Ours is the alias nemotron-v3.
 VERSION_ALIAS = "nemotron-v{version}"
-# The file in each W&B artifact that names our version; it puts our sha256 into W&B's digest (see _reference).
+# The file in each W&B artifact that names our version: it puts our sha256 into W&B's digest
+# (reference_artifact).
 ARTIFACT_CARD = "nemotron-artifact.json"
 # The last metrics step this job sent, kept beside the offline runs: an offline run cannot ask a server where it
 # left off, so a requeued job or a replay reads it here.
@@ -138,11 +139,11 @@ class WandbTracker:
                     if parent.id not in self._used:
                         # The same contents as the W&B artifact the parent's own job logged, so W&B resolves this
                         # to that version; a parent made outside W&B gets its version here.
-                        run.use_artifact(_reference(parent, inputs=[]))
+                        run.use_artifact(reference_artifact(parent, inputs=[]))
                         self._used.add(parent.id)
             out = logged.artifact
             run.log_artifact(
-                _reference(out, inputs=logged.inputs),
+                reference_artifact(out, inputs=logged.inputs),
                 aliases=[VERSION_ALIAS.format(version=out.version), "latest"],
             )
 
@@ -171,7 +172,7 @@ class WandbTracker:
         os.replace(tmp, path)
 
 
-def _reference(artifact: Artifact, inputs: list[tuple[str, Artifact]]) -> wandb.Artifact:
+def reference_artifact(artifact: Artifact, inputs: list[tuple[str, Artifact]]) -> wandb.Artifact:
     """Our artifact as a W&B artifact that uploads nothing: a `file://` reference to its path, without W&B's own
     checksum (that reads every byte of a checkpoint again, about 3 s per GB measured; we have sha256 already),
     plus a small card naming our version and hash. The card is what makes W&B's digest change with our
