@@ -28,8 +28,9 @@ VERSION_ALIAS = "nemotron-v{version}"
 # The file in each W&B artifact that names our version: it puts our sha256 into W&B's digest
 # (reference_artifact).
 ARTIFACT_CARD = "nemotron-artifact.json"
-# The last metrics step this job sent, kept beside the offline runs: an offline run cannot ask a server where it
-# left off, so a requeued job or a replay reads it here.
+# The last metrics step this job wrote to its offline runs, kept beside them: an offline run cannot ask a server
+# where it left off, so a requeued job or a replay reads it here. Online the server is the only record (a step
+# this job sent may never have reached it), and an offline job replayed online later sends every row.
 LAST_STEP_FILE = "nemotron-last-step"
 
 _RUN_ID_CHARS = re.compile(r"[^a-z0-9_-]")
@@ -108,10 +109,13 @@ class WandbTracker:
                 silent=True,
             ),
         )
-        # Where the run left off: online, the server's next step (run.step on a resumed run); offline, the step
-        # file an earlier attempt wrote. Whichever is further is where new rows begin.
-        last = self._read_last_step()
-        self._first_new_step = max(self._run.step, last + 1 if last is not None else 0)
+        # Where the run left off: online, the server's next step (run.step on a resumed run: its last step + 1);
+        # offline, the step file an earlier attempt wrote.
+        if self.settings.mode == "online":
+            self._first_new_step = self._run.step
+        else:
+            last = self._read_last_step()
+            self._first_new_step = last + 1 if last is not None else 0
         self._last_step = None
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
@@ -124,7 +128,8 @@ class WandbTracker:
         run.log(dict(metrics), step=step)
         if step != self._last_step:
             self._last_step = step
-            self._write_last_step(step)
+            if self.settings.mode == "offline":
+                self._write_last_step(step)
 
     def log_artifacts(self, artifacts: list[LoggedArtifact]) -> None:
         """Each output as a reference artifact (nothing uploaded: it points at our path), after the run has used
