@@ -179,8 +179,8 @@ class WandbTracker:
 
 def reference_artifact(artifact: Artifact, inputs: list[tuple[str, Artifact]]) -> wandb.Artifact:
     """Our artifact as a W&B artifact that uploads nothing: a `file://` reference to its path, without W&B's own
-    checksum (that reads every byte of a checkpoint again, about 3 s per GB measured; we have sha256 already),
-    plus a small card naming our version and hash. The card is what makes W&B's digest change with our
+    checksum (that reads every byte of a checkpoint again: 3 to 5 s per GiB from the page cache, by
+    bench/wandb_tracker_costs.py, so minutes for a large checkpoint; we have sha256 already), plus a small card naming our version and hash. The card is what makes W&B's digest change with our
     content, and what makes an input built here match the version its own job logged."""
     import wandb
 
