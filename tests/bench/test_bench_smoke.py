@@ -90,3 +90,9 @@ def test_cli_latency_bench_prints_each_command_against_the_peer() -> None:
         assert line in out, out
     assert out.count(" ms | ") == 9, out  # six commands, the two floors and the peer
     assert "(the floor of a dry run)" in out, out
+
+
+def test_wandb_tracker_costs_bench_prints_both_checksum_modes() -> None:
+    out = run_bench("wandb_tracker_costs.py", "--mib", "8")
+    lines = [line for line in out.splitlines() if line.startswith("add_reference")]
+    assert [line.split()[1] for line in lines] == ["checksum=False", "checksum=True"] * 2, out
