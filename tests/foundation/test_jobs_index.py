@@ -1,5 +1,6 @@
-"""The jobs index ($NEMOTRON_HOME/jobs.sqlite): written when a job is recorded, brought up to date with job dirs
-added, removed or edited by hand, rebuilt when deleted; `jobs ls` pages it newest first with filters."""
+"""The jobs index ($NEMOTRON_HOME/jobs.sqlite, or the team's PostgreSQL when $NEMOTRON_STORE_URL is set): written
+when a job is recorded, brought up to date with job dirs added, removed or edited by hand, rebuilt when deleted;
+`jobs ls` pages it newest first with filters. The tests that take `store` run on both back ends."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from nemotron import jobindex, jobs
@@ -39,14 +41,38 @@ def ids(rows: list[jobindex.JobRow]) -> list[str]:
     return [r.job_id for r in rows]
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, home: Path, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """The back end under test: None for jobs.sqlite, else the URL of a fresh PostgreSQL database, set in
+    $NEMOTRON_STORE_URL for this process and the CLI processes it starts."""
+    monkeypatch.setattr(jobindex, "_WARNED", set())
+    if request.param == "sqlite":
+        monkeypatch.delenv("NEMOTRON_STORE_URL", raising=False)
+        return None
+    url: str = request.getfixturevalue("postgres_url")
+    monkeypatch.setenv("NEMOTRON_STORE_URL", url)
+    return url
+
+
+def drop_index(home: Path, store: str | None) -> None:
+    """Delete the index as a user would: the file, or the tables."""
+    if store is None:
+        (home / "jobs.sqlite").unlink()
+        return
+    with psycopg.connect(store, autocommit=True) as conn:
+        conn.execute("DROP TABLE job_index, job_index_version")
+
+
 def test_the_index_follows_dirs_added_removed_and_edited_by_hand(
-    home: Path, monkeypatch: pytest.MonkeyPatch
+    home: Path, store: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a = make_job(home, "sft-20260101-000001-aaaa")
     b = make_job(home, "rl-ppo-20260101-000002-bbbb", step="rl/ppo")
     index = JobsIndex()
     assert ids(index.page(None)[0]) == [b.name, a.name]
-    assert (home / "jobs.sqlite").is_file() and not (home / "jobs" / "jobs.sqlite").exists()
+    assert (home / "jobs.sqlite").is_file() == (store is None) and not (
+        home / "jobs" / "jobs.sqlite"
+    ).exists()
     reads: list[Path] = []
     real = jobindex.read_row
     monkeypatch.setattr(jobindex, "read_row", lambda d, s: reads.append(d) or real(d, s))
@@ -61,11 +87,13 @@ def test_the_index_follows_dirs_added_removed_and_edited_by_hand(
         and rows[1].exit_code == 1
         and sorted(p.name for p in reads) == sorted(["sft-20260101-000003-cccc", a.name])
     )
-    (home / "jobs.sqlite").unlink()  # a deleted index is rebuilt from the dirs
+    drop_index(home, store)  # a deleted index is rebuilt from the dirs
     assert ids(index.page(None)[0]) == ["sft-20260101-000003-cccc", a.name]
 
 
-def test_a_state_change_is_written_through(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_state_change_is_written_through(
+    home: Path, store: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a = make_job(home, "sft-20260101-000001-aaaa", state="pending")
     index = JobsIndex()
     assert index.page(None)[0][0].state == "pending"
@@ -76,15 +104,22 @@ def test_a_state_change_is_written_through(home: Path, monkeypatch: pytest.Monke
     assert row.state == "running" and reads == []  # recorded by update_status, not found by the scan
 
 
-def test_an_older_index_version_is_rebuilt(home: Path) -> None:
+def test_an_older_index_version_is_rebuilt(home: Path, store: str | None) -> None:
     make_job(home, "sft-20260101-000001-aaaa")
-    conn = sqlite3.connect(home / "jobs.sqlite")
-    conn.executescript("CREATE TABLE jobs (id TEXT); PRAGMA user_version=0;")
-    conn.close()
-    assert ids(JobsIndex().page(None)[0]) == ["sft-20260101-000001-aaaa"]
+    if store is None:
+        conn = sqlite3.connect(home / "jobs.sqlite")
+        conn.executescript("CREATE TABLE jobs (id TEXT); PRAGMA user_version=0;")
+        conn.close()
+    else:
+        assert ids(JobsIndex().page(None)[0]) == ["sft-20260101-000001-aaaa"]
+        with psycopg.connect(store, autocommit=True) as pg:  # a row the dirs would never give, at version 0
+            pg.execute("UPDATE job_index SET step='stale' WHERE id='sft-20260101-000001-aaaa'")
+            pg.execute("UPDATE job_index_version SET version=0")
+    (row,) = JobsIndex().page(None)[0]
+    assert row.job_id == "sft-20260101-000001-aaaa" and row.step == "sft"
 
 
-def test_jobs_ls_pages_newest_first_with_filters(home: Path, run_cli: Any) -> None:
+def test_jobs_ls_pages_newest_first_with_filters(home: Path, store: str | None, run_cli: Any) -> None:
     for i in range(7):
         step = "sft" if i % 2 else "rl/ppo"
         make_job(
@@ -120,7 +155,7 @@ def test_jobs_ls_pages_newest_first_with_filters(home: Path, run_cli: Any) -> No
     assert bad.code == 2 and "--since 'last tuesday'" in bad.err and "Traceback" not in bad.err
 
 
-def test_jobs_ls_on_an_empty_home_creates_nothing(home: Path, run_cli: Any) -> None:
+def test_jobs_ls_on_an_empty_home_creates_nothing(home: Path, store: str | None, run_cli: Any) -> None:
     r = run_cli("jobs", "ls", "--json")
     assert r.code == 0 and json.loads(r.out) == [] and not home.exists()
 
