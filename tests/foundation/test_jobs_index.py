@@ -5,8 +5,13 @@ when a job is recorded, brought up to date with job dirs added, removed or edite
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+import socket
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +194,107 @@ def test_a_page_is_read_in_index_order_without_sorting(home: Path) -> None:
             plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {query}"))
             assert "USING" in plan and "INDEX" in plan and "TEMP B-TREE" not in plan, (filters, query, plan)
     conn.close()
+
+
+def test_two_homes_on_one_database_list_only_their_own_jobs(
+    tmp_path: Path, postgres_url: str, run_cli: Any
+) -> None:
+    a, b = tmp_path / "team-a", tmp_path / "team-b"
+    shared = make_job(a, "sft-20260101-000001-aaaa")
+    make_job(a, "sft-20260102-000001-bbbb")
+    shutil.copytree(shared, b / "jobs" / shared.name)  # the same id in both homes: one row each
+    (b / "jobs" / shared.name / "status.json").write_text(json.dumps({"state": "failed", "exit_code": 1}))
+    make_job(b, "rl-ppo-20260103-000001-cccc", step="rl/ppo")
+
+    def ls(home: Path) -> list[tuple[str, str]]:
+        r = run_cli(
+            "jobs", "ls", "--json", env={"NEMOTRON_HOME": str(home), "NEMOTRON_STORE_URL": postgres_url}
+        )
+        assert r.code == 0 and "warning" not in r.err, r.err
+        return [(j["job_id"], j["state"]) for j in json.loads(r.out)]
+
+    assert ls(a) == [("sft-20260102-000001-bbbb", "succeeded"), (shared.name, "succeeded")]
+    assert ls(b) == [("rl-ppo-20260103-000001-cccc", "succeeded"), (shared.name, "failed")]
+    shutil.rmtree(shared)  # gone from team a only
+    assert ls(a) == [("sft-20260102-000001-bbbb", "succeeded")]
+    assert ls(b) == [("rl-ppo-20260103-000001-cccc", "succeeded"), (shared.name, "failed")]
+    with psycopg.connect(postgres_url) as conn:
+        homes = conn.execute("SELECT home, COUNT(*) FROM job_index GROUP BY home ORDER BY home").fetchall()
+    assert homes == [(str(a.resolve()), 1), (str(b.resolve()), 2)]
+
+
+# Each process waits for the go file, then lists (creating the schema, reading every dir and upserting: a cold sync).
+_LIST_WHEN_TOLD = """
+import os, sys, time
+from pathlib import Path
+from nemotron.jobindex import JobsIndex
+while not Path(sys.argv[1]).exists():
+    time.sleep(0.005)
+rows, more = JobsIndex().page(None)
+print(len(rows), len({r.job_id for r in rows}))
+"""
+
+
+def test_four_processes_syncing_at_once_neither_fail_nor_duplicate(
+    home: Path, store: str | None, tmp_path: Path
+) -> None:
+    n = 300
+    for i in range(n):
+        make_job(home, f"sft-20260101-{i:06d}-{i:04x}")
+    go = tmp_path / "go"
+    argv = [sys.executable, "-c", _LIST_WHEN_TOLD, str(go)]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)
+    ]
+    time.sleep(1.0)  # all four imported and waiting
+    go.touch()
+    done = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, done
+    assert [out for out, _ in done] == [f"{n} {n}\n"] * 4 and all(err == "" for _, err in done), done
+    if store is None:
+        conn = sqlite3.connect(home / "jobs.sqlite")
+        counted = conn.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM jobs").fetchone()
+        conn.close()
+    else:
+        with psycopg.connect(store) as pg:
+            counted = pg.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM job_index").fetchone()
+    assert counted == (n, n)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_stopped_server_lists_from_the_dirs_with_one_warning(
+    home: Path, run_cli: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = make_job(home, "sft-20260101-000001-aaaa")
+    make_job(home, "rl-ppo-20260102-000001-bbbb", step="rl/ppo")
+    url = f"postgresql://postgres:s3cret@127.0.0.1:{free_port()}/team"  # nothing listens there
+    monkeypatch.setenv("NEMOTRON_STORE_URL", url)
+    r = run_cli("jobs", "ls", "--json")
+    assert r.code == 0 and [j["job_id"] for j in json.loads(r.out)] == ["rl-ppo-20260102-000001-bbbb", a.name]
+    assert r.err.count("\n") == 1 and r.err.startswith(
+        "warning: jobs index on postgresql://postgres:***@127.0.0.1:"
+    )
+    assert "reading the job dirs instead" in r.err and "s3cret" not in r.err and "Traceback" not in r.err
+    table = run_cli("jobs", "ls")
+    assert table.code == 0 and a.name in table.out and table.err.count("warning") == 1
+    # In one process: a state change and two listings try the server once and warn once.
+    monkeypatch.setattr(jobindex, "_WARNED", set())
+    with caplog.at_level(logging.WARNING, logger="nemotron"):
+        jobs.update_status(a, state="failed", exit_code=1)
+        assert ids(JobsIndex().page(None)[0]) == ["rl-ppo-20260102-000001-bbbb", a.name]
+        assert JobsIndex().page(None, state="failed")[0][0].job_id == a.name
+    assert [rec.levelname for rec in caplog.records] == ["WARNING"]
+
+
+def test_jobs_ls_imports_psycopg_only_for_a_store_url(
+    home: Path, store: str | None, run_cli_imports: Any
+) -> None:
+    make_job(home, "sft-20260101-000001-aaaa")
+    r, imported = run_cli_imports("jobs", "ls", "--json")
+    assert r.code == 0 and len(json.loads(r.out)) == 1, r.err
+    assert ("psycopg" in imported) == (store is not None)
