@@ -160,6 +160,19 @@ def test_jobs_ls_pages_newest_first_with_filters(home: Path, store: str | None, 
     assert bad.code == 2 and "--since 'last tuesday'" in bad.err and "Traceback" not in bad.err
 
 
+def test_an_unreadable_record_lists_after_a_job_of_the_same_second(home: Path, store: str | None) -> None:
+    make_job(home, "sft-20260101-000001-aaaa")
+    broken = make_job(home, "sft-20260101-000001-bbbb")  # same stamp, higher id
+    (broken / "job.yaml").write_text("job_id: [unclosed\n")
+    (home / "jobs" / "sft-20260101-000001-cccc").mkdir()  # no job.yaml: not a job
+    rows = JobsIndex().page(None)[0]
+    # the record's creation time breaks the tie before the id, and a missing one sorts last (SQLite's NULL order)
+    assert [(r.job_id, r.state) for r in rows] == [
+        ("sft-20260101-000001-aaaa", "succeeded"),
+        ("sft-20260101-000001-bbbb", "unreadable"),
+    ]
+
+
 def test_jobs_ls_on_an_empty_home_creates_nothing(home: Path, store: str | None, run_cli: Any) -> None:
     r = run_cli("jobs", "ls", "--json")
     assert r.code == 0 and json.loads(r.out) == [] and not home.exists()
