@@ -12,6 +12,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,8 @@ import pytest
 
 from nemotron import jobindex, jobs
 from nemotron.jobindex import JobsIndex
+from nemotron.jobindex_pg import PostgresDb
+from nemotron.storeurl import StoreUrl
 
 
 def make_job(
@@ -311,3 +315,61 @@ def test_jobs_ls_imports_psycopg_only_for_a_store_url(
     r, imported = run_cli_imports("jobs", "ls", "--json")
     assert r.code == 0 and len(json.loads(r.out)) == 1, r.err
     assert ("psycopg" in imported) == (store is not None)
+
+
+class TracedPostgresDb:
+    """A PostgresDb that records each query it answers, so the test can ask the server for its plan."""
+
+    def __init__(self, db: PostgresDb, queries: list[tuple[bytes, list[Any]]]) -> None:
+        self.db, self.queries = db, queries
+        self.scope, self.newest_first = db.scope, db.newest_first
+
+    def all(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self.queries.append((PostgresDb._dialect(sql), list(args)))
+        return self.db.all(sql, args)
+
+    def run(self, sql: str, args: Sequence[Any] = ()) -> int:
+        return self.db.run(sql, args)
+
+    def upsert(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        self.db.upsert(rows)
+
+    def transaction(self) -> AbstractContextManager[None]:
+        return self.db.transaction()
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class TracedPostgresIndex(JobsIndex):
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[tuple[bytes, list[Any]]] = []
+
+    def _open_store(self, url: StoreUrl) -> jobindex.IndexDb:
+        db = super()._open_store(url)
+        assert isinstance(db, PostgresDb), "the store did not open"
+        return TracedPostgresDb(db, self.queries)
+
+
+def test_a_page_on_postgresql_is_read_in_index_order_without_sorting(
+    home: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NEMOTRON_STORE_URL", postgres_url)
+    make_job(home, "sft-20260101-000001-aaaa", state="failed")
+    make_job(home, "sft-20260102-000001-bbbb", state="failed")
+    make_job(home, "rl-ppo-20260103-000001-cccc", step="rl/ppo")
+    with psycopg.connect(postgres_url, autocommit=True) as pg:
+        # a table this small is cheapest to scan and sort: forbid both, so only a usable index avoids them
+        pg.execute("SET enable_seqscan = off")
+        pg.execute("SET enable_sort = off")
+        for filters in ({}, {"step": "sft"}, {"state": "failed"}, {"since": "2026-01-01"}):
+            index = TracedPostgresIndex()
+            rows, more = index.page(1, **filters)
+            assert len(rows) == 1 and more >= 1, filters
+            pages = [q for q in index.queries if b" ORDER BY " in q[0]]
+            counts = [q for q in index.queries if q[0].startswith(b"SELECT COUNT(*)")]
+            assert len(pages) == len(counts) == 1, index.queries
+            for sql, args in pages + counts:
+                plan = "\n".join(r[0] for r in pg.execute(b"EXPLAIN " + sql, args).fetchall())
+                assert "Index" in plan and "Sort" not in plan and "Seq Scan" not in plan, (filters, plan)
