@@ -332,7 +332,8 @@ class JobsIndex:
         except (
             IndexUnavailable
         ) as e:  # the team store failed after it opened: list from the dirs all the same
-            assert url is not None
+            if url is None:
+                raise
             _warn_unavailable(url, str(e))
             with closing(_in_memory()) as memory:
                 return self._page(memory, limit, filters, args)

@@ -373,3 +373,28 @@ def test_a_page_on_postgresql_is_read_in_index_order_without_sorting(
             for sql, args in pages + counts:
                 plan = "\n".join(r[0] for r in pg.execute(b"EXPLAIN " + sql, args).fetchall())
                 assert "Index" in plan and "Sort" not in plan and "Seq Scan" not in plan, (filters, plan)
+
+
+class DroppedIndex(JobsIndex):
+    """The index whose server connection is cut by the server right after it opened (a restart, a failover)."""
+
+    def _open_store(self, url: StoreUrl) -> jobindex.IndexDb:
+        db = super()._open_store(url)
+        assert isinstance(db, PostgresDb), "the store did not open"
+        with psycopg.connect(url.url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (db.conn.info.backend_pid,))
+        return db
+
+
+def test_a_connection_lost_mid_listing_lists_from_the_dirs_with_one_warning(
+    home: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("NEMOTRON_STORE_URL", postgres_url)
+    monkeypatch.setattr(jobindex, "_WARNED", set())
+    make_job(home, "sft-20260101-000001-aaaa")
+    make_job(home, "sft-20260102-000001-bbbb", state="failed")
+    with caplog.at_level(logging.WARNING, logger="nemotron"):
+        rows, more = DroppedIndex().page(1)
+        assert ids(rows) == ["sft-20260102-000001-bbbb"] and more == 1
+        assert ids(JobsIndex().page(None, state="succeeded")[0]) == ["sft-20260101-000001-aaaa"]
+    assert len(caplog.records) == 1 and "reading the job dirs instead" in caplog.records[0].getMessage()
