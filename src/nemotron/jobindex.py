@@ -232,7 +232,11 @@ class JobsIndex:
     def _open_store(self, url: StoreUrl) -> IndexDb:
         if not self.path.parent.is_dir() or url.url in _WARNED:
             return _in_memory()
-        from nemotron.jobindex_pg import PostgresDb  # psycopg only for a team store
+        try:
+            from nemotron.jobindex_pg import PostgresDb  # psycopg only for a team store
+        except ImportError as e:
+            raise UserError(f"NEMOTRON_STORE_URL={url.shown!r} needs psycopg, which is not installed here ({e})",
+                            hint="pip install 'nemotron[postgres]', or unset NEMOTRON_STORE_URL") from None  # fmt: skip
 
         try:
             return PostgresDb.open(url, str(self.path.parent.resolve()))

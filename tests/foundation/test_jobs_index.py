@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import socket
 import sqlite3
@@ -398,3 +399,21 @@ def test_a_connection_lost_mid_listing_lists_from_the_dirs_with_one_warning(
         assert ids(rows) == ["sft-20260102-000001-bbbb"] and more == 1
         assert ids(JobsIndex().page(None, state="succeeded")[0]) == ["sft-20260101-000001-aaaa"]
     assert len(caplog.records) == 1 and "reading the job dirs instead" in caplog.records[0].getMessage()
+
+
+def test_a_store_url_without_psycopg_installed_is_one_line_exit_2(
+    home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    make_job(home, "sft-20260101-000001-aaaa")
+    hidden = (
+        tmp_path / "no-psycopg" / "psycopg"
+    )  # first on the path: `import psycopg` fails as if not installed
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('No module named psycopg')\n")
+    env = {
+        "PYTHONPATH": f"{hidden.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "NEMOTRON_STORE_URL": "postgresql://postgres:s3cret@127.0.0.1:1/team",
+    }
+    r = run_cli("jobs", "ls", env=env)
+    assert r.code == 2 and r.out == "" and "Traceback" not in r.err and "s3cret" not in r.err, r.err
+    assert "needs psycopg, which is not installed here" in r.err and "nemotron[postgres]" in r.err
