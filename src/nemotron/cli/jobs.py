@@ -56,9 +56,10 @@ def ls(
         str | None, typer.Option(help="only jobs created since: 2026-11-01, 2026-11-01T12:00, 12h, 7d")
     ] = None,
 ) -> None:
-    """Jobs, newest first by creation time, from the jobs index ($NEMOTRON_HOME/jobs.sqlite, brought up to date with
-    the job dirs first). Unfinished jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all; a
-    state checked in the last 30 s is shown as is."""
+    """Jobs of this $NEMOTRON_HOME, newest first by creation time, from the jobs index ($NEMOTRON_HOME/jobs.sqlite, or
+    the team's PostgreSQL when $NEMOTRON_STORE_URL is set; brought up to date with the job dirs first). Unfinished
+    jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all; a state checked in the last 30 s is
+    shown as is."""
     from nemotron.jobindex import JobsIndex
     from nemotron.paths import jobs_dir
 
