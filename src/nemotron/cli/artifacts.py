@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from nemotron.artifacts.refs import store_ref
-from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash
+from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash, open_store
 from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
@@ -26,7 +26,7 @@ out = stdout_console()
 
 
 def _store() -> ArtifactStore:
-    return ArtifactStore(artifacts_dir())
+    return open_store(artifacts_dir())
 
 
 def _resolve(store: ArtifactStore, ref: str) -> Artifact:
