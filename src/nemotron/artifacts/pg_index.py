@@ -42,7 +42,7 @@ class PgConnection:
     def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
         # The store's SQL has no `%` and no `?` operator: the qmark parameters map one to one onto psycopg's.
         params = list(parameters)
-        return self.raw.execute(sql.replace("?", "%s"), params if params else None)  # type: ignore[arg-type]
+        return self.raw.execute(sql.replace("?", "%s"), params if params else None)
 
 
 def _psycopg() -> Any:
