@@ -42,6 +42,10 @@ class Index(Protocol):
         them."""
         ...
 
+    def stream(self, conn: Connection, sql: str, args: Sequence[Any]) -> Iterator[Any]:
+        """The rows of a query that may be long (`ls --all`), fetched a batch at a time, not all at once."""
+        ...
+
     def begin_snapshot(self, conn: Connection) -> None:
         """Begin a read transaction in which every statement sees the same state of the store."""
         ...

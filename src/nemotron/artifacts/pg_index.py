@@ -156,5 +156,18 @@ class PostgresIndex:
             for key in keys:  # in key order: two jobs that register the same names never wait on each other
                 conn.execute("SELECT pg_advisory_xact_lock(?, ?)", (NAME_SPACE, key))
 
+    def stream(self, conn: Connection, sql: str, args: Sequence[Any]) -> Iterator[Any]:
+        """A server-side cursor (psycopg's named cursor, inside a read transaction): a client-side one would hold
+        the whole result in memory before the first row is printed."""
+        assert isinstance(conn, PgConnection)
+        conn.execute("BEGIN")
+        try:
+            with conn.raw.cursor(name="nemotron_stream") as cur:
+                cur.itersize = 500
+                cur.execute(sql.replace("?", "%s"), list(args) or None)
+                yield from cur
+        finally:
+            conn.execute("COMMIT")
+
     def begin_snapshot(self, conn: Connection) -> None:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")

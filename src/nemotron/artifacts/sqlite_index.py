@@ -9,6 +9,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from nemotron.artifacts.index import Connection
 from nemotron.artifacts.schema import MIGRATIONS, SCHEMA_VERSION, schema_sql
@@ -31,6 +32,9 @@ class SqliteIndex:
 
     def begin_write(self, conn: Connection, names: Sequence[str] = (), exclusive: bool = False) -> None:
         conn.execute("BEGIN IMMEDIATE")  # one writer at a time, whatever it writes
+
+    def stream(self, conn: Connection, sql: str, args: Sequence[Any]) -> Iterator[Any]:
+        yield from conn.execute(sql, args)  # sqlite3 steps through the rows as they are read
 
     def begin_snapshot(self, conn: Connection) -> None:
         conn.execute("BEGIN")

@@ -247,7 +247,7 @@ class ArtifactStore:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         with self._connect() as conn:
-            for row in conn.execute(sql, args):
+            for row in self.index.stream(conn, sql, args):
                 yield self._row(row)
 
     def count(self, name: str | None = None, type_: str | None = None, step: str | None = None,
