@@ -1,4 +1,4 @@
-"""`nemotron artifacts ls | show | lineage | compare | verify | gc | alias | unalias`."""
+"""`nemotron artifacts ls | show | lineage | compare | verify | gc | alias | unalias | migrate`."""
 
 from __future__ import annotations
 
