@@ -177,3 +177,48 @@ def test_the_cli_start_up_and_dry_run_do_not_import_the_driver(home: Path, run_c
         r, modules = run_cli_imports(*args)
         assert r.code == 0, r.err
         assert not {"psycopg", "sqlalchemy"} & modules, args
+
+
+def test_a_reused_connection_carries_nothing_from_the_command_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_url: str
+) -> None:
+    from nemotron.artifacts.gc import gc_plan
+
+    monkeypatch.setenv("NEMOTRON_STORE_URL", postgres_url)
+    store = open_store(tmp_path / "a")
+    assert list(store.newest(None)) == []  # nothing written yet: this connection's own empty tables answer
+    src = tmp_path / "x.jsonl"
+    src.write_text("{}\n")
+    store.register([("x", "prompt_jsonl", src, {}), ("x", "prompt_jsonl", src, {})], "j")
+    assert [a.ref for a in store.newest(None)] == ["x:v2", "x:v1"]  # the store's tables, not those empty ones
+    for _ in range(2):  # each gc plans into temporary tables of its own
+        kept, removable = gc_plan(store, keep=1)
+        assert ([a.ref for a in kept], [a.ref for a in removable]) == (["x:v2"], ["x:v1"])
+
+
+def _backend(store: ArtifactStore) -> int:
+    with store._connect() as conn:
+        return int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+
+
+def test_a_forked_child_leaves_the_parent_s_connection_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_url: str
+) -> None:
+    import multiprocessing
+
+    monkeypatch.setenv("NEMOTRON_STORE_URL", postgres_url)
+    store = open_store(tmp_path / "a")
+    src = tmp_path / "x.jsonl"
+    src.write_text("{}\n")
+    store.register([("x", "prompt_jsonl", src, {})], "j")
+    parent = _backend(store)  # the connection this process keeps between commands
+    assert _backend(store) == parent
+    ctx = multiprocessing.get_context("fork")
+    got = ctx.Queue()
+    child = ctx.Process(target=lambda: got.put((store.resolve("x").ref, _backend(store))))
+    child.start()
+    ref, backend = got.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0 and ref == "x:v1"
+    assert backend != parent  # the child opened its own: two processes on one socket would garble both
+    assert _backend(store) == parent and store.resolve("x").ref == "x:v1"  # the parent's still works

@@ -9,6 +9,7 @@ here only, and this module only when $NEMOTRON_STORE_URL is set."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -66,6 +67,9 @@ class PostgresIndex:
         self.url = url
         self.where = url.shown
         self._version: int | None = None  # the schema version this process saw, once it looked
+        # One idle connection kept for the next command of this process: a connection costs a TCP and an auth
+        # round trip, several times a query's cost (`artifacts show` makes four). Never shared across a fork.
+        self._idle: tuple[int, psycopg.Connection[Any]] | None = None
 
     def _connect_raw(self) -> psycopg.Connection[Any]:
         """A connection, after up to CONNECT_TRIES tries with backoff; a store that stays unreachable (down, a
@@ -128,7 +132,8 @@ class PostgresIndex:
     @contextmanager
     def connect(self, write: bool) -> Iterator[PgConnection]:
         psycopg = _psycopg()
-        raw = self._connect_raw()
+        raw = self._take_idle() or self._connect_raw()
+        reusable = False
         try:
             conn = PgConnection(raw)
             if self._version is None or self._version < SCHEMA_VERSION:
@@ -141,11 +146,36 @@ class PostgresIndex:
                 for statement in pg_schema_sql(0):
                     conn.execute(statement.replace("CREATE TABLE", "CREATE TEMP TABLE"))
             yield conn
+            reusable = True
         except psycopg.OperationalError as err:  # the server went away mid-command
             why = (str(err).strip().splitlines() or ["connection lost"])[-1]
             raise ServiceError(f"the artifact store {self.where} failed: {why}") from None
         finally:
-            raw.close()
+            self._put_idle(raw, reusable)
+
+    def _take_idle(self) -> psycopg.Connection[Any] | None:
+        idle, self._idle = self._idle, None
+        if idle is None or idle[0] != os.getpid() or idle[1].closed:
+            return (
+                None  # a parent's connection is the parent's: never used, nor closed, from a child (psycopg
+            )
+            # itself does not end it when the child's copy is finalized)
+        return idle[1]
+
+    def _put_idle(self, raw: psycopg.Connection[Any], reusable: bool) -> None:
+        """Keep `raw` for the next command when it ended cleanly (no transaction open); its temporary tables and
+        session settings go first, so the next command starts as on a new connection."""
+        from psycopg.pq import TransactionStatus
+
+        if reusable and self._idle is None and raw.info.transaction_status == TransactionStatus.IDLE:
+            try:
+                raw.execute("DISCARD TEMP")  # not DISCARD ALL: psycopg's prepared statements stay valid
+                raw.execute("RESET ALL")
+                self._idle = (os.getpid(), raw)
+                return
+            except Exception:  # a connection that cannot even be reset is not kept
+                pass
+        raw.close()
 
     def begin_write(self, conn: Connection, names: Sequence[str] = (), exclusive: bool = False) -> None:
         conn.execute("BEGIN")
