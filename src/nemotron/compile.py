@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from nemotron import preflight
 from nemotron.artifacts.binding import Binding, bind_inputs
 from nemotron.artifacts.refs import check_artifact_name
-from nemotron.artifacts.store import ArtifactStore
+from nemotron.artifacts.store import ArtifactStore, open_store
 from nemotron.catalog import Catalog, Resources, Step
 from nemotron.configtree import deep_merge, flatten, get_dotted, resolve_interpolations, set_dotted, unflatten
 from nemotron.errors import NotFound, UserError, did_you_mean
@@ -280,7 +280,7 @@ def compile_job(
     step = catalog.get(step_id)
     profile = load_profile(profile_name) if profile_name else implicit_profile()
     validated, config, sources = _compose(step, preset, overrides or [], profile)
-    store = store or ArtifactStore(
+    store = store or open_store(
         Path(profile.artifacts_root).expanduser() if profile.artifacts_root else artifacts_dir()
     )
     here = isinstance(profile, LocalProfile)  # remote profiles' paths live on their cluster

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel
 
 from nemotron.artifacts.lineage import register_job_outputs
-from nemotron.artifacts.store import Artifact, ArtifactStore
+from nemotron.artifacts.store import Artifact, ArtifactStore, open_store
 from nemotron.catalog import _load_schema
 from nemotron.configtree import set_dotted
 from nemotron.errors import UserError
@@ -142,7 +142,7 @@ class StepRun(Generic[C]):
 
     def store(self) -> ArtifactStore:
         root = os.environ.get("NEMOTRON_ARTIFACTS_ROOT")
-        return ArtifactStore(Path(root) if root else artifacts_dir())
+        return open_store(Path(root) if root else artifacts_dir())
 
     def register_outputs(
         self, paths: dict[str, Path], metadata: dict[str, Any] | None = None

@@ -34,19 +34,19 @@ def redact_url(url: str) -> str:
     return re.sub(r"^([a-z+]+://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
-def parse_store_url(raw: str) -> StoreUrl:
-    """`raw` as a store URL, or exit 2 naming what is wrong with it."""
+def parse_store_url(raw: str, given_as: str = f"{ENV}=") -> StoreUrl:
+    """`raw` as a store URL, or exit 2 naming what is wrong with it (where the user wrote it: `given_as`)."""
     parts = urlsplit(raw)
     if parts.scheme not in POSTGRES_SCHEMES:
         raise UserError(
-            f"{ENV}={redact_url(raw)!r}: unsupported store; expected postgresql://[user@]host[:port]/database",
+            f"{given_as}{redact_url(raw)!r}: unsupported store; expected postgresql://[user@]host[:port]/database",
             hint=f"unset {ENV} for the default SQLite store under $NEMOTRON_HOME",
         )
     if not parts.hostname and "host=" not in parts.query:
-        raise UserError(f"{ENV}={redact_url(raw)!r}: no host (postgresql://[user@]host[:port]/database)")
+        raise UserError(f"{given_as}{redact_url(raw)!r}: no host (postgresql://[user@]host[:port]/database)")
     if not parts.path.strip("/"):
         raise UserError(
-            f"{ENV}={redact_url(raw)!r}: no database name (postgresql://[user@]host[:port]/database)"
+            f"{given_as}{redact_url(raw)!r}: no database name (postgresql://[user@]host[:port]/database)"
         )
     return StoreUrl("postgresql://" + raw.split("://", 1)[1])
 

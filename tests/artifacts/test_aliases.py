@@ -18,7 +18,8 @@ import pytest
 from nemotron.artifacts.aliases import alias_history, move_alias, remove_alias
 from nemotron.artifacts.gc import GcRun, gc_plan
 from nemotron.artifacts.refs import check_alias_name, parse_ref, store_ref
-from nemotron.artifacts.store import SCHEMA_VERSION, ArtifactStore
+from nemotron.artifacts.sqlite_index import SqliteIndex
+from nemotron.artifacts.store import SCHEMA_VERSION, ArtifactStore, open_store
 from nemotron.errors import NotFound, UserError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -53,8 +54,8 @@ def test_references_name_an_alias_with_an_at_sign(tmp_path: Path) -> None:
     assert check_alias_name("x" * 65) is not None and check_alias_name("a.b") is not None
 
 
-def test_set_move_resolve_and_remove_are_recorded(tmp_path: Path) -> None:
-    store = ArtifactStore(tmp_path / "a")
+def test_set_move_resolve_and_remove_are_recorded(tmp_path: Path, store_backend: str) -> None:
+    store = open_store(tmp_path / "a")
     v1, v2, v3 = _versions(store, tmp_path, "policy", 3)
     assert move_alias(store, v1, "best") is not None
     assert store.resolve("policy", "@best").id == v1.id and store.resolve("policy").id == v3.id
@@ -78,8 +79,10 @@ def test_set_move_resolve_and_remove_are_recorded(tmp_path: Path) -> None:
         remove_alias(store, "policy", "best")
 
 
-def test_the_cli_sets_shows_lists_and_refuses_with_one_line(home: Path, tmp_path: Path, run_cli: Any) -> None:
-    store = ArtifactStore(home / "artifacts")
+def test_the_cli_sets_shows_lists_and_refuses_with_one_line(
+    home: Path, tmp_path: Path, run_cli: Any, store_backend: str
+) -> None:
+    store = open_store(home / "artifacts")
     _versions(store, tmp_path, "policy", 3)
     _versions(store, tmp_path, "data", 2)
     r = run_cli("artifacts", "alias", "policy:v1", "best")
@@ -108,7 +111,7 @@ def test_the_cli_sets_shows_lists_and_refuses_with_one_line(home: Path, tmp_path
     table = run_cli("artifacts", "ls", "policy").out
     assert "aliases" in table and "@best @prod" in table
     assert "aliases" not in run_cli("artifacts", "ls", "data", "--limit", "1").out  # no alias on the page
-    with sqlite3.connect(home / "artifacts" / "index.sqlite") as conn:
+    with store._connect() as conn:
         before = conn.execute("SELECT COUNT(*) FROM alias_history").fetchone()[0]
     for args, expect in [
         (("alias", "policy:v1", "latest"), "'latest' is reserved"),
@@ -126,7 +129,7 @@ def test_the_cli_sets_shows_lists_and_refuses_with_one_line(home: Path, tmp_path
         lines = r.err.strip().splitlines()
         assert r.code == 2 and expect in lines[0] and len(lines) == 1 + ("v9" in args[1]), (args, r.err)
         assert "Traceback" not in r.err
-    with sqlite3.connect(home / "artifacts" / "index.sqlite") as conn:
+    with store._connect() as conn:
         assert conn.execute("SELECT COUNT(*) FROM alias_history").fetchone()[0] == before  # nothing written
     r = run_cli("artifacts", "unalias", "policy@prod")
     assert r.code == 0 and r.out.strip() == "removed policy@prod (it pointed at policy:v2)"
@@ -135,9 +138,9 @@ def test_the_cli_sets_shows_lists_and_refuses_with_one_line(home: Path, tmp_path
 
 
 def test_a_step_input_binds_through_an_alias_dry_run_without_torch(
-    home: Path, fixture_steps: Path, tmp_path: Path, run_cli: Any, run_cli_imports: Any
+    home: Path, fixture_steps: Path, tmp_path: Path, run_cli: Any, run_cli_imports: Any, store_backend: str
 ) -> None:
-    store = ArtifactStore(home / "artifacts")
+    store = open_store(home / "artifacts")
     v1, v2, _ = _versions(store, tmp_path, "numbers", 3)
     move_alias(store, v2, "best")
     r, imported = run_cli_imports(
@@ -158,8 +161,10 @@ def test_a_step_input_binds_through_an_alias_dry_run_without_torch(
     assert r.code == 2 and "input 'numbers': artifact 'numbers' has no alias 'worst'" in r.err
 
 
-def test_gc_keeps_aliased_artifacts_and_says_so(home: Path, tmp_path: Path, run_cli: Any) -> None:
-    store = ArtifactStore(home / "artifacts")
+def test_gc_keeps_aliased_artifacts_and_says_so(
+    home: Path, tmp_path: Path, run_cli: Any, store_backend: str
+) -> None:
+    store = open_store(home / "artifacts")
     owned = home / "jobs" / "j" / "outputs"
     owned.mkdir(parents=True)
     data = _versions(store, owned, "data", 3)
@@ -221,7 +226,8 @@ def test_an_old_store_that_is_not_upgraded_reads_as_having_no_aliases(tmp_path: 
     root = tmp_path / "artifacts"
     shutil.copytree(FIXTURES / "store_v2", root, ignore=shutil.ignore_patterns("*.py"))
     store = ArtifactStore(root)
-    store._created = True  # what a reader without write access is left with: no upgrade
+    assert isinstance(store.index, SqliteIndex)
+    store.index._created = True  # what a reader without write access is left with: no upgrade
     assert [a.ref for a in store.newest(None, alias="best")] == []
     with pytest.raises(NotFound, match="has no alias 'best'"):
         store.resolve("policy", "@best")
@@ -235,9 +241,9 @@ MOVER = """
 import random, sys
 from pathlib import Path
 from nemotron.artifacts.aliases import move_alias
-from nemotron.artifacts.store import ArtifactStore
+from nemotron.artifacts.store import open_store
 root, worker, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-store = ArtifactStore(Path(root))
+store = open_store(Path(root))
 versions = [store.resolve("m", f"v{v}") for v in range(1, 6)]
 rng = random.Random(worker)
 moved = sum(move_alias(store, rng.choice(versions), "best") is not None for _ in range(count))
@@ -245,9 +251,11 @@ print(moved)
 """
 
 
-def test_four_processes_moving_one_alias_leave_a_consistent_history(tmp_path: Path) -> None:
+def test_four_processes_moving_one_alias_leave_a_consistent_history(
+    tmp_path: Path, store_backend: str
+) -> None:
     root = tmp_path / "a"
-    store = ArtifactStore(root)
+    store = open_store(root)
     _versions(store, tmp_path, "m", 5)
     workers, per = 4, 30
     procs = [

@@ -13,7 +13,7 @@ import pytest
 
 from nemotron.artifacts.gc import gc_plan
 from nemotron.artifacts.refs import parse_ref
-from nemotron.artifacts.store import ArtifactStore, content_hash
+from nemotron.artifacts.store import content_hash, open_store
 from nemotron.errors import NotFound
 
 
@@ -23,8 +23,8 @@ def _file(tmp: Path, name: str, text: str) -> Path:
     return p
 
 
-def test_register_resolve_and_latest(tmp_path: Path) -> None:
-    store = ArtifactStore(tmp_path / "a")
+def test_register_resolve_and_latest(tmp_path: Path, store_backend: str) -> None:
+    store = open_store(tmp_path / "a")
     a1 = store.register(
         [("prompts", "prompt_jsonl", _file(tmp_path, "p1.jsonl", '{"prompt": "a"}\n'), {})], job_id="j1"
     )[0]
@@ -60,12 +60,12 @@ def test_content_hash_covers_names_sizes_and_bytes(tmp_path: Path) -> None:
     assert content_hash(d)[0] != h1
 
 
-def test_verify_catches_a_flipped_byte(home: Path, run_cli: Any, tmp_path: Path) -> None:
+def test_verify_catches_a_flipped_byte(home: Path, run_cli: Any, tmp_path: Path, store_backend: str) -> None:
     d = tmp_path / "model"
     d.mkdir()
     (d / "model.safetensors").write_bytes(bytes(range(256)))
     (d / "config.json").write_text("{}")
-    ArtifactStore(home / "artifacts").register([("m", "checkpoint_hf", d, {})], job_id="j")
+    open_store(home / "artifacts").register([("m", "checkpoint_hf", d, {})], job_id="j")
     assert run_cli("artifacts", "verify", "m:v1").code == 0
     data = bytearray((d / "model.safetensors").read_bytes())
     data[100] ^= 0xFF
@@ -78,16 +78,18 @@ WORKER = """
 import sys
 import time
 from pathlib import Path
-from nemotron.artifacts.store import ArtifactStore
+from nemotron.artifacts.store import open_store
 root, worker, count, src = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-store = ArtifactStore(Path(root))
+store = open_store(Path(root))
 for i in range(count):
     store.register([("shared", "prompt_jsonl", Path(src), {"worker": worker, "i": i})], job_id=f"w{worker}-{i}")
     store.resolve("shared")
 """
 
 
-def test_concurrent_registration_from_processes_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+def test_concurrent_registration_from_processes_loses_and_duplicates_nothing(
+    tmp_path: Path, store_backend: str
+) -> None:
     src = _file(tmp_path, "s.jsonl", '{"prompt": "x"}\n')
     workers, per = 6, 15
     procs = [
@@ -95,13 +97,15 @@ def test_concurrent_registration_from_processes_loses_and_duplicates_nothing(tmp
         for w in range(workers)
     ]
     assert all(p.wait(120) == 0 for p in procs)
-    arts = ArtifactStore(tmp_path / "a").list_artifacts(name="shared")
+    arts = open_store(tmp_path / "a").list_artifacts(name="shared")
     assert sorted(a.version for a in arts) == list(range(1, workers * per + 1))  # no gap, no duplicate
     assert len({(a.metadata["worker"], a.metadata["i"]) for a in arts}) == workers * per  # no lost write
 
 
-def test_gc_keeps_ancestors_of_kept_artifacts(home: Path, run_cli: Any, tmp_path: Path) -> None:
-    store = ArtifactStore(home / "artifacts")
+def test_gc_keeps_ancestors_of_kept_artifacts(
+    home: Path, run_cli: Any, tmp_path: Path, store_backend: str
+) -> None:
+    store = open_store(home / "artifacts")
     owned = home / "jobs" / "j" / "outputs"
     owned.mkdir(parents=True)
     data_v1 = store.register([("data", "prompt_jsonl", _file(owned, "d1.jsonl", "{}"), {})], "j1")[0]
@@ -133,19 +137,19 @@ def test_gc_keeps_ancestors_of_kept_artifacts(home: Path, run_cli: Any, tmp_path
 EXTERNAL_WORKER = """
 import sys, time
 from pathlib import Path
-from nemotron.artifacts.store import ArtifactStore
+from nemotron.artifacts.store import open_store
 root, src, go = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
-store = ArtifactStore(root)
+store = open_store(root)
 time.sleep(max(0.0, go - time.time()))  # every process looks the file up at the same moment
 print(store.register_external("prompt_jsonl", src).ref)
 """
 
 
-def test_jobs_binding_one_plain_file_at_once_register_it_once(tmp_path: Path) -> None:
+def test_jobs_binding_one_plain_file_at_once_register_it_once(tmp_path: Path, store_backend: str) -> None:
     """Two jobs started together bind the same shipped prompts file: one `external.*` artifact, not :v1 and :v2
     (the lookup and the insert are one transaction)."""
     src = _file(tmp_path, "p.jsonl", '{"prompt": "x"}\n')
-    ArtifactStore(tmp_path / "a")  # the schema exists before the race
+    open_store(tmp_path / "a")  # the schema exists before the race
     go = time.time() + 2.0
     procs = [
         subprocess.Popen(
@@ -158,6 +162,6 @@ def test_jobs_binding_one_plain_file_at_once_register_it_once(tmp_path: Path) ->
     refs = {p.communicate(timeout=120)[0].strip() for p in procs}
     assert all(p.returncode == 0 for p in procs)
     assert refs == {"external.p.jsonl:v1"}
-    assert [a.ref for a in ArtifactStore(tmp_path / "a").list_artifacts(name="external.p.jsonl")] == [
+    assert [a.ref for a in open_store(tmp_path / "a").list_artifacts(name="external.p.jsonl")] == [
         "external.p.jsonl:v1"
     ]

@@ -299,3 +299,25 @@ def test_time_limit_warning_reaches_our_steps_only(profiles: Path, tmp_path: Pat
     )
     aligner = submit.dry_run(job("rl/reinforce", "gpu", "backend=nemo_aligner"))
     assert "#SBATCH hetjob" in aligner and "--signal" not in aligner
+
+
+def test_the_team_store_url_reaches_the_nodes_and_its_password_only_the_0600_file(
+    profiles: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NEMOTRON_STORE_URL", "postgresql://team@db.example.com:5432/nemotron")
+    j = job("rl/ppo", "gpu", mode="batch")
+    script = slurm_script.render_sbatch(slurm_executor.slurm_plan(j))
+    assert "export NEMOTRON_STORE_URL=postgresql://team@db.example.com:5432/nemotron" in script
+    assert "export NEMOTRON_STORE_URL=postgresql://team@db.example.com:5432/nemotron" in submit.dry_run(j)
+    monkeypatch.setenv("NEMOTRON_STORE_URL", "postgresql://team:hunter2@db.example.com:5432/nemotron")
+    j = job("rl/ppo", "gpu", mode="batch")
+    plan = slurm_executor.slurm_plan(j)
+    text, script = submit.dry_run(j), slurm_script.render_sbatch(plan)
+    assert "hunter2" not in text and "hunter2" not in script and "NEMOTRON_STORE_URL=" not in script
+    assert "NEMOTRON_STORE_URL" in plan.secret_names
+    from nemotron.launch.slurm import SECRETS_FILE, write_secrets
+
+    write_secrets(j, tmp_path, plan.secret_names)
+    written = (tmp_path / SECRETS_FILE).read_text()
+    assert "export NEMOTRON_STORE_URL=postgresql://team:hunter2@db.example.com:5432/nemotron" in written
+    assert (tmp_path / SECRETS_FILE).stat().st_mode & 0o777 == 0o600

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.artifacts import store as store_module
+from nemotron.artifacts import schema as schema_module
 from nemotron.artifacts.store import SCHEMA, SCHEMA_VERSION, ArtifactStore
 
 PROCESSES, ROUNDS = 16, 20
@@ -142,7 +142,7 @@ def test_a_schema_creation_that_fails_half_way_leaves_no_tables(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Readers take no file lock, so they must never see some tables without the others.
-    monkeypatch.setattr(store_module, "SCHEMA", SCHEMA + "CREATE TABLE broken (;")
+    monkeypatch.setattr(schema_module, "SCHEMA", SCHEMA + "CREATE TABLE broken (;")
     root = tmp_path / "artifacts"
     src = tmp_path / "p.jsonl"
     src.write_text('{"prompt": "hi"}\n')

@@ -7,10 +7,10 @@ from __future__ import annotations
 import getpass
 import os
 import socket
-import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from nemotron.artifacts.index import Connection
 from nemotron.artifacts.refs import check_alias_name
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.errors import NotFound, UserError
@@ -59,7 +59,7 @@ def move_alias(store: ArtifactStore, target: Artifact, alias: str) -> AliasMove 
     if why is not None:
         raise UserError(f"cannot set alias: {why}")
     with store._connect(write=True) as conn:
-        conn.execute("BEGIN IMMEDIATE")
+        store.index.begin_write(conn, [target.name])  # one mover of the name's aliases at a time
         try:
             if conn.execute("SELECT 1 FROM artifacts WHERE id=?", (target.id,)).fetchone() is None:
                 raise NotFound(f"{target.ref} is no longer in the store (gc removed it)")
@@ -89,7 +89,7 @@ def remove_alias(store: ArtifactStore, name: str, alias: str) -> AliasMove:
     if alias == "latest":
         raise UserError(f"cannot remove {name}@latest: `latest` is every name's implicit alias")
     with store._connect(write=True) as conn:
-        conn.execute("BEGIN IMMEDIATE")
+        store.index.begin_write(conn, [name])
         try:
             was = conn.execute(
                 "SELECT a.version FROM aliases al JOIN artifacts a ON a.id = al.artifact_id"
@@ -107,7 +107,7 @@ def remove_alias(store: ArtifactStore, name: str, alias: str) -> AliasMove:
     return move
 
 
-def _record(conn: sqlite3.Connection, name: str, alias: str, was: int | None, now: int | None) -> AliasMove:
+def _record(conn: Connection, name: str, alias: str, was: int | None, now: int | None) -> AliasMove:
     move = AliasMove(name, alias, was, now, datetime.now(UTC).isoformat(timespec="seconds"), os_user(),
                      socket.gethostname())  # fmt: skip
     conn.execute(

@@ -6,13 +6,13 @@ deleted row)."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from nemotron.artifacts.index import Connection
 from nemotron.artifacts.store import Artifact, ArtifactStore
 
 # Artifacts per deleting transaction. Each statement binds at most BATCH variables: well within SQLite's limit
@@ -20,10 +20,10 @@ from nemotron.artifacts.store import Artifact, ArtifactStore
 BATCH = 500
 
 _PLAN = """
-INSERT INTO temp.gc_keep (id)
+INSERT INTO gc_keep (id)
 WITH RECURSIVE
   newest(id) AS (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY name ORDER BY version DESC) AS rn
-                                 FROM artifacts) WHERE rn <= ? UNION SELECT artifact_id FROM aliases),
+                                 FROM artifacts) AS ranked WHERE rn <= ? UNION SELECT artifact_id FROM aliases),
   kept(id) AS (SELECT id FROM newest UNION SELECT e.parent FROM edges e JOIN kept ON e.child = kept.id)
 SELECT id FROM kept
 """
@@ -33,7 +33,6 @@ SELECT al.name, a.version, al.alias FROM aliases al JOIN artifacts a ON a.id = a
 WHERE (SELECT COUNT(*) FROM artifacts b WHERE b.name = a.name AND b.version > a.version) >= ?
 ORDER BY al.name, a.version, al.alias
 """
-_BYTES = "(SELECT COALESCE(SUM(json_extract(f.value, '$.size')), 0) FROM json_each(a.files) f)"
 
 
 @dataclass(frozen=True)
@@ -54,26 +53,26 @@ class GcRun(AbstractContextManager["GcRun"]):
     def __init__(self, store: ArtifactStore, keep: int, write: bool = False) -> None:
         self.store, self.keep, self.write = store, keep, write
         self._cm = store._connect(write=write)
-        self.conn: sqlite3.Connection
+        self.conn: Connection
 
     def __enter__(self) -> GcRun:
         self.conn = self._cm.__enter__()
         c = self.conn
-        c.execute("CREATE TEMP TABLE gc_keep (id INTEGER PRIMARY KEY)")
+        c.execute("CREATE TEMP TABLE gc_keep (id BIGINT PRIMARY KEY)")
         c.execute(
-            "CREATE TEMP TABLE gc_gone (id INTEGER PRIMARY KEY, name TEXT, version INTEGER, bytes INTEGER)"
+            "CREATE TEMP TABLE gc_gone (id BIGINT PRIMARY KEY, name TEXT, version INTEGER, bytes BIGINT)"
         )
         # One read transaction: the plan sees one state of the store, and artifacts registered later are newer.
-        c.execute("BEGIN")
+        self.store.index.begin_snapshot(c)
         self.max_id = int(c.execute("SELECT COALESCE(MAX(id), 0) FROM artifacts").fetchone()[0])
         c.execute(_PLAN, (self.keep,))
-        c.execute(f"INSERT INTO temp.gc_gone SELECT a.id, a.name, a.version, {_BYTES} FROM artifacts a"
-                  " WHERE a.id NOT IN (SELECT id FROM temp.gc_keep) AND a.id <= ?", (self.max_id,))  # fmt: skip
+        c.execute(f"INSERT INTO gc_gone SELECT a.id, a.name, a.version, {self.store.index.files_bytes_sql}"
+                  " FROM artifacts a WHERE a.id NOT IN (SELECT id FROM gc_keep) AND a.id <= ?", (self.max_id,))  # fmt: skip
         c.execute("COMMIT")
         self.by_alias: list[tuple[str, int, str]] = c.execute(_BY_ALIAS, (self.keep,)).fetchall()
-        self.kept = int(c.execute("SELECT COUNT(*) FROM temp.gc_keep").fetchone()[0])
+        self.kept = int(c.execute("SELECT COUNT(*) FROM gc_keep").fetchone()[0])
         self.gone, self.gone_bytes = (int(x) for x in c.execute(
-            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM temp.gc_gone").fetchone())  # fmt: skip
+            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM gc_gone").fetchone())  # fmt: skip
         return self
 
     def __exit__(
@@ -83,17 +82,17 @@ class GcRun(AbstractContextManager["GcRun"]):
 
     def summary(self, limit: int | None = 50) -> tuple[list[NameSummary], int]:
         """Removable versions per name, most first; and how many names more than `limit` there are."""
-        sql = ("SELECT name, COUNT(*), COALESCE(SUM(bytes), 0), MIN(version), MAX(version) FROM temp.gc_gone"
+        sql = ("SELECT name, COUNT(*), COALESCE(SUM(bytes), 0), MIN(version), MAX(version) FROM gc_gone"
                " GROUP BY name ORDER BY COUNT(*) DESC, name")  # fmt: skip
         rows = [NameSummary(r[0], r[1], int(r[2]), r[3], r[4])
                 for r in self.conn.execute(sql + ("" if limit is None else f" LIMIT {int(limit)}"))]  # fmt: skip
-        names = int(self.conn.execute("SELECT COUNT(DISTINCT name) FROM temp.gc_gone").fetchone()[0])
+        names = int(self.conn.execute("SELECT COUNT(DISTINCT name) FROM gc_gone").fetchone()[0])
         return rows, max(0, names - len(rows))
 
     def removable(self) -> Iterator[Artifact]:
         """Every removable artifact, by name and version, streamed."""
         cols = ", ".join("a." + c.strip() for c in ArtifactStore._COLS.split(","))
-        for row in self.conn.execute(f"SELECT {cols} FROM temp.gc_gone g JOIN artifacts a ON a.id = g.id"
+        for row in self.conn.execute(f"SELECT {cols} FROM gc_gone g JOIN artifacts a ON a.id = g.id"
                                      " ORDER BY a.name, a.version"):  # fmt: skip
             yield ArtifactStore._row(row)
 
@@ -103,12 +102,12 @@ class GcRun(AbstractContextManager["GcRun"]):
         an alias never points at a deleted artifact. Returns how many artifacts were deleted."""
         c, last, done = self.conn, 0, 0
         while True:
-            batch = c.execute("SELECT g.id, a.path FROM temp.gc_gone g JOIN artifacts a ON a.id = g.id WHERE g.id > ?"
+            batch = c.execute("SELECT g.id, a.path FROM gc_gone g JOIN artifacts a ON a.id = g.id WHERE g.id > ?"
                               " ORDER BY g.id LIMIT ?", (last, BATCH)).fetchall()  # fmt: skip
             if not batch:
                 return done
             last = batch[-1][0]
-            c.execute("BEGIN IMMEDIATE")
+            self.store.index.begin_write(c, exclusive=True)
             try:
                 ids = [r[0] for r in batch]
                 marks = ",".join("?" * len(ids))
@@ -120,9 +119,9 @@ class GcRun(AbstractContextManager["GcRun"]):
                     batch = [r for r in batch if r[0] not in protected]
                     ids = [r[0] for r in batch]
                     marks = ",".join("?" * len(ids))
-                c.execute(f"DELETE FROM edges WHERE child IN ({marks})", ids)
-                c.execute(f"DELETE FROM edges WHERE parent IN ({marks})", ids)
-                c.execute(f"DELETE FROM artifacts WHERE id IN ({marks})", ids)
+                for table, column in (("edges", "child"), ("edges", "parent"), ("artifacts", "id")):
+                    if ids:  # PostgreSQL refuses an empty IN ()
+                        c.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemotron.artifacts.store import Artifact, ArtifactStore
+from nemotron.artifacts.store import Artifact, ArtifactStore, open_store
 from nemotron.jobrecord import JobRecord
 from nemotron.paths import artifacts_dir
 
@@ -20,7 +20,7 @@ def job_store(record: JobRecord) -> ArtifactStore:
     """The store a job registers into: $NEMOTRON_ARTIFACTS_ROOT (set for step processes), else the profile's
     artifacts_root, else this home's."""
     root = os.environ.get("NEMOTRON_ARTIFACTS_ROOT") or record.profile.get("artifacts_root")
-    return ArtifactStore(Path(root).expanduser() if root else artifacts_dir())
+    return open_store(Path(root).expanduser() if root else artifacts_dir())
 
 
 def register_job_outputs(

@@ -1,84 +1,25 @@
-"""The artifact store: a SQLite index (WAL) of typed, versioned, content-hashed artifacts and their lineage edges."""
+"""The artifact store: an index of typed, versioned, content-hashed artifacts and their lineage edges, on SQLite
+(the default, sqlite_index.py) or PostgreSQL ($NEMOTRON_STORE_URL, pg_index.py); the artifacts' files stay on the
+filesystem under the store's root either way."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
-import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nemotron.errors import NotFound, UserError, did_you_mean, disk_full, disk_full_while
-from nemotron.paths import writable_dir
+from nemotron.artifacts.index import Connection, Index
+from nemotron.artifacts.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, schema_sql
+from nemotron.artifacts.sqlite_index import SqliteIndex
+from nemotron.errors import NotFound, UserError, did_you_mean
 
-SCHEMA_VERSION = 3  # PRAGMA user_version of a store with this schema
-# Each version's DDL, applied in order to bring an older store up to date in place (one transaction).
-MIGRATIONS: dict[int, str] = {}
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS artifacts (
-  id INTEGER PRIMARY KEY,
-  name TEXT NOT NULL,
-  version INTEGER NOT NULL,
-  type TEXT NOT NULL,
-  path TEXT NOT NULL,
-  sha256 TEXT NOT NULL,
-  files TEXT NOT NULL,
-  metadata TEXT NOT NULL,
-  job_id TEXT,
-  created_at TEXT NOT NULL,
-  UNIQUE(name, version)
-);
-CREATE TABLE IF NOT EXISTS edges (
-  child INTEGER NOT NULL REFERENCES artifacts(id),
-  parent INTEGER NOT NULL REFERENCES artifacts(id),
-  input_name TEXT NOT NULL,
-  PRIMARY KEY (child, parent, input_name)
-);
-"""
-# 2: the indexes listings, lineage and gc page on (newest first by id; filters by type, step, job, creation time).
-MIGRATIONS[2] = """
-CREATE INDEX IF NOT EXISTS artifacts_type ON artifacts(type, id);
-CREATE INDEX IF NOT EXISTS artifacts_step ON artifacts(json_extract(metadata, '$.step'), id);
-CREATE INDEX IF NOT EXISTS artifacts_job ON artifacts(job_id);
-CREATE INDEX IF NOT EXISTS artifacts_created ON artifacts(created_at);
-CREATE INDEX IF NOT EXISTS artifacts_sha ON artifacts(sha256);
-CREATE INDEX IF NOT EXISTS edges_parent ON edges(parent);
-"""
-# 3: aliases (NAME@ALIAS -> one version of NAME) and every move of one, kept after its artifacts are gone (the
-# history names versions, not row ids, so it reads the same once gc removed an old target).
-MIGRATIONS[3] = """
-CREATE TABLE IF NOT EXISTS aliases (
-  name TEXT NOT NULL,
-  alias TEXT NOT NULL,
-  artifact_id INTEGER NOT NULL REFERENCES artifacts(id),
-  PRIMARY KEY (name, alias)
-);
-CREATE INDEX IF NOT EXISTS aliases_artifact ON aliases(artifact_id);
-CREATE INDEX IF NOT EXISTS aliases_alias ON aliases(alias);
-CREATE TABLE IF NOT EXISTS alias_history (
-  id INTEGER PRIMARY KEY,
-  name TEXT NOT NULL,
-  alias TEXT NOT NULL,
-  from_version INTEGER,
-  to_version INTEGER,
-  at TEXT NOT NULL,
-  by_user TEXT NOT NULL,
-  host TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS alias_history_name ON alias_history(name, alias, id);
-"""
-
-
-def schema_sql(since: int = 0) -> str:
-    """The DDL that brings a store at version `since` (0: none) to SCHEMA_VERSION."""
-    parts = [SCHEMA] if since < 1 else []
-    return "".join([*parts, *(MIGRATIONS[v] for v in sorted(MIGRATIONS) if v > since)])
+__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "Artifact", "ArtifactStore", "content_hash", "open_store",
+           "schema_sql"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -117,125 +58,19 @@ def content_hash(path: Path) -> tuple[str, list[dict[str, Any]]]:
 
 
 class ArtifactStore:
-    def __init__(self, root: Path) -> None:
+    """The store's queries, the same on either database (`index`): SQLite under `root` unless one is given. Every
+    caller gets its store from `open_store`, which picks the database $NEMOTRON_STORE_URL names."""
+
+    def __init__(self, root: Path, index: Index | None = None) -> None:
         self.root = root
-        self.db_path = root / "index.sqlite"
-        self._created = False
-
-    def _create_once(self) -> None:
-        """Create the schema and switch to WAL exactly once per store, under an exclusive file lock: any number of
-        processes may open a fresh home at once (the schema switch is where simultaneous first users raced into
-        `database is locked`). `PRAGMA user_version` records the schema version, so later opens skip all DDL and an
-        older store is brought up to date in place."""
-        if self._created:
-            return
-        with (self.root / "index.sqlite.lock").open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            conn = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
-            try:
-                conn.execute("PRAGMA busy_timeout=60000")
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version < SCHEMA_VERSION:
-                    conn.execute("PRAGMA journal_mode=WAL")  # cannot change inside a transaction
-                    # One transaction: a reader (which takes no file lock) sees all the tables or none, and a
-                    # creation or upgrade that fails half-way leaves nothing behind.
-                    conn.executescript(
-                        f"BEGIN IMMEDIATE; {schema_sql(version)}; PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
-                    )
-            finally:
-                conn.close()
-        self._created = True
-
-    def _upgrade_for_reading(self) -> None:
-        """A store written by an older release gets its new indexes on first read too; a store this user cannot
-        write is read as it is (slower listings, same answers)."""
-        if self._created:
-            return
-        try:
-            conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=60)
-            try:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-            finally:
-                conn.close()
-            if 0 < version < SCHEMA_VERSION and os.access(self.root, os.W_OK):
-                self._create_once()
-        except (OSError, sqlite3.Error):
-            return
+        self.db_path = root / "index.sqlite"  # the SQLite default's file, whichever database is in use
+        self.index: Index = index or SqliteIndex(root)
 
     def exists(self) -> bool:
-        return self.db_path.is_file()
+        return self.index.exists()
 
-    @contextmanager
-    def _connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
-        if not write:
-            with self._open(False) as conn:
-                yield conn
-            return
-        try:
-            with self._open(True) as conn:
-                yield conn
-        except sqlite3.OperationalError as err:
-            # SQLite says `disk I/O error` or `database or disk is full`: name the store and the space left
-            if disk_full(err, self.root) is not None:
-                raise disk_full_while("the artifact store", self.db_path) from err
-            raise
-
-    @contextmanager
-    def _open(self, write: bool) -> Iterator[sqlite3.Connection]:
-        if write:
-            writable_dir(self.root, "artifact store")
-        elif not self.exists():
-            # Reads on an empty home must not create anything (dry-run writes nothing).
-            conn = sqlite3.connect(":memory:")
-            conn.executescript(schema_sql())
-            try:
-                yield conn
-            finally:
-                conn.close()
-            return
-        if write:
-            self._create_once()
-        else:
-            self._upgrade_for_reading()
-        conn = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
-        try:
-            conn.execute("PRAGMA busy_timeout=60000")
-            if not write:
-                conn = self._readable(conn)
-            if (
-                not write
-                and not conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='artifacts'"
-                ).fetchone()
-            ):
-                # The first writer created the file but not yet its tables: to a reader the store is still empty.
-                conn.close()
-                conn = sqlite3.connect(":memory:")
-                conn.executescript(schema_sql())
-            elif (
-                not write and not conn.execute("SELECT 1 FROM sqlite_master WHERE name='aliases'").fetchone()
-            ):
-                # A store older than aliases that this user cannot upgrade has none: empty tables of this
-                # connection's own (TEMP: nothing is written to the store) answer the queries that join them.
-                conn.executescript(MIGRATIONS[3].replace("CREATE TABLE", "CREATE TEMP TABLE"))
-            yield conn
-        finally:
-            conn.close()
-
-    def _readable(self, conn: sqlite3.Connection) -> sqlite3.Connection:
-        """`conn`, or where it cannot read, the file as it is. A reader of a WAL database creates its shared-memory
-        index (index.sqlite-shm) first, which fails on a full or read-only filesystem as `disk I/O error`: with no
-        committed transaction waiting in the WAL the main file holds everything, so it is read as immutable (no
-        -shm, no locks; nothing can write it meanwhile, since no write fits either)."""
-        try:
-            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
-            return conn
-        except sqlite3.OperationalError:
-            wal = Path(f"{self.db_path}-wal")
-            if wal.is_file() and wal.stat().st_size > 0:
-                raise
-            conn.close()
-            return sqlite3.connect(f"file:{self.db_path}?immutable=1", uri=True, isolation_level=None)
+    def _connect(self, write: bool = False) -> AbstractContextManager[Connection]:
+        return self.index.connect(write)
 
     @staticmethod
     def _row(row: Sequence[Any]) -> Artifact:
@@ -271,7 +106,7 @@ class ArtifactStore:
         ]
         now = datetime.now(UTC).isoformat(timespec="seconds")
         with self._connect(write=True) as conn:
-            conn.execute("BEGIN IMMEDIATE")
+            self.index.begin_write(conn, [h[0] for h in hashed])
             try:
                 ids = []
                 for name, type_, path, meta, sha, files in hashed:
@@ -288,9 +123,9 @@ class ArtifactStore:
                     (ver,) = conn.execute(
                         "SELECT COALESCE(MAX(version), 0) + 1 FROM artifacts WHERE name=?", (name,)
                     ).fetchone()
-                    cur = conn.execute(
+                    (new_id,) = conn.execute(
                         "INSERT INTO artifacts (name, version, type, path, sha256, files, metadata, job_id, created_at)"
-                        " VALUES (?,?,?,?,?,?,?,?,?)",
+                        " VALUES (?,?,?,?,?,?,?,?,?) RETURNING id",
                         (
                             name,
                             ver,
@@ -302,12 +137,12 @@ class ArtifactStore:
                             job_id,
                             now,
                         ),
-                    )
-                    assert cur.lastrowid is not None
-                    ids.append(cur.lastrowid)
+                    ).fetchone()
+                    ids.append(new_id)
                     for input_name, parent in parents:
                         conn.execute(
-                            "INSERT OR IGNORE INTO edges VALUES (?,?,?)", (cur.lastrowid, parent, input_name)
+                            "INSERT INTO edges VALUES (?,?,?) ON CONFLICT DO NOTHING",
+                            (new_id, parent, input_name),
                         )
                 conn.execute("COMMIT")
             except BaseException:
@@ -369,7 +204,7 @@ class ArtifactStore:
                 f"artifact '{name}' has no version {version}",
                 hint=f"See its versions with: nemotron artifacts ls {name}",
             )
-        raise NotFound(f"no artifact named '{name}' in {self.root}{did_you_mean(name, names)}")
+        raise NotFound(f"no artifact named '{name}' in {self.index.where}{did_you_mean(name, names)}")
 
     def get(self, artifact_id: int) -> Artifact:
         with self._connect() as conn:
@@ -387,12 +222,16 @@ class ArtifactStore:
         with self._connect() as conn:
             return [self._row(r) for r in conn.execute(sql + " ORDER BY name, version", args)]
 
-    @staticmethod
     def _filters(
-        name: str | None, type_: str | None, step: str | None, since: str | None, alias: str | None = None
+        self,
+        name: str | None,
+        type_: str | None,
+        step: str | None,
+        since: str | None,
+        alias: str | None = None,
     ) -> tuple[str, list[str]]:
         where, args = ["1=1"], list[str]()
-        for sql, value in (("name=?", name), ("type=?", type_), ("json_extract(metadata, '$.step')=?", step),
+        for sql, value in (("name=?", name), ("type=?", type_), (f"{self.index.step_sql}=?", step),
                            ("created_at>=?", since),
                            ("id IN (SELECT artifact_id FROM aliases WHERE alias=?)", alias)):  # fmt: skip
             if value:
@@ -408,7 +247,7 @@ class ArtifactStore:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         with self._connect() as conn:
-            for row in conn.execute(sql, args):
+            for row in self.index.stream(conn, sql, args):
                 yield self._row(row)
 
     def count(self, name: str | None = None, type_: str | None = None, step: str | None = None,
@@ -426,7 +265,7 @@ class ArtifactStore:
         cols = ", ".join("x." + c.strip() for c in self._COLS.split(","))
         with self._connect() as conn:
             rows = conn.execute(
-                f"""WITH RECURSIVE a(id, d) AS (SELECT ?, 0 UNION SELECT e.parent, a.d + 1 FROM edges e
+                f"""WITH RECURSIVE a(id, d) AS (SELECT CAST(? AS BIGINT), 0 UNION SELECT e.parent, a.d + 1 FROM edges e
                     JOIN a ON e.child = a.id{bound}),
                   near(id, d) AS (SELECT id, MIN(d) FROM a GROUP BY id)
                 SELECT near.d, {cols} FROM near JOIN artifacts x ON x.id = near.id""",
@@ -494,7 +333,7 @@ class ArtifactStore:
             return
         marks = ",".join("?" * len(artifact_ids))
         with self._connect(write=True) as conn:
-            conn.execute("BEGIN IMMEDIATE")
+            self.index.begin_write(conn, exclusive=True)
             try:
                 held = conn.execute(
                     f"SELECT al.name, al.alias, a.version FROM aliases al JOIN artifacts a ON a.id = al.artifact_id"
@@ -514,3 +353,19 @@ class ArtifactStore:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+
+
+def open_store(root: Path | None = None) -> ArtifactStore:
+    """The store every command and step uses: its files under `root` (default: this home's artifacts directory),
+    its index on PostgreSQL when $NEMOTRON_STORE_URL names one, else SQLite under `root`. psycopg is imported only
+    in the first case."""
+    from nemotron.paths import artifacts_dir
+    from nemotron.storeurl import store_url
+
+    root = root or artifacts_dir()
+    url = store_url()
+    if url is None:
+        return ArtifactStore(root)
+    from nemotron.artifacts.pg_index import PostgresIndex
+
+    return ArtifactStore(root, PostgresIndex(url))

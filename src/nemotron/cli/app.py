@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nemotron.errors import UserError, did_you_mean, disk_full
+from nemotron.errors import ServiceError, UserError, did_you_mean, disk_full
 from nemotron.paths import nemotron_home
 
 if TYPE_CHECKING:
@@ -143,6 +143,11 @@ def main(argv: list[str] | None = None) -> None:
         from rich.text import Text
 
         _stderr().print(Text("error: ", style="bold red") + Text(e.render()), soft_wrap=True)
+        sys.exit(e.exit_code)
+    except ServiceError as e:  # a service the command needs (the team store) failed after its retries
+        from rich.text import Text
+
+        _stderr().print(Text("error: ", style="bold red") + Text(str(e)), soft_wrap=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         _stderr().print("interrupted")

@@ -1,4 +1,4 @@
-"""`nemotron artifacts ls | show | lineage | compare | verify | gc | alias | unalias`."""
+"""`nemotron artifacts ls | show | lineage | compare | verify | gc | alias | unalias | migrate`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from nemotron.artifacts.refs import store_ref
-from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash
+from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash, open_store
 from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
@@ -26,7 +26,7 @@ out = stdout_console()
 
 
 def _store() -> ArtifactStore:
-    return ArtifactStore(artifacts_dir())
+    return open_store(artifacts_dir())
 
 
 def _resolve(store: ArtifactStore, ref: str) -> Artifact:
@@ -443,3 +443,59 @@ def unalias(
         print(json.dumps({"alias": move.ref, "removed": True, "from": was}))
     else:
         out.print(f"removed {move.ref} (it pointed at {was})", markup=False, highlight=False)
+
+
+@app.command(
+    "migrate",
+    short_help="Copy this home's SQLite store into an empty PostgreSQL store, and verify it.",
+    epilog=epilog(
+        "PGPASSWORD=... nemotron artifacts migrate --to postgresql://nemotron@db.example.com:5432/nemotron"
+    ),
+)
+def migrate(
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            metavar="URL",
+            help="the PostgreSQL store: postgresql://USER@HOST[:PORT]/DATABASE (no password: $PGPASSWORD or"
+            " ~/.pgpass)",
+        ),
+    ],
+) -> None:
+    """Copy the SQLite store under $NEMOTRON_HOME into an empty PostgreSQL store: every artifact (version, sha256,
+    files, metadata, job, creation time), every lineage edge, every alias and the whole alias history; then read
+    both back and compare them (counts, each reference's sha256, the edges by reference, the aliases). The files
+    stay where they are. A target that already holds this same store is a verified no-op; one that holds anything
+    else is refused. The password is never part of --to (it would be in your shell history and in `ps`): libpq
+    reads it from $PGPASSWORD or ~/.pgpass. Afterwards, point every host at the new store with
+    `export NEMOTRON_STORE_URL=URL`."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from nemotron.artifacts.migrate import migrate as copy_store
+    from nemotron.artifacts.pg_index import PostgresIndex
+    from nemotron.storeurl import parse_store_url, redact_url
+
+    parts = urlsplit(to)
+    if parts.password is not None or "password" in parse_qs(parts.query):
+        raise UserError(
+            f"--to {redact_url(to)}: a password in the URL would be kept in your shell history and shown by `ps`",
+            hint="give it as PGPASSWORD=... or a line in ~/.pgpass (mode 0600), and the URL without it",
+        )
+    url = parse_store_url(to, given_as="--to ")
+    source = ArtifactStore(artifacts_dir())  # this home's SQLite store, whatever $NEMOTRON_STORE_URL says
+    if not source.exists():
+        raise UserError(f"there is no SQLite store in {artifacts_dir()}: nothing to migrate")
+    done = copy_store(source, ArtifactStore(artifacts_dir(), PostgresIndex(url)))
+    counts = done.contents.counts()
+    if done.copied:
+        out.print(
+            f"migrated {counts} from {source.index.where} to {url.shown}", markup=False, highlight=False
+        )
+    else:
+        out.print(
+            f"{url.shown} already holds this store ({counts}); nothing copied", markup=False, highlight=False
+        )
+    out.print("verified: every reference's sha256, the lineage edges, the aliases and their history match",
+              markup=False, highlight=False)  # fmt: skip
+    out.print(f"use it: export NEMOTRON_STORE_URL={url.shown}", markup=False, highlight=False)

@@ -154,13 +154,12 @@ def status(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
 )
 def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """A job's record, its last metrics, and the artifacts it consumed and produced."""
-    from nemotron.artifacts.store import ArtifactStore
-    from nemotron.paths import artifacts_dir
+    from nemotron.artifacts.store import open_store
 
     d = records.resolve_job_dir(job_id)
     rec, st = records.read_record(d), _live_status(d)
     metrics = records.read_metrics(d)
-    produced = [a.ref for a in ArtifactStore(artifacts_dir()).by_job(d.name)]
+    produced = [a.ref for a in open_store().by_job(d.name)]
     info = {
         "job_id": d.name,
         "step": rec.step,

@@ -73,13 +73,13 @@ def _dry_run(pipe: Any, catalog: Any, profile: str | None, until: str | None) ->
 
 
 def _run(pipe: Any, catalog: Any, force: bool, until: str | None) -> None:
-    from nemotron.artifacts.store import ArtifactStore
+    from nemotron.artifacts.store import open_store
     from nemotron.launch import submit
     from nemotron.paths import artifacts_dir, check_writable, jobs_dir
     from nemotron.pipeline import PipelineStep, eval_reports, run_pipeline, verdict, verdict_cells
 
     check_writable(jobs_dir(), "jobs directory")  # before the first step's header, not after it
-    store = ArtifactStore(artifacts_dir())
+    store = open_store(artifacts_dir())
 
     def on_event(kind: str, step: PipelineStep, payload: Any) -> None:
         if kind == "skip":

@@ -303,7 +303,10 @@ def write_secrets(
     """<job dir>/.secrets.env (mode 0600): the profile's secret variables and any generated ones, never in a script."""
     from nemotron.atomic import write_atomic
 
+    store = step_process.team_store_url(slurm_profile(job))
     values = {k: v for k, v in slurm_profile(job).env_vars.items() if k in names} | (generated or {})
+    if store is not None and step_process.STORE_URL_ENV in names:  # a store URL with its password
+        values[step_process.STORE_URL_ENV] = store
     write_atomic(
         job_dir / SECRETS_FILE,
         "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(values.items())),

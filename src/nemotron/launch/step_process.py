@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from nemotron.compile import Job
 from nemotron.paths import bundled_root
@@ -78,6 +79,9 @@ def step_command(
     return StepCommand(python, launcher, (*torchrun, "-m", RUN_STEP, *args), tuple(wrapper))
 
 
+STORE_URL_ENV = "NEMOTRON_STORE_URL"
+
+
 def secret_names(env_vars: Mapping[str, str]) -> list[str]:
     """The profile's variables whose value is a secret (by name, as everywhere: nemotron.redact), sorted."""
     return sorted(k for k, v in env_vars.items() if v and is_secret_name(k))
@@ -97,14 +101,31 @@ def artifacts_root(profile: Profile, home: str) -> str:
     return profile.artifacts_root or f"{home}/artifacts"
 
 
+def team_store_url(profile: Profile) -> str | None:
+    """The team store ($NEMOTRON_STORE_URL, docs/artifacts.md "Which store") this submission uses, for the nodes
+    to register into the same one; None when the profile names its own or there is none (SQLite under the
+    artifacts root, which travels already)."""
+    if STORE_URL_ENV in profile.env_vars:
+        return None
+    from nemotron.storeurl import store_url
+
+    url = store_url()
+    return None if url is None else url.url
+
+
 def step_env(profile: Profile, home: str, job_dir: str) -> StepEnv:
-    """NEMOTRON_HOME, NEMOTRON_ARTIFACTS_ROOT and NEMOTRON_JOB_DIR as the nodes see them, then the profile's
-    variables that hold a value, by name; its secret ones apart."""
+    """NEMOTRON_HOME, NEMOTRON_ARTIFACTS_ROOT, the team store's NEMOTRON_STORE_URL and NEMOTRON_JOB_DIR as the
+    nodes see them, then the profile's variables that hold a value, by name; its secret ones apart. A store URL
+    that carries a password is a secret too: it travels as the profile's secrets do, never in a script or spec."""
     secrets = secret_names(profile.env_vars)
+    store = team_store_url(profile)
+    if store is not None and urlsplit(store).password is not None:
+        secrets.append(STORE_URL_ENV)
     return StepEnv(
         (
             ("NEMOTRON_HOME", home),
             ("NEMOTRON_ARTIFACTS_ROOT", artifacts_root(profile, home)),
+            *(((STORE_URL_ENV, store),) if store is not None and STORE_URL_ENV not in secrets else ()),
             ("NEMOTRON_JOB_DIR", job_dir),
             *((k, v) for k, v in sorted(profile.env_vars.items()) if v and k not in secrets),
         ),

@@ -71,7 +71,7 @@ def dry_run_json(job: Job) -> dict[str, Any]:
 
 
 def submit(job: Job) -> int:
-    from nemotron.artifacts.store import ArtifactStore
+    from nemotron.artifacts.store import open_store
     from nemotron.compile import register_path_inputs
     from nemotron.jobs import create_job_dir
     from nemotron.paths import artifacts_dir
@@ -81,6 +81,6 @@ def submit(job: Job) -> int:
     for group in planned.overflows():  # plan.on_no_fit=warn: the user knows better
         print(f"warning: {refusal(group)}", file=sys.stderr, flush=True)
     root = job.profile.artifacts_root
-    job = register_path_inputs(job, ArtifactStore(Path(root).expanduser() if root else artifacts_dir()))
+    job = register_path_inputs(job, open_store(Path(root).expanduser() if root else artifacts_dir()))
     job_dir = create_job_dir(job, text, {"plan.json": json.dumps(planned.as_json(), indent=2) + "\n"})
     return executor.submit(job, job_dir, where, launch)
