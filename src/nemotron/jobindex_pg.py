@@ -22,15 +22,12 @@ from nemotron.jobindex import COLS, INDEX_VERSION, IndexUnavailable
 from nemotron.storeurl import StoreUrl
 
 TABLE = "job_index"
-CONNECT_TIMEOUT_S = (
-    5  # an unreachable server costs a listing this long once per process, then the dirs are read
-)
-LOCK_TIMEOUT_MS = (
-    30_000  # a sync waiting on another one longer than this is a stuck server: fall back to the dirs
-)
-_LOCKS = (
-    0x4E4A  # the advisory-lock class of this index (two-key form: class, hashtext(home) or 0 for the schema)
-)
+# an unreachable server costs a listing this long once per process, then the dirs are read
+CONNECT_TIMEOUT_S = 5
+# a sync waiting on another one longer than this is a stuck server: fall back to the dirs
+LOCK_TIMEOUT_MS = 30_000
+# the advisory-lock class of this index (two-key form: class, hashtext(home) or 0 for the schema)
+_LOCKS = 0x4E4A
 # Text that is compared or ordered is COLLATE "C" (bytewise, as SQLite compares), whatever the database's locale.
 SCHEMA = f"""
 CREATE TABLE {TABLE} (
@@ -58,6 +55,16 @@ _UPSERT = (
 )
 
 
+def _current(version: int) -> bool:
+    """True for this release's index; False for an older one (rebuilt); a newer one is refused."""
+    if version > INDEX_VERSION:
+        raise IndexUnavailable(
+            f"the team store's jobs index is version {version}, newer than this nemotron's ({INDEX_VERSION}); "
+            "upgrade nemotron to use it"
+        )
+    return version == INDEX_VERSION
+
+
 def _one_line(e: psycopg.Error) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
@@ -83,6 +90,9 @@ class PostgresDb:
             raise IndexUnavailable(_one_line(e)) from None
         try:
             cls._ensure_schema(conn)
+        except IndexUnavailable:
+            conn.close()
+            raise
         except psycopg.Error as e:
             conn.close()
             raise IndexUnavailable(_one_line(e)) from None
@@ -90,10 +100,12 @@ class PostgresDb:
 
     @staticmethod
     def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        """Create the table, or rebuild it at another version, once across all processes (the lock)."""
+        """Create the table, or rebuild it from an older version, once across all processes (the lock). A newer
+        version belongs to a newer nemotron sharing the server: rebuilding it would make the two releases rebuild
+        each other's table on every listing, so this one lists from the dirs instead (IndexUnavailable)."""
         try:
             row = conn.execute(f"SELECT version FROM {TABLE}_version").fetchone()
-            if row is not None and row[0] == INDEX_VERSION:
+            if row is not None and _current(row[0]):
                 return
         except psycopg.errors.UndefinedTable:
             pass
@@ -102,7 +114,7 @@ class PostgresDb:
             exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{TABLE}_version",)).fetchone()
             if exists and exists[0]:
                 row = conn.execute(f"SELECT version FROM {TABLE}_version").fetchone()
-                if row is not None and row[0] == INDEX_VERSION:
+                if row is not None and _current(row[0]):
                     return  # another process built it while this one waited
             conn.execute(f"DROP TABLE IF EXISTS {TABLE}, {TABLE}_version")
             for statement in SCHEMA.split(";"):

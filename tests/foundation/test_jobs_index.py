@@ -129,6 +129,26 @@ def test_an_older_index_version_is_rebuilt(home: Path, store: str | None) -> Non
     assert row.job_id == "sft-20260101-000001-aaaa" and row.step == "sft"
 
 
+def test_a_newer_index_version_on_the_server_is_left_alone(
+    home: Path, postgres_url: str, run_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newer nemotron sharing the server owns a newer table: this release lists from the dirs (one warning)
+    instead of rebuilding it, else the two releases would rebuild each other's table at every listing."""
+    monkeypatch.setenv("NEMOTRON_STORE_URL", postgres_url)
+    a = make_job(home, "sft-20260101-000001-aaaa")
+    assert ids(JobsIndex().page(None)[0]) == [a.name]
+    with psycopg.connect(postgres_url, autocommit=True) as pg:
+        pg.execute("UPDATE job_index_version SET version=%s", (jobindex.INDEX_VERSION + 1,))
+    r = run_cli("jobs", "ls", "--json")
+    assert r.code == 0 and [j["job_id"] for j in json.loads(r.out)] == [a.name]
+    assert r.err.count("\n") == 1 and "newer than this nemotron's" in r.err, r.err
+    with psycopg.connect(postgres_url, autocommit=True) as pg:
+        assert pg.execute("SELECT version FROM job_index_version").fetchall() == [
+            (jobindex.INDEX_VERSION + 1,)
+        ]
+        assert pg.execute("SELECT count(*) FROM job_index").fetchone() == (1,)  # its rows kept
+
+
 def test_jobs_ls_pages_newest_first_with_filters(home: Path, store: str | None, run_cli: Any) -> None:
     for i in range(7):
         step = "sft" if i % 2 else "rl/ppo"
