@@ -139,13 +139,14 @@ class TrackerLane:
         if self.failed is None:
             self._queue.put(_Call(what, fn))
 
-    def close(self, wait_s: float) -> bool:
-        """Send what is queued within `wait_s`; False when the tracker failed or did not finish in time."""
+    def close(self, wait_s: float, bound_s: float) -> bool:
+        """Send what is queued within `wait_s` (what is left of the job's `bound_s`); False when the tracker
+        failed or did not finish in time."""
         self._queue.put(None)
         self._thread.join(wait_s)
         if self._thread.is_alive():
             self._closing.set()
-            self._skip(f"it did not take the job's last calls within {wait_s:.0f} s")
+            self._skip(f"it did not take the job's last calls within {bound_s:g} s")
             return False
         return self.failed is None
 
@@ -226,4 +227,7 @@ class Trackers:
         for lane in self.lanes:
             lane.send("finish", lambda t: t.finish(ok))
         deadline = time.monotonic() + self.finish_wait_s
-        return {lane.name: lane.close(max(0.0, deadline - time.monotonic())) for lane in self.lanes}
+        return {
+            lane.name: lane.close(max(0.0, deadline - time.monotonic()), self.finish_wait_s)
+            for lane in self.lanes
+        }
