@@ -17,6 +17,8 @@ from nemotron.stepconfig import Tracking
 from nemotron.tracking.base import LoggedArtifact, RunInfo, Tracker
 from nemotron.tracking.fanout import Trackers, build_trackers, tracking_problems
 
+pytestmark = pytest.mark.xdist_group("mlflow")
+
 RUN = RunInfo("rl-ppo-20261127-000000-abcd", "rl/ppo", "tiny", "/tmp/job", {"trainer": {"max_steps": 3}})
 
 

@@ -21,6 +21,8 @@ from nemotron.stepconfig import Tracking
 from nemotron.tracking.base import RunInfo
 from nemotron.tracking.fanout import Trackers, build_trackers
 
+# one worker under xdist: the module-scoped first run is shared, and so is the session mlflow server
+pytestmark = pytest.mark.xdist_group("mlflow")
 EXPERIMENT = "ppo-tracking-test"
 # A short rl/ppo: four steps and a small eval keep it to seconds on a busy CPU.
 SHORT = ["trainer.max_steps=4", "eval.num_prompts=8", "checkpoint.save_interval=0"]
