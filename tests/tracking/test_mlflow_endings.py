@@ -79,3 +79,39 @@ def test_a_cancelled_job_ends_its_run_failed(
     assert steps_of(client, run, "value") == [
         row["step"] for row in rows
     ]  # every row it wrote, sent before the end
+
+
+def test_sync_into_a_tracker_the_job_did_not_enable(
+    mlflow_server: str, home: Path, fixture_steps: Path, run_cli: Any
+) -> None:
+    r = run_cli(*COUNT, "trainer.max_steps=3")
+    assert r.code == 0, r.err
+    (job_dir,) = (home / "jobs").iterdir()
+    none = run_cli("jobs", "sync", job_dir.name)
+    assert none.code == 2 and "logs to no tracker" in none.err and "--to mlflow|wandb|all" in none.err
+    bad = run_cli("jobs", "sync", job_dir.name, "--to", "tensorboard")
+    assert bad.code == 2 and "not a tracker" in bad.err
+    done = run_cli("jobs", "sync", job_dir.name, "--to", "mlflow", "--mlflow-uri", mlflow_server)
+    assert done.code == 0, done.err
+    client = MlflowClient(mlflow_server)
+    exp = client.get_experiment_by_name("nemotron")  # the default experiment of a config that set none
+    (run,) = client.search_runs(
+        [exp.experiment_id], filter_string=f"tags.`nemotron.job_id` = '{job_dir.name}'"
+    )
+    assert run.info.status == "FINISHED"
+    assert steps_of(client, run, "value") == [1, 2, 3]
+    (model,) = client.search_logged_models(
+        [exp.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'"
+    )
+    assert model.name == "count_result" and model.tags["nemotron.ref"] == "count_result:v1"
+
+
+def test_a_param_longer_than_mlflow_takes_is_cut_with_a_marker() -> None:
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+
+    from nemotron.tracking.mlflow_tracker import TRUNCATED, flat_params
+
+    params = dict(flat_params({"a": {"long": "x" * 7000, "list": [1, 2], "n": 4, "none": None, "empty": {}}}))
+    assert len(params["a.long"]) == MAX_PARAM_VAL_LENGTH and params["a.long"].endswith(TRUNCATED)
+    assert params["a.long"].startswith("x" * 100)
+    assert params == {**params, "a.list": "[1, 2]", "a.n": "4", "a.none": "null", "a.empty": "{}"}
