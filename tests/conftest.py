@@ -1,6 +1,6 @@
 """Shared fixtures: an isolated $NEMOTRON_HOME, a helper that runs the real CLI in a subprocess, the figures the
-scripts/ record for the docs, and the local Slurm cluster for tests marked `slurm` (tests/slurm and the vLLM
-judge's hetjob in tests/vllm)."""
+scripts/ record for the docs, the local Slurm cluster for tests marked `slurm` (tests/slurm and the vLLM
+judge's hetjob in tests/vllm), and a real MLflow tracking server (`mlflow_server`, for the tracking tests)."""
 
 from __future__ import annotations
 
@@ -355,3 +355,60 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_url(postgres_server: PostgresServer) -> str:
     """A fresh, empty database on the session's PostgreSQL server."""
     return postgres_server.create_database()
+
+
+# ----------------------------------------------------------------------------- a real MLflow tracking server
+
+# its first start migrates a new SQLite database: about 20 s on a busy 2-core runner
+MLFLOW_START_TIMEOUT_S = 180
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `mlflow server` for the session (SQLite backend and artifacts under a tmp dir, 127.0.0.1, a free
+    port): its tracking URI. Tests query it with MlflowClient; each uses its own experiment or job ids."""
+    import http.client
+    import socket
+    import urllib.request
+
+    root = tmp_path_factory.mktemp("mlflow")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = root / "server.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
+             "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+             "--workers", "1"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + MLFLOW_START_TIMEOUT_S
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"mlflow server exited ({proc.returncode}):\n{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except (OSError, http.client.HTTPException):  # not up yet
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"mlflow server not healthy in {MLFLOW_START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}"
+                )
+            time.sleep(0.5)
+        yield uri
+    finally:
+        import signal
+
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # the server and its uvicorn worker
+            proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

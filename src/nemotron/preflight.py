@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
+from nemotron.tracking.fanout import tracking_problems
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
     from eval.policy.schema import Config as EvalConfig
@@ -78,6 +79,7 @@ def check(
     is the step's resolved config as its schema validated it (compile)."""
     problems = unloadable_inputs(catalog, validated, bindings) + records_lacking_fields(validated, bindings)
     problems += conversations_refused(step_id, validated, bindings)
+    problems += tracking_problems(validated, profile.env_vars)
     problems += [
         p
         for g in parallel_groups(catalog, step_id, validated, profile, bindings)

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import yaml
 from pydantic import BaseModel
@@ -24,6 +24,9 @@ from nemotron.errors import UserError
 from nemotron.jobrecord import JobRecord, load_record
 from nemotron.metrics import MetricsLogger, summary_line
 from nemotron.paths import artifacts_dir
+
+if TYPE_CHECKING:
+    from nemotron.tracking.job import StepTracking
 
 C = TypeVar("C", bound=BaseModel)
 T = TypeVar("T")
@@ -52,6 +55,7 @@ class StepRun(Generic[C]):
     rank: int = 0
     world_size: int = 1
     _metrics: MetricsLogger | None = None
+    _tracking: StepTracking | None = None
 
     @classmethod
     def start(cls, step_file: str, schema: type[C] | None = None) -> StepRun[C]:
@@ -80,6 +84,10 @@ class StepRun(Generic[C]):
         world = int(os.environ.get("WORLD_SIZE", "1"))
         run = cls(job_dir, config, record, rest, rank, world)  # type: ignore[arg-type]
         run.exit_if_finished()
+        if run.is_main and hasattr(config, "tracking"):
+            from nemotron.tracking.job import StepTracking
+
+            run._tracking = StepTracking.open(config, record, job_dir)  # exit 2 here, before training
         return run
 
     def exit_if_finished(self) -> None:
@@ -115,6 +123,8 @@ class StepRun(Generic[C]):
         if self._metrics is None:
             self._metrics = MetricsLogger(self.job_dir)
         self._metrics.log(step, metrics)
+        if self._tracking is not None:
+            self._tracking.log_metrics(step, metrics)
 
     def rewind_metrics(self, step: int) -> None:
         """Drop metrics.jsonl rows after `step`: a restarted job resumes there, and the rows its lost run wrote
@@ -152,7 +162,11 @@ class StepRun(Generic[C]):
             return []
         if self._metrics is not None:
             self._metrics.close()
-        return register_job_outputs(self.record, paths, metadata, self.store())
+        store = self.store()
+        artifacts = register_job_outputs(self.record, paths, metadata, store)
+        if self._tracking is not None:
+            self._tracking.log_outputs(store, artifacts)
+        return artifacts
 
 
 def _quiet_libraries() -> None:

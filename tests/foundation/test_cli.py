@@ -21,7 +21,8 @@ LONG_COUNT = (*COUNT, "trainer.max_steps=1000", "trainer.sleep_s=0.05")
 # What no command loads at start-up (issue 33): the ML stack, the executors' clients, the HTTP stack. A dry run
 # compiles the step's config; listing, showing and the help also leave the compiler, nemotron's pydantic models
 # (profiles, job records, step configs) and every step's schema unloaded.
-NEVER = ("torch", "transformers", "safetensors", "nemo_run", "leptonai", "torchx", "h11", "httpx", "uvicorn")
+NEVER = ("torch", "transformers", "safetensors", "nemo_run", "leptonai", "torchx", "h11", "httpx", "uvicorn",
+         "mlflow", "wandb", "sqlalchemy")  # fmt: skip
 BROWSE = (*NEVER, "omegaconf", "yaml", "jinja2", "nemotron.compile", "nemotron.profiles", "nemotron.jobrecord",
           "nemotron.stepconfig", "nemotron_step_schema_*")  # fmt: skip
 # What a dry run on this machine leaves to the run itself: job records and their writer, the process launcher,
@@ -138,9 +139,13 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         # no override and no ${...} in rl/ppo's presets: nothing for OmegaConf to do (rl/rlhf's has one)
         (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], (*NEVER, "rich", "omegaconf"),
          "nemotron.resource_plan"),
+        # trackers on: preflight checks their settings, their libraries wait for the step itself
+        (["steps", "run", "rl/ppo", "-c", "tiny", "--dry-run", "tracking.mlflow.enabled=true",
+          "tracking.mlflow.tracking_uri=http://127.0.0.1:5000", "tracking.wandb.enabled=true"],
+         (*NEVER, "rich", *LOCAL_DRY_RUN), "nemotron.tracking.fanout"),
     ],
     ids=["help", "bare", "steps list", "steps show", "tiny local dry run", "eval dry run", "eval nemo_rl dry run",
-         "slurm dry run"],
+         "slurm dry run", "dry run with trackers"],
 )  # fmt: skip
 def test_start_up_loads_only_what_the_command_needs(
     home: Path, args: list[str], banned: tuple[str, ...], needed: str, run_cli_imports: Any

@@ -1,4 +1,4 @@
-"""`nemotron jobs ls | status | show | logs | cancel | plot`."""
+"""`nemotron jobs ls | status | show | logs | cancel | plot | sync`."""
 
 from __future__ import annotations
 
@@ -217,3 +217,40 @@ def plot(
         raise UserError(f"job {d.name} has no metrics yet")
     path = plot_metrics(rows, output or d / "metrics.png", title=f"{d.name}")
     out.print(str(path))
+
+
+@app.command(
+    "sync",
+    short_help="Replay a finished job into MLflow / W&B.",
+    epilog=epilog("nemotron jobs sync JOB_ID --to mlflow"),
+)
+def sync(
+    job_id: str,
+    to: Annotated[
+        str | None,
+        typer.Option(help="mlflow, wandb or all (default: the trackers the job's config enables)"),
+    ] = None,
+    mlflow_uri: Annotated[
+        str | None,
+        typer.Option(
+            help="the MLflow server to replay into instead of the job's tracking.mlflow.tracking_uri"
+        ),
+    ] = None,
+) -> None:
+    """Replay a finished job (its config, metrics.jsonl and registered artifacts with their inputs) into its
+    experiment trackers, e.g. after a tracker was down while it ran. The job's run is found again by its id and
+    gets only what it lacks: a second sync adds nothing. Exit 3 when a tracker still fails after retries."""
+    from nemotron.errors import ServiceError
+    from nemotron.tracking.sync import TRACKERS, sync_job
+
+    if to is not None and to not in (*TRACKERS, "all"):
+        raise UserError(f"--to {to}: not a tracker; use mlflow, wandb or all")
+    d = records.resolve_job_dir(job_id)
+    try:
+        done = sync_job(d, to, mlflow_uri)
+    except ServiceError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(ServiceError.exit_code) from None
+    for s in done:
+        out.print(f"{d.name}: synced to {s.tracker} ({s.metric_rows} metric rows, artifacts: "
+                  f"{', '.join(s.artifacts) or 'none'})", markup=False, highlight=False)  # fmt: skip

@@ -1,0 +1,162 @@
+"""The fan-out's promises with small trackers of our own protocol (tracking.base.Tracker): calls arrive in order,
+a failing call is retried with doubling backoff, a tracker that still fails is warned about once and skipped while
+the others go on, and the training thread never waits on a tracker beyond the finish bound."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nemotron.errors import UserError
+from nemotron.stepconfig import Tracking
+from nemotron.tracking.base import LoggedArtifact, RunInfo, Tracker
+from nemotron.tracking.fanout import Trackers, build_trackers, tracking_problems
+
+pytestmark = pytest.mark.xdist_group("mlflow")
+
+RUN = RunInfo("rl-ppo-20261127-000000-abcd", "rl/ppo", "tiny", "/tmp/job", {"trainer": {"max_steps": 3}})
+
+
+class Recording:
+    """Records every call with its time; its first `fail_first` calls raise, and with `always_fail` every one."""
+
+    def __init__(
+        self, name: str, fail_first: int = 0, always_fail: bool = False, block: threading.Event | None = None
+    ):
+        self.name = name
+        self.fail_first = fail_first
+        self.always_fail = always_fail
+        self.block = block
+        self.calls: list[tuple[str, Any]] = []
+        self.attempts: list[float] = []
+
+    def _call(self, what: str, arg: Any) -> None:
+        self.attempts.append(time.monotonic())
+        if self.block is not None:
+            self.block.wait()
+        if self.always_fail or len(self.attempts) <= self.fail_first:
+            raise ConnectionError(f"{self.name} is down")
+        self.calls.append((what, arg))
+
+    def start(self, run: RunInfo) -> None:
+        self._call("start", run.job_id)
+
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self._call("log_metrics", (step, metrics))
+
+    def log_artifacts(self, artifacts: list[LoggedArtifact]) -> None:
+        self._call("log_artifacts", len(artifacts))
+
+    def finish(self, ok: bool) -> None:
+        self._call("finish", ok)
+
+
+def fanout(*trackers: Tracker, retries: int = 3, backoff_s: float = 0.01, wait_s: float = 5.0) -> Trackers:
+    return Trackers({t.name: (lambda t=t: t) for t in trackers}, retries, RUN.job_id, backoff_s, wait_s)
+
+
+def test_every_call_arrives_in_order_after_transient_failures(caplog: pytest.LogCaptureFixture) -> None:
+    flaky = Recording("flaky", fail_first=2)  # start fails twice, then the server answers
+    t = fanout(flaky, retries=3)
+    t.start(RUN)
+    for step in (1, 2, 3):
+        t.log_metrics(step, {"rewards": float(step), "kl": float("nan")})
+    t.log_artifacts([])
+    assert t.finish(ok=True) == {"flaky": True}
+    assert flaky.calls == [
+        ("start", RUN.job_id),
+        ("log_metrics", (1, {"rewards": 1.0})),  # nan is what metrics.jsonl writes as null: not sent
+        ("log_metrics", (2, {"rewards": 2.0})),
+        ("log_metrics", (3, {"rewards": 3.0})),
+        ("log_artifacts", 0),
+        ("finish", True),
+    ]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_tracker_that_stays_down_is_retried_warned_once_and_skipped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    down, up = Recording("down", always_fail=True), Recording("up")
+    t = fanout(down, up, retries=3, backoff_s=0.02)
+    t.start(RUN)
+    for step in range(1, 11):
+        t.log_metrics(step, {"rewards": 1.0})
+    assert t.finish(ok=False) == {"down": False, "up": True}
+    # 1 try + 3 retries of start, then nothing more reaches it
+    assert len(down.attempts) == 4
+    gaps = [b - a for a, b in zip(down.attempts, down.attempts[1:], strict=False)]
+    assert all(g >= want * 0.9 for g, want in zip(gaps, (0.02, 0.04, 0.08), strict=True)), gaps  # doubling
+    assert [c[0] for c in up.calls] == ["start", *["log_metrics"] * 10, "finish"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert (
+        "down" in warnings[0] and "start failed 4 times" in warnings[0] and "ConnectionError" in warnings[0]
+    )
+    assert f"nemotron jobs sync {RUN.job_id}" in warnings[0]
+
+
+def test_the_training_thread_never_waits_past_the_finish_bound(caplog: pytest.LogCaptureFixture) -> None:
+    """A tracker that hangs (a server that accepts and never answers): every call returns at once, finish gives
+    up after its bound and says so once."""
+    hang = threading.Event()
+    stuck = Recording("stuck", block=hang)
+    t = fanout(stuck, wait_s=0.5)
+    began = time.monotonic()
+    t.start(RUN)
+    for step in range(1, 101):
+        t.log_metrics(step, {"rewards": 1.0})
+    queued = time.monotonic() - began
+    done = t.finish(ok=True)
+    total = time.monotonic() - began
+    hang.set()
+    assert queued < 0.2, f"queueing 101 calls took {queued:.3f} s"
+    assert done == {"stuck": False}
+    assert 0.5 <= total < 1.5, f"finish waited {total:.2f} s against a 0.5 s bound"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "within 0 s" not in warnings[0] and "stuck" in warnings[0], warnings
+
+
+def test_a_tracker_that_cannot_be_made_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    def broken() -> Tracker:
+        raise ImportError("no module named mlflow.entities")
+
+    ok = Recording("ok")
+    t = Trackers({"broken": broken, "ok": lambda: ok}, 3, RUN.job_id, 0.01, 5)
+    t.start(RUN)
+    assert t.finish(ok=True) == {"broken": False, "ok": True}
+    assert [c[0] for c in ok.calls] == ["start", "finish"]
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "broken" in warning and "could not be set up" in warning
+
+
+def test_finish_runs_once() -> None:
+    rec = Recording("rec")
+    t = fanout(rec)
+    t.start(RUN)
+    t.finish(ok=True)
+    assert t.finish(ok=False) == {}
+    assert [c for c in rec.calls if c[0] == "finish"] == [("finish", True)]
+
+
+def test_mlflow_without_a_server_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    on = Tracking.model_validate({"mlflow": {"enabled": True}})
+    with pytest.raises(UserError, match=r"tracking\.mlflow\.tracking_uri"):
+        build_trackers(on, tmp_path)
+
+    class Config:
+        tracking = on
+
+    assert tracking_problems(Config()) and "MLFLOW_TRACKING_URI" in tracking_problems(Config())[0]
+    assert (
+        tracking_problems(Config(), {"MLFLOW_TRACKING_URI": "http://mlflow:5000"}) == []
+    )  # a profile's env_vars
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
+    assert list(build_trackers(on, tmp_path)) == ["mlflow"]
+    assert build_trackers(Tracking(), tmp_path) == {}  # nothing enabled: nothing made, nothing imported
