@@ -25,13 +25,13 @@ from typing import Any, Protocol
 import yaml
 
 from nemotron.errors import UserError
+from nemotron.jobindex_schema import COLS, INDEX_VERSION, IndexUnavailable
 from nemotron.jobrecord import parse_record, read_status, safe_load
 from nemotron.paths import jobs_dir
 from nemotron.storeurl import StoreUrl, store_url
 
 log = logging.getLogger("nemotron")
 
-INDEX_VERSION = 2  # PRAGMA user_version; the index is derived, so another version is rebuilt, not migrated
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY,
@@ -49,15 +49,9 @@ CREATE INDEX IF NOT EXISTS jobs_newest ON jobs(listed, stamp, created, id);
 CREATE INDEX IF NOT EXISTS jobs_step ON jobs(step, listed, stamp, created, id);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, listed, stamp, created, id);
 """
-COLS = ("id", "seen", "stamp", "listed", "step", "preset", "profile", "executor", "state", "created", "ended",
-         "exit_code", "outputs", "remote_id", "error")  # fmt: skip
 _ID_STAMP = re.compile(r"-(\d{8}-\d{6})-[0-9a-f]+$")
 _BATCH = 500  # ids per statement: well within SQLite's variable limit
 _WARNED: set[str] = set()  # store URLs found unusable in this process: warned about once, not tried again
-
-
-class IndexUnavailable(Exception):
-    """The team store failed (unreachable, refused, dropped the connection): one line, no driver traceback."""
 
 
 class IndexDb(Protocol):

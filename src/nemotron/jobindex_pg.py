@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-from nemotron.jobindex import COLS, INDEX_VERSION, IndexUnavailable
+from nemotron.jobindex_schema import COLS, INDEX_VERSION, IndexUnavailable
 from nemotron.storeurl import StoreUrl
 
 TABLE = "job_index"

@@ -154,9 +154,11 @@ def test_mlflow_without_a_server_is_refused(monkeypatch: pytest.MonkeyPatch, tmp
         tracking = on
 
     assert tracking_problems(Config()) and "MLFLOW_TRACKING_URI" in tracking_problems(Config())[0]
-    assert (
-        tracking_problems(Config(), {"MLFLOW_TRACKING_URI": "http://mlflow:5000"}) == []
-    )  # a profile's env_vars
+    assert tracking_problems(Config(), {"MLFLOW_TRACKING_URI"}) == []  # a profile's env_vars
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
+    assert tracking_problems(Config()) == []  # a local job inherits this shell's variable
+    (remote,) = tracking_problems(Config(), inherits_shell=False)  # a cluster job does not
+    assert "in the profile's env_vars" in remote
+    assert tracking_problems(Config(), {"MLFLOW_TRACKING_URI"}, inherits_shell=False) == []
     assert list(build_trackers(on, tmp_path)) == ["mlflow"]
     assert build_trackers(Tracking(), tmp_path) == {}  # nothing enabled: nothing made, nothing imported

@@ -449,7 +449,7 @@ def unalias(
     "migrate",
     short_help="Copy this home's SQLite store into an empty PostgreSQL store, and verify it.",
     epilog=epilog(
-        "PGPASSWORD=... nemotron artifacts migrate --to postgresql://nemotron@db.example.com:5432/nemotron"
+        "nemotron artifacts migrate --to postgresql://nemotron@db.example.com:5432/nemotron   # password: $PGPASSWORD"
     ),
 )
 def migrate(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pydantic import BaseModel
 
 from nemotron.engines.refusals import Refusals, builtin_refusals, validated
+from nemotron.engines.remote_tracking import RunLabels, aligner_exp_manager
 from nemotron.errors import UserError
 from nemotron.stepconfig import Generation, Optim, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.targets import NEMO_ALIGNER_VERSION
@@ -26,8 +27,6 @@ if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalo
     from rl.reinforce.schema import Config as ReinforceConfig
     from rl.reinforce.schema import Reinforce
     from rm.serve.schema import Config as ServeConfig
-
-    from nemotron.engines.remote_tracking import RunLabels
 
 SCRIPTS = "examples/nlp/gpt"  # under the NeMo-Aligner checkout
 REWARD_PORT_ENV = "NEMOTRON_REWARD_PORT"  # the executor exports both ports and hosts before the groups start
@@ -427,10 +426,7 @@ def compile_aligner(
 ) -> AlignerRun:
     """Our resolved step config (input refs already paths) -> the groups of NeMo-Aligner's heterogeneous job.
     Raises one UserError listing every setting NeMo-Aligner cannot express. `labels` name the tracker runs
-    (default: the job dir's name, no profile variables)."""
-    # remote_tracking builds on this module's Env: imported here, not at the top, so neither waits for the other
-    from nemotron.engines.remote_tracking import RunLabels, aligner_exp_manager
-
+    (default: the job dir's name)."""
     if step_id not in STEPS:
         raise UserError(
             f"backend=nemo_aligner runs {', '.join(STEPS)}; {step_id} has no NeMo-Aligner mapping"
@@ -447,7 +443,7 @@ def compile_aligner(
     tracking = getattr(config, "tracking", None)  # the trainers' schemas have it; rm/serve's has not
     if tracking is not None:
         overrides, env = aligner_exp_manager(
-            tracking, refuse, labels or RunLabels.from_job_dir(job_dir, step_id)
+            tracking, refuse, labels or RunLabels.from_job_dir(job_dir, step_id), Env
         )
         actor = run.groups[-1]  # the trainer: only it logs metrics (the servers keep their TensorBoard)
         actor = replace(actor, overrides=[*actor.overrides, *overrides], env={**actor.env, **env})

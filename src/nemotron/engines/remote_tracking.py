@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
-
-from nemotron.engines.nemo_aligner_config import Env
 
 if TYPE_CHECKING:
     from nemotron.compile import Job
@@ -46,21 +45,15 @@ class Tracked(Protocol):
 
 @dataclass(frozen=True)
 class RunLabels:
-    """What names a tracker run besides the config: the job, its step and preset, and the names of the variables
-    the profile sets on the job (to tell whether $MLFLOW_TRACKING_URI will be there)."""
+    """What names a tracker run besides the config: the job, its step and preset."""
 
     job_id: str
     step: str
     preset: str = ""
-    env_vars: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, job: Job) -> RunLabels:
-        # env_vars with a value (an empty one is not exported), and a Lepton profile's workspace secrets by name
-        env = getattr(job.profile, "env_vars", {}) or {}
-        secret = getattr(job.profile, "secret_vars", {}) or {}
-        names = {k for k, v in env.items() if v} | set(secret)
-        return cls(job.job_id, job.step_id, job.preset, frozenset(names))
+        return cls(job.job_id, job.step_id, job.preset)
 
     @classmethod
     def from_job_dir(cls, job_dir: str, step: str) -> RunLabels:
@@ -80,12 +73,7 @@ class RunLabels:
 
 
 def _common(t: Tracking, refuse: Refusals, labels: RunLabels) -> None:
-    if t.mlflow.enabled and not t.mlflow.tracking_uri and URI_ENV not in labels.env_vars:
-        refuse(
-            "tracking.mlflow.tracking_uri",
-            f"unset, and the profile's env_vars give the job no {URI_ENV}: the run would land in a local "
-            "./mlruns on the node; set one of them",
-        )
+    # MLflow with no server named for the job is refused for every engine in preflight (tracking_problems)
     if t.wandb.enabled and any("," in tag for tag in t.wandb.tags):
         refuse(
             "tracking.wandb.tags",
@@ -131,12 +119,13 @@ ADD = "++"
 
 
 def aligner_exp_manager(
-    t: Tracking, refuse: Refusals, labels: RunLabels
+    t: Tracking, refuse: Refusals, labels: RunLabels, from_env: Callable[[str], Any]
 ) -> tuple[list[tuple[str, Any]], dict[str, str]]:
     """(the actor's Hydra overrides of `exp_manager.*`, the actor group's environment). NeMo's exp_manager
     (nemo/utils/exp_manager.py at v2.1.0) builds Lightning's WandbLogger(version=..., **wandb_logger_kwargs), a
     free dict, and MLFlowLogger(run_name=version, **mlflow_logger_kwargs), an MLFlowParams. Keys the actor
-    YAMLs lack are prefixed `++`."""
+    YAMLs lack are prefixed `++`. `from_env(NAME)`: the override value that reads variable NAME on the node
+    (nemo_aligner_config.Env)."""
     _common(t, refuse, labels)
     overrides: list[tuple[str, Any]] = []
     env: dict[str, str] = {}
@@ -168,7 +157,10 @@ def aligner_exp_manager(
             (f"{ADD}exp_manager.create_mlflow_logger", True),
             (f"{ADD}exp_manager.mlflow_logger_kwargs.experiment_name", t.mlflow.experiment),
             # unset: the variable, read on the node; MLFlowParams' tracking_uri=None would mean ./mlruns there
-            (f"{ADD}exp_manager.mlflow_logger_kwargs.tracking_uri", t.mlflow.tracking_uri or Env(URI_ENV)),
+            (
+                f"{ADD}exp_manager.mlflow_logger_kwargs.tracking_uri",
+                t.mlflow.tracking_uri or from_env(URI_ENV),
+            ),
             (f"{ADD}exp_manager.mlflow_logger_kwargs.tags", labels.mlflow_tags(t.mlflow.tags)),
         ]
         env[MLFLOW_RETRIES_ENV] = str(t.retries)

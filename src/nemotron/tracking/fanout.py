@@ -12,7 +12,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,15 +46,23 @@ def mlflow_uri(tracking: Tracking, environ: dict[str, str] | None = None) -> str
     return tracking.mlflow.tracking_uri or env.get("MLFLOW_TRACKING_URI") or None
 
 
-def tracking_problems(config: Any, env_vars: dict[str, str] | None = None) -> list[str]:
+def tracking_problems(config: Any, env_names: Collection[str] = (), inherits_shell: bool = True) -> list[str]:
     """What stops a validated step config's trackers from starting, found before anything is written (preflight):
-    MLflow on with nowhere to log to."""
+    MLflow on with nowhere to log to. `env_names`: the variables the profile sets on the job; `inherits_shell`:
+    whether the job also gets this shell's environment (a local job does; a Slurm or Lepton job gets only its
+    profile's variables, so there $MLFLOW_TRACKING_URI in this shell names no server for it)."""
     tracking = getattr(config, "tracking", None)
-    if not isinstance(tracking, Tracking) or not tracking.mlflow.enabled:
+    if not isinstance(tracking, Tracking) or not tracking.mlflow.enabled or tracking.mlflow.tracking_uri:
         return []
-    if mlflow_uri(tracking, {**os.environ, **(env_vars or {})}):
+    if "MLFLOW_TRACKING_URI" in env_names or (inherits_shell and mlflow_uri(tracking)):
         return []
-    return [NO_SERVER]
+    if inherits_shell:
+        return [NO_SERVER]
+    return [
+        "tracking.mlflow.enabled is true but no tracking server is named for the job: set "
+        "tracking.mlflow.tracking_uri=http://HOST:PORT or MLFLOW_TRACKING_URI in the profile's env_vars (a cluster "
+        "job does not get this shell's variables; without one the run would land in a ./mlruns on the node)"
+    ]
 
 
 def build_trackers(
