@@ -31,7 +31,7 @@ from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.models.tokenizer_match import check_token_ids_meet
 from nemotron.paths import artifacts_dir
 from nemotron.profiles import AnyProfile, LocalProfile, implicit_profile, load_profile
-from nemotron.redact import MASK, is_secret_name
+from nemotron.redact import MASK, is_secret_name, redact_url_passwords
 from nemotron.reward.bind import refuse_open_servers
 
 
@@ -217,7 +217,9 @@ def validate_config(
             elif not loc:  # a rule across groups: its message names the keys; the input is the whole config
                 problems.append(str(err["msg"]).removeprefix("Value error, "))
             else:
-                value = "" if err["type"] == "missing" else f" (got {err['input']!r})"
+                value = (
+                    "" if err["type"] == "missing" else f" (got {redact_url_passwords(repr(err['input']))})"
+                )
                 problems.append(f"{key}: {err['msg']}{value}{origin}")
         raise UserError(f"invalid config for step '{step_id}':", problems) from None
 

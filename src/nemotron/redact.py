@@ -93,6 +93,15 @@ def redact_values(tree: Any, values: Iterable[str]) -> Any:
     return tree
 
 
+# The password of a URL (scheme://user:PASSWORD@host): a secret wherever the URL is shown, whatever key holds it.
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]+):[^@/\s'\"]*@")
+
+
+def redact_url_passwords(text: str) -> str:
+    """`text` with the password of every URL in it masked: postgresql://bob:***@db/team."""
+    return _URL_PASSWORD.sub(rf"\1:{MASK}@", text)
+
+
 def redact_text(text: str, values: Iterable[str]) -> str:
     """Mask every occurrence of a known secret value (longest first, so overlapping secrets both vanish)."""
     for v in sorted(set(values), key=len, reverse=True):

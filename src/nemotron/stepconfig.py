@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 
 def _number_as_word(value: object) -> object:
@@ -254,6 +255,16 @@ def kl_estimator_field(default: KLEstimator, where_else: str) -> Any:
     )
 
 
+def _no_password_in_uri(uri: str | None) -> str | None:
+    if uri and urlsplit(uri).password:
+        raise ValueError(
+            "a password in the tracking URI would be shown by every dry-run and kept in the job record: set "
+            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) in the environment "
+            "or the profile's env_vars instead"
+        )
+    return uri
+
+
 class MlflowTracking(Strict):
     """MLflow: the run's config, metrics (metrics.jsonl's names) and system metrics, and each registered artifact
     as a logged model that names its inputs (docs/tracking.md). Credentials only from the environment
@@ -261,10 +272,11 @@ class MlflowTracking(Strict):
 
     enabled: bool = False
     """log this job to MLflow (NeMo-RL: logger.mlflow_enabled)"""
-    tracking_uri: str | None = None
+    tracking_uri: Annotated[str | None, AfterValidator(_no_password_in_uri)] = None
     """the tracking server (http://host:5000) or a local store (file:/path, sqlite:///path); unset:
     $MLFLOW_TRACKING_URI, and with neither the job is refused before it starts (NeMo-RL:
-    logger.mlflow.tracking_uri)"""
+    logger.mlflow.tracking_uri). A password in it is refused: the config is shown by dry-runs and kept in the
+    job record"""
     experiment: str = "nemotron"
     """experiment the run is logged under, created if missing (NeMo-RL: logger.mlflow.experiment_name)"""
     run_name: str | None = None

@@ -8,11 +8,11 @@ carries one anyway is accepted and redacted wherever it is shown."""
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from nemotron.errors import UserError
+from nemotron.redact import redact_url_passwords
 
 ENV = "NEMOTRON_STORE_URL"
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
@@ -31,7 +31,7 @@ class StoreUrl:
 
 
 def redact_url(url: str) -> str:
-    return re.sub(r"^([a-z+]+://[^:/@]+):[^@]*@", r"\1:***@", url)
+    return redact_url_passwords(url)
 
 
 def parse_store_url(raw: str, given_as: str = f"{ENV}=") -> StoreUrl:

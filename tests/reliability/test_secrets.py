@@ -111,3 +111,30 @@ def test_names_that_only_mention_tokens_are_shown(name: str) -> None:
 
     assert not is_secret_name(name)
     assert redact_tree({name: 16}) == {name: 16}
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("postgresql://bob:s3cret@db:5432/team", "postgresql://bob:***@db:5432/team"),
+        ("'http://bob:pa:ss@mlflow:5000'", "'http://bob:***@mlflow:5000'"),
+        ("see https://u:p4ssw0rd@h/x and sqlite:///a:b@c", "see https://u:***@h/x and sqlite:///a:b@c"),
+        ("postgresql://bob@db/team", "postgresql://bob@db/team"),  # no password: nothing to mask
+        ("user:pass@host", "user:pass@host"),  # not a URL
+    ],
+)
+def test_the_password_of_a_url_is_masked_and_nothing_else(text: str, shown: str) -> None:
+    from nemotron.redact import redact_url_passwords
+
+    assert redact_url_passwords(text) == shown
+
+
+def test_a_tracking_uri_with_a_password_is_refused_without_showing_it(home: Path, run_cli: Any) -> None:
+    uri = "http://bob:s3cret-pw@mlflow:5000"
+    r = run_cli("steps", "run", "rl/ppo", "-c", "tiny", "tracking.mlflow.enabled=true",
+                f"tracking.mlflow.tracking_uri={uri}", "--dry-run")  # fmt: skip
+    assert r.code == 2 and "tracking.mlflow.tracking_uri" in r.err and "MLFLOW_TRACKING_PASSWORD" in r.err, (
+        r.err
+    )
+    assert "s3cret-pw" not in r.out + r.err and "http://bob:***@mlflow:5000" in r.err
+    assert not home.exists() or not any(home.iterdir())  # nothing written
