@@ -5,7 +5,8 @@ Checks what the issue promises: every step runs, the reward model reaches >= 85%
 step raises the reward-model and ground-truth scores (within the stated tolerance of the recorded figures on any CPU),
 the verdict is real (each RL policy beats SFT on the reward model judge's win-rate, the reward model and the ground
 truth, SFT against itself is exactly 0.5), the shipped tiny data is exactly what this pipeline makes, SFT is bitwise
-reproducible on one machine, the aligned policies' lineage reaches the data, and a second run skips everything.
+reproducible on one machine, the aligned policies' lineage reaches the data, a second run skips everything, and the
+store it leaves, copied to a team's PostgreSQL (`artifacts migrate`), answers every listing the same.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any) -> None:
+def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any, postgres_url: str) -> None:
     r = run_cli("pipeline", "run", "tiny", timeout=1500)
     assert r.code == 0, r.err[-3000:]
     assert "pipeline tiny" in r.out and "rm before → after" in r.out
@@ -116,3 +117,22 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any) -> None:
     assert again_sft.code == 0, again_sft.err[-2000:]
     listed = {a["ref"]: a for a in json.loads(run_cli("artifacts", "ls", "--json").out)}
     assert listed["tiny_sft_policy:v2"]["sha256"] == listed["tiny_sft_policy:v1"]["sha256"]
+
+    # The team store: this pipeline's store, with an alias moved twice, copied to PostgreSQL and verified; there it
+    # answers every listing, lineage and alias exactly as the SQLite store does (docs/artifacts.md, "Which store").
+    for ref in ("tiny_sft_policy:v1", "tiny_sft_policy:v2"):
+        assert run_cli("artifacts", "alias", ref, "best").code == 0
+    moved = run_cli("artifacts", "migrate", "--to", postgres_url, timeout=300)
+    assert moved.code == 0 and "verified" in moved.out, moved.err[-2000:]
+    team = {"NEMOTRON_STORE_URL": postgres_url}
+    for args in (
+        ("artifacts", "ls", "--json"),
+        ("artifacts", "ls", "--alias", "best"),
+        ("artifacts", "show", "tiny_sft_policy@best"),
+        ("artifacts", "lineage", "tiny_rlhf_policy:latest", "--json"),
+        ("artifacts", "lineage", "tiny_ppo_eval:v1"),
+        ("artifacts", "gc", "--keep", "1", "--verbose"),
+    ):
+        here, there = run_cli(*args), run_cli(*args, env=team)
+        assert here.code == there.code == 0 and there.out == here.out, (args, here.err, there.err)
+    assert run_cli("artifacts", "migrate", "--to", postgres_url).code == 0  # again: a verified no-op

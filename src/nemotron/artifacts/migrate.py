@@ -29,8 +29,13 @@ class StoreContents:
         return not (self.artifacts or self.edges or self.aliases or self.history)
 
     def counts(self) -> str:
-        return (f"{len(self.artifacts)} artifacts, {len(self.edges)} lineage edges, {len(self.aliases)} aliases, "
-                f"{len(self.history)} alias moves")  # fmt: skip
+        def n(count: int, one: str, many: str) -> str:
+            return f"{count} {one if count == 1 else many}"
+
+        return ", ".join([n(len(self.artifacts), "artifact", "artifacts"),
+                          n(len(self.edges), "lineage edge", "lineage edges"),
+                          n(len(self.aliases), "alias", "aliases"),
+                          n(len(self.history), "alias move", "alias moves")])  # fmt: skip
 
     def differences(self, other: StoreContents) -> list[str]:
         """What differs from `other`, a line per kind, for the verification's error."""
