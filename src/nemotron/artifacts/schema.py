@@ -4,9 +4,8 @@ at N-1 up to N in place, inside one transaction."""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = (
-    3  # PRAGMA user_version of a SQLite store with this schema; the `schema_version` row on PostgreSQL
-)
+# PRAGMA user_version of a SQLite store with this schema; the `schema_version` row on PostgreSQL
+SCHEMA_VERSION = 3
 # Each version's DDL, applied in order to bring an older store up to date in place (one transaction).
 MIGRATIONS: dict[int, str] = {}
 SCHEMA = """
