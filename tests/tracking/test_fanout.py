@@ -5,6 +5,8 @@ the others go on, and the training thread never waits on a tracker beyond the fi
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -162,3 +164,63 @@ def test_mlflow_without_a_server_is_refused(monkeypatch: pytest.MonkeyPatch, tmp
     assert tracking_problems(Config(), {"MLFLOW_TRACKING_URI"}, inherits_shell=False) == []
     assert list(build_trackers(on, tmp_path)) == ["mlflow"]
     assert build_trackers(Tracking(), tmp_path) == {}  # nothing enabled: nothing made, nothing imported
+
+
+# A step process whose tracker library, like wandb, registers an atexit hook at start that tears its client down
+# (wandb's stops its service process). The job's last calls are still queued when the step's main thread returns.
+STEP_THAT_ENDS = """
+import atexit, sys, time
+from nemotron.tracking.fanout import Trackers
+from nemotron.tracking.job import StepTracking
+from nemotron.tracking.base import RunInfo
+
+class TornDownAtExit:
+    name = "torn"
+    down = False
+
+    def start(self, run):
+        atexit.register(self.teardown)
+
+    def teardown(self):
+        self.down = True
+        print("teardown", flush=True)
+
+    def _call(self, what):
+        time.sleep(0.3)  # a slow call: the main thread has ended by now
+        if self.down:
+            raise ConnectionError("the client was torn down")
+        print(what, flush=True)
+
+    def log_metrics(self, step, metrics):
+        self._call(f"log_metrics {step}")
+
+    def log_artifacts(self, artifacts):
+        self._call("log_artifacts")
+
+    def finish(self, ok):
+        self._call(f"finish ok={ok}")
+
+tracking = StepTracking(Trackers({"torn": TornDownAtExit}, 0, "job-1", 0.01, 10.0))
+tracking.trackers.start(RunInfo("job-1", "rl/ppo", None, "/tmp", {}))
+time.sleep(0.3)  # the tracker has started (its atexit hook is registered)
+tracking.log_metrics(1, {"rewards": 1.0})
+if sys.argv[1] == "fail":
+    raise RuntimeError("training failed")
+tracking.log_outputs(None, [])
+"""
+
+
+@pytest.mark.parametrize("ending", ["ok", "fail"])
+def test_a_step_sends_its_last_calls_before_its_tracker_library_tears_down(ending: str) -> None:
+    """The run ends when the step's main thread does, before any library's atexit hook: its outputs and the run's
+    end reach the tracker (an atexit hook of ours ran after wandb's, whose service was gone by then)."""
+    done = subprocess.run(
+        [sys.executable, "-c", STEP_THAT_ENDS, ending], capture_output=True, text=True, timeout=60
+    )
+    assert "skipped" not in done.stdout + done.stderr, done.stderr
+    if ending == "ok":
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("\n") == ["log_metrics 1", "log_artifacts", "finish ok=True", "teardown", ""]
+    else:
+        assert done.returncode == 1 and "training failed" in done.stderr
+        assert done.stdout.split("\n") == ["log_metrics 1", "finish ok=False", "teardown", ""]

@@ -21,40 +21,11 @@ from nemotron.stepconfig import Tracking
 from nemotron.tracking.base import RunInfo
 from nemotron.tracking.fanout import Trackers, build_trackers
 
+from .tiny_ppo import SHORT, expected_steps, job_dirs
+
 # one worker under xdist: the module-scoped first run is shared, and so is the session mlflow server
 pytestmark = pytest.mark.xdist_group("mlflow")
 EXPERIMENT = "ppo-tracking-test"
-# A short rl/ppo: four steps and a small eval keep it to seconds on a busy CPU.
-SHORT = ["trainer.max_steps=4", "eval.num_prompts=8", "checkpoint.save_interval=0"]
-
-
-@pytest.fixture(scope="module")
-def tracked_home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """One NEMOTRON_HOME for the module: the second run consumes the first run's registered policy."""
-    root = tmp_path_factory.mktemp("tracked")
-    return {
-        "NEMOTRON_HOME": str(root / "home"),
-        "NEMOTRON_CACHE_DIR": str(root / "cache"),
-        "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "1",  # a sample within the short run
-    }
-
-
-def job_dirs(env: dict[str, str]) -> list[Path]:
-    return sorted((Path(env["NEMOTRON_HOME"]) / "jobs").iterdir(), key=lambda p: p.stat().st_mtime)
-
-
-def metrics_rows(job_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def expected_steps(job_dir: Path) -> dict[str, list[int]]:
-    """metric name -> the steps metrics.jsonl has a value for it at."""
-    out: dict[str, list[int]] = {}
-    for row in metrics_rows(job_dir):
-        for k, v in row.items():
-            if k not in ("step", "time") and v is not None:
-                out.setdefault(k, []).append(row["step"])
-    return out
 
 
 def the_run(client: MlflowClient, job_id: str) -> Any:

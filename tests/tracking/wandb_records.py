@@ -68,12 +68,27 @@ def of_type(path: Path, kind: str) -> list[Any]:
     return [getattr(r, kind) for r in records(path) if r.WhichOneof("record_type") == kind]
 
 
+def _named(item: Any) -> str:
+    # wandb-core writes a name as nested_key (one part for a flat name) and leaves key empty
+    return str(item.key or ".".join(item.nested_key))
+
+
+def points(path: Path) -> list[tuple[int, str]]:
+    """(step, metric) of every value in the run's history records, in order and without merging, so a point sent
+    twice shows twice (W&B's own `_step`, `_runtime`, `_timestamp` left out)."""
+    return [
+        (h.step.num, _named(i))
+        for h in of_type(path, "history")
+        for i in h.item
+        if not _named(i).startswith("_")
+    ]
+
+
 def history(path: Path) -> dict[int, dict[str, Any]]:
     """step -> {metric: value} of the run's history rows, without W&B's own `_step`, `_runtime`, `_timestamp`."""
     rows: dict[int, dict[str, Any]] = {}
     for h in of_type(path, "history"):
-        # wandb-core writes a name as nested_key (one part for a flat name) and leaves key empty
-        named = ((i.key or ".".join(i.nested_key), i.value_json) for i in h.item)
+        named = ((_named(i), i.value_json) for i in h.item)
         row = {k: json.loads(v) for k, v in named if not k.startswith("_")}
         rows.setdefault(h.step.num, {}).update(row)
     return rows

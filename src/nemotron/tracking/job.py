@@ -3,7 +3,7 @@ its metrics, its registered outputs with their inputs, and how it ended."""
 
 from __future__ import annotations
 
-import atexit
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,13 +31,20 @@ def logged_artifacts(store: ArtifactStore, artifacts: Sequence[Artifact]) -> lis
 
 
 class StepTracking:
-    """A running step's trackers (main rank only). The run ends when the process does: finished once the step has
-    registered its outputs, failed otherwise (an exception, SIGTERM, exit 2 or 3)."""
+    """A running step's trackers (main rank only). The run ends when the step's main thread does: finished once the
+    step has registered its outputs, failed otherwise (an exception, SIGTERM, exit 2 or 3)."""
 
     def __init__(self, trackers: Trackers) -> None:
         self.trackers = trackers
         self.registered = False
-        atexit.register(self.finish)
+        # Not an atexit hook: tracker libraries register their own at start (wandb's tears its service process
+        # down), and atexit runs the latest first, so the job's last calls (its outputs, the run's end) would reach
+        # a torn-down client. A non-daemon thread is joined before any atexit hook runs.
+        threading.Thread(target=self._finish_after_main, name="tracking-finish").start()
+
+    def _finish_after_main(self) -> None:
+        threading.main_thread().join()
+        self.finish()
 
     @classmethod
     def open(cls, config: BaseModel, record: JobRecord, job_dir: Path) -> StepTracking | None:
