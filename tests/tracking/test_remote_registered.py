@@ -58,9 +58,16 @@ def _submitted(
     return job_dir, outputs
 
 
-def _register(job_dir: Path, outputs: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """What the actor's register lines run on the cluster."""
+def _register(
+    job_dir: Path, outputs: dict[str, str], without: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """What the actor's register lines run on the cluster; `without`: a tracker library that Python there cannot
+    import (the name made unimportable in that process, as Python does for a name set to None in sys.modules)."""
     cmd = [sys.executable, "-m", "nemotron.artifacts.lineage", "--job-dir", str(job_dir)]
+    if without:
+        hide = f"import runpy, sys; sys.modules[{without!r}] = None; "
+        hide += "runpy.run_module('nemotron.artifacts.lineage', run_name='__main__')"
+        cmd[1:3] = ["-c", hide]
     cmd += [f"{name}={path}" for name, path in sorted(outputs.items())]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
     return subprocess.run(
@@ -136,3 +143,20 @@ def test_a_down_tracker_is_one_warning_and_the_registration_stands(
     warned = [ln for ln in done.stderr.splitlines() if "WARNING" in ln]
     assert len(warned) == 1, done.stderr[-3000:]
     assert "mlflow is skipped" in warned[0] and f"nemotron jobs sync {job_dir.name}" in warned[0]
+
+
+def test_a_tracker_library_missing_on_the_cluster_is_one_warning(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_dir, outputs = _submitted(
+        tmp_path,
+        monkeypatch,
+        "tracking.mlflow.enabled=true",
+        "tracking.mlflow.tracking_uri=http://127.0.0.1:9",
+    )
+    done = _register(job_dir, outputs, without="mlflow")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("nemotron: registered ") and "ppo_policy:v1" in done.stdout
+    warned = [ln for ln in done.stderr.splitlines() if "WARNING" in ln]
+    assert len(warned) == 1, done.stderr[-3000:]
+    assert "needs the mlflow client" in warned[0] and f"nemotron jobs sync {job_dir.name}" in warned[0]
