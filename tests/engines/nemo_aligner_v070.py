@@ -160,4 +160,4 @@ MLFLOW_PARAMS = {
     "run_id",
     "log_model",
 }
-WANDB_INIT_KWARGS = {"project", "name", "entity", "tags"}  # wandb.init's own parameters
+WANDB_INIT_KWARGS = {"project", "name", "entity", "tags", "id"}  # wandb.init's own parameters

@@ -23,6 +23,7 @@ import pytest
 from nemotron.engines.nemo_aligner_config import Env, compile_aligner
 from nemotron.engines.remote_tracking import RunLabels
 from nemotron.errors import UserError
+from nemotron.tracking.wandb_tracker import run_id
 
 
 def _load(name: str) -> Any:
@@ -152,7 +153,8 @@ NEMO_RL_LOGGERS = textwrap.dedent(
     mlflow.end_run()
     w = wandb.init(**cfg["wandb"], dir=sys.argv[2])
     out = {"mlflow_run": run.info.run_id, "wandb": {"tags": list(w.tags), "project": w.project, "name": w.name,
-           "offline": w.offline, "entity": w.settings.entity}}
+           "offline": w.offline, "entity": w.settings.entity, "id": w.id,
+           "resume": w.settings.resume}}
     w.finish()
     print(json.dumps(out))
     """
@@ -193,6 +195,9 @@ def test_the_driver_variables_are_what_mlflow_and_wandb_read(tmp_path: Path) -> 
         "name": LABELS.job_id,
         "offline": True,
         "entity": "nv-team",
+        # one run per job: the engine's run is the one our tracker and `jobs sync` open (wandb_tracker.run_id)
+        "id": run_id(LABELS.job_id),
+        "resume": "allow",
     }
     assert list(
         (tmp_path / "wandb" / "wandb").glob("offline-run-*")
@@ -260,6 +265,8 @@ def test_the_actor_s_exp_manager_overrides_fit_the_tag_and_nemo_s_dataclasses(
 
     assert al_tag.WANDB_INIT_KWARGS <= set(inspect.signature(wandb.init).parameters)
     assert em["wandb_logger_kwargs"]["tags"] == ["baseline", LABELS.step, "default"]
+    # one run per job: Lightning's WandbLogger(id=...) opens the run our tracker and `jobs sync` open
+    assert em["wandb_logger_kwargs"]["id"] == run_id(LABELS.job_id)
     for nemo in al_tag.NEMO_TAGS:
         source = _nemo_source(nemo, "nemo/utils/exp_manager.py")
         module = ast.parse(source)

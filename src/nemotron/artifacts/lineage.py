@@ -92,6 +92,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nemotron: {err}; nothing registered", file=sys.stderr)
         return 1
     print("nemotron: registered " + ", ".join(a.ref for a in arts), flush=True)
+    # into the job's trackers too, from here where the job's tracking URI and credentials are; never changes the
+    # exit status (a tracker that is down is one warning line naming `nemotron jobs sync`)
+    from nemotron.tracking.fanout import sync_hint
+    from nemotron.tracking.registered import log_registered
+
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    try:
+        log_registered(record, args.job_dir, store, arts)
+    except Exception as e:  # a tracker never fails the registration
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        log.warning(
+            "tracking: the registered artifacts were not logged: %s: %s; %s",
+            type(e).__name__,
+            first,
+            sync_hint(record.job_id),
+        )
     return 0
 
 

@@ -29,6 +29,10 @@ MLFLOW_TAGS_ENV = "MLFLOW_RUN_CONTEXT"
 MLFLOW_RETRIES_ENV = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
 WANDB_MODE_ENV = "WANDB_MODE"  # wandb.sdk.wandb_settings reads both when wandb.init is not given them
 WANDB_TAGS_ENV = "WANDB_TAGS"  # comma-separated
+# wandb.init given no id reads the run id and the resume mode from these (wandb.env.RUN_ID / RESUME, wandb 0.31):
+# the engine's run is then the run our own tracker and `nemotron jobs sync` open for the job (one run per job).
+WANDB_RUN_ID_ENV = "WANDB_RUN_ID"
+WANDB_RESUME_ENV = "WANDB_RESUME"
 # A key Hydra's override grammar reads bare inside a dict (`{nemotron.job_id:x}`), and MLflow takes as a tag name.
 _HYDRA_DICT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 _RETRIES_WANDB_ONLY = (
@@ -109,9 +113,21 @@ def nemo_rl_logger(t: Tracking, refuse: Refusals, labels: RunLabels) -> tuple[di
             wandb["entity"] = t.wandb.entity
         logger["wandb"] = wandb
         env[WANDB_TAGS_ENV] = ",".join(labels.wandb_tags(t.wandb.tags))
+        # NeMo-RL's WandbLogger calls wandb.init(**logger.wandb, dir=...) with no id, and WandbConfig declares
+        # none: the id reaches wandb as the variables it reads then
+        env[WANDB_RUN_ID_ENV] = wandb_run_id(labels.job_id)
+        env[WANDB_RESUME_ENV] = "allow"
         if t.wandb.mode == "offline":
             env[WANDB_MODE_ENV] = "offline"
     return logger, env
+
+
+def wandb_run_id(job_id: str) -> str:
+    """The job's W&B run id, the one nemotron's own tracker uses (wandb_tracker.run_id; imported here, not at the
+    top, so a compiler's import stays light)."""
+    from nemotron.tracking.wandb_tracker import run_id
+
+    return run_id(job_id)
 
 
 # Hydra refuses a key its YAML lacks unless it is prefixed: `++` adds it or sets it, whichever applies.
@@ -134,6 +150,9 @@ def aligner_exp_manager(
             ("exp_manager.create_wandb_logger", True),
             ("exp_manager.wandb_logger_kwargs.project", t.wandb.project),
             ("exp_manager.wandb_logger_kwargs.name", t.wandb.name or labels.job_id),
+            # Lightning's WandbLogger(id=...) opens that run, with resume="allow" of its own; NeMo passes its log
+            # version too, but `version or id` wins for id while the version is empty (our explicit log dir)
+            (f"{ADD}exp_manager.wandb_logger_kwargs.id", wandb_run_id(labels.job_id)),
         ]
         if t.wandb.entity:
             overrides.append((f"{ADD}exp_manager.wandb_logger_kwargs.entity", t.wandb.entity))

@@ -101,6 +101,11 @@ def sync_job(job_dir: Path, to: str | None = None, mlflow_uri: str | None = None
         for r in read_metrics(job_dir)
         if "step" in r
     ]
+    if not rows and str(config.get("backend") or "builtin") == "nemo_rl":
+        # NeMo-RL keeps its metrics as TensorBoard events, under its own names (train/loss, ...)
+        from nemotron.tracking.tb_events import NEMO_RL_EVENTS, tensorboard_rows
+
+        rows = tensorboard_rows(job_dir / NEMO_RL_EVENTS)
     store = job_store(record)
     outputs = logged_artifacts(store, store.by_job(record.job_id)) if store.exists() else []
     done, failed = [], []
