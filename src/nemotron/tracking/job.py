@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+import yaml
+from pydantic import BaseModel, ValidationError
 
 from nemotron.artifacts.store import Artifact, ArtifactStore
+from nemotron.errors import UserError
 from nemotron.jobrecord import JobRecord
 from nemotron.redact import redact_tree, redact_values, secret_values
 from nemotron.stepconfig import Tracking
@@ -28,6 +30,17 @@ def run_info(record: JobRecord, job_dir: Path, config: dict[str, Any]) -> RunInf
 def logged_artifacts(store: ArtifactStore, artifacts: Sequence[Artifact]) -> list[LoggedArtifact]:
     """Each artifact with what it was made from (input name -> parent), as the store's lineage edges say."""
     return [LoggedArtifact(a, store.parents(a.id)) for a in artifacts]
+
+
+def job_tracking(job_dir: Path) -> tuple[dict[str, Any], Tracking]:
+    """The job's config (as config.yaml holds it: secrets masked) and its tracking group."""
+    config = yaml.safe_load((job_dir / "config.yaml").read_text()) or {}
+    try:
+        return config, Tracking.model_validate(config.get("tracking") or {})
+    except ValidationError as e:
+        raise UserError(
+            f"{job_dir / 'config.yaml'}: its tracking group is not one nemotron can read: {e}"
+        ) from None
 
 
 class StepTracking:

@@ -15,8 +15,7 @@ from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.errors import UserError
 from nemotron.jobrecord import JobRecord
 from nemotron.tracking.fanout import Trackers, build_trackers, sync_hint
-from nemotron.tracking.job import logged_artifacts, run_info
-from nemotron.tracking.sync import job_tracking
+from nemotron.tracking.job import job_tracking, logged_artifacts, run_info
 
 log = logging.getLogger("nemotron")
 

@@ -9,19 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
-
-import yaml
-from pydantic import ValidationError
+from typing import TypeVar
 
 from nemotron.artifacts.lineage import job_store
 from nemotron.errors import ServiceError, UserError
 from nemotron.jobrecord import load_record, read_status
 from nemotron.jobs import read_metrics
-from nemotron.stepconfig import Tracking
 from nemotron.tracking.base import LoggedArtifact, RunInfo, Tracker
 from nemotron.tracking.fanout import BACKOFF_S, build_trackers
-from nemotron.tracking.job import logged_artifacts, run_info
+from nemotron.tracking.job import job_tracking, logged_artifacts, run_info
 
 T = TypeVar("T")
 TRACKERS = ("mlflow", "wandb")
@@ -62,17 +58,6 @@ def replay(
     if outputs:
         retried(partial(tracker.log_artifacts, outputs), retries)
     retried(partial(tracker.finish, ok), retries)
-
-
-def job_tracking(job_dir: Path) -> tuple[dict[str, Any], Tracking]:
-    """The job's config (as config.yaml holds it: secrets masked) and its tracking group."""
-    config = yaml.safe_load((job_dir / "config.yaml").read_text()) or {}
-    try:
-        return config, Tracking.model_validate(config.get("tracking") or {})
-    except ValidationError as e:
-        raise UserError(
-            f"{job_dir / 'config.yaml'}: its tracking group is not one nemotron can read: {e}"
-        ) from None
 
 
 def sync_job(job_dir: Path, to: str | None = None, mlflow_uri: str | None = None) -> list[Synced]:
