@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
-from nemotron.tracking.fanout import tracking_problems
+from nemotron.tracking.checks import tracking_problems
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
     from eval.policy.schema import Config as EvalConfig

@@ -17,7 +17,8 @@ import pytest
 from nemotron.errors import UserError
 from nemotron.stepconfig import Tracking
 from nemotron.tracking.base import LoggedArtifact, RunInfo, Tracker
-from nemotron.tracking.fanout import Trackers, build_trackers, tracking_problems
+from nemotron.tracking.checks import tracking_problems
+from nemotron.tracking.fanout import Trackers, build_trackers
 
 pytestmark = pytest.mark.xdist_group("mlflow")
 
