@@ -142,7 +142,7 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         # trackers on: preflight checks their settings, their libraries wait for the step itself
         (["steps", "run", "rl/ppo", "-c", "tiny", "--dry-run", "tracking.mlflow.enabled=true",
           "tracking.mlflow.tracking_uri=http://127.0.0.1:5000", "tracking.wandb.enabled=true"],
-         (*NEVER, "rich", *LOCAL_DRY_RUN), "nemotron.tracking.fanout"),
+         (*NEVER, "rich", "nemotron.tracking.fanout", *LOCAL_DRY_RUN), "nemotron.tracking.checks"),
     ],
     ids=["help", "bare", "steps list", "steps show", "tiny local dry run", "eval dry run", "eval nemo_rl dry run",
          "slurm dry run", "dry run with trackers"],
