@@ -80,7 +80,7 @@ def check(
     problems = unloadable_inputs(catalog, validated, bindings) + records_lacking_fields(validated, bindings)
     problems += conversations_refused(step_id, validated, bindings)
     job_env = {k for k, v in profile.env_vars.items() if v} | set(getattr(profile, "secret_vars", None) or {})
-    problems += tracking_problems(validated, job_env, inherits_shell=profile.executor == "local")
+    problems += tracking_problems(validated, job_env, inherits_shell=profile.inherits_shell_env)
     problems += [
         p
         for g in parallel_groups(catalog, step_id, validated, profile, bindings)

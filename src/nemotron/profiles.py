@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -24,6 +24,7 @@ class _ProfileBase(BaseModel):
     config: dict[str, Any] = {}
     env_vars: dict[str, str] = {}
     artifacts_root: str | None = None  # where the artifact store lives (shared storage on clusters)
+    inherits_shell_env: ClassVar[bool] = False  # whether the job sees the submitting shell's variables
 
 
 GpuType = Literal["H100-80GB", "H200", "A100-40GB", "A100-80GB", "L40S"]
@@ -31,6 +32,8 @@ GpuType = Literal["H100-80GB", "H200", "A100-40GB", "A100-80GB", "L40S"]
 
 class LocalProfile(_ProfileBase):
     executor: Literal["local"] = "local"
+    # a local job is a child of this shell and inherits its environment; a cluster job gets only env_vars
+    inherits_shell_env: ClassVar[bool] = True
     nproc_per_node: int = Field(1, ge=1)  # data-parallel processes (torchrun) on this machine
     cpu_threads: int | None = Field(None, ge=1)
 
