@@ -67,9 +67,8 @@ class WandbTracker:
         self.job_dir = job_dir
         self.init_timeout_s = init_timeout_s
         self._run: wandb.Run | None = None
-        self._first_new_step = (
-            0  # rows below it are in the run already (an earlier attempt or sync sent them)
-        )
+        # rows below it are in the run already (an earlier attempt or sync sent them)
+        self._first_new_step = 0
         self._last_step: int | None = None  # the last step this session sent
         self._used: set[int] = set()  # our ids of the inputs this run has marked as used
 
