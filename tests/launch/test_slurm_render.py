@@ -195,7 +195,7 @@ def test_torchrun_steps_run_one_launcher_per_node(profiles: Path) -> None:
     inner = policy.command.args[0]
     # torchrun's agent, with Slurm's time-limit warning ignored (it would die of it)
     assert "-m nemotron.launch.torchrun_agent --nnodes 2 --nproc-per-node 8" in inner
-    assert "--rdzv-endpoint $NEMOTRON_RDZV_HOST:29500" in inner
+    assert "--rdzv-endpoint $NEMOTRON_RDZV_HOST:$((20000+SLURM_JOB_ID%10000))" in inner
     assert dict(policy.env)["NEMOTRON_RDZV_HOST"] == '"${het_group_host_1}"'
 
 

@@ -57,7 +57,7 @@ def test_every_executor_runs_the_same_step_under_its_own_torchrun(profiles: None
     (group,) = slurm_executor.slurm_plan(job).groups
     assert group.command.words()[1:] == [
         "-m", "nemotron.launch.torchrun_agent", "--nnodes", "2", "--nproc-per-node", "1",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", "$head_node_ip:29500", "--rdzv-id", "$SLURM_JOB_ID",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", "$head_node_ip:$((20000+SLURM_JOB_ID%10000))", "--rdzv-id", "$SLURM_JOB_ID",
         *TAIL, entry, "--job-dir", f"{home}/jobs/{job.job_id}", "--note", "'a b'",
     ]  # fmt: skip
 

@@ -63,7 +63,14 @@ def test_a_cancelled_job_ends_its_run_failed(
     mlflow_server: str, home: Path, fixture_steps: Path, run_cli: Any
 ) -> None:
     r = run_cli(
-        *COUNT, "trainer.max_steps=1000", "trainer.sleep_s=0.05", "-b", "local", *tracked(mlflow_server)
+        # 5 rows a second: a rate any MLflow server keeps up with, so the step's last calls fit in the cancel's
+        # 10 s grace before SIGKILL (at 20 rows a second a busy CI runner's one-worker server fell behind)
+        *COUNT,
+        "trainer.max_steps=1000",
+        "trainer.sleep_s=0.2",
+        "-b",
+        "local",
+        *tracked(mlflow_server),
     )
     assert r.code == 0, r.err
     job_id = r.out.strip()

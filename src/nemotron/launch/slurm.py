@@ -198,6 +198,12 @@ def secrets_source_line(path: str) -> str:
     return f"{{ set +vx; }} 2>/dev/null; source {shlex.quote(path)}; set -vx"
 
 
+# torchrun's rendezvous port, one per job: two jobs that share a node (non-exclusive nodes; a job still completing
+# beside the next) never meet on one port. A port another job's agent holds makes the new agent join that job's
+# store, and fail when it goes. Below Linux's ephemeral range (32768-60999), so no outgoing connection holds it.
+RDZV_PORT = "$((20000+SLURM_JOB_ID%10000))"
+
+
 def step_command(job: Job, paths: ClusterPaths, nodes: int, nproc: int, rdzv_host: str) -> Command:
     """The step process (launch/step_process.py), torchrun's launcher one per node when the step is distributed;
     that launcher is `torchrun_agent`, torchrun's agent with Slurm's time-limit warning ignored (it would die of
@@ -206,7 +212,7 @@ def step_command(job: Job, paths: ClusterPaths, nodes: int, nproc: int, rdzv_hos
         "--rdzv-backend",
         "c10d",
         "--rdzv-endpoint",
-        f"{rdzv_host}:29500",
+        f"{rdzv_host}:{RDZV_PORT}",
         "--rdzv-id",
         "$SLURM_JOB_ID",
     )
