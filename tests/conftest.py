@@ -39,6 +39,11 @@ _pg = _load_service("postgres")
 PostgresServer = _pg.PostgresServer
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # $NEMOTRON_TEST_TIMES=DIR records each test's wall and CPU time (scripts/test_durations.py, docs/testing.md)
+    _load_service("timing").register(config)
+
+
 @dataclass
 class Result:
     code: int
