@@ -62,12 +62,18 @@ def write_checkpoint(root: Path, family: str, size: str) -> Path:
 
 
 def sft_args(
-    root: Path, family: str, size: str, precision: str, checkpointing: bool, device: str = "cpu"
+    root: Path,
+    family: str,
+    size: str,
+    precision: str,
+    checkpointing: bool,
+    device: str = "cpu",
+    max_length: int = MAX_LENGTH,
 ) -> list[str]:
     return [
         "steps", "run", "sft", "-c", "tiny", f"inputs.init_from={write_checkpoint(root, family, size)}",
         f"inputs.data={root / 'long_sft.jsonl'}", "trainer.max_steps=2", "trainer.log_interval=2",
-        f"trainer.global_batch_size={BATCH}", f"trainer.max_length={MAX_LENGTH}", "trainer.validation_fraction=0.02",
+        f"trainer.global_batch_size={BATCH}", f"trainer.max_length={max_length}", "trainer.validation_fraction=0.02",
         f"runtime.precision={precision}", f"runtime.gradient_checkpointing={str(checkpointing).lower()}",
         f"runtime.device={device}",
     ]  # fmt: skip
@@ -96,12 +102,19 @@ def comparable(peak_mb: float, terms_mb: dict[str, float], device: str) -> float
 
 
 def measure(
-    root: Path, family: str, size: str, precision: str, checkpointing: bool, device: str = "cpu"
+    root: Path,
+    family: str,
+    size: str,
+    precision: str,
+    checkpointing: bool,
+    device: str = "cpu",
+    max_length: int = MAX_LENGTH,
 ) -> dict[str, object]:
-    """One sft run of 2 steps: the measured peak and the plan's prediction, in MiB."""
+    """One sft run of 2 steps: the measured peak and the plan's prediction, in MiB. A shorter `max_length` than the
+    table's (every record is cut to it) keeps the same model at a fraction of the compute."""
     home = root / "home"
     before = set((home / "jobs").iterdir()) if (home / "jobs").exists() else set()
-    args = sft_args(root, family, size, precision, checkpointing, device)
+    args = sft_args(root, family, size, precision, checkpointing, device, max_length)
     env = {**os.environ, "NEMOTRON_HOME": str(home)}
     proc = subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env)
     if proc.returncode:

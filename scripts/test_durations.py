@@ -3,6 +3,7 @@
     NEMOTRON_TEST_TIMES=/tmp/times bash scripts/test.sh          # records wall and CPU per test phase
     python scripts/test_durations.py /tmp/times --label after     # prints the tables
     python scripts/test_durations.py /tmp/times --label after --write   # and puts them in docs/testing.md
+    python scripts/test_durations.py /tmp/times --label after --seconds   # tests/test_seconds.json: order, --quick
 
 The source is a directory of the JSON lines tests/services/timing.py writes (wall and CPU seconds per phase), or a
 pytest `--junitxml` file (wall only: a run made without the recorder). `--write` replaces the block between
@@ -20,6 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "testing.md"
+# Each test file's wall seconds (tests/conftest.py starts the longest first) and each test's that took QUICK_S or
+# more (`scripts/test.sh --quick` leaves those out)
+TEST_SECONDS = Path(__file__).resolve().parent.parent / "tests" / "test_seconds.json"
+QUICK_S = 2.0
 
 
 @dataclass
@@ -54,10 +59,24 @@ def from_junit(path: Path) -> list[TestCost]:
         module = case.get("classname", "").replace(".", "/")
         # pytest writes tests/steps/test_x.py as classname tests.steps.test_x (and a class as one more part)
         parts = module.split("/")
-        file_parts = parts[: next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1) + 1]
+        file_parts = parts[
+            : next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1) + 1
+        ]
         test = "/".join(file_parts) + ".py::" + "::".join([*parts[len(file_parts) :], case.get("name", "")])
         costs.append(TestCost(test, float(case.get("time", 0.0)), None))
     return costs
+
+
+def recorded_seconds(costs: list[TestCost]) -> dict[str, dict[str, float]]:
+    """Wall seconds per test file (whole, at least 1, so every known file sorts before unknown ones), and those
+    of each test that took QUICK_S or more."""
+    per_file: dict[str, float] = defaultdict(float)
+    for cost in costs:
+        per_file[cost.test.split("::")[0]] += cost.wall_s
+    return {
+        "files": {name: max(1, round(seconds)) for name, seconds in per_file.items()},
+        "tests": {c.test: round(c.wall_s, 1) for c in costs if c.wall_s >= QUICK_S},
+    }
 
 
 def _minutes(seconds: float) -> str:
@@ -105,17 +124,25 @@ def update_page(page: str, label: str, block: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("source", type=Path, help="the recorder's directory, or a pytest --junitxml file")
     parser.add_argument("--label", required=True, help="which block of docs/testing.md (before, after)")
     parser.add_argument("--write", action="store_true", help="write the tables into docs/testing.md")
+    parser.add_argument(
+        "--seconds", action="store_true", help=f"write the seconds the suite orders by to {TEST_SECONDS}"
+    )
+    parser.add_argument("--top", type=int, default=20, help="how many of the slowest tests to list")
     args = parser.parse_args()
     costs = from_times(args.source) if args.source.is_dir() else from_junit(args.source)
     if not costs:
         raise SystemExit(f"no test times in {args.source}")
-    block = render(costs, args.label)
+    block = render(costs, args.label, args.top)
     if args.write:
         PAGE.write_text(update_page(PAGE.read_text(), args.label, block))
+    if args.seconds:
+        TEST_SECONDS.write_text(json.dumps(recorded_seconds(costs), indent=0, sort_keys=True) + "\n")
     print(block, end="")
 
 

@@ -212,13 +212,16 @@ shuffle_vocab = _helper_fixture(permute_vocab)
 # ----------------------------------------------------------------------------- the local Slurm cluster
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`scripts/test.sh` runs `-n 2 --dist loadgroup`) the tests marked `slurm` share one worker:
     the local cluster has two nodes, and a heterogeneous job waiting for a node another test holds would time out.
     Tests marked `gpu` are skipped where torch sees no CUDA device, those marked `no_gpu` where it sees one."""
+    if config.getoption("--quick"):
+        _quick_selection(config, items)
     for item in items:
         if item.get_closest_marker("slurm") is not None:
             item.add_marker(pytest.mark.xdist_group("slurm"))
+    _slowest_first(items)
     marked = [item for item in items if item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu")]
     if not marked:
         return  # torch is imported only when a collected test asks about the GPU
@@ -232,6 +235,61 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(
                 pytest.mark.skip(reason="checks a machine without CUDA; torch sees a device here")
             )
+
+
+# Recorded wall seconds of each test file, and of each test that took 2 s or more: `python scripts/test_durations.py
+# DIR --label after --seconds` rewrites it from a run recorded with $NEMOTRON_TEST_TIMES=DIR (docs/testing.md).
+TEST_SECONDS = Path(__file__).resolve().parent / "test_seconds.json"
+
+
+def _recorded_seconds() -> dict[str, dict[str, float]]:
+    if not TEST_SECONDS.exists():
+        return {"files": {}, "tests": {}}
+    recorded: dict[str, dict[str, float]] = json.loads(TEST_SECONDS.read_text())
+    return recorded
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the inner loop (scripts/test.sh --quick): leave out the Slurm tests and every test recorded at 2 s "
+        "or more in tests/test_seconds.json, except those marked `smoke` (one tiny step end to end)",
+    )
+
+
+def _quick_selection(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = _recorded_seconds()["tests"]
+    kept, left_out = [], []
+    for item in items:
+        heavy = item.get_closest_marker("slurm") is not None or item.nodeid in slow
+        (left_out if heavy and item.get_closest_marker("smoke") is None else kept).append(item)
+    config.hook.pytest_deselected(items=left_out)
+    items[:] = kept
+
+
+def _slowest_first(items: list[pytest.Item]) -> None:
+    """Order the run longest first, so the two workers end together instead of one finishing the pipeline test
+    alone: xdist hands out tests in collection order. The unit is a test file (its module fixtures stay together),
+    or the whole `slurm` group, which one worker runs in sequence. A file tests/test_seconds.json does not know
+    goes last, in collection order."""
+    seconds = _recorded_seconds()["files"]
+
+    def unit(item: pytest.Item) -> str:
+        return "@slurm" if item.get_closest_marker("slurm") is not None else item.nodeid.split("::")[0]
+
+    cost: dict[str, float] = {}
+    for item in items:
+        cost.setdefault(unit(item), 0.0)
+    for name in cost:
+        if name == "@slurm":
+            files = {i.nodeid.split("::")[0] for i in items if unit(i) == "@slurm"}
+            cost[name] = sum(seconds.get(f, 0.0) for f in files)
+        else:
+            cost[name] = seconds.get(name, 0.0)
+    rank = {name: r for r, name in enumerate(sorted(cost, key=lambda n: -cost[n]))}  # stable: ties keep order
+    position = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (rank[unit(item)], position[id(item)]))
 
 
 SLURM_UP = REPO / "scripts" / "slurm-up.sh"

@@ -41,7 +41,10 @@ def _metrics(job_dir: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step_id", ["rl/reinforce", "rl/ppo", "rl/rlhf"])
+@pytest.mark.parametrize(
+    "step_id",
+    [pytest.param("rl/reinforce", marks=pytest.mark.smoke), "rl/ppo", "rl/rlhf"],  # smoke: kept by --quick
+)
 def test_tiny_preset_trains_and_raises_reward_and_ground_truth(
     step_id: str, home: Path, run_cli: Any
 ) -> None:
