@@ -18,7 +18,7 @@ from nemotron.engines.refusals import Refusals
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
     from eval.policy.schema import Config as EvalConfig
 
-STEP = "eval/policy"
+RECIPE = "eval"  # a manifest's `engines.nemo_rl` for a step NeMo-RL runs as its eval entry
 ENTRY = "examples/run_eval.py"
 BASE = "examples/configs/evals/eval.yaml"
 PROMPTS_FILE = (
