@@ -30,7 +30,7 @@ from nemotron.configtree import deep_merge, flatten, get_dotted, resolve_interpo
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.models.tokenizer_match import check_token_ids_meet
 from nemotron.paths import artifacts_dir
-from nemotron.profiles import AnyProfile, LocalProfile, implicit_profile, load_profile
+from nemotron.profiles import AnyProfile, implicit_profile, load_profile, runs_here
 from nemotron.redact import MASK, is_secret_name, redact_url_passwords
 from nemotron.reward.bind import refuse_open_servers
 from nemotron.stepconfig import engine_name
@@ -288,7 +288,7 @@ def compile_job(
     store = store or open_store(
         Path(profile.artifacts_root).expanduser() if profile.artifacts_root else artifacts_dir()
     )
-    here = isinstance(profile, LocalProfile)  # remote profiles' paths live on their cluster
+    here = runs_here(profile)  # remote profiles' paths live on their cluster
     refuse_open_servers(
         step.config_schema(), config, env_vars=profile.env_vars, here=here, profile=profile.name
     )

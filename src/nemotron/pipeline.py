@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
-from nemotron.engines.base import HetJob, Launch, RayDriver
+from nemotron.engines.base import Launch
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.paths import step_roots
 
@@ -299,7 +299,7 @@ class PlannedStep:
 def planned_outputs(job: Job, job_dir: str, launch: Launch, catalog: Catalog) -> dict[str, str]:
     """Where a job will leave each output: an external engine says (`outputs` of its launch); our own step process
     writes output NAME at <job dir>/outputs/NAME, with its type's suffix for a file (`StepRun.output_dir`)."""
-    if isinstance(launch, RayDriver | HetJob):
+    if launch.external:
         named = dict(launch.outputs)
         return {name: named[name] for name in job.outputs}
     paths = {}

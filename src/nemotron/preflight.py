@@ -18,6 +18,7 @@ node >= 1) are refused where the profile is read (`nemotron.profiles`), naming i
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import yaml
 from pydantic import BaseModel
 
+from nemotron.engines import PREFLIGHT_RULES, READS_TOKENIZER_JSON_ONLY
 from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
 from nemotron.stepconfig import engine_name
@@ -94,7 +96,10 @@ def check(
     (its engines' recipes, its models) its `manifest` declares."""
     step_id = manifest.step.id
     problems = unloadable_inputs(catalog, validated, bindings) + records_lacking_fields(validated, bindings)
-    problems += conversations_refused(manifest, validated, bindings)
+    engine = engine_name(validated)
+    if engine in PREFLIGHT_RULES:  # the engine's own rules, found through the registry
+        module, _, name = PREFLIGHT_RULES[engine].partition(":")
+        problems += getattr(importlib.import_module(module), name)(manifest, validated, bindings)
     job_env = {k for k, v in profile.env_vars.items() if v} | set(getattr(profile, "secret_vars", None) or {})
     problems += tracking_problems(validated, job_env, inherits_shell=profile.inherits_shell_env)
     problems += [
@@ -123,15 +128,13 @@ def parallel_groups(
     if gpus < 1:
         return []
     engine = engine_name(config)
-    recipe = manifest.step.engines.get(engine, "")
-    if engine == "nemo_rl":
-        return _nemo_rl_groups(manifest, recipe, config, nodes, gpus)
-    if engine == "nemo_aligner":
-        return _nemo_aligner_groups(manifest, bindings, nodes, gpus)
-    return []
+    groups = _GROUPS.get(engine)
+    return groups(manifest, engine, config, bindings, nodes, gpus) if groups is not None else []
 
 
-def _nemo_rl_groups(manifest: Manifest, recipe: str, config: BaseModel, nodes: int, gpus: int) -> list[Group]:
+def _nemo_rl_groups(
+    manifest: Manifest, engine: str, config: BaseModel, bindings: Sequence[Binding], nodes: int, gpus: int
+) -> list[Group]:
     """NeMo-RL v0.7.0's rule: the policy's (and the PPO value model's) Ray cluster must have a world size that is a
     multiple of PP * CP * TP (nemo_rl/models/policy/lm_policy.py:174-212 at v0.7.0; DTensor has no PP, :162), and
     vLLM's TP * PP must divide the same, colocated, cluster (nemo_rl/models/generation/vllm/vllm_generation.py:110).
@@ -142,6 +145,7 @@ def _nemo_rl_groups(manifest: Manifest, recipe: str, config: BaseModel, nodes: i
     from nemotron.engines.nemo_rl_eval import RECIPE as EVAL
     from nemotron.engines.nemo_rl_steps import RECIPES
 
+    recipe = manifest.step.engines.get(engine, "")
     if recipe == EVAL:  # NeMo-RL's eval: one vLLM engine per TP group over every GPU (eval.py setup)
         tp = cast("_RunsOnNemoRL", config).nemo_rl.generation_tensor_parallel_size
         keys = "nemo_rl.generation_tensor_parallel_size"
@@ -183,7 +187,7 @@ def _nemo_rl_groups(manifest: Manifest, recipe: str, config: BaseModel, nodes: i
 
 
 def _nemo_aligner_groups(
-    manifest: Manifest, bindings: Sequence[Binding], nodes: int, gpus: int
+    manifest: Manifest, _engine: str, _config: BaseModel, bindings: Sequence[Binding], nodes: int, gpus: int
 ) -> list[Group]:
     """NeMo-Aligner v0.7.0 takes the model-parallel sizes from the .nemo's own model_config.yaml (its scripts merge
     the YAML's `model` over it: examples/nlp/gpt/train_gpt_ppo_actor.py:58, nemo_aligner/utils/utils.py:260
@@ -221,6 +225,10 @@ def _nemo_aligner_groups(
                 critic_where = f"{shape(1, gpus)} of the profile's {shape(nodes, gpus)}"
                 groups.append(Group("critic server", keys, tp, pp, cp, gpus, critic_where))
     return groups
+
+
+# engine -> its GPU groups; the built-in engine is data parallel only, with nothing to divide
+_GROUPS = {"nemo_rl": _nemo_rl_groups, "nemo_aligner": _nemo_aligner_groups}
 
 
 def _nemo_parallel_sizes(path: Path) -> tuple[int, int, int] | None:
@@ -267,7 +275,7 @@ def unloadable_inputs(catalog: Catalog, config: BaseModel, bindings: Sequence[Bi
     """A problem for each local checkpoint input that its step could not load: the same files the loaders read
     (config.json, every safetensors header, the tokenizer; a .nemo's model config), read without torch. Paths
     that are not here (a remote profile's, or a dry-run's) are left to the cluster."""
-    builtin = engine_name(config) == "builtin"
+    json_only = engine_name(config) in READS_TOKENIZER_JSON_ONLY
     problems = []
     for b in bindings:
         if not b.path or b.kind == "hub":
@@ -279,7 +287,7 @@ def unloadable_inputs(catalog: Catalog, config: BaseModel, bindings: Sequence[Bi
                 parameter_count(path)  # every shard the index names is there, and every header reads
                 # a critic's tokenizer is the policy's: NeMo-RL's value model and our PPO tokenize with the policy
                 if not catalog.is_a(b.expected_type, "critic_hf"):
-                    wanted = TOKENIZER_FILES[:1] if builtin else TOKENIZER_FILES
+                    wanted = TOKENIZER_FILES[:1] if json_only else TOKENIZER_FILES
                     if not any((path / name).is_file() for name in wanted):
                         raise CheckpointError(
                             f"{path}: no tokenizer ({' or '.join(wanted)}); the checkpoint was saved without it"
@@ -336,39 +344,3 @@ def first_record_lacking(path: Path, fields: Sequence[str], used: int = 0) -> tu
                 if missing:
                     return number, missing[0]
     return None
-
-
-def conversations_refused(manifest: Manifest, config: BaseModel, bindings: Sequence[Binding]) -> list[str]:
-    """A step NeMo-RL runs as its eval (eval/policy): its math processor formats each prompt as one string (NeMo-RL v0.7.0
-    nemo_rl/data/processors.py, math_data_processor), so a conversation (a list of messages) cannot be expressed.
-    The first one among the records it would read (the first max_prompts) is refused; paths not here are left to
-    the registration, which checks each sample against its prompt."""
-    engine = engine_name(config)
-    if engine != "nemo_rl":
-        return []
-    from nemotron.engines.nemo_rl_eval import RECIPE as EVAL
-
-    if manifest.step.engines.get(engine) != EVAL:
-        return []
-    limit = int(getattr(config, "max_prompts", 0) or 0)
-    for b in bindings:
-        if b.name != "prompts" or not b.path or not Path(b.path).is_file():
-            continue
-        seen = 0
-        with Path(b.path).open(encoding="utf-8", errors="replace") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                seen += 1
-                if limit and seen > limit:
-                    break
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue  # left to the record validation that reports it
-                if isinstance(record, dict) and not isinstance(record.get("prompt"), str):
-                    return [
-                        f"input 'prompts' ({b.ref}): line {number} is a conversation; backend=nemo_rl runs NeMo-RL's "
-                        "eval, which takes text prompts only"
-                    ]
-    return []

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from nemotron.errors import UserError
+from nemotron.profiles import runs_here, serves_beside_rank0
 from nemotron.resource_plan import (
     CPU_RUNTIME_MB,
     GPU_RUNTIME_MB,
@@ -109,13 +110,7 @@ def plan_job(job: Job, nodes: int, gpus_per_node: int) -> Plan:
     shapes = Shapes(config.plan.models)
     name, memory, gpu = device_memory(job.profile, config.runtime.device)
     ctx = _Context(job, config, shapes, name, memory, gpu, nodes, max(gpus_per_node, 1))
-    load = config.workload()
-    if job.backend == "nemo_rl":
-        groups = _nemo_rl(ctx, cast("NemoRLConfig", config), load)
-    elif job.backend == "nemo_aligner":
-        groups = _nemo_aligner(ctx, load)
-    else:
-        groups = _builtin(ctx, config, load)
+    groups = _GROUPS.get(job.backend, _builtin)(ctx, config, config.workload())
     unused = set(shapes.hints) - ctx.roles
     if unused:
         raise UserError(
@@ -175,7 +170,7 @@ class _Context:
 
     def where(self, first: int = 0, count: int | None = None) -> str:
         count = self.nodes if count is None else count
-        if getattr(self.job.profile, "executor", "local") == "local":
+        if runs_here(self.job.profile):
             return "this machine"
         return f"node {first}" if count == 1 else f"nodes {first}-{first + count - 1}"
 
@@ -277,7 +272,7 @@ def _builtin_rl(ctx: _Context, r: Rollouts, world: int, ddp: str) -> list[Group]
             **_inference_mb(rm, 64, _seq(rm, max_new), p),
         }
     # On Lepton the server is a sibling of each node's local rank 0 (reward/sibling.py), on that rank's device
-    beside_rank0 = bool(server) and getattr(ctx.job.profile, "executor", "local") == "lepton"
+    beside_rank0 = bool(server) and serves_beside_rank0(ctx.job.profile)
     if policy is not None:
         seq = _seq(policy, max_new)
         terms = {
@@ -314,7 +309,7 @@ def _builtin_rl(ctx: _Context, r: Rollouts, world: int, ddp: str) -> list[Group]
                          "server (one per node): the peak is that device's")  # fmt: skip
         groups.append(ctx.group("policy training", terms, models, ddp, notes=notes, suggestions=sugg))
     if server and rm is not None and not beside_rank0:
-        local = getattr(ctx.job.profile, "executor", "local") == "local"
+        local = runs_here(ctx.job.profile)
         where = "this machine" if local else f"node {ctx.nodes} (a node of its own)"
         groups.append(ctx.group("reward model" if judge_role == "reward_model" else "judge", server,
                                 [(rm, judge_role)], "one server", peak=sum(server.values()) + ctx.runtime_mb,
@@ -325,10 +320,10 @@ def _builtin_rl(ctx: _Context, r: Rollouts, world: int, ddp: str) -> list[Group]
 # ---- nemo_rl ----------------------------------------------------------------------------------------------------
 
 
-def _nemo_rl(ctx: _Context, config: NemoRLConfig, r: Workload) -> list[Group]:
+def _nemo_rl(ctx: _Context, planned: PlannedConfig, r: Workload) -> list[Group]:
     if not isinstance(r, Rollouts):
         return []  # NeMo-RL runs the RL steps here; the engine refuses any other
-    nemo = config.nemo_rl
+    nemo = cast("NemoRLConfig", planned).nemo_rl  # NeMo-RL's recipes' Configs have its group
     tp, pp, cp = nemo.tensor_parallel_size, nemo.pipeline_parallel_size, nemo.context_parallel_size
     megatron = nemo.policy_backend == "megatron"
     mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens
@@ -427,7 +422,7 @@ def _gathered_layers_mb(shape: ModelShape) -> float:
 # ---- nemo_aligner -----------------------------------------------------------------------------------------------
 
 
-def _nemo_aligner(ctx: _Context, r: Workload) -> list[Group]:
+def _nemo_aligner(ctx: _Context, _config: PlannedConfig, r: Workload) -> list[Group]:
     groups: list[Group] = []
     if isinstance(r, Serving):
         m = ctx.models[0]
@@ -467,3 +462,7 @@ def _nemo_aligner(ctx: _Context, r: Workload) -> list[Group]:
         groups.append(ctx.group("reward model (server)", terms, [(rm, "reward_model")], "Megatron TP 1 x PP 1",
                                 peak=sum(terms.values()) + ctx.runtime_mb, where="a node of its own"))  # fmt: skip
     return groups
+
+
+# engine -> its plan groups; an engine not here runs as the built-in one does (one process per device)
+_GROUPS = {"nemo_rl": _nemo_rl, "nemo_aligner": _nemo_aligner}

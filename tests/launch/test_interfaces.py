@@ -6,8 +6,7 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
-from typing import get_args
-from typing import Literal
+from typing import Literal, get_args
 
 import pytest
 import yaml
@@ -41,12 +40,45 @@ def test_unknown_names_get_a_suggestion() -> None:
         executor_named("slurmm")
 
 
-# The registries, where asking which engine or executor kind a thing is belongs: the name -> class tables and the
-# executors' own modules, each placing the launch shapes on its kind of profile.
+# The registries, where asking which engine or executor kind a thing is belongs: the engines' (name -> class, and
+# their traits), the executors' (name -> class) and the profiles' (executor -> profile class, and what the centre
+# asks of a profile's executor).
 REGISTRIES = (
+    "engines/__init__.py",
     "engines/base.py",
     "launch/executor.py",
+    "profiles.py",
 )
+# Each executor's own modules place the launch shapes on its own kind of profile, so they may ask which shape and
+# which profile class they hold (never compare kind names). Not yet typed on their profile: the profile asserts
+# here are what typing each executor on its profile class would remove.
+EXECUTOR_MODULES = (
+    "launch/local_executor.py",
+    "launch/slurm_executor.py",
+    "launch/slurm.py",
+    "launch/het_slurm.py",
+    "launch/ray_slurm.py",
+    "launch/containers.py",
+    "launch/lepton.py",
+    "launch/ray_lepton.py",
+)
+# "local" is also a Slurm tunnel's word (`tunnel = "local"`): compared with it, the other side must read a kind
+AMBIGUOUS_KINDS = {"local"}
+KIND_WORDS = ("executor", "backend", "engine", "kind")
+
+
+def _reads_a_kind(node: ast.AST) -> bool:
+    """Whether an expression reads a kind by its name: x.executor, getattr(x, "backend"), x.get("executor"),
+    x["backend"], engine_name(...), a variable named kind."""
+    names: list[str] = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute):
+            names.append(sub.attr)
+        elif isinstance(sub, ast.Name):
+            names.append(sub.id)
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            names.append(sub.value)
+    return any(word in name for name in names for word in KIND_WORDS)
 
 
 def shipped_step_ids(root: Path = REPO) -> set[str]:
@@ -117,13 +149,16 @@ def library_violations(src: Path, step_ids: set[str], kinds: set[str], shapes: s
             if registry:
                 continue
             if isinstance(node, ast.Compare):
-                named = [v for side in (node.left, *node.comparators) for v in _strings(side) if v in kinds]
-                if named:
+                sides = (node.left, *node.comparators)
+                named = [v for side in sides for v in _strings(side) if v in kinds]
+                if named and (set(named) - AMBIGUOUS_KINDS or any(_reads_a_kind(x) for x in sides)):
                     found.append(f"{where}: compares with the kind {named[0]!r}")
             elif isinstance(node, ast.MatchValue):
                 named = [v for v in _strings(node.value) if v in kinds]
                 if named:
                     found.append(f"{where}: matches the kind {named[0]!r}")
+            elif rel in EXECUTOR_MODULES:
+                continue
             elif (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
@@ -150,7 +185,7 @@ def test_the_library_names_no_shipped_step_and_asks_no_kind_outside_the_registri
     "line",
     [
         'if step_id == "rl/ppo": pass',
-        'if job.step_id in ("sft", "rm/train"): pass',
+        'if job.step_id in ("sft", "dpo"): pass',
         'ok = step.startswith("rl/")',
         'if profile.executor == "slurm": pass',
         'if getattr(profile, "executor", "local") == "local": pass',

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from nemotron.compile import Job
 from nemotron.errors import UserError
@@ -33,6 +33,9 @@ class StepProcess:
     """Our own step process (`python -m nemotron.run_step`, torchrun when the step is distributed), with rm/serve
     beside it where the manifest asks. The step registers its outputs itself."""
 
+    external: ClassVar[bool] = False  # an external engine's run, whose `outputs` the launcher registers
+    shown: ClassVar[str] = ""  # nothing compiled to show before the executor's text
+
 
 @dataclass(frozen=True)
 class RayDriver:
@@ -40,6 +43,7 @@ class RayDriver:
     `finalize` (only if the driver succeeded). After the job succeeds, each of `outputs` (our output name, the
     path the run leaves it at) is registered as the step's artifact, with lineage to the job's inputs."""
 
+    external: ClassVar[bool] = True
     image: str  # "": no container, the nodes' own environment
     driver: str
     finalize: str = ""
@@ -75,6 +79,7 @@ class HetJob:
     succeeds, each of `outputs` (our output name, the path the run leaves it at) is registered as the step's
     artifact, with lineage to the job's inputs."""
 
+    external: ClassVar[bool] = True
     image: str  # "": no container, the nodes' own environment
     groups: tuple[HetGroup, ...]
     outputs: tuple[tuple[str, str], ...] = ()

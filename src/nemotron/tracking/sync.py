@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from nemotron.artifacts.lineage import job_store
+from nemotron.engines import KEEPS_TENSORBOARD_METRICS
 from nemotron.errors import ServiceError, UserError
 from nemotron.jobrecord import load_record, read_status
 from nemotron.jobs import read_metrics
@@ -87,7 +88,7 @@ def sync_job(job_dir: Path, to: str | None = None, mlflow_uri: str | None = None
         for r in read_metrics(job_dir)
         if "step" in r
     ]
-    if not rows and engine_name(config) == "nemo_rl":
+    if not rows and engine_name(config) in KEEPS_TENSORBOARD_METRICS:
         # NeMo-RL keeps its metrics as TensorBoard events, under its own names (train/loss, ...)
         from nemotron.tracking.tb_events import NEMO_RL_EVENTS, tensorboard_rows
 
