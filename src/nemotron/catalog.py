@@ -33,6 +33,7 @@ __all__ = [
     "Model",
     "Step",
     "cache_dir",
+    "load_schema",
     "plain",
 ]
 
@@ -287,11 +288,13 @@ class Step:
 
     def config_schema(self) -> type[BaseModel]:
         """Import the step's pydantic Config class from its schema.py (no torch: schemas are plain pydantic)."""
-        return _load_schema(self.schema_path)
+        return load_schema(self.schema_path)
 
 
 @cache
-def _load_schema(path: Path) -> type[BaseModel]:
+def load_schema(path: Path) -> type[BaseModel]:
+    """The pydantic `Config` a step's schema.py defines (imported once per path; no torch). `Step.config_schema`
+    is this for a catalogued step; a running step (`StepRun.start`) reads the one beside its step.py."""
     module_name = "nemotron_step_schema_" + "_".join(path.parent.parts[-3:]).replace("-", "_")
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
