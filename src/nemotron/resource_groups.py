@@ -134,9 +134,15 @@ class _Context:
 
     def trained(self) -> JobModel:
         """The model a training step trains (the policy of an RL step)."""
-        return next((m for m in self.models if m.reference), None) or next(
-            m for m in self.models if m.trained
+        found = next((m for m in self.models if m.reference), None) or next(
+            (m for m in self.models if m.trained), None
         )
+        if found is None:
+            raise UserError(
+                f"{self.job.step_id}: its schema's workload() trains a model, but its manifest's [[models]] "
+                "declare none with trained = true"
+            )
+        return found
 
     def scorer(self) -> JobModel | None:
         """The frozen model that scores an RL step's responses (its reward model or judge)."""
