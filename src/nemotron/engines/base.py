@@ -34,6 +34,7 @@ class StepProcess:
     beside it where the manifest asks. The step registers its outputs itself."""
 
     external: ClassVar[bool] = False  # an external engine's run, whose `outputs` the launcher registers
+    outputs: ClassVar[tuple[tuple[str, str], ...]] = ()  # none: the step registers its outputs itself
     shown: ClassVar[str] = ""  # nothing compiled to show before the executor's text
 
 
