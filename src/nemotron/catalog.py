@@ -30,8 +30,10 @@ __all__ = [
     "InvalidManifest",
     "Manifest",
     "ManifestCache",
+    "Model",
     "Step",
     "cache_dir",
+    "load_schema",
     "plain",
 ]
 
@@ -50,6 +52,9 @@ class StepInfo(NamedTuple):
     services: list[str] = []
     # The names the step logs to metrics.jsonl: the one list docs are checked against (tests/foundation).
     metrics: list[str] = []
+    # The engines besides builtin (its step.py) that can run the step: engine -> the engine's own recipe for it
+    # (nemo_rl = "grpo"). Engines look up their per-step compilers, plan groups and preflight rules by recipe.
+    engines: dict[str, str] = {}
 
 
 class Consumes(NamedTuple):
@@ -72,6 +77,27 @@ class Consumes(NamedTuple):
 
     def type_on(self, backend: str) -> str:
         return self.backend_types.get(backend, self.type)
+
+
+class Model(NamedTuple):
+    """A model the step runs: the resource plan sizes it and the preflight checks it, from what is declared here."""
+
+    # what the model is to the step: the plan names its memory and reads a `plan.models.<role>` hint by it
+    role: Literal["policy", "reward_model", "judge", "critic"]
+    # the [[consumes]] input whose checkpoint it loads (its config key holds the reference)
+    input: str
+    # trained (weights, gradients, optimizer state) or frozen (weights only)
+    trained: bool = False
+    # a frozen copy of it is kept as the reference policy (the KL term's)
+    reference: bool = False
+    # served by a server beside the trainer instead of held in the trainer's process
+    served: bool = False
+    # config key -> value under which it is served; unset: `served` alone decides
+    served_when: dict[str, Any] = {}
+    # config key -> value under which the step runs this model at all (one input, two roles: a judge's kind)
+    when: dict[str, Any] = {}
+    # config key of the architecture (nemotron.stepconfig.ModelArch) it is built from when `input` is unset
+    built_from: str = ""
 
 
 class Produces(NamedTuple):
@@ -122,6 +148,7 @@ class Manifest(NamedTuple):
     strategies: list[Strategy] = []
     errors: list[KnownError] = []
     resources: dict[str, Resources] = {}
+    models: list[Model] = []
 
     def problems(self) -> list[str]:
         """What no single field shows: names used twice, a token-id source that is no other input."""
@@ -138,6 +165,9 @@ class Manifest(NamedTuple):
                     f"consumes: Value error, {c.name}: reads_token_ids_of names no other input: "
                     f"{c.reads_token_ids_of!r}"
                 )
+        for m in self.models:
+            if m.input not in inputs:
+                found.append(f"models: Value error, {m.role}: input names no [[consumes]] entry: {m.input!r}")
         return found
 
     @classmethod
@@ -151,6 +181,7 @@ class Manifest(NamedTuple):
             strategies=[Strategy(**s) for s in data["strategies"]],
             errors=[KnownError(**e) for e in data["errors"]],
             resources={k: Resources(**r) for k, r in data["resources"].items()},
+            models=[Model(**m) for m in data["models"]],
         )
 
 
@@ -257,11 +288,13 @@ class Step:
 
     def config_schema(self) -> type[BaseModel]:
         """Import the step's pydantic Config class from its schema.py (no torch: schemas are plain pydantic)."""
-        return _load_schema(self.schema_path)
+        return load_schema(self.schema_path)
 
 
 @cache
-def _load_schema(path: Path) -> type[BaseModel]:
+def load_schema(path: Path) -> type[BaseModel]:
+    """The pydantic `Config` a step's schema.py defines (imported once per path; no torch). `Step.config_schema`
+    is this for a catalogued step; a running step (`StepRun.start`) reads the one beside its step.py."""
     module_name = "nemotron_step_schema_" + "_".join(path.parent.parts[-3:]).replace("-", "_")
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:

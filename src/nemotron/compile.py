@@ -30,9 +30,11 @@ from nemotron.configtree import deep_merge, flatten, get_dotted, resolve_interpo
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.models.tokenizer_match import check_token_ids_meet
 from nemotron.paths import artifacts_dir
-from nemotron.profiles import AnyProfile, LocalProfile, implicit_profile, load_profile
+from nemotron.profiles import AnyProfile, implicit_profile, load_profile, runs_here
 from nemotron.redact import MASK, is_secret_name, redact_url_passwords
 from nemotron.reward.bind import refuse_open_servers
+from nemotron.stepconfig import engine_name
+from nemotron.workload import JobModel, job_models
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Job:
     passthrough: tuple[str, ...] = ()
     force_squash: bool = False
     services: tuple[str, ...] = ()
+    models: tuple[JobModel, ...] = ()  # what the manifest's [[models]] declare, under this job's config
     argv: tuple[str, ...] = field(default_factory=tuple)
     warnings: tuple[
         str, ...
@@ -285,12 +288,12 @@ def compile_job(
     store = store or open_store(
         Path(profile.artifacts_root).expanduser() if profile.artifacts_root else artifacts_dir()
     )
-    here = isinstance(profile, LocalProfile)  # remote profiles' paths live on their cluster
+    here = runs_here(profile)  # remote profiles' paths live on their cluster
     refuse_open_servers(
         step.config_schema(), config, env_vars=profile.env_vars, here=here, profile=profile.name
     )
     bindings = bind_inputs(catalog, step, config, store, remote=not here or dry_run)
-    preflight.check(catalog, step.id, validated, profile, bindings)  # parallelism, loadable inputs
+    preflight.check(catalog, step.manifest, validated, profile, bindings)  # parallelism, loadable inputs
     warnings = tuple(
         f"input '{b.name}': {b.ref} does not exist here; running this job would refuse it"
         for b in bindings
@@ -302,7 +305,7 @@ def compile_job(
         set_dotted(step_config, by_name[b.name].config_key, b.path or b.ref)
     check_token_ids_meet(step.manifest.consumes, config, bindings)
     _refuse_mismatched_resume(step.id, config, bindings)
-    backend = str(config.get("backend") or "builtin")
+    backend = engine_name(config)
     outputs = {
         p.name: (str(get_dotted(config, p.config_key) or p.name), p.type_on(backend))
         for p in step.manifest.produces
@@ -337,6 +340,9 @@ def compile_job(
         passthrough=tuple(passthrough or ()),
         force_squash=force_squash,
         services=tuple(step.manifest.step.services),
+        models=job_models(
+            step.manifest.models, {c.name: c.config_key for c in step.manifest.consumes}, step_config
+        ),
         argv=tuple(argv or ()),
         warnings=warnings,
     )

@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
-from nemotron.engines.base import HetJob, Launch, RayDriver
+from nemotron.engines.base import Launch
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.paths import step_roots
 
-EVAL_STEP = "eval/policy"  # the step whose eval_report summaries [pipeline] compare sets side by side
+REPORT_TYPE = "eval_report"  # the artifact type whose summaries [pipeline] compare sets side by side
 
 
 class PipelineStep(BaseModel):
@@ -87,9 +87,10 @@ def load_pipeline(name: str, catalog: Catalog) -> Pipeline:
             elif out not in {p.name for p in catalog.get(seen[up]).manifest.produces}:
                 problems.append(f"step '{s.id}': '{up}' ({seen[up]}) produces no '{out}'")
         seen[s.id] = s.step
-    if pipe.pipeline.compare and EVAL_STEP not in seen.values():
+    evaluators = catalog.producers_of(REPORT_TYPE)  # the steps whose manifests produce one
+    if pipe.pipeline.compare and not set(evaluators) & set(seen.values()):
         problems.append(
-            f"[pipeline] compare sets eval_report metrics side by side, but no step is {EVAL_STEP}"
+            f"[pipeline] compare sets {REPORT_TYPE} metrics side by side, but no step is {' or '.join(evaluators)}"
         )
     if problems:
         raise UserError(f"{path}: invalid pipeline:", problems)
@@ -214,14 +215,14 @@ class EvalReport:
 
 
 def eval_reports(pipe: Pipeline, results: Sequence[StepResult]) -> list[EvalReport]:
-    """The eval_report of every eval/policy step that ran or was skipped as done, in pipeline order."""
+    """The eval_report of every step that ran or was skipped as done and produced one, in pipeline order."""
     wiring = {s.id: s.inputs for s in pipe.steps}
     step_of = {r.id: r.step for r in results}
     found = []
     for r in results:
-        if r.step != EVAL_STEP:
+        report = next((a for a in r.outputs.values() if a.type == REPORT_TYPE), None)
+        if report is None:
             continue
-        report = r.outputs["report"]
         producer = wiring[r.id].get("policy", "").partition(".")[0]
         found.append(EvalReport(step_of.get(producer, r.id), report))
     return found
@@ -298,7 +299,7 @@ class PlannedStep:
 def planned_outputs(job: Job, job_dir: str, launch: Launch, catalog: Catalog) -> dict[str, str]:
     """Where a job will leave each output: an external engine says (`outputs` of its launch); our own step process
     writes output NAME at <job dir>/outputs/NAME, with its type's suffix for a file (`StepRun.output_dir`)."""
-    if isinstance(launch, RayDriver | HetJob):
+    if launch.external:
         named = dict(launch.outputs)
         return {name: named[name] for name in job.outputs}
     paths = {}

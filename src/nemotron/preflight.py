@@ -18,27 +18,39 @@ node >= 1) are refused where the profile is read (`nemotron.profiles`), naming i
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import yaml
 from pydantic import BaseModel
 
+from nemotron.engines import PREFLIGHT_RULES, READS_TOKENIZER_JSON_ONLY
 from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
+from nemotron.stepconfig import engine_name
 from nemotron.tracking.checks import tracking_problems
 
-if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
-    from eval.policy.schema import Config as EvalConfig
-    from rl.rlhf.schema import Config as RLHFConfig
-
+if TYPE_CHECKING:
     from nemotron.artifacts.binding import Binding
-    from nemotron.catalog import Catalog
+    from nemotron.catalog import Catalog, Manifest
     from nemotron.profiles import AnyProfile
-    from nemotron.stepconfig import RLConfig
+    from nemotron.stepconfig import NemoRL
+
+
+class _NemoRLSizes(Protocol):
+    """What NeMo-RL's groups read of a step's `nemo_rl` group (the RL steps' NemoRL, eval/policy's own)."""
+
+    generation_tensor_parallel_size: int
+
+
+class _RunsOnNemoRL(Protocol):
+    @property
+    def nemo_rl(self) -> _NemoRLSizes: ...
+
 
 # The files a Hugging Face tokenizer loads from (fast tokenizer, SentencePiece, byte-level BPE vocabulary). The
 # built-in engine loads tokenizer.json only (nemotron.models.checkpoint.load_tokenizer).
@@ -73,17 +85,26 @@ def shape(nodes: int, gpus: int) -> str:
 
 
 def check(
-    catalog: Catalog, step_id: str, validated: BaseModel, profile: AnyProfile, bindings: Sequence[Binding]
+    catalog: Catalog,
+    manifest: Manifest,
+    validated: BaseModel,
+    profile: AnyProfile,
+    bindings: Sequence[Binding],
 ) -> None:
     """Raise one UserError listing every parallelism problem and every local input that cannot load. `validated`
-    is the step's resolved config as its schema validated it (compile)."""
+    is the step's resolved config as its schema validated it (compile); what the rules need to know about the step
+    (its engines' recipes, its models) its `manifest` declares."""
+    step_id = manifest.step.id
     problems = unloadable_inputs(catalog, validated, bindings) + records_lacking_fields(validated, bindings)
-    problems += conversations_refused(step_id, validated, bindings)
+    engine = engine_name(validated)
+    if engine in PREFLIGHT_RULES:  # the engine's own rules, found through the registry
+        module, _, name = PREFLIGHT_RULES[engine].partition(":")
+        problems += getattr(importlib.import_module(module), name)(manifest, validated, bindings)
     job_env = {k for k, v in profile.env_vars.items() if v} | set(getattr(profile, "secret_vars", None) or {})
     problems += tracking_problems(validated, job_env, inherits_shell=profile.inherits_shell_env)
     problems += [
         p
-        for g in parallel_groups(catalog, step_id, validated, profile, bindings)
+        for g in parallel_groups(manifest, validated, profile, bindings)
         if (p := g.problem(profile.name)) is not None
     ]
     if len(problems) == 1:
@@ -94,17 +115,11 @@ def check(
         )
 
 
-def backend(config: BaseModel) -> str:
-    """The engine a validated step config names: its `backend`, builtin for a step without one (sft, rm/train,
-    data/prep, a user step)."""
-    return str(getattr(config, "backend", None) or "builtin")
-
-
 # ----------------------------------------------------------------------------- parallelism
 
 
 def parallel_groups(
-    catalog: Catalog, step_id: str, config: BaseModel, profile: AnyProfile, bindings: Sequence[Binding]
+    manifest: Manifest, config: BaseModel, profile: AnyProfile, bindings: Sequence[Binding]
 ) -> list[Group]:
     """The GPU groups of the job on this profile; none on a profile without GPUs (the engines already note that
     their workers need GPUs, and the local profile refuses the cluster engines outright) or on the built-in engine,
@@ -112,15 +127,14 @@ def parallel_groups(
     nodes, gpus = getattr(profile, "nodes", 1), getattr(profile, "gpus_per_node", 0)
     if gpus < 1:
         return []
-    engine = backend(config)
-    if engine == "nemo_rl":
-        return _nemo_rl_groups(step_id, config, nodes, gpus)
-    if engine == "nemo_aligner":
-        return _nemo_aligner_groups(catalog, step_id, bindings, nodes, gpus)
-    return []
+    engine = engine_name(config)
+    groups = _GROUPS.get(engine)
+    return groups(manifest, engine, config, bindings, nodes, gpus) if groups is not None else []
 
 
-def _nemo_rl_groups(step_id: str, config: BaseModel, nodes: int, gpus: int) -> list[Group]:
+def _nemo_rl_groups(
+    manifest: Manifest, engine: str, config: BaseModel, bindings: Sequence[Binding], nodes: int, gpus: int
+) -> list[Group]:
     """NeMo-RL v0.7.0's rule: the policy's (and the PPO value model's) Ray cluster must have a world size that is a
     multiple of PP * CP * TP (nemo_rl/models/policy/lm_policy.py:174-212 at v0.7.0; DTensor has no PP, :162), and
     vLLM's TP * PP must divide the same, colocated, cluster (nemo_rl/models/generation/vllm/vllm_generation.py:110).
@@ -128,30 +142,29 @@ def _nemo_rl_groups(step_id: str, config: BaseModel, nodes: int, gpus: int) -> l
     its GPUs, a larger one a node of its own (nemo_rl/algorithms/grpo.py:520-590, ppo.py:380-415; our mapping:
     nemotron.engines.nemo_rl_sections.reward_model_resources). The reward model itself runs DTensor at TP 1 CP 1
     (nemo_rl_sections.reward_model_env)."""
-    if (
-        step_id == "eval/policy"
-    ):  # NeMo-RL's eval: one vLLM engine per TP group over every GPU (eval.py setup)
-        tp = cast("EvalConfig", config).nemo_rl.generation_tensor_parallel_size
+    from nemotron.engines.nemo_rl_eval import RECIPE as EVAL
+    from nemotron.engines.nemo_rl_steps import RECIPES
+
+    recipe = manifest.step.engines.get(engine, "")
+    if recipe == EVAL:  # NeMo-RL's eval: one vLLM engine per TP group over every GPU (eval.py setup)
+        tp = cast("_RunsOnNemoRL", config).nemo_rl.generation_tensor_parallel_size
         keys = "nemo_rl.generation_tensor_parallel_size"
         return [Group("generation (vLLM)", keys, tp, 1, 1, nodes * gpus, shape(nodes, gpus))]
-    if step_id not in ("rl/rlhf", "rl/reinforce", "rl/ppo"):
+    if recipe not in RECIPES:
         return []  # the engine refuses the step itself
     from nemotron.engines.nemo_rl_sections import reward_model_resources
 
-    # the catalog loaded steps/<step_id>/schema.py, whose Config mypy knows as rl.rlhf.schema's, or as a
-    # subclass of RLConfig for rl/reinforce and rl/ppo: the casts name those classes for mypy
-    if step_id == "rl/rlhf":
-        rlhf = cast("RLHFConfig", config)
-        nemo, gym = rlhf.nemo_rl, rlhf.env.should_use_nemo_gym
-    else:
-        nemo, gym = cast("RLConfig", config).nemo_rl, False
+    # an RL recipe's Config has the RL steps' NemoRL group; NeMo-Gym's judge (env.should_use_nemo_gym) replaces
+    # the reward model's workers
+    nemo: NemoRL = getattr(config, "nemo_rl")  # noqa: B009 (a step Config, read by name)
+    gym = bool(getattr(getattr(config, "env", None), "should_use_nemo_gym", False))
     megatron = nemo.policy_backend == "megatron"
     tp, cp = nemo.tensor_parallel_size, nemo.context_parallel_size
     # DTensor takes no PP (lm_policy.py:162); dtensor with pipeline_parallel_size > 1 is refused by the engine
     pp = nemo.pipeline_parallel_size if megatron else 1
     groups: list[Group] = []
     policy_gpus, where = nodes * gpus, shape(nodes, gpus)
-    if step_id != "rl/rlhf" or not gym:
+    if not gym:
         rm = reward_model_resources(nodes, gpus, nemo.reward_model_gpus)
         rm_gpus = rm["num_nodes"] * rm["gpus_per_node"]
         if nodes == 1:
@@ -160,7 +173,7 @@ def _nemo_rl_groups(step_id: str, config: BaseModel, nodes: int, gpus: int) -> l
             policy_gpus, where = (nodes - 1) * gpus, f"{where} less the reward model's node"
         rm_where = f"nemo_rl.reward_model_gpus of {shape(nodes, gpus)}"
         groups.append(Group("reward model", "DTensor, fixed", 1, 1, 1, rm_gpus, rm_where))
-    who = "policy and critic" if step_id == "rl/ppo" else "policy"
+    who = "policy and critic" if any(m.role == "critic" for m in manifest.models) else "policy"
     pp_key = "nemo_rl.pipeline_parallel_size, " if megatron else ""
     sizes = f"nemo_rl.tensor_parallel_size, {pp_key}nemo_rl.context_parallel_size"
     gen_tp = nemo.generation_tensor_parallel_size
@@ -174,22 +187,29 @@ def _nemo_rl_groups(step_id: str, config: BaseModel, nodes: int, gpus: int) -> l
 
 
 def _nemo_aligner_groups(
-    catalog: Catalog, step_id: str, bindings: Sequence[Binding], nodes: int, gpus: int
+    manifest: Manifest, _engine: str, _config: BaseModel, bindings: Sequence[Binding], nodes: int, gpus: int
 ) -> list[Group]:
     """NeMo-Aligner v0.7.0 takes the model-parallel sizes from the .nemo's own model_config.yaml (its scripts merge
     the YAML's `model` over it: examples/nlp/gpt/train_gpt_ppo_actor.py:58, nemo_aligner/utils/utils.py:260
     load_and_override_model_config; the tag's YAMLs set no tensor/pipeline size), and Megatron needs the group's
     trainer.num_nodes x trainer.devices to be a multiple of TP x PP x CP (data parallel = world / model parallel,
     as examples/nlp/synthetic_data_gen/compute_topk_logits.py:101 computes it). The groups are our het job's
-    (nemotron.engines.nemo_aligner_config): each server one node, the actor the nodes left (at least one)."""
+    (nemotron.engines.nemo_aligner_config): each server one node, the actor the nodes left (at least one); a
+    step that only serves its model serves it on every node. Which inputs they load, the manifest's [[models]]
+    say."""
     by_name = {b.name: b for b in bindings}
-    places: dict[str, list[tuple[str, int]]] = {
-        "rl/reinforce": [("policy", max(1, nodes - 1)), ("reward_model", 1)],
-        "rl/ppo": [("policy", max(1, nodes - 2)), ("reward_model", 1)],
-        "rm/serve": [("reward_model", nodes)],
-    }
+    trained = [m for m in manifest.models if m.trained]
+    actor = next((m for m in trained if m.reference), None)
+    critic = any(m.role == "critic" for m in trained)
+    servers = [m for m in manifest.models if not m.trained]
+    places: list[tuple[str, int, bool]] = []  # (input, nodes, whether it is the actor)
+    if actor is not None:
+        places.append((actor.input, max(1, nodes - 1 - critic), True))
+        places += [(m.input, 1, False) for m in servers[:1]]
+    else:
+        places += [(m.input, nodes, False) for m in servers[:1]]
     groups = []
-    for name, group_nodes in places.get(step_id, []):
+    for name, group_nodes, is_actor in places:
         b = by_name.get(name)
         sizes = _nemo_parallel_sizes(Path(b.path)) if b is not None and b.path else None
         if b is None or sizes is None:
@@ -197,14 +217,18 @@ def _nemo_aligner_groups(
         tp, pp, cp = sizes
         keys = f"{b.ref}'s {NEMO_MODEL_CONFIG}"
         where = f"{shape(group_nodes, gpus)} of the profile's {shape(nodes, gpus)}"
-        if name == "policy":
+        if is_actor:
             groups.append(Group("actor (policy)", keys, tp, pp, cp, group_nodes * gpus, where))
         else:
             groups.append(Group("reward model server", keys, tp, pp, cp, group_nodes * gpus, where))
-            if step_id == "rl/ppo":  # the critic restores from the reward model (serve_ppo_critic.py)
+            if critic:  # the critic restores from the reward model (serve_ppo_critic.py)
                 critic_where = f"{shape(1, gpus)} of the profile's {shape(nodes, gpus)}"
                 groups.append(Group("critic server", keys, tp, pp, cp, gpus, critic_where))
     return groups
+
+
+# engine -> its GPU groups; the built-in engine is data parallel only, with nothing to divide
+_GROUPS = {"nemo_rl": _nemo_rl_groups, "nemo_aligner": _nemo_aligner_groups}
 
 
 def _nemo_parallel_sizes(path: Path) -> tuple[int, int, int] | None:
@@ -251,7 +275,7 @@ def unloadable_inputs(catalog: Catalog, config: BaseModel, bindings: Sequence[Bi
     """A problem for each local checkpoint input that its step could not load: the same files the loaders read
     (config.json, every safetensors header, the tokenizer; a .nemo's model config), read without torch. Paths
     that are not here (a remote profile's, or a dry-run's) are left to the cluster."""
-    builtin = backend(config) == "builtin"
+    json_only = engine_name(config) in READS_TOKENIZER_JSON_ONLY
     problems = []
     for b in bindings:
         if not b.path or b.kind == "hub":
@@ -263,7 +287,7 @@ def unloadable_inputs(catalog: Catalog, config: BaseModel, bindings: Sequence[Bi
                 parameter_count(path)  # every shard the index names is there, and every header reads
                 # a critic's tokenizer is the policy's: NeMo-RL's value model and our PPO tokenize with the policy
                 if not catalog.is_a(b.expected_type, "critic_hf"):
-                    wanted = TOKENIZER_FILES[:1] if builtin else TOKENIZER_FILES
+                    wanted = TOKENIZER_FILES[:1] if json_only else TOKENIZER_FILES
                     if not any((path / name).is_file() for name in wanted):
                         raise CheckpointError(
                             f"{path}: no tokenizer ({' or '.join(wanted)}); the checkpoint was saved without it"
@@ -320,34 +344,3 @@ def first_record_lacking(path: Path, fields: Sequence[str], used: int = 0) -> tu
                 if missing:
                     return number, missing[0]
     return None
-
-
-def conversations_refused(step_id: str, config: BaseModel, bindings: Sequence[Binding]) -> list[str]:
-    """eval/policy on NeMo-RL: its math processor formats each prompt as one string (NeMo-RL v0.7.0
-    nemo_rl/data/processors.py, math_data_processor), so a conversation (a list of messages) cannot be expressed.
-    The first one among the records it would read (the first max_prompts) is refused; paths not here are left to
-    the registration, which checks each sample against its prompt."""
-    if step_id != "eval/policy" or backend(config) != "nemo_rl":
-        return []
-    limit = int(getattr(config, "max_prompts", 0) or 0)
-    for b in bindings:
-        if b.name != "prompts" or not b.path or not Path(b.path).is_file():
-            continue
-        seen = 0
-        with Path(b.path).open(encoding="utf-8", errors="replace") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                seen += 1
-                if limit and seen > limit:
-                    break
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue  # left to the record validation that reports it
-                if isinstance(record, dict) and not isinstance(record.get("prompt"), str):
-                    return [
-                        f"input 'prompts' ({b.ref}): line {number} is a conversation; backend=nemo_rl runs NeMo-RL's "
-                        "eval, which takes text prompts only"
-                    ]
-    return []

@@ -142,6 +142,18 @@ _BY_EXECUTOR: dict[str, type[AnyProfile]] = {
 }
 
 
+def runs_here(profile: object) -> bool:
+    """Whether a profile's jobs run on this machine (the local executor): its paths and RAM are this machine's.
+    Asked here, beside the executor -> profile registry, so no module outside it compares executor kinds."""
+    return getattr(profile, "executor", "local") == "local"
+
+
+def serves_beside_rank0(profile: object) -> bool:
+    """Whether a reward server shares each node's local rank 0's device (Lepton: reward/sibling.py) instead of
+    a node or process of its own."""
+    return getattr(profile, "executor", "local") == "lepton"
+
+
 def find_env_file(start: Path | None = None) -> Path | None:
     """$NEMOTRON_ENV_FILE, else the first env.toml walking up from the working directory."""
     env = os.environ.get("NEMOTRON_ENV_FILE")

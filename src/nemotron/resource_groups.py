@@ -1,8 +1,11 @@
 """Which process groups a job runs, on which devices, holding which models: the compiled Job (its step, config
 and profile) and its placement turned into `resource_plan.Group`s, one engine at a time.
 
+Which models a step runs comes from its manifest's [[models]] (compiled into `Job.models`), the work of one step
+from its schema's `workload()` (nemotron.workload): the plan names no step.
+
 - builtin: one trainer process per device (DDP: every device holds the whole model, its gradients and optimizer
-  state), the reference policy, rl/ppo's critic and an in-process reward model beside it, rollouts by our KV-cache
+  state), the reference policy, a critic and an in-process reward model beside it, rollouts by our KV-cache
   sampler or a colocated vLLM that keeps its memory share the whole run; a served reward model on its own node
   (Slurm) or beside the trainer (local).
 - nemo_rl: DTensor (FSDP over every training GPU, TP, CP) or Megatron (TP x PP, distributed optimizer), with
@@ -13,11 +16,11 @@ and profile) and its placement turned into `resource_plan.Group`s, one engine at
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from nemotron.errors import UserError
+from nemotron.profiles import runs_here, serves_beside_rank0
 from nemotron.resource_plan import (
     CPU_RUNTIME_MB,
     GPU_RUNTIME_MB,
@@ -34,22 +37,32 @@ from nemotron.resource_plan import (
     training_peak,
 )
 from nemotron.resource_shapes import ModelShape, known_shape, shape_from_arch, shape_from_checkpoint
-from nemotron.stepconfig import Generation, ModelArch, ResourcePlan, RLConfig, TrainRuntime
+from nemotron.stepconfig import ModelArch, NemoRL, ResourcePlan, Runtime, ServeRuntime, TrainRuntime
+from nemotron.workload import JobModel, Rollouts, Serving, Training, Workload
 
-if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
-    from rl.ppo.schema import Config as PPOConfig
-    from rl.reinforce.schema import Config as ReinforceConfig
-    from rl.rlhf.schema import Config as RLHFConfig
-    from rm.serve.schema import Config as ServeConfig
-    from rm.train.schema import Config as RMTrainConfig
-    from sft.schema import Config as SFTConfig
-
+if TYPE_CHECKING:
     from nemotron.compile import Job
 
-    PlannedConfig = SFTConfig | RMTrainConfig | ServeConfig | ReinforceConfig | PPOConfig | RLHFConfig
-    RLStepConfig = ReinforceConfig | PPOConfig | RLHFConfig
 
-PLANNED_STEPS = ("sft", "rm/train", "rm/serve", "rl/reinforce", "rl/ppo", "rl/rlhf")
+class PlannedConfig(Protocol):
+    """A step Config the plan can size: its plan hints, its runtime and the work of one step."""
+
+    @property
+    def plan(self) -> ResourcePlan: ...
+    @property
+    def runtime(self) -> Runtime | ServeRuntime: ...
+    def workload(self) -> Workload: ...
+
+
+class NemoRLConfig(PlannedConfig, Protocol):
+    """A step Config NeMo-RL runs: its `nemo_rl` group sizes the plan's groups."""
+
+    @property
+    def nemo_rl(self) -> NemoRL: ...
+
+
+# A reward model's or critic's head is one number per sequence: no logits over a vocabulary.
+SCALAR_HEAD_ROLES = ("reward_model", "critic")
 TOKENIZER_VOCAB_CEILING = 4096  # a tokenizer trained on the data (no inputs.init_from) has at most this many
 DEFAULT_PROMPT_TOKENS = (
     512  # the builtin engine's prompt budget for the plan (NeMo-RL: nemo_rl.max_prompt_tokens)
@@ -87,23 +100,17 @@ class Shapes:
 
 
 def plan_job(job: Job, nodes: int, gpus_per_node: int) -> Plan:
-    """The resource plan of a compiled job on `nodes` nodes of `gpus_per_node` GPUs (0: CPU)."""
-    if job.step_id not in PLANNED_STEPS:  # data/prep and user steps run no model the plan knows
-        plan = getattr(job.validated, "plan", None)  # a user step may have no plan group
+    """The resource plan of a compiled job on `nodes` nodes of `gpus_per_node` GPUs (0: CPU): the models its
+    manifest declares, sized by the work its schema's `workload()` gives."""
+    if not job.models or not callable(getattr(job.validated, "workload", None)):
+        plan = getattr(job.validated, "plan", None)  # a step of no declared models may have no plan group
         return Plan([], plan.on_no_fit if isinstance(plan, ResourcePlan) else "refuse")
-    # The step's own Config over what the step reads (input refs resolved to paths), as the step validates it
-    # when it starts. The catalog loaded steps/<step_id>/schema.py, the module mypy knows as sft.schema,
-    # rl.ppo.schema, ...: the cast names those classes for mypy.
-    config = cast("PlannedConfig", job.config_schema.model_validate(job.step_config))
+    # the model refs come from Job.models (resolved paths); the rest of the config reads as validated
+    config = cast("PlannedConfig", job.validated)
     shapes = Shapes(config.plan.models)
     name, memory, gpu = device_memory(job.profile, config.runtime.device)
     ctx = _Context(job, config, shapes, name, memory, gpu, nodes, max(gpus_per_node, 1))
-    if job.backend == "nemo_rl":
-        groups = _nemo_rl(ctx, cast("RLStepConfig", config))
-    elif job.backend == "nemo_aligner":
-        groups = _nemo_aligner(ctx, cast("ServeConfig | ReinforceConfig | PPOConfig", config))
-    else:
-        groups = _builtin(ctx, config)
+    groups = _GROUPS.get(job.backend, _builtin)(ctx, config, config.workload())
     unused = set(shapes.hints) - ctx.roles
     if unused:
         raise UserError(
@@ -117,13 +124,41 @@ class _Context:
     def __init__(self, job: Job, config: PlannedConfig, shapes: Shapes, device: str, memory: float | None,
                  gpu: bool, nodes: int, per_node: int) -> None:  # fmt: skip
         self.job, self.shapes, self.device, self.memory, self.gpu = job, shapes, device, memory, gpu
-        self.step = job.step_id
+        self.models = job.models
         self.nodes, self.per_node = nodes, per_node
         self.roles: set[str] = set()
         runtime = config.runtime
         self.precision: str = runtime.precision
         # a server (rm/serve's ServeRuntime) trains nothing, so it has no checkpointing to turn on
         self.checkpointing = isinstance(runtime, TrainRuntime) and runtime.gradient_checkpointing
+
+    def trained(self) -> JobModel:
+        """The model a training step trains (the policy of an RL step)."""
+        found = next((m for m in self.models if m.reference), None) or next(
+            (m for m in self.models if m.trained), None
+        )
+        if found is None:
+            raise UserError(
+                f"{self.job.step_id}: its schema's workload() trains a model, but its manifest's [[models]] "
+                "declare none with trained = true"
+            )
+        return found
+
+    def scorer(self) -> JobModel | None:
+        """The frozen model that scores an RL step's responses (its reward model or judge)."""
+        return next((m for m in self.models if not m.trained and m.role != "policy"), None)
+
+    def critic(self) -> JobModel | None:
+        return next((m for m in self.models if m.role == "critic"), None)
+
+    def critic_shape(self, scorer: JobModel | None, scorer_shape: ModelShape | None) -> ModelShape | None:
+        """The critic's shape: the scorer's when it starts from the same input (a reward model's backbone)."""
+        critic = self.critic()
+        if critic is None:
+            return None
+        if scorer is not None and critic.input == scorer.input:
+            return scorer_shape
+        return self.shape(critic.role, critic.ref)
 
     def shape(self, role: str, ref: str | None) -> ModelShape | None:
         self.roles.add(role)
@@ -141,7 +176,7 @@ class _Context:
 
     def where(self, first: int = 0, count: int | None = None) -> str:
         count = self.nodes if count is None else count
-        if getattr(self.job.profile, "executor", "local") == "local":
+        if runs_here(self.job.profile):
             return "this machine"
         return f"node {first}" if count == 1 else f"nodes {first}-{first + count - 1}"
 
@@ -165,47 +200,53 @@ def _suggest(ctx: _Context, mb_key: str, mb: int, *more: str) -> list[str]:
 # ---- builtin ----------------------------------------------------------------------------------------------------
 
 
-def _builtin(ctx: _Context, config: PlannedConfig) -> list[Group]:
-    step = ctx.step
+def _builtin(ctx: _Context, config: PlannedConfig, load: Workload) -> list[Group]:
     world = ctx.nodes * (ctx.per_node if ctx.gpu else int(getattr(ctx.job.profile, "nproc_per_node", 1) or 1))
     ddp = f"DDP over {world} {'GPUs' if ctx.gpu else 'processes'}" if world > 1 else "one process"
     p = ctx.precision
-    if step in ("sft", "rm/train"):
-        c = cast("SFTConfig | RMTrainConfig", config)
-        role = "policy" if step == "sft" else "reward_model"
-        ref = c.inputs.init_from
-        shape = ctx.shape(role, ref) if ref else _arch(ctx, role, c.model)
+    if isinstance(load, Training):
+        m = ctx.trained()
+        shape = (
+            ctx.shape(m.role, m.ref)
+            if m.ref or not m.built_from
+            else _arch(ctx, m.role, config, m.built_from)
+        )
         if shape is None:
             return []
-        records = max(1, c.trainer.global_batch_size // world)
-        rows = records * (2 if step == "rm/train" else 1)  # rm/train: chosen and rejected in one pass
-        seq = c.trainer.max_length
+        records = max(1, load.global_batch // world)
+        rows = records * load.rows_per_record  # a preference pair: chosen and rejected in one pass
+        seq = load.max_length
         terms = {
             **train_state_mb(shape.parameters, p),
             **activations_mb(shape, rows, seq, p, ctx.checkpointing),
         }
-        if step == "rm/train":
+        if m.role in SCALAR_HEAD_ROLES:
             terms["logits"] = 0.0  # a scalar head, no vocabulary
         ctx.add_heap_slack(terms, shape, rows, seq)
-        name = "policy training" if step == "sft" else "reward model training"
-        sugg = _suggest(ctx, "trainer.global_batch_size", records * world, "runtime.precision=bf16")
-        return [ctx.group(name, terms, [(shape, role)], ddp, suggestions=sugg)]
-    if step == "rm/serve":
-        serve = cast("ServeConfig", config)
-        shape = ctx.shape("reward_model", serve.inputs.reward_model)
+        name = f"{m.role.replace('_', ' ')} training"
+        sugg = _suggest(ctx, load.batch_key, records * world, "runtime.precision=bf16")
+        return [ctx.group(name, terms, [(shape, m.role)], ddp, suggestions=sugg)]
+    if isinstance(load, Serving):
+        m = ctx.models[0]
+        shape = ctx.shape(m.role, m.ref)
         if shape is None:
             return []
-        sp = serve.runtime.precision
-        batch, seq = serve.server.max_batch_size, serve.server.max_length
-        terms = {"weights": frozen_weights_mb(shape.parameters, sp), **_inference_mb(shape, batch, seq, sp)}
-        sugg = [f"server.max_batch_size={max(1, batch // 2)} (now {batch})", "runtime.precision=bf16"]
-        return [ctx.group("reward model (server)", terms, [(shape, "reward_model")], "one server per node",
+        batch, seq = load.batch, load.max_length
+        terms = {"weights": frozen_weights_mb(shape.parameters, p), **_inference_mb(shape, batch, seq, p)}
+        sugg = [f"{load.batch_key}={max(1, batch // 2)} (now {batch})", "runtime.precision=bf16"]
+        return [ctx.group(f"{m.role.replace('_', ' ')} (server)", terms, [(shape, m.role)], "one server per node",
                           peak=sum(terms.values()) + ctx.runtime_mb, suggestions=sugg)]  # fmt: skip
-    return _builtin_rl(ctx, rollouts(cast("RLStepConfig", config), step), world, ddp)
+    return _builtin_rl(ctx, load, world, ddp)
 
 
-def _arch(ctx: _Context, role: str, model: ModelArch) -> ModelShape | None:
+def _arch(ctx: _Context, role: str, config: PlannedConfig, key: str) -> ModelShape | None:
+    """The shape of a model built from the config's architecture at `key` (a random init)."""
     ctx.roles.add(role)
+    model: Any = config
+    for part in key.split("."):
+        model = getattr(model, part)
+    if not isinstance(model, ModelArch):
+        raise TypeError(f"built_from = {key!r} names no model architecture (nemotron.stepconfig.ModelArch)")
     return shape_from_arch(model, TOKENIZER_VOCAB_CEILING)
 
 
@@ -216,81 +257,28 @@ def _inference_mb(shape: ModelShape, rows: int, seq: int, precision: str) -> dic
     return {"activations": rows * seq * (2 * shape.hidden + 2 * shape.intermediate) * size / 2**20}
 
 
-@dataclass(frozen=True)
-class Rollouts:
-    """What the plan reads from an RL step's config, the same for rl/rlhf's keys (NeMo-RL's layout) and
-    rl/reinforce's and rl/ppo's (NeMo-Aligner's)."""
-
-    policy: str | None  # the policy's ref: a resolved path or a Hugging Face id
-    scorer: str | None  # the reward model's or the judge's ref
-    scorer_role: Literal["reward_model", "judge"]  # judge: rl/rlhf's generative judge
-    micro_batch_key: str  # the key a suggestion to lower the micro-batch names
-    micro_batch: int  # responses per forward/backward pass
-    responses: int  # responses per step, over all ranks
-    max_new_tokens: int
-    reward_source: Literal["server", "in_process"] | None  # reward.source; None: rl/rlhf, scored by judge.*
-    vllm_share: float | None  # generation.backend=vllm: its vllm_gpu_memory_utilization; None: our sampler
-
-
-def rollouts(config: RLStepConfig, step: str) -> Rollouts:
-    """An RL step's validated config, read in its own layout."""
-    if step == "rl/rlhf":
-        c = cast("RLHFConfig", config)
-        return Rollouts(
-            c.policy.model_name,
-            c.env.nemo_gym.genrm_model.responses_api_models.vllm_model.model,
-            "judge" if c.judge.kind == "generative" else "reward_model",
-            "policy.train_micro_batch_size",
-            c.policy.train_micro_batch_size,
-            c.grpo.num_prompts_per_step * c.grpo.num_generations_per_prompt,
-            c.policy.generation.max_new_tokens,
-            reward_source=None,
-            vllm_share=_vllm_share(c.policy.generation),
-        )
-    if step == "rl/ppo":
-        ppo = cast("PPOConfig", config)
-        return _aligner_layout(ppo, ppo.ppo.num_rollouts_per_prompt)
-    reinforce = cast("ReinforceConfig", config)
-    return _aligner_layout(reinforce, reinforce.reinforce.num_rollouts_per_prompt)
-
-
-def _aligner_layout(c: RLConfig, per_prompt: int) -> Rollouts:
-    g = c.generation
-    return Rollouts(
-        c.inputs.policy,
-        c.inputs.reward_model,
-        "reward_model",
-        "trainer.micro_batch_size",
-        c.trainer.micro_batch_size,
-        c.trainer.num_prompts_per_step * per_prompt,
-        g.max_new_tokens,
-        reward_source=c.reward.source,
-        vllm_share=_vllm_share(g),
-    )
-
-
-def _vllm_share(g: Generation) -> float | None:
-    return g.vllm_gpu_memory_utilization if g.backend == "vllm" else None
-
-
 def _seq(shape: ModelShape, max_new: int, prompt: int = DEFAULT_PROMPT_TOKENS) -> int:
     return min(shape.context, prompt + max_new) if shape.context else prompt + max_new
 
 
 def _builtin_rl(ctx: _Context, r: Rollouts, world: int, ddp: str) -> list[Group]:
-    p, step = ctx.precision, ctx.step
-    mb_key, mb, max_new, judge_role = r.micro_batch_key, r.micro_batch, r.max_new_tokens, r.scorer_role
-    policy, rm = ctx.shape("policy", r.policy), ctx.shape(judge_role, r.scorer)
+    p = ctx.precision
+    mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens
+    trained, scorer = ctx.trained(), ctx.scorer()
+    judge_role = scorer.role if scorer is not None else "reward_model"
+    policy = ctx.shape(trained.role, trained.ref)
+    rm = ctx.shape(judge_role, scorer.ref if scorer is not None else None)
+    critic = ctx.critic_shape(scorer, rm)
     groups: list[Group] = []
-    served = r.reward_source == "server"  # None on rl/rlhf, whose judge is planned as a server regardless
+    served = scorer is not None and scorer.served
     server: dict[str, float] = {}
-    if rm is not None and (served or step == "rl/rlhf"):
+    if rm is not None and served:
         server = {
             "weights": frozen_weights_mb(rm.parameters, p),
             **_inference_mb(rm, 64, _seq(rm, max_new), p),
         }
     # On Lepton the server is a sibling of each node's local rank 0 (reward/sibling.py), on that rank's device
-    beside_rank0 = bool(server) and getattr(ctx.job.profile, "executor", "local") == "lepton"
+    beside_rank0 = bool(server) and serves_beside_rank0(ctx.job.profile)
     if policy is not None:
         seq = _seq(policy, max_new)
         terms = {
@@ -300,13 +288,13 @@ def _builtin_rl(ctx: _Context, r: Rollouts, world: int, ddp: str) -> list[Group]
         terms["reference policy"] = frozen_weights_mb(policy.parameters, p)
         ctx.add_heap_slack(terms, policy, mb, seq)
         models = [(policy, "policy"), (policy, "reference")]
-        if step == "rl/ppo" and rm is not None:
-            critic = train_state_mb(rm.parameters, p)
-            acts = activations_mb(rm, mb, seq, p, ctx.checkpointing)
-            terms.update({f"critic {k}": v for k, v in critic.items()})
+        if critic is not None:
+            state = train_state_mb(critic.parameters, p)
+            acts = activations_mb(critic, mb, seq, p, ctx.checkpointing)
+            terms.update({f"critic {k}": v for k, v in state.items()})
             terms["activations"] += acts["activations"]  # the critic's pass follows the actor's, not at once
-            models.append((rm, "critic"))
-        if r.reward_source == "in_process" and rm is not None:
+            models.append((critic, "critic"))
+        if scorer is not None and not served and rm is not None:
             terms["reward model"] = frozen_weights_mb(rm.parameters, p)
             models.append((rm, "reward_model"))
         notes, sugg = [], _suggest(ctx, mb_key, mb, "runtime.precision=bf16", "backend=nemo_rl (FSDP shards "
@@ -327,7 +315,7 @@ def _builtin_rl(ctx: _Context, r: Rollouts, world: int, ddp: str) -> list[Group]
                          "server (one per node): the peak is that device's")  # fmt: skip
         groups.append(ctx.group("policy training", terms, models, ddp, notes=notes, suggestions=sugg))
     if server and rm is not None and not beside_rank0:
-        local = getattr(ctx.job.profile, "executor", "local") == "local"
+        local = runs_here(ctx.job.profile)
         where = "this machine" if local else f"node {ctx.nodes} (a node of its own)"
         groups.append(ctx.group("reward model" if judge_role == "reward_model" else "judge", server,
                                 [(rm, judge_role)], "one server", peak=sum(server.values()) + ctx.runtime_mb,
@@ -338,14 +326,18 @@ def _builtin_rl(ctx: _Context, r: Rollouts, world: int, ddp: str) -> list[Group]
 # ---- nemo_rl ----------------------------------------------------------------------------------------------------
 
 
-def _nemo_rl(ctx: _Context, config: RLStepConfig) -> list[Group]:
-    nemo = config.nemo_rl
+def _nemo_rl(ctx: _Context, planned: PlannedConfig, r: Workload) -> list[Group]:
+    if not isinstance(r, Rollouts):
+        return []  # NeMo-RL runs the RL steps here; the engine refuses any other
+    nemo = cast("NemoRLConfig", planned).nemo_rl  # NeMo-RL's recipes' Configs have its group
     tp, pp, cp = nemo.tensor_parallel_size, nemo.pipeline_parallel_size, nemo.context_parallel_size
     megatron = nemo.policy_backend == "megatron"
-    step = ctx.step
-    r = rollouts(config, step)
-    mb_key, mb, max_new, judge_role = r.micro_batch_key, r.micro_batch, r.max_new_tokens, r.scorer_role
-    policy, rm = ctx.shape("policy", r.policy), ctx.shape(judge_role, r.scorer)
+    mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens
+    trained, scorer = ctx.trained(), ctx.scorer()
+    judge_role = scorer.role if scorer is not None else "reward_model"
+    policy = ctx.shape(trained.role, trained.ref)
+    rm = ctx.shape(judge_role, scorer.ref if scorer is not None else None)
+    critic = ctx.critic_shape(scorer, rm)
     total = ctx.nodes * ctx.per_node
     rm_gpus = nemo.reward_model_gpus if rm is not None and judge_role == "reward_model" else 0
     own_node = ctx.nodes > 1 and rm_gpus > 0
@@ -404,13 +396,13 @@ def _nemo_rl(ctx: _Context, config: RLStepConfig) -> list[Group]:
                                     peak=peak, where=where, notes=notes,
                                     suggestions=[f"nemo_rl.gpu_memory_utilization (now {util:g})",
                                                  f"nemo_rl.generation_tensor_parallel_size={gen_tp * 2} (now {gen_tp})"]))  # fmt: skip
-    if step == "rl/ppo" and rm is not None:
-        state = train_state_mb(rm.parameters, p, sharding)
+    if critic is not None:
+        state = train_state_mb(critic.parameters, p, sharding)
         if not megatron:
-            state["bf16 weight copies"] = _gathered_layers_mb(rm)
-        terms = {**state, **activations_mb(rm, mb, seq, "bf16", ctx.checkpointing, sharding)}
+            state["bf16 weight copies"] = _gathered_layers_mb(critic)
+        terms = {**state, **activations_mb(critic, mb, seq, "bf16", ctx.checkpointing, sharding)}
         terms["logits"] = 0.0  # a value head
-        groups.append(ctx.group("critic", terms, [(rm, "critic")], par + "; swapped in for its passes", where=where,
+        groups.append(ctx.group("critic", terms, [(critic, "critic")], par + "; swapped in for its passes", where=where,
                                 suggestions=_suggest(ctx, mb_key, mb, *more)))  # fmt: skip
     if rm is not None and judge_role == "judge":
         ctx.shapes.unknown.append(
@@ -436,19 +428,25 @@ def _gathered_layers_mb(shape: ModelShape) -> float:
 # ---- nemo_aligner -----------------------------------------------------------------------------------------------
 
 
-def _nemo_aligner(ctx: _Context, config: ServeConfig | ReinforceConfig | PPOConfig) -> list[Group]:
-    step = ctx.step
+def _nemo_aligner(ctx: _Context, _config: PlannedConfig, r: Workload) -> list[Group]:
     groups: list[Group] = []
-    if step == "rm/serve":
-        shape = ctx.shape("reward_model", cast("ServeConfig", config).inputs.reward_model)
+    if isinstance(r, Serving):
+        m = ctx.models[0]
+        shape = ctx.shape(m.role, m.ref)
         if shape:
             terms = {"weights": frozen_weights_mb(shape.parameters, "bf16", Sharding("megatron"))}
-            groups.append(ctx.group("reward model (server)", terms, [(shape, "reward_model")], "Megatron TP 1 x PP 1",
-                                    peak=sum(terms.values()) + ctx.runtime_mb))  # fmt: skip
+            groups.append(ctx.group(f"{m.role.replace('_', ' ')} (server)", terms, [(shape, m.role)],
+                                    "Megatron TP 1 x PP 1", peak=sum(terms.values()) + ctx.runtime_mb))  # fmt: skip
         return groups
-    r = rollouts(cast("ReinforceConfig | PPOConfig", config), step)
+    if not isinstance(r, Rollouts):
+        return (
+            groups  # NeMo-Aligner runs the RL steps and the reward server here; the engine refuses any other
+        )
     mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens
-    policy, rm = ctx.shape("policy", r.policy), ctx.shape("reward_model", r.scorer)
+    trained, scorer = ctx.trained(), ctx.scorer()
+    policy = ctx.shape(trained.role, trained.ref)
+    rm = ctx.shape(scorer.role, scorer.ref) if scorer is not None else None
+    critic = ctx.critic_shape(scorer, rm)
     world = ctx.nodes * ctx.per_node
     sharding = Sharding("megatron", 1, world)
     seq = DEFAULT_PROMPT_TOKENS + max_new
@@ -459,14 +457,18 @@ def _nemo_aligner(ctx: _Context, config: ServeConfig | ReinforceConfig | PPOConf
                  "reference policy": frozen_weights_mb(policy.parameters, "bf16", sharding)}  # fmt: skip
         groups.append(ctx.group("policy training (actor)", terms, [(policy, "policy"), (policy, "reference")], par,
                                 suggestions=_suggest(ctx, mb_key, mb, "more nodes (the profile's nodes)")))  # fmt: skip
+    if critic is not None:
+        terms = {**train_state_mb(critic.parameters, "bf16-mixed", Sharding("megatron", 1, ctx.per_node)),
+                 **activations_mb(critic, mb, seq, "bf16", ctx.checkpointing)}  # fmt: skip
+        terms["logits"] = 0.0
+        groups.append(ctx.group("critic (server)", terms, [(critic, "critic")], "Megatron TP 1 x PP 1, one node",
+                                where="a node of its own"))  # fmt: skip
     if rm is not None:
-        if step == "rl/ppo":
-            terms = {**train_state_mb(rm.parameters, "bf16-mixed", Sharding("megatron", 1, ctx.per_node)),
-                     **activations_mb(rm, mb, seq, "bf16", ctx.checkpointing)}  # fmt: skip
-            terms["logits"] = 0.0
-            groups.append(ctx.group("critic (server)", terms, [(rm, "critic")], "Megatron TP 1 x PP 1, one node",
-                                    where="a node of its own"))  # fmt: skip
         terms = {"weights": frozen_weights_mb(rm.parameters, "bf16", Sharding("megatron"))}
         groups.append(ctx.group("reward model (server)", terms, [(rm, "reward_model")], "Megatron TP 1 x PP 1",
                                 peak=sum(terms.values()) + ctx.runtime_mb, where="a node of its own"))  # fmt: skip
     return groups
+
+
+# engine -> its plan groups; an engine not here runs as the built-in one does (one process per device)
+_GROUPS = {"nemo_rl": _nemo_rl, "nemo_aligner": _nemo_aligner}

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nemotron.profiles import runs_here
 from nemotron.resource_shapes import ModelShape
 
 MiB = 2**20
@@ -41,7 +42,7 @@ def device_memory(profile: Any, runtime_device: str = "auto") -> tuple[str, floa
     lists a GPU (/proc/driver/nvidia/gpus: read, not torch, which dry-run never imports)."""
     gpus = int(getattr(profile, "gpus_per_node", 0) or 0)
     gpu_type, gpu_gb = getattr(profile, "gpu_type", None), getattr(profile, "gpu_memory_gb", None)
-    local = getattr(profile, "executor", "local") == "local"
+    local = runs_here(profile)
     local_gpu = local and (runtime_device == "cuda" or (runtime_device == "auto" and _nvidia_gpu_here()))
     if gpus > 0 or gpu_type or gpu_gb or local_gpu:
         if gpu_gb:
@@ -49,7 +50,7 @@ def device_memory(profile: Any, runtime_device: str = "auto") -> tuple[str, floa
         if gpu_type:
             return f"{gpu_type} ({GPU_TYPES[gpu_type] / 1024:.0f} GiB)", float(GPU_TYPES[gpu_type]), True
         return "GPU (memory unknown: set the profile's gpu_type or gpu_memory_gb)", None, True
-    if getattr(profile, "executor", "local") == "local":
+    if local:
         return "RAM", _ram_mb(), False
     return "RAM of a node (unknown)", None, False
 

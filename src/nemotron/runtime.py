@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from nemotron.artifacts.lineage import register_job_outputs
 from nemotron.artifacts.store import Artifact, ArtifactStore, open_store
-from nemotron.catalog import _load_schema
+from nemotron.catalog import load_schema
 from nemotron.configtree import set_dotted
 from nemotron.errors import UserError
 from nemotron.jobrecord import JobRecord, load_record
@@ -77,7 +77,7 @@ class StepRun(Generic[C]):
         if secrets_file.is_file():
             for key, value in json.loads(secrets_file.read_text()).items():
                 set_dotted(raw, key, value)
-        model = schema or _load_schema(Path(step_file).resolve().parent / "schema.py")
+        model = schema or load_schema(Path(step_file).resolve().parent / "schema.py")
         config = model.model_validate(raw)
         record = load_record(job_dir)
         rank = int(os.environ.get("RANK", "0"))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from nemotron.workload import Rollouts
 
 
 def _number_as_word(value: object) -> object:
@@ -120,6 +123,10 @@ class GenerationEngine(Strict):
             raise ValueError("vllm_gpu_memory_utilization and vllm_max_model_len act only with backend: vllm")
         return self
 
+    def vllm_share(self) -> float | None:
+        """The device share a colocated vLLM keeps the whole run; None when our sampler generates."""
+        return self.vllm_gpu_memory_utilization if self.backend == "vllm" else None
+
 
 class Generation(GenerationEngine):
     """Sampling for rollouts: our torch sampler, or a vLLM engine in the trainer's process (docs/vllm.md)."""
@@ -224,6 +231,13 @@ class RewardSource(Strict):
 
 Backend = Literal["builtin", "nemo_rl"]
 AlignerBackend = Literal["builtin", "nemo_rl", "nemo_aligner"]  # the steps NeMo-Aligner's workflows cover
+
+
+def engine_name(config: Mapping[str, Any] | BaseModel) -> str:
+    """The engine a step config names (its `backend`, as a dict or as its validated Config); builtin for a step
+    whose schema has no `backend` (sft, rm/train, data/prep, a user's step). The one place that default lives."""
+    chosen = config.get("backend") if isinstance(config, Mapping) else getattr(config, "backend", None)
+    return str(chosen or "builtin")
 
 
 def backend_field(nemo_rl_runs: str, nemo_aligner_runs: str = "") -> Any:
@@ -417,3 +431,13 @@ class RLConfig(Strict):
     nemo_rl: NemoRL = NemoRL()
     plan: ResourcePlan = ResourcePlan()
     """the resource plan's model hints and what a plan that cannot fit does"""
+
+    def rollouts(self, per_prompt: int) -> Rollouts:
+        """The work of one step as the resource plan reads it, `per_prompt` responses to each prompt."""
+        return Rollouts(
+            "trainer.micro_batch_size",
+            self.trainer.micro_batch_size,
+            self.trainer.num_prompts_per_step * per_prompt,
+            self.generation.max_new_tokens,
+            self.generation.vllm_share(),
+        )

@@ -10,6 +10,7 @@ from nemotron.stepconfig import (
     Tracking,
     TrainRuntime,
 )
+from nemotron.workload import Training, Workload
 
 
 class Inputs(Strict):
@@ -43,3 +44,7 @@ class Config(Strict):
     tracking: Tracking = Tracking()
     plan: ResourcePlan = ResourcePlan()
     """the resource plan's model hints and what a plan that cannot fit does"""
+
+    def workload(self) -> Workload:
+        t = self.trainer
+        return Training("trainer.global_batch_size", t.global_batch_size, t.max_length)

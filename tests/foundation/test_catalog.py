@@ -118,6 +118,31 @@ def test_reads_token_ids_of_names_another_input() -> None:
 
 
 @pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        (
+            {"role": "policy", "input": "polcy"},
+            "models: Value error, policy: input names no [[consumes]] entry: 'polcy'",
+        ),
+        (
+            {"role": "policy", "input": "policy", "trainable": True},
+            "models.0.trainable: Extra inputs are not permitted",
+        ),
+        ({"role": "actor", "input": "policy"}, "models.0.role: Input should be"),
+    ],
+)
+def test_a_models_entry_is_checked_strictly(model: dict[str, object], says: str) -> None:
+    manifest = {
+        "step": {"id": "x", "name": "x", "description": "x", "category": "x", "engines": {"nemo_rl": "grpo"}},
+        "consumes": [{"name": "policy", "type": "checkpoint_hf"}],
+        "models": [model],
+    }
+    with pytest.raises(InvalidManifest) as refused:
+        validate(Manifest, manifest)
+    assert any(says in problem for problem in refused.value.problems), refused.value.problems
+
+
+@pytest.mark.parametrize(
     ("step_id", "preset"), [(s, p) for s in sorted(CATALOG.steps) for p in CATALOG.get(s).presets()]
 )
 def test_every_shipped_preset_validates(step_id: str, preset: str) -> None:

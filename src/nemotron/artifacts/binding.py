@@ -16,6 +16,7 @@ from nemotron.catalog import ArtifactType, Catalog, Step
 from nemotron.configtree import get_dotted
 from nemotron.errors import NotFound, UserError
 from nemotron.models.layout import CONFIG_FILE, describe
+from nemotron.stepconfig import engine_name
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def bind_inputs(
     With a remote executor, a path that does not exist here is taken to live on the cluster: bound, type unchecked."""
     bindings: list[Binding] = []
     problems: list[str] = []
-    backend = str(config.get("backend") or "builtin")
+    backend = engine_name(config)
     for c in step.manifest.consumes:
         want = Wanted(c.name, c.type_on(backend))
         ref_text = get_dotted(config, c.config_key)

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.artifacts.store import Artifact, ArtifactStore, open_store
+from nemotron.engines import RUNS_AS_STEP_PROCESS
 from nemotron.jobrecord import JobRecord
 from nemotron.paths import artifacts_dir
+from nemotron.stepconfig import engine_name
 
 log = logging.getLogger("nemotron")
 
@@ -35,7 +37,7 @@ def register_job_outputs(
     missing = [n for n in declared if n not in paths]
     if missing:
         raise RuntimeError(f"step did not produce declared outputs {missing}")
-    if str(record.config.get("backend") or "builtin") != "builtin":
+    if engine_name(record.config) not in RUNS_AS_STEP_PROCESS:
         # an external engine's outputs in our artifact types first (NeMo-RL's eval samples -> an eval_report)
         from nemotron.engines.base import adopt_outputs
 

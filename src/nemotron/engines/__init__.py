@@ -1,1 +1,14 @@
-"""Engines: who trains a compiled Job. One class per engine behind `Engine`, chosen by the config's `backend`."""
+"""Engines: who trains a compiled Job. One class per engine behind `Engine`, chosen by the config's `backend`
+(the registry is `nemotron.engines.base.ENGINES`); the traits below answer what the centre asks of an engine without
+loading it, so no module outside the registries compares engine names."""
+
+# What the centre asks of an engine without loading it, answered here so that no module outside the registry
+# compares engine names: each table lists the engines that have the trait.
+RUNS_AS_STEP_PROCESS = (
+    "builtin",
+)  # runs the step's own step.py in our step process; the others run their own
+KEEPS_TENSORBOARD_METRICS = ("nemo_rl",)  # logs metrics as TensorBoard events under its own names, not ours
+READS_NEMO_RL_GROUP = ("nemo_rl",)  # reads a config's `nemo_rl.*` keys (the others refuse them set)
+READS_TOKENIZER_JSON_ONLY = ("builtin",)  # loads a checkpoint's tokenizer from tokenizer.json alone
+# engine -> "module:function" of its own preflight rules: (manifest, validated config, bindings) -> problems
+PREFLIGHT_RULES: dict[str, str] = {"nemo_rl": "nemotron.engines.nemo_rl_eval:preflight_problems"}

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from nemotron.compile import Job
+from nemotron.errors import UserError
 from nemotron.registry import load
+from nemotron.stepconfig import engine_name
 
 if TYPE_CHECKING:
     from nemotron.jobrecord import JobRecord
@@ -31,6 +33,10 @@ class StepProcess:
     """Our own step process (`python -m nemotron.run_step`, torchrun when the step is distributed), with rm/serve
     beside it where the manifest asks. The step registers its outputs itself."""
 
+    external: ClassVar[bool] = False  # an external engine's run, whose `outputs` the launcher registers
+    outputs: ClassVar[tuple[tuple[str, str], ...]] = ()  # none: the step registers its outputs itself
+    shown: ClassVar[str] = ""  # nothing compiled to show before the executor's text
+
 
 @dataclass(frozen=True)
 class RayDriver:
@@ -38,6 +44,7 @@ class RayDriver:
     `finalize` (only if the driver succeeded). After the job succeeds, each of `outputs` (our output name, the
     path the run leaves it at) is registered as the step's artifact, with lineage to the job's inputs."""
 
+    external: ClassVar[bool] = True
     image: str  # "": no container, the nodes' own environment
     driver: str
     finalize: str = ""
@@ -73,6 +80,7 @@ class HetJob:
     succeeds, each of `outputs` (our output name, the path the run leaves it at) is registered as the step's
     artifact, with lineage to the job's inputs."""
 
+    external: ClassVar[bool] = True
     image: str  # "": no container, the nodes' own environment
     groups: tuple[HetGroup, ...]
     outputs: tuple[tuple[str, str], ...] = ()
@@ -124,11 +132,23 @@ def adopt_outputs(record: JobRecord, paths: dict[str, Path]) -> dict[str, Any]:
     """Before a job's outputs are registered: the engine that ran it turns what it left into our artifact types
     in place, where they differ (NeMo-RL's eval samples -> an eval_report), and gives registration metadata. An
     engine without `adopt_outputs` leaves its outputs as they are."""
-    backend = str(record.config.get("backend") or "builtin")
-    adopt = getattr(engine_named(backend), "adopt_outputs", None)
+    adopt = getattr(engine_named(engine_name(record.config)), "adopt_outputs", None)
     return dict(adopt(record, paths)) if adopt is not None else {}
 
 
 def engine_for(job: Job) -> Engine:
     """The engine a job's config names (`backend`, default builtin)."""
     return engine_named(job.backend)
+
+
+def recipe_for(step_id: str, engine: str, what: str) -> str:
+    """The engine's recipe for a step, as the step's manifest declares it (`[step] engines`); a step that declares
+    none for `engine` is refused (exit 2) naming the steps that do. `what` is what the step lacks ("NeMo-RL mapping")."""
+    from nemotron.catalog import Catalog
+
+    catalog = Catalog()
+    recipe = catalog.get(step_id).manifest.step.engines.get(engine)
+    if recipe is None:
+        runs = [s.id for s in catalog.steps.values() if engine in s.manifest.step.engines]
+        raise UserError(f"backend={engine} runs {', '.join(runs)}; {step_id} has no {what}")
+    return recipe

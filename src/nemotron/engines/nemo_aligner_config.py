@@ -9,15 +9,13 @@ variables the executor exports (`${oc.env:...}`), so every override is a fixed w
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
+from nemotron.engines.base import recipe_for
 from nemotron.engines.refusals import Refusals, builtin_refusals, validated
 from nemotron.engines.remote_tracking import RunLabels, aligner_exp_manager
-from nemotron.errors import UserError
 from nemotron.stepconfig import Generation, Optim, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.targets import NEMO_ALIGNER_VERSION
 
@@ -36,7 +34,7 @@ CRITIC_HOST_ENV = "NEMOTRON_CRITIC_HOST"
 # the final .nemo: NeMo's NeMoModelCheckpoint writes <explicit_log_dir>/checkpoints/<exp_manager.name>.nemo on
 # train end (save_nemo_on_train_end: True in the actors' YAMLs) or at every save (always_save_nemo, which the
 # critic gets); the names are the YAMLs' exp_manager.name
-ACTOR_NAME = {"rl/reinforce": "megatron_gpt_reinforce_actor", "rl/ppo": "megatron_gpt_ppo_actor"}
+ACTOR_NAME = {"reinforce": "megatron_gpt_reinforce_actor", "ppo": "megatron_gpt_ppo_actor"}  # by recipe
 CRITIC_NAME = "megatron_gpt_critic"
 
 
@@ -297,7 +295,7 @@ def compile_reinforce(
     ]
     servers = ((REWARD_HOST_ENV, REWARD_PORT_ENV),)
     actor = _actor(c, refuse, "reinforce", r, job_dir, batch, nodes, gpus, wiring, servers)
-    outputs = {"policy": _nemo(job_dir, "actor_results", ACTOR_NAME["rl/reinforce"])}
+    outputs = {"policy": _nemo(job_dir, "actor_results", ACTOR_NAME["reinforce"])}
     return AlignerRun([rm, actor], outputs, {REWARD_PORT_ENV: 0}, [])
 
 
@@ -356,7 +354,7 @@ def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
     servers = ((CRITIC_HOST_ENV, CRITIC_PORT_ENV), (REWARD_HOST_ENV, REWARD_PORT_ENV))
     actor = _actor(c, refuse, "ppo", p, job_dir, batch, nodes, gpus, wiring, servers)
     outputs = {
-        "policy": _nemo(job_dir, "actor_results", ACTOR_NAME["rl/ppo"]),
+        "policy": _nemo(job_dir, "actor_results", ACTOR_NAME["ppo"]),
         "critic": _nemo(job_dir, "critic_results", CRITIC_NAME),
     }
     ports = {REWARD_PORT_ENV: 0, CRITIC_PORT_ENV: 1}
@@ -397,22 +395,13 @@ def _nemo(job_dir: str, log_dir: str, name: str) -> str:
     return f"{job_dir}/{log_dir}/checkpoints/{name}.nemo"
 
 
-STEPS = ("rl/reinforce", "rl/ppo", "rm/serve")
-
-
-def _compile_step(
-    step_id: str, config: BaseModel, refuse: Refusals, job_dir: str, nodes: int, gpus: int
-) -> AlignerRun:
-    """`config` is the step's own Config, validated by the schema the catalog loaded from
-    steps/<step_id>/schema.py (the module mypy knows as rl.<name>.schema or rm.serve.schema): the cast names
-    that class for mypy."""
-    if step_id == "rl/reinforce":
-        return compile_reinforce(cast("ReinforceConfig", config), refuse, job_dir, nodes, gpus)
-    if step_id == "rl/ppo":
-        return compile_ppo(cast("PPOConfig", config), refuse, job_dir, nodes, gpus)
-    if step_id == "rm/serve":
-        return compile_serve(cast("ServeConfig", config), refuse, job_dir, nodes, gpus)
-    raise ValueError(f"{step_id} has no NeMo-Aligner mapping")  # compile_aligner refuses it first (exit 2)
+# recipe (a manifest's `engines.nemo_aligner`) -> its compiler, which reads the step's own Config: the one the
+# catalog loaded from the step's schema.py, whose class mypy knows as rl.<name>.schema's or rm.serve.schema's
+RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], AlignerRun]] = {
+    "reinforce": compile_reinforce,
+    "ppo": compile_ppo,
+    "reward_server": compile_serve,
+}
 
 
 def compile_aligner(
@@ -427,10 +416,7 @@ def compile_aligner(
     """Our resolved step config (input refs already paths) -> the groups of NeMo-Aligner's heterogeneous job.
     Raises one UserError listing every setting NeMo-Aligner cannot express. `labels` name the tracker runs
     (default: the job dir's name)."""
-    if step_id not in STEPS:
-        raise UserError(
-            f"backend=nemo_aligner runs {', '.join(STEPS)}; {step_id} has no NeMo-Aligner mapping"
-        )
+    recipe = recipe_for(step_id, "nemo_aligner", "NeMo-Aligner mapping")
     config, refuse = validated(
         step_id,
         step_config,
@@ -439,7 +425,7 @@ def compile_aligner(
     )
     for problem in builtin_refusals(config, who="backend=nemo_aligner"):
         refuse.problems.append(problem)
-    run = _compile_step(step_id, config, refuse, job_dir, nodes, gpus)
+    run = RECIPES[recipe](config, refuse, job_dir, nodes, gpus)
     tracking = getattr(config, "tracking", None)  # the trainers' schemas have it; rm/serve's has not
     if tracking is not None:
         overrides, env = aligner_exp_manager(

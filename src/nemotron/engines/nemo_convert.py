@@ -10,12 +10,13 @@ real scripts' arguments). A family the tag has no converter for in both directio
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nemotron.compile import Job
-from nemotron.engines.base import HetGroup, HetJob, Launch, Placement, pinned_or_profile
+from nemotron.engines.base import HetGroup, HetJob, Launch, Placement, pinned_or_profile, recipe_for
 from nemotron.errors import UserError
 from nemotron.targets import NEMO_ALIGNER_IMAGE, NEMO_DIR, NEMO_VERSION
 
@@ -33,7 +34,6 @@ TOKENIZER_FILES = (
     "vocab.json",
     "merges.txt",
 )
-STEPS = ("convert/hf_to_nemo", "convert/nemo_to_hf")
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,7 @@ def _uses_llama31_rope(config: dict[str, Any]) -> bool:
     return str(scaling.get("rope_type") or scaling.get("type") or "") == "llama3"
 
 
-def compile_hf_to_nemo(c: dict[str, Any], job_dir: str) -> ConvertRun:
-    step = "convert/hf_to_nemo"
+def compile_hf_to_nemo(step: str, c: dict[str, Any], job_dir: str) -> ConvertRun:
     source = c["inputs"]["checkpoint"]
     hf = _local_config(source)
     conv = c["convert"]
@@ -116,8 +115,7 @@ def compile_hf_to_nemo(c: dict[str, Any], job_dir: str) -> ConvertRun:
     return ConvertRun(script, tuple(args), {"checkpoint": out}, notes=(note,))
 
 
-def compile_nemo_to_hf(c: dict[str, Any], job_dir: str) -> ConvertRun:
-    step = "convert/nemo_to_hf"
+def compile_nemo_to_hf(step: str, c: dict[str, Any], job_dir: str) -> ConvertRun:
     source, template = c["inputs"]["checkpoint"], c["inputs"]["hf_template"]
     conv = c["convert"]
     family = _family(step, conv["family"], _local_config(template), "inputs.hf_template")
@@ -148,11 +146,15 @@ def compile_nemo_to_hf(c: dict[str, Any], job_dir: str) -> ConvertRun:
 
 def compile_convert(step_id: str, step_config: dict[str, Any], job_dir: str) -> ConvertRun:
     """Our resolved step config (input refs already paths) -> NeMo's converter invocation."""
-    if step_id == "convert/hf_to_nemo":
-        return compile_hf_to_nemo(step_config, job_dir)
-    if step_id == "convert/nemo_to_hf":
-        return compile_nemo_to_hf(step_config, job_dir)
-    raise UserError(f"backend=nemo runs {', '.join(STEPS)}; {step_id} has no NeMo converter")
+    recipe = recipe_for(step_id, "nemo", "NeMo converter")
+    return RECIPES[recipe](step_id, step_config, job_dir)
+
+
+# recipe (a manifest's `engines.nemo`) -> its compiler
+RECIPES: dict[str, Callable[[str, dict[str, Any], str], ConvertRun]] = {
+    "hf_to_nemo": compile_hf_to_nemo,
+    "nemo_to_hf": compile_nemo_to_hf,
+}
 
 
 class NemoConvertEngine:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from nemotron.compile import Job
 from nemotron.engines.base import Launch, Placement, RayDriver, pinned_or_profile
 from nemotron.engines.nemo_rl_config import compile_run
-from nemotron.engines.nemo_rl_eval import REPORT, STEP
+from nemotron.engines.nemo_rl_eval import RECIPE, REPORT
 from nemotron.engines.remote_tracking import RunLabels
 from nemotron.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
 
@@ -37,7 +37,10 @@ class NemoRLEngine:
         """Before registration: eval/policy's report is NeMo-RL's evaluation_data.json, turned into our
         eval_report in place (nemotron.engines.nemo_rl_eval_report); the RL steps' outputs are HF checkpoints
         already. Returns the registration metadata."""
-        if record.step != STEP:
+        from nemotron.catalog import Catalog
+
+        step = Catalog().steps.get(record.step)  # a step gone from the search path adopts nothing
+        if step is None or step.manifest.step.engines.get(self.name) != RECIPE:
             return {}
         from nemotron.engines.nemo_rl_eval_report import adopt_report
 

@@ -13,7 +13,8 @@ import yaml
 
 from nemotron.engines import nemo_rl_eval
 from nemotron.engines import nemo_rl_sections as sec
-from nemotron.engines.nemo_rl_steps import STEPS, compile_step
+from nemotron.engines.base import recipe_for
+from nemotron.engines.nemo_rl_steps import RECIPES, compile_step
 from nemotron.engines.refusals import validated
 from nemotron.engines.remote_tracking import RunLabels, Tracked, nemo_rl_logger
 from nemotron.errors import UserError
@@ -55,9 +56,10 @@ def compile_run(
     """Our resolved step config (input refs already paths) -> the NeMo-RL run. Raises one UserError listing
     every setting NeMo-RL cannot express. `labels` name the tracker runs (default: the job dir's name, no
     profile variables)."""
-    if step_id not in (*STEPS, nemo_rl_eval.STEP):
+    recipe = recipe_for(step_id, "nemo_rl", "NeMo-RL mapping")
+    if recipe not in (*RECIPES, nemo_rl_eval.RECIPE):
         raise UserError(
-            f"backend=nemo_rl runs {', '.join((*STEPS, nemo_rl_eval.STEP))}; {step_id} has no NeMo-RL mapping"
+            f"{step_id}: engines.nemo_rl = {recipe!r} is no NeMo-RL recipe; it has {', '.join(RECIPES)}, {nemo_rl_eval.RECIPE}"
         )
     config, refuse = validated(
         step_id,
@@ -65,14 +67,14 @@ def compile_run(
         engine=f"backend=nemo_rl (NeMo-RL {NEMO_RL_VERSION})",
         hint="Change them, or run with backend=builtin. docs/nemo-rl.md lists every key's mapping.",
     )
-    if step_id == nemo_rl_eval.STEP:
+    if recipe == nemo_rl_eval.RECIPE:
         # the catalog loaded steps/eval/policy/schema.py, whose Config mypy knows as eval.policy.schema's
         evaluated = nemo_rl_eval.compile_eval(
             cast("EvalConfig", config), refuse, job_dir, nodes, gpus_per_node
         )
         refuse.raise_any()
-        return _eval_run(evaluated, nemo_rl_dir, job_dir)
-    compiled = compile_step(step_id, config, refuse, job_dir, nodes, gpus_per_node)
+        return _eval_run(step_id, evaluated, nemo_rl_dir, job_dir)
+    compiled = compile_step(recipe, config, refuse, job_dir, nodes, gpus_per_node)
     # every RL step's schema has the tracking group (stepconfig.RLConfig, rl/rlhf's Config)
     tracking = cast("Tracked", config).tracking
     logger, env = nemo_rl_logger(tracking, refuse, labels or RunLabels.from_job_dir(job_dir, step_id))
@@ -102,11 +104,11 @@ def compile_run(
     )
 
 
-def _eval_run(compiled: nemo_rl_eval.CompiledEval, nemo_rl_dir: str, job_dir: str) -> NemoRLRun:
-    """eval/policy's run: the prompts prepared in the job dir, then the tag's eval entry; no checkpoint to convert
+def _eval_run(step_id: str, compiled: nemo_rl_eval.CompiledEval, nemo_rl_dir: str, job_dir: str) -> NemoRLRun:
+    """An eval run: the prompts prepared in the job dir, then the tag's eval entry; no checkpoint to convert
     (its output, evaluation_data.json, becomes our eval_report when it is registered)."""
     tree = {"defaults": f"{nemo_rl_dir}/{nemo_rl_eval.BASE}", **compiled.config}
-    title = f"NeMo-RL {NEMO_RL_VERSION} eval config compiled by nemotron from {nemo_rl_eval.STEP}"
+    title = f"NeMo-RL {NEMO_RL_VERSION} eval config compiled by nemotron from {step_id}"
     files = {CONFIG_FILE: _yaml(tree, title), **compiled.files}
     driver = sec.driver_command(nemo_rl_dir, nemo_rl_eval.ENTRY, f"{job_dir}/{CONFIG_FILE}")
     return NemoRLRun(

@@ -8,9 +8,14 @@ each. Key names and where NeMo-RL reads them: tests/engines/nemo_rl_eval_v070.py
 
 from __future__ import annotations
 
+import json
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 from nemotron.configtree import flatten
 from nemotron.engines.refusals import Refusals
@@ -18,7 +23,10 @@ from nemotron.engines.refusals import Refusals
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
     from eval.policy.schema import Config as EvalConfig
 
-STEP = "eval/policy"
+    from nemotron.artifacts.binding import Binding
+    from nemotron.catalog import Manifest
+
+RECIPE = "eval"  # a manifest's `engines.nemo_rl` for a step NeMo-RL runs as its eval entry
 ENTRY = "examples/run_eval.py"
 BASE = "examples/configs/evals/eval.yaml"
 PROMPTS_FILE = (
@@ -159,3 +167,35 @@ def compile_eval(c: EvalConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
     # the first max_prompts records (blank lines skipped, as our reader does) where NeMo-RL and the report read them
     prepare = f"grep {first}'[^[:space:]]' {q(str(prompts or ''))} > {q(f'{job_dir}/{PROMPTS_FILE}')}"
     return CompiledEval(config, {TEMPLATE_FILE: prompt_template()}, prepare, {REPORT: report})
+
+
+def preflight_problems(manifest: Manifest, config: BaseModel, bindings: Sequence[Binding]) -> list[str]:
+    """NeMo-RL's own preflight rule (nemotron.engines.PREFLIGHT_RULES), for a step it runs as its eval
+    (eval/policy): its math processor formats each prompt as one string (NeMo-RL v0.7.0
+    nemo_rl/data/processors.py, math_data_processor), so a conversation (a list of messages) cannot be expressed.
+    The first one among the records it would read (the first max_prompts) is refused; paths not here are left to
+    the registration, which checks each sample against its prompt."""
+    if manifest.step.engines.get("nemo_rl") != RECIPE:
+        return []
+    limit = int(getattr(config, "max_prompts", 0) or 0)
+    for b in bindings:
+        if b.name != "prompts" or not b.path or not Path(b.path).is_file():
+            continue
+        seen = 0
+        with Path(b.path).open(encoding="utf-8", errors="replace") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                seen += 1
+                if limit and seen > limit:
+                    break
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # left to the record validation that reports it
+                if isinstance(record, dict) and not isinstance(record.get("prompt"), str):
+                    return [
+                        f"input 'prompts' ({b.ref}): line {number} is a conversation; backend=nemo_rl runs NeMo-RL's "
+                        "eval, which takes text prompts only"
+                    ]
+    return []

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nemotron.engines.nemo_rl_eval import ENTRY, STEP, prompt_template
+from nemotron.engines.nemo_rl_eval import ENTRY, prompt_template
 from nemotron.errors import EngineOutputError
 from nemotron.jobrecord import JobRecord
 from nemotron.targets import NEMO_RL_VERSION
@@ -61,7 +61,7 @@ def adopt_report(record: JobRecord, report_dir: Path) -> dict[str, Any]:
     from nemotron.policy_eval.report import corpus_metrics, summarise, write_report
     from nemotron.policy_eval.stats import distinct_n
 
-    schema = Catalog().get(STEP).config_schema()
+    schema = Catalog().get(record.step).config_schema()
     try:
         cfg: Any = schema.model_validate(record.config)
     except ValueError as err:

@@ -5,8 +5,9 @@ it maps. Every refusal goes to the shared `Refusals` collector, so the user sees
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -22,7 +23,6 @@ if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalo
 
 CRITIC_CONVERT_FILE = "nemo_rl_critic_convert.yaml"
 KL_TYPES = ("k1", "k2", "k3")  # loss_fn.reference_policy_kl_type at v0.7.0 (calculate_kl)
-STEPS = ("rl/rlhf", "rl/reinforce", "rl/ppo")
 JUDGE_MODEL_KEY = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
 
 
@@ -216,17 +216,11 @@ class Compiled:
 
 
 def compile_step(
-    step_id: str, config: BaseModel, refuse: Refusals, job_dir: str, nodes: int, gpus: int
+    recipe: str, config: BaseModel, refuse: Refusals, job_dir: str, nodes: int, gpus: int
 ) -> Compiled:
-    """`config` is the step's own Config, validated by the schema the catalog loaded from steps/<step_id>/schema.py
-    (the module mypy knows as rl.<name>.schema): the cast names that class for mypy."""
-    if step_id == "rl/rlhf":
-        return compile_rlhf(cast("RLHFConfig", config), refuse, job_dir, nodes, gpus)
-    if step_id == "rl/reinforce":
-        return compile_reinforce(cast("ReinforceConfig", config), refuse, job_dir, nodes, gpus)
-    if step_id == "rl/ppo":
-        return compile_ppo(cast("PPOConfig", config), refuse, job_dir, nodes, gpus)
-    raise ValueError(f"{step_id} has no NeMo-RL mapping")  # compile_run refuses it first (exit 2)
+    """`config` is the step's own Config, validated by the schema the catalog loaded from the step's schema.py
+    (the module mypy knows as rl.<name>.schema); `recipe` is its manifest's `engines.nemo_rl`."""
+    return RECIPES[recipe](config, refuse, job_dir, nodes, gpus)
 
 
 def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
@@ -459,3 +453,11 @@ def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
     return Compiled(
         sec.PPO_ENTRY, sec.PPO_BASE, config, conversions, {CRITIC_CONVERT_FILE: critic_cfg}, megatron
     )
+
+
+# recipe (a manifest's `engines.nemo_rl`) -> its compiler; eval is nemotron.engines.nemo_rl_eval's
+RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], Compiled]] = {
+    "grpo": compile_rlhf,
+    "grpo_rloo": compile_reinforce,
+    "ppo": compile_ppo,
+}

@@ -9,7 +9,9 @@ from pydantic import BaseModel
 
 from nemotron.catalog import Catalog
 from nemotron.configtree import flatten
+from nemotron.engines import READS_NEMO_RL_GROUP
 from nemotron.errors import UserError
+from nemotron.stepconfig import engine_name
 
 
 class Refusals:
@@ -66,7 +68,7 @@ def builtin_refusals(config: BaseModel, who: str = "the built-in backend") -> li
     # any step's Config comes here; the RL steps' schemas and eval/policy's have `backend` and a `nemo_rl` group
     # (the RL steps' NemoRL, eval/policy's own smaller one): its defaults are its class's
     nemo = getattr(config, "nemo_rl", None)
-    if getattr(config, "backend", "builtin") == "nemo_rl" or not isinstance(nemo, BaseModel):
+    if engine_name(config) in READS_NEMO_RL_GROUP or not isinstance(nemo, BaseModel):
         return []
     given = dict(flatten({"nemo_rl": nemo.model_dump()}))
     default = dict(flatten({"nemo_rl": type(nemo)().model_dump()}))

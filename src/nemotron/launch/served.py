@@ -51,7 +51,7 @@ def vllm_judge(job: Job) -> ServedModel | None:
 def reward_model(job: Job) -> ServedModel | None:
     """The reward model rm/serve serves, when the manifest asks for it: the input whose declared, bound or
     detected type is a reward_model_hf."""
-    if "rm/serve" not in job.services:
+    if not job.services:  # the manifest names no server to start beside the step
         return None
     from nemotron.artifacts.typecheck import detect_type
     from nemotron.catalog import Catalog

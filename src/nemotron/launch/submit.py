@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.compile import Job
-from nemotron.engines.base import HetJob, Launch, Placement, RayDriver, engine_for
+from nemotron.engines.base import Launch, Placement, engine_for
 from nemotron.errors import UserError
 from nemotron.launch import render
 from nemotron.launch.executor import Executor, executor_for
@@ -29,8 +29,7 @@ def plan(job: Job) -> tuple[Executor, Placement, Launch, str]:
     executor = executor_for(job)
     where = executor.placement(job)
     launch = engine_for(job).launch(job, where)
-    shown = launch.shown if isinstance(launch, RayDriver | HetJob) else ""
-    return executor, where, launch, shown + executor.render(job, where, launch)
+    return executor, where, launch, launch.shown + executor.render(job, where, launch)
 
 
 def rendered_launch(job: Job) -> str:

@@ -16,6 +16,7 @@ from nemotron import preempt
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PromptRecord, prompt_text
 from nemotron.devices import DevicePlan
+from nemotron.engines import RUNS_AS_STEP_PROCESS
 from nemotron.errors import UserError
 from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
 from nemotron.models.tokenizer import encode_prompt
@@ -47,7 +48,7 @@ log = logging.getLogger("nemotron")
 def start(backend: str, runtime: TrainRuntime, engine: str = "NeMo-RL") -> tuple[DevicePlan, World]:
     """The device plan and process group of a built-in run, after refusing backend=nemo_rl: that runs in
     NeMo-RL's container on GPUs, never in this process (exit 2 saying how to run it)."""
-    if backend == "nemo_rl":
+    if backend not in RUNS_AS_STEP_PROCESS:
         raise UserError(
             f"backend=nemo_rl runs {engine} in its container on GPUs; submit it with a Slurm or Lepton "
             "profile (-b PROFILE). `--dry-run` shows the NeMo-RL config and command it would run."

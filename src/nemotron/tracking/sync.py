@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from nemotron.artifacts.lineage import job_store
+from nemotron.engines import KEEPS_TENSORBOARD_METRICS
 from nemotron.errors import ServiceError, UserError
 from nemotron.jobrecord import load_record, read_status
 from nemotron.jobs import read_metrics
+from nemotron.stepconfig import engine_name
 from nemotron.tracking.base import LoggedArtifact, RunInfo, Tracker
 from nemotron.tracking.fanout import BACKOFF_S, build_trackers
 from nemotron.tracking.job import job_tracking, logged_artifacts, run_info
@@ -86,7 +88,7 @@ def sync_job(job_dir: Path, to: str | None = None, mlflow_uri: str | None = None
         for r in read_metrics(job_dir)
         if "step" in r
     ]
-    if not rows and str(config.get("backend") or "builtin") == "nemo_rl":
+    if not rows and engine_name(config) in KEEPS_TENSORBOARD_METRICS:
         # NeMo-RL keeps its metrics as TensorBoard events, under its own names (train/loss, ...)
         from nemotron.tracking.tb_events import NEMO_RL_EVENTS, tensorboard_rows
 

@@ -12,6 +12,7 @@ from nemotron.stepconfig import (
     Strict,
     kl_estimator_field,
 )
+from nemotron.workload import Workload
 
 
 class Outputs(Strict):
@@ -71,3 +72,6 @@ class Config(RLConfig):
     outputs: Outputs = Outputs()
     ppo: PPO = PPO()
     critic: Critic = Critic()
+
+    def workload(self) -> Workload:
+        return self.rollouts(self.ppo.num_rollouts_per_prompt)

@@ -11,6 +11,7 @@ from nemotron.stepconfig import (
     Strict,
     kl_estimator_field,
 )
+from nemotron.workload import Workload
 
 
 class Outputs(Strict):
@@ -47,3 +48,6 @@ class Config(RLConfig):
 
     outputs: Outputs = Outputs()
     reinforce: Reinforce = Reinforce()
+
+    def workload(self) -> Workload:
+        return self.rollouts(self.reinforce.num_rollouts_per_prompt)

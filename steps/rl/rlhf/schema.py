@@ -19,6 +19,7 @@ from nemotron.stepconfig import (
     backend_field,
     kl_estimator_field,
 )
+from nemotron.workload import Rollouts, Workload
 
 
 class GRPO(Strict):
@@ -231,6 +232,15 @@ class Config(Strict):
     nemo_rl: NemoRL = NemoRL()
     plan: ResourcePlan = ResourcePlan()
     """the resource plan's model hints and what a plan that cannot fit does"""
+
+    def workload(self) -> Workload:
+        return Rollouts(
+            "policy.train_micro_batch_size",
+            self.policy.train_micro_batch_size,
+            self.grpo.num_prompts_per_step * self.grpo.num_generations_per_prompt,
+            self.policy.generation.max_new_tokens,
+            self.policy.generation.vllm_share(),
+        )
 
     @model_validator(mode="after")
     def _nemo_gym_runs_under_nemo_rl(self) -> "Config":

@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from nemotron.stepconfig import ResourcePlan, ServerBind, ServeRuntime, Strict
+from nemotron.workload import Serving, Workload
 
 
 class Inputs(Strict):
@@ -69,3 +70,6 @@ class Config(Strict):
     runtime: ServeRuntime = ServeRuntime()
     plan: ResourcePlan = ResourcePlan()
     """the resource plan's model hints and what a plan that cannot fit does"""
+
+    def workload(self) -> Workload:
+        return Serving("server.max_batch_size", self.server.max_batch_size, self.server.max_length)
