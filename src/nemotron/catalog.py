@@ -50,6 +50,9 @@ class StepInfo(NamedTuple):
     services: list[str] = []
     # The names the step logs to metrics.jsonl: the one list docs are checked against (tests/foundation).
     metrics: list[str] = []
+    # The engines (config `backend` values) that can run the step; empty: undeclared, and `steps list --engine`
+    # reads the schema's `backend` field instead (catalog_query.engines_of), which costs a pydantic import.
+    engines: list[str] = []
 
 
 class Consumes(NamedTuple):
