@@ -290,6 +290,7 @@ def test_steps_list_filters_combine_and_json_names_the_engines(home: Path, run_c
     assert ids("--tag", "critic") == ["rl/ppo"]
     r = run_cli("steps", "list", "--category", "data", "--engine", "nemo_rl")
     assert r.code == 0 and r.out == "" and "no step matches" in r.err  # an empty answer is no error
+    assert "engines: builtin, nemo_aligner " in run_cli("steps", "show", "rm/serve").out  # no NeMo-RL server
 
 
 def test_steps_list_tree_draws_the_tiny_pipeline(home: Path, run_cli: Any) -> None:

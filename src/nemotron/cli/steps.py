@@ -144,7 +144,10 @@ def show(
     out = stdout_console(markup=False)
     out.print(Text.assemble((step.id, "bold cyan"), f" — {m.step.name}"))
     out.print(m.step.description)
-    out.print(f"launch: {m.step.launch}   entry: {step.entry_path}   presets: {', '.join(step.presets())}")
+    out.print(
+        f"launch: {m.step.launch}   engines: {', '.join(engines_of(step))}   entry: {step.entry_path}   "
+        f"presets: {', '.join(step.presets())}"
+    )
     if m.step.services:
         out.print(f"runs beside: {', '.join(m.step.services)}")
     io = Table(title="artifacts", title_justify="left")
