@@ -13,7 +13,7 @@ PYTHONDONTWRITEBYTECODE set (as in some CI shells), nemotron's own modules would
 while typer's come from its installed .pyc files, and that compile, about a third of a dry run, is no part of what a
 user waits for. Within each run the commands, the peer and the `--before` code run one after the other, so other
 load on the machine slows them alike; the ratio to the peer is what carries across machines. Targets (issue 33):
-the listing, a step and the help at most 2x the peer, a dry run at most 3x (it compiles the step's config, which the
+the listing (its --tree too), a step and the help at most 2x the peer, a dry run at most 3x (it compiles the step's config, which the
 others never load). Two rows measure floors: what typer itself adds once it runs a command (FLOOR), no typer CLI
 starting faster; and that app with one pydantic model validated and YAML read and written (DRY_FLOOR), no dry run
 starting faster.
@@ -48,6 +48,7 @@ class Command:
 COMMANDS = [
     Command("nemotron --help", ["--help"], 2.0),
     Command("nemotron steps list", ["steps", "list"], 2.0),
+    Command("nemotron steps list --tree", ["steps", "list", "--tree"], 2.0),
     Command("nemotron steps show rl/rlhf", ["steps", "show", "rl/rlhf"], 2.0),
     Command("nemotron steps run rl/rlhf -c tiny --dry-run", ["steps", "run", "rl/rlhf", "-c", "tiny", "--dry-run"], 3.0),
     Command("nemotron steps run rl/ppo -c default -b slurm_rlhf --dry-run",

@@ -52,8 +52,10 @@ class StepInfo(NamedTuple):
     services: list[str] = []
     # The names the step logs to metrics.jsonl: the one list docs are checked against (tests/foundation).
     metrics: list[str] = []
-    # The engines besides builtin (its step.py) that can run the step: engine -> the engine's own recipe for it
-    # (nemo_rl = "grpo"). Engines look up their per-step compilers, plan groups and preflight rules by recipe.
+    # The engines that can run the step (its config's `backend` values): engine -> the engine's own recipe for it
+    # (nemo_rl = "grpo"; the built-in engine's is the step's own step.py). Engines look up their per-step
+    # compilers, plan groups and preflight rules by recipe. Empty: undeclared, and `steps list --engine` reads the
+    # schema's `backend` field instead (catalog_query.engines_of), which costs a pydantic import.
     engines: dict[str, str] = {}
 
 

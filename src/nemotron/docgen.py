@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from nemotron.catalog import Catalog, Step
+from nemotron.catalog_query import engines_of
 from nemotron.configtree import flatten
 from nemotron.paths import bundled_root
 from nemotron.targets import NEMO_ALIGNER_VERSION, NEMO_RL_VERSION
@@ -46,7 +47,10 @@ def _cell(text: object) -> str:
 def step_section(step: Step, catalog: Catalog) -> str:
     m = step.manifest
     lines = [f"## `{step.id}`: {m.step.name}", "", m.step.description, ""]
-    lines += [f"- launch: `{m.step.launch}`; presets: {', '.join(f'`{p}`' for p in step.presets())}"]
+    lines += [
+        f"- launch: `{m.step.launch}`; engines: {', '.join(f'`{e}`' for e in engines_of(step))}; "
+        f"presets: {', '.join(f'`{p}`' for p in step.presets())}"
+    ]
     if m.step.services:
         lines.append(f"- runs beside: {', '.join(f'`{s}`' for s in m.step.services)}")
     if m.step.metrics:
@@ -106,10 +110,54 @@ def step_section(step: Step, catalog: Catalog) -> str:
     return "\n".join(lines)
 
 
+# One example per option of `nemotron steps list`, shown in the step reference and run by
+# tests/docs/test_steps_list_commands.py; an option without one stops docgen (KeyError).
+LIST_EXAMPLES = {
+    "--category": "nemotron steps list --category rl",
+    "--tag": "nemotron steps list --tag critic",
+    "--consumes": "nemotron steps list --consumes preference_jsonl",
+    "--produces": "nemotron steps list --produces reward_model_hf",
+    "--engine": "nemotron steps list --engine nemo_aligner --consumes checkpoint_nemo",
+    "--tree": "nemotron steps list --tree",
+    "--json": "nemotron steps list --category rl --tree --json",
+}
+_METAVARS = {"consumes": "TYPE", "produces": "TYPE", "engine": "NAME"}
+
+
+def list_section() -> str:
+    """`nemotron steps list`'s options, read from the command itself (its help texts), each with its example."""
+    import typer.main
+
+    from nemotron.cli.steps import app
+
+    # typer carries its own copy of click (typer._click): its classes, not click's, so no isinstance on click here
+    command = typer.main.get_command(app).commands["list"]  # type: ignore[attr-defined]
+    lines = [
+        "## Finding steps: `nemotron steps list`",
+        "",
+        f"{command.help} An artifact type matches as the compiler binds inputs, `is_a` counting from the artifact "
+        "up: `--consumes T` lists the steps with an input that would accept a T (its type is T or an ancestor), "
+        "`--produces T` those with an output usable as a T (its type is T or a descendant). With `--engine`, "
+        "inputs and outputs match on the types that engine reads and writes (`backend_types`). An unknown value "
+        "exits 2 with the values that exist.",
+        "",
+        "| option | what it does | example |",
+        "|---|---|---|",
+    ]
+    for param in command.params:
+        if param.param_type_name != "option" or param.name is None:
+            continue
+        flag = param.opts[0]
+        shown = flag if param.is_flag else f"{flag} {_METAVARS.get(param.name, param.name.upper())}"
+        lines.append(f"| `{shown}` | {_cell(param.help or '')} | `{LIST_EXAMPLES[flag]}` |")
+    return "\n".join(lines)
+
+
 def step_reference(catalog: Catalog) -> str:
     steps = sorted(catalog.steps.values(), key=lambda s: s.id)
     parts = [HEADER, "# Step reference", ""]
     parts += [f"- `{s.id}`: {s.manifest.step.name}" for s in steps]
+    parts += ["", list_section()]
     parts += ["", "## Artifact types", "", "| type | is_a | description |", "|---|---|---|"]
     parts += [
         f"| `{n}` | {', '.join(f'`{p}`' for p in t.is_a) or '—'} | {_cell(t.description)} |"

@@ -87,11 +87,12 @@ def test_reward_server_load_test_runs_clean(tmp_path: Path) -> None:
 
 def test_cli_latency_bench_prints_each_command_against_the_peer() -> None:
     out = run_bench("cli_latency.py", "--runs", "1")
-    for line in ("`nemotron --help` | ≤ 2x", "`nemotron steps list` | ≤ 2x", "`nemotron steps show rl/rlhf` | ≤ 2x",
+    for line in ("`nemotron --help` | ≤ 2x", "`nemotron steps list` | ≤ 2x", "`nemotron steps list --tree` | ≤ 2x",
+                 "`nemotron steps show rl/rlhf` | ≤ 2x",
                  "`nemotron steps run rl/ppo -c default -b slurm_rlhf --dry-run` | ≤ 3x", "no manifest cache",
                  "import typer"):  # fmt: skip
         assert line in out, out
-    assert out.count(" ms | ") == 9, out  # six commands, the two floors and the peer
+    assert out.count(" ms | ") == 10, out  # seven commands, the two floors and the peer
     assert "(the floor of a dry run)" in out, out
 
 

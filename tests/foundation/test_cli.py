@@ -73,6 +73,12 @@ def _no_traceback(r: Any) -> None:
         ),
         (["steps", "show", "rl/reinfroce"], "did you mean 'rl/reinforce'"),
         (["steps", "list", "--consumes", "prompt_jsnl"], "did you mean 'prompt_jsonl'"),
+        (["steps", "list", "--category", "rll"], "unknown category 'rll' (did you mean 'rl'?)"),
+        (["steps", "list", "--tag", "rlfh", "--tree"], "unknown tag 'rlfh' (did you mean 'rlhf'"),
+        (
+            ["steps", "list", "--engine", "nemo_alinger"],
+            "no step runs on engine 'nemo_alinger' (did you mean",
+        ),
         (["jobs", "status", "no-such-job"], "no job 'no-such-job'"),
     ],
 )
@@ -123,6 +129,10 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         (["--help"], (*BROWSE, *GROUPS, "rich"), "nemotron.cli.app"),
         ([], (*BROWSE, *GROUPS, "rich"), "nemotron.cli.app"),  # bare `nemotron`: the same help
         (["steps", "list"], (*BROWSE, "rich.console"), "nemotron.catalog"),  # piped: plain text, no rich
+        # every filter at once, as JSON: manifests only (the engines are declared, no schema is read), no rich
+        (["steps", "list", "--category", "rl", "--tag", "ppo", "--consumes", "reward_model_hf", "--produces",
+          "checkpoint_hf", "--engine", "nemo_aligner", "--json"], (*BROWSE, "rich"), "nemotron.catalog_query"),
+        (["steps", "list", "--tree"], BROWSE, "rich.tree"),  # rich draws the tree, from the manifests alone
         # manifest text is printed as written: no emoji codes to look up
         (["steps", "show", "rl/rlhf"], (*BROWSE, "rich._emoji_codes"), "rich.table"),
         # a dry run prints plain text: no rich
@@ -144,7 +154,7 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
           "tracking.mlflow.tracking_uri=http://127.0.0.1:5000", "tracking.wandb.enabled=true"],
          (*NEVER, "rich", "nemotron.tracking.fanout", *LOCAL_DRY_RUN), "nemotron.tracking.checks"),
     ],
-    ids=["help", "bare", "steps list", "steps show", "tiny local dry run", "eval dry run", "eval nemo_rl dry run",
+    ids=["help", "bare", "steps list", "steps list filtered", "steps list --tree", "steps show", "tiny local dry run", "eval dry run", "eval nemo_rl dry run",
          "slurm dry run", "dry run with trackers"],
 )  # fmt: skip
 def test_start_up_loads_only_what_the_command_needs(
@@ -264,6 +274,56 @@ def test_steps_list_json_filters_by_type(home: Path, run_cli: Any) -> None:
     assert "data/prep" not in ids
     rows = json.loads(run_cli("steps", "list", "--json", "--consumes", "preference_jsonl").out)
     assert {r["id"] for r in rows} == {"rm/train"}
+
+
+def test_steps_list_filters_combine_and_json_names_the_engines(home: Path, run_cli: Any) -> None:
+    rows = json.loads(run_cli("steps", "list", "--json", "--category", "rl", "--engine", "nemo_aligner").out)
+    assert [(r["id"], r["engines"]) for r in rows] == [
+        ("rl/ppo", ["builtin", "nemo_rl", "nemo_aligner"]),
+        ("rl/reinforce", ["builtin", "nemo_rl", "nemo_aligner"]),
+    ]  # rl/rlhf is rl but has no NeMo-Aligner workflow; rm/serve has one but is no rl step
+    # on NeMo-Aligner the RL steps read a .nemo policy: --engine asks for the types that engine reads
+    ids = lambda *a: [r["id"] for r in json.loads(run_cli("steps", "list", "--json", *a).out)]  # noqa: E731
+    assert ids("--consumes", "checkpoint_nemo") == ["convert/nemo_to_hf", "rl/ppo", "rl/reinforce"]
+    assert ids("--consumes", "checkpoint_nemo", "--engine", "nemo_aligner") == ["rl/ppo", "rl/reinforce"]
+    assert ids("--consumes", "checkpoint_nemo", "--engine", "builtin") == []
+    assert ids("--tag", "critic") == ["rl/ppo"]
+    r = run_cli("steps", "list", "--category", "data", "--engine", "nemo_rl")
+    assert r.code == 0 and r.out == "" and "no step matches" in r.err  # an empty answer is no error
+    assert "engines: builtin, nemo_aligner " in run_cli("steps", "show", "rm/serve").out  # no NeMo-RL server
+
+
+def test_steps_list_tree_draws_the_tiny_pipeline(home: Path, run_cli: Any) -> None:
+    """Each step of the tiny pipeline stands in the tree once, under a step the pipeline feeds it from (or at the
+    top when the pipeline feeds it nothing): the tree and the pipeline's wiring agree, derived apart."""
+    import tomllib
+
+    pipeline = tomllib.loads(
+        (Path(__file__).resolve().parents[2] / "manifests/pipelines/tiny.toml").read_text()
+    )
+    by_name = {s["id"]: s["step"] for s in pipeline["steps"]}
+    fed_from: dict[str, set[str]] = {}
+    for s in pipeline["steps"]:
+        sources = {by_name[ref.split(".")[0]] for ref in s.get("inputs", {}).values()}
+        fed_from.setdefault(s["step"], set()).update(sources)
+    parents: dict[str, str] = {}
+
+    def walk(nodes: list[dict[str, Any]], parent: str) -> None:
+        for n in nodes:
+            assert n["id"] not in parents, f"{n['id']} stands twice"
+            parents[n["id"]] = parent
+            assert (n["via"] or {}).get("from", "") == parent
+            walk(n["children"], n["id"])
+
+    walk(json.loads(run_cli("steps", "list", "--tree", "--json").out), "")
+    for step, sources in fed_from.items():
+        assert parents[step] in (sources or {""}), (step, parents[step], sources)
+    assert parents["rl/ppo"] == "sft" and parents["sft"] == "data/prep"  # the check above is not vacuous
+    drawn = run_cli("steps", "list", "--tree")
+    assert drawn.code == 0, drawn.err
+    for step in fed_from:
+        assert f" {step}  " in drawn.out, drawn.out
+    assert "└── sft_jsonl → sft  Supervised fine-tuning" in drawn.out, drawn.out
 
 
 def test_python_m_and_console_script_agree(run_cli: Any) -> None:

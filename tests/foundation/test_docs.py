@@ -145,7 +145,8 @@ def test_documented_step_commands_compile(
         monkeypatch.setenv(name, "set-by-the-page")
     page = ROOT / "docs" / doc if doc != "README.md" else ROOT / "README.md"
     for block in parse_blocks(page):  # the files the page writes (a preset of the user's, an env.toml)
-        if block.file is not None:
+        if block.file is not None:  # a step's files sit in folders (writing-a-step.md's my-steps/...)
+            (tmp_path / block.file).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / block.file).write_text(block.text)
     monkeypatch.chdir(tmp_path)
     args = shlex.split(command.split(" -- ")[0])

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from nemotron.catalog import Catalog, Step, plain
+from nemotron.catalog_query import FlowNode, engines_of
 from nemotron.cli.console import print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
@@ -28,6 +29,7 @@ def _summary(step: Step) -> dict[str, Any]:
         "produces": [{"name": p.name, "type": p.type} for p in m.produces],
         "presets": step.presets(),
         "tags": m.step.tags,
+        "engines": list(engines_of(step)),
     }
 
 
@@ -38,41 +40,85 @@ def _iso(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-@app.command("list", epilog=epilog("nemotron steps list --json"))
+LIST_EXAMPLES = (
+    "nemotron steps list --consumes preference_jsonl --json\n  nemotron steps list --category rl --tree"
+)
+
+
+@app.command("list", epilog=epilog(LIST_EXAMPLES))
 def list_steps(
-    consumes: Annotated[str | None, typer.Option(help="only steps consuming this type (is_a counts)")] = None,
-    produces: Annotated[str | None, typer.Option(help="only steps producing this type (is_a counts)")] = None,
+    category: Annotated[
+        str | None, typer.Option(help="only steps of this category (sft, rm, rl, ...)")
+    ] = None,
+    tag: Annotated[str | None, typer.Option(help="only steps whose manifest has this tag")] = None,
+    consumes: Annotated[
+        str | None,
+        typer.Option(help="only steps with an input that accepts this artifact type (is_a counts)"),
+    ] = None,
+    produces: Annotated[
+        str | None, typer.Option(help="only steps with an output usable as this artifact type (is_a counts)")
+    ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(help="only steps this engine (a `backend` value) can run; types as it reads them"),
+    ] = None,
+    tree: Annotated[
+        bool, typer.Option("--tree", help="the steps joined by the artifact types that flow between them")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """The step catalog."""
-    catalog = Catalog()
-    for t in (consumes, produces):
-        if t and t not in catalog.types:
-            from nemotron.errors import did_you_mean
+    """The step catalog; the filters combine (every one must match)."""
+    from nemotron.catalog_query import Query, check, flow, flow_json, select
 
-            raise UserError(f"unknown artifact type '{t}'{did_you_mean(t, catalog.types)}")
-    steps = sorted(catalog.steps.values(), key=lambda s: s.id)
-    if consumes:
-        steps = [
-            s
-            for s in steps
-            if any(
-                catalog.is_a(consumes, c.type) or catalog.is_a(c.type, consumes) for c in s.manifest.consumes
-            )
-        ]
-    if produces:
-        steps = [s for s in steps if any(catalog.is_a(p.type, produces) for p in s.manifest.produces)]
-    if as_json:
+    catalog = Catalog()
+    query = Query(category, tag, consumes, produces, engine)
+    check(catalog, query)
+    steps = select(catalog, query)
+    if tree:
+        nodes = flow(catalog, steps, engine)
+        if as_json:
+            print(json.dumps(flow_json(nodes), indent=2))
+        elif steps:
+            _print_tree(nodes)
+    elif as_json:
         print(json.dumps([_summary(s) for s in steps], indent=2))
-        return
-    rows = []
-    for s in steps:
-        m = s.manifest
-        ins = ", ".join(c.type for c in m.consumes) or "—"
-        outs = ", ".join(p.type for p in m.produces) or "—"
-        rows.append([s.id, f"{ins} → {outs}", ", ".join(s.presets()), m.step.name])
-    print_columns(None, "nemotron steps", ["id", "consumes → produces", "presets", "name"], rows,
-                  ["bold cyan", "", "green", ""])  # fmt: skip
+    elif steps:
+        rows = []
+        for s in steps:
+            m = s.manifest
+            ins = ", ".join(c.type for c in m.consumes) or "—"
+            outs = ", ".join(p.type for p in m.produces) or "—"
+            rows.append([s.id, f"{ins} → {outs}", ", ".join(s.presets()), m.step.name])
+        print_columns(None, "nemotron steps", ["id", "consumes → produces", "presets", "name"], rows,
+                      ["bold cyan", "", "green", ""])  # fmt: skip
+    if not steps and not as_json:  # stderr: a query may match nothing, which is no error (exit 0)
+        print("no step matches", file=sys.stderr)
+
+
+def _print_tree(nodes: list[FlowNode]) -> None:
+    """The flow as a rich Tree: each step under the step whose output it waits for last, with the type that flows
+    and where its other required inputs come from ("yours": no listed step makes it)."""
+    from rich.text import Text
+    from rich.tree import Tree
+
+    def label(node: FlowNode) -> Text:
+        text = Text()
+        if node.via:
+            text.append(f"{node.via.type} → ", style="green")
+        text.append(node.step.id, style="bold cyan")
+        text.append(f"  {node.step.manifest.step.name}")
+        if node.also:
+            others = ", ".join(f"{f.type} ← {f.source or 'yours'}" for f in node.also)
+            text.append(f"  ({'also' if node.via else 'reads'} {others})", style="dim")
+        return text
+
+    def grow(branch: Tree, children: list[FlowNode]) -> None:
+        for child in children:
+            grow(branch.add(label(child)), child.children)
+
+    root = Tree(Text("nemotron steps, joined by the artifacts that flow between them", style="italic"))
+    grow(root, nodes)
+    stdout_console(markup=False).print(root)
 
 
 @app.command(
@@ -98,7 +144,10 @@ def show(
     out = stdout_console(markup=False)
     out.print(Text.assemble((step.id, "bold cyan"), f" — {m.step.name}"))
     out.print(m.step.description)
-    out.print(f"launch: {m.step.launch}   entry: {step.entry_path}   presets: {', '.join(step.presets())}")
+    out.print(
+        f"launch: {m.step.launch}   engines: {', '.join(engines_of(step))}   entry: {step.entry_path}   "
+        f"presets: {', '.join(step.presets())}"
+    )
     if m.step.services:
         out.print(f"runs beside: {', '.join(m.step.services)}")
     io = Table(title="artifacts", title_justify="left")
