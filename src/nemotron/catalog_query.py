@@ -29,7 +29,8 @@ def engines_of(step: Step) -> tuple[str, ...]:
     no other: its schema refuses the key). The fallback imports the schema, hence pydantic: declare `engines`."""
     if step.manifest.step.engines:
         return tuple(step.manifest.step.engines)
-    if not step.schema_path.is_file():  # a step still being written: `steps show` lists it, nothing can run it yet
+    # a step still being written: `steps show` lists it, nothing can run it yet
+    if not step.schema_path.is_file():
         return ("builtin",)
     backend = step.config_schema().model_fields.get("backend")
     if backend is None:
