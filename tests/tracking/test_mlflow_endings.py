@@ -27,11 +27,17 @@ def tracked(uri: str) -> list[str]:
 
 
 def run_of(client: MlflowClient, job_id: str, ended: bool = True, timeout_s: float = 60) -> Any:
-    """The job's run, once it has ended (a cancelled job's step finishes its run as it exits)."""
-    exp = client.get_experiment_by_name("endings")
+    """The job's run, once it has ended (a cancelled job's step finishes its run as it exits). A detached job's
+    tracker makes the experiment itself, on its own thread: until then there is none to search (the first test of
+    the file to reach this may be that job's, when the tests run in another order or on another worker)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`nemotron.job_id` = '{job_id}'")
+        exp = client.get_experiment_by_name("endings")
+        runs = (
+            client.search_runs([exp.experiment_id], filter_string=f"tags.`nemotron.job_id` = '{job_id}'")
+            if exp is not None
+            else []
+        )
         if runs and (not ended or runs[0].info.status != "RUNNING"):
             assert len(runs) == 1
             return runs[0]
