@@ -18,6 +18,10 @@ quick=0
 ruff check
 ruff format --check
 mypy
-# Two workers (NEMOTRON_TEST_WORKERS=0: one process); the Slurm tests share one of them, and the longest files start
-# first (tests/conftest.py). NEMOTRON_TEST_TIMES=DIR records each test's wall and CPU time (docs/testing.md).
-pytest -n "${NEMOTRON_TEST_WORKERS:-2}" --dist loadgroup --durations=15 "$@"
+# Three workers on two cores (NEMOTRON_TEST_WORKERS=0: one process): the Slurm tests share one of them and mostly
+# wait on the cluster, so the other two keep both cores busy; --quick has no Slurm tests and takes two. The longest
+# units (a test file, or a group such as the Slurm tests) start first (tests/conftest.py).
+# NEMOTRON_TEST_TIMES=DIR records each test's wall and CPU time (docs/testing.md).
+workers=3
+[ $quick = 1 ] && workers=2
+pytest -n "${NEMOTRON_TEST_WORKERS:-$workers}" --dist loadgroup --durations=15 "$@"

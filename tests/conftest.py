@@ -213,14 +213,19 @@ shuffle_vocab = _helper_fixture(permute_vocab)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`scripts/test.sh` runs `-n 2 --dist loadgroup`) the tests marked `slurm` share one worker:
+    """Under pytest-xdist (`scripts/test.sh` runs `-n 3 --dist loadgroup`) the tests marked `slurm` share one worker:
     the local cluster has two nodes, and a heterogeneous job waiting for a node another test holds would time out.
-    Tests marked `gpu` are skipped where torch sees no CUDA device, those marked `no_gpu` where it sees one."""
+    Every other test not in a group of its own goes in its file's group: loadgroup hands each ungrouped test out
+    alone, so a file's module fixtures (tiny models, fine-tuned policies, servers) were built once on every worker
+    that ran one of its tests. Tests marked `gpu` are skipped where torch sees no CUDA device, those marked `no_gpu`
+    where it sees one."""
     if config.getoption("--quick"):
         _quick_selection(config, items)
     for item in items:
         if item.get_closest_marker("slurm") is not None:
             item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     _slowest_first(items)
     marked = [item for item in items if item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu")]
     if not marked:
@@ -269,24 +274,37 @@ def _quick_selection(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 
 def _slowest_first(items: list[pytest.Item]) -> None:
-    """Order the run longest first, so the two workers end together instead of one finishing the pipeline test
-    alone: xdist hands out tests in collection order. The unit is a test file (its module fixtures stay together),
-    or the whole `slurm` group, which one worker runs in sequence. A file tests/test_seconds.json does not know
-    goes last, in collection order."""
-    seconds = _recorded_seconds()["files"]
+    """Order the run longest first, so the workers end together instead of one finishing the pipeline test alone:
+    xdist hands out work units in collection order. The unit is an xdist group (a test file, or a group a test
+    names, like the whole `slurm` group, which one worker runs in sequence); its cost is the sum of its tests'
+    recorded seconds, a test too quick to be listed taking an even share of what its file's total leaves. A unit
+    tests/test_seconds.json does not know goes last, in collection order."""
+    recorded = _recorded_seconds()
+    files, tests = recorded["files"], recorded["tests"]
+    unlisted: dict[str, int] = {}
+    for item in items:
+        if item.nodeid not in tests:
+            file = item.nodeid.split("::")[0]
+            unlisted[file] = unlisted.get(file, 0) + 1
+    listed_in: dict[str, float] = {}
+    for nodeid, s in tests.items():
+        listed_in[nodeid.split("::")[0]] = listed_in.get(nodeid.split("::")[0], 0.0) + s
+
+    def seconds(item: pytest.Item) -> float:
+        if item.nodeid in tests:
+            return tests[item.nodeid]
+        file = item.nodeid.split("::")[0]
+        return max(files.get(file, 0.0) - listed_in.get(file, 0.0), 0.0) / unlisted[file]
 
     def unit(item: pytest.Item) -> str:
-        return "@slurm" if item.get_closest_marker("slurm") is not None else item.nodeid.split("::")[0]
+        group = item.get_closest_marker("xdist_group")
+        if group is None:
+            return item.nodeid.split("::")[0]
+        return str(group.args[0] if group.args else group.kwargs.get("name", "default"))
 
     cost: dict[str, float] = {}
     for item in items:
-        cost.setdefault(unit(item), 0.0)
-    for name in cost:
-        if name == "@slurm":
-            files = {i.nodeid.split("::")[0] for i in items if unit(i) == "@slurm"}
-            cost[name] = sum(seconds.get(f, 0.0) for f in files)
-        else:
-            cost[name] = seconds.get(name, 0.0)
+        cost[unit(item)] = cost.get(unit(item), 0.0) + seconds(item)
     rank = {name: r for r, name in enumerate(sorted(cost, key=lambda n: -cost[n]))}  # stable: ties keep order
     position = {id(item): i for i, item in enumerate(items)}
     items.sort(key=lambda item: (rank[unit(item)], position[id(item)]))
