@@ -166,6 +166,31 @@ def tiny_model(out: Path, family: str = "llama") -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def make_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """The `tiny_model` helper, made once per family in the whole run and copied to each `out` (a test may edit
+    its copy): the command imports torch and transformers, about 10 s of CPU each time. The pytest-xdist workers
+    share one made model through their common temporary directory, a file lock letting one make it."""
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent / "tiny-models"
+    shared.mkdir(parents=True, exist_ok=True)
+
+    def copy_of(out: Path, family: str = "llama") -> Path:
+        made = shared / family
+        with (shared / f"{family}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not made.exists():
+                partial = shared / f"{family}.partial"
+                shutil.rmtree(partial, ignore_errors=True)  # a make that died half way
+                tiny_model(partial, family).rename(made)
+        shutil.copytree(made, out)
+        return out
+
+    copy_of.__doc__ = tiny_model.__doc__
+    return copy_of
+
+
 def tokenizer_variant(base: Path, out: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
     """A copy of the model at `base` in `out` whose tokenizer.json is `edit(tree)` (made once: kept if `out` exists)."""
     if not out.exists():
@@ -204,7 +229,6 @@ run_cli_imports = _helper_fixture(cli_imports)
 nemotron_cmd = _helper_fixture(nemotron_argv)
 script_module = _helper_fixture(load_script)
 script_figures = _helper_fixture(recorded_figures)
-make_tiny_model = _helper_fixture(tiny_model)
 make_tokenizer_variant = _helper_fixture(tokenizer_variant)
 shuffle_vocab = _helper_fixture(permute_vocab)
 
