@@ -148,6 +148,17 @@ class _Context:
         """The frozen model that scores an RL step's responses (its reward model or judge)."""
         return next((m for m in self.models if not m.trained and m.role != "policy"), None)
 
+    def rl_models(
+        self,
+    ) -> tuple[JobModel | None, str, ModelShape | None, ModelShape | None, ModelShape | None]:
+        """An RL step's models as both engines size them: (the scorer, its role, the policy's shape, the scorer's
+        shape, the critic's shape)."""
+        trained, scorer = self.trained(), self.scorer()
+        judge_role = scorer.role if scorer is not None else "reward_model"
+        policy = self.shape(trained.role, trained.ref)
+        rm = self.shape(judge_role, scorer.ref if scorer is not None else None)
+        return scorer, judge_role, policy, rm, self.critic_shape(scorer, rm)
+
     def critic(self) -> JobModel | None:
         return next((m for m in self.models if m.role == "critic"), None)
 
@@ -264,11 +275,7 @@ def _seq(shape: ModelShape, max_new: int, prompt: int = DEFAULT_PROMPT_TOKENS) -
 def _builtin_rl(ctx: _Context, r: Rollouts, world: int, ddp: str) -> list[Group]:
     p = ctx.precision
     mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens
-    trained, scorer = ctx.trained(), ctx.scorer()
-    judge_role = scorer.role if scorer is not None else "reward_model"
-    policy = ctx.shape(trained.role, trained.ref)
-    rm = ctx.shape(judge_role, scorer.ref if scorer is not None else None)
-    critic = ctx.critic_shape(scorer, rm)
+    scorer, judge_role, policy, rm, critic = ctx.rl_models()
     groups: list[Group] = []
     served = scorer is not None and scorer.served
     server: dict[str, float] = {}
@@ -333,11 +340,7 @@ def _nemo_rl(ctx: _Context, planned: PlannedConfig, r: Workload) -> list[Group]:
     tp, pp, cp = nemo.tensor_parallel_size, nemo.pipeline_parallel_size, nemo.context_parallel_size
     megatron = nemo.policy_backend == "megatron"
     mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens
-    trained, scorer = ctx.trained(), ctx.scorer()
-    judge_role = scorer.role if scorer is not None else "reward_model"
-    policy = ctx.shape(trained.role, trained.ref)
-    rm = ctx.shape(judge_role, scorer.ref if scorer is not None else None)
-    critic = ctx.critic_shape(scorer, rm)
+    _, judge_role, policy, rm, critic = ctx.rl_models()
     total = ctx.nodes * ctx.per_node
     rm_gpus = nemo.reward_model_gpus if rm is not None and judge_role == "reward_model" else 0
     own_node = ctx.nodes > 1 and rm_gpus > 0
