@@ -241,7 +241,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the local cluster has two nodes, and a heterogeneous job waiting for a node another test holds would time out.
     Every other test not in a group of its own goes in its file's group: loadgroup hands each ungrouped test out
     alone, so a file's module fixtures (tiny models, fine-tuned policies, servers) were built once on every worker
-    that ran one of its tests. Tests marked `gpu` are skipped where torch sees no CUDA device, those marked `no_gpu`
+    that ran one of its tests; the tests that use the MLflow server join the `mlflow` group. Tests marked `gpu` are skipped where torch sees no CUDA device, those marked `no_gpu`
     where it sees one."""
     if config.getoption("--quick"):
         _quick_selection(config, items)
@@ -249,7 +249,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("slurm") is not None:
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            # the MLflow server is a session fixture: its users on one worker start it once (about 15 s of CPU)
+            group = (
+                "mlflow"
+                if "mlflow_server" in getattr(item, "fixturenames", ())
+                else item.nodeid.split("::")[0]
+            )
+            item.add_marker(pytest.mark.xdist_group(group))
     _slowest_first(items)
     marked = [item for item in items if item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu")]
     if not marked:
