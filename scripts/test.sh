@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's checks, exactly as CI runs them: lint, types, then the whole test suite.
+# The project's checks, exactly as CI runs them: lint, then types beside the whole test suite.
 # Brings up the local Slurm test cluster first when this machine can run it (root + apt), so its tests run too.
 #   bash scripts/test.sh                 everything (CI)
 #   bash scripts/test.sh --quick         the inner loop, about 5 minutes: lint, types, every test recorded under 2 s
@@ -17,11 +17,23 @@ quick=0
 # Every Python file in the tree (pyproject's [tool.ruff] include), not only the package: scripts/ and docs/examples/ too.
 ruff check
 ruff format --check
-mypy
+# mypy from a fresh clone (no cache) is about 100 s on one core, which left the other idle: it checks beside the
+# tests, and its verdict comes after theirs (either failing fails the run).
+types_log=$(mktemp /tmp/nemotron-mypy.XXXXXX)
+mypy >"$types_log" 2>&1 &
+types=$!
+trap 'kill $types 2>/dev/null || true' EXIT  # an interrupted run leaves no mypy behind
 # Three workers on two cores (NEMOTRON_TEST_WORKERS=0: one process): the Slurm tests share one of them and mostly
 # wait on the cluster, so the other two keep both cores busy; --quick has no Slurm tests and takes two. The longest
 # units (a test file, or a group such as the Slurm tests) start first (tests/conftest.py).
 # NEMOTRON_TEST_TIMES=DIR records each test's wall and CPU time (docs/testing.md).
 workers=3
 [ $quick = 1 ] && workers=2
-pytest -n "${NEMOTRON_TEST_WORKERS:-$workers}" --dist loadgroup --durations=15 "$@"
+tests_rc=0
+pytest -n "${NEMOTRON_TEST_WORKERS:-$workers}" --dist loadgroup --durations=15 "$@" || tests_rc=$?
+types_rc=0
+wait $types || types_rc=$?
+cat "$types_log"
+rm -f "$types_log"
+[ $types_rc = 0 ] || { echo "mypy failed (exit $types_rc)" >&2; exit $types_rc; }
+exit $tests_rc
