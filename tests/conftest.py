@@ -523,3 +523,109 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# ----------------------------------------------------------------------------- train once, reuse (issue 40)
+# A step run costs a step process (about 10 s of CPU importing torch and transformers) and its training. Tests that
+# only read what a run left (its metrics, its outputs) share one run, made once per pytest session: under xdist each
+# worker has its own session, so the run is made in a directory the workers share, under a file lock, by whichever
+# worker asks first; the others wait for it and read its result (the pattern of pytest-xdist's docs). The tests only
+# read it: a test that changes what a run left makes its own.
+
+
+@dataclass(frozen=True)
+class SharedRun:
+    """A `nemotron ARGS` run made once for the whole session: its exit code, output and $NEMOTRON_HOME."""
+
+    args: tuple[str, ...]
+    code: int
+    out: str
+    err: str
+    home: Path
+
+    @staticmethod
+    def env_of(home: Path) -> dict[str, str]:
+        return {"NEMOTRON_HOME": str(home), "NEMOTRON_CACHE_DIR": str(home.parent / "cache")}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment that points the CLI at this run's home (`run_cli(..., env=run.env)`)."""
+        return self.env_of(self.home)
+
+    @property
+    def job_dir(self) -> Path:
+        """The one job the run made."""
+        (job,) = (self.home / "jobs").iterdir()
+        return job
+
+
+def _shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's directory that every xdist worker sees (each worker's basetemp is a folder in it)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-runs"
+
+
+def shared_cli_run(tmp_path_factory: pytest.TempPathFactory, *args: str, timeout: float = 600) -> SharedRun:
+    """`nemotron ARGS` in a fresh home, made once per session across xdist workers: the first caller runs it, a
+    later one (in this worker or another) gets the recorded result. The same ARGS are the same run."""
+    import hashlib
+
+    from filelock import FileLock
+
+    root = _shared_root(tmp_path_factory)
+    root.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256("\0".join(args).encode()).hexdigest()[:16]
+    where, result = root / key, root / f"{key}.json"
+    with FileLock(str(root / f"{key}.lock")):
+        if not result.exists():
+            shutil.rmtree(where, ignore_errors=True)  # a caller killed before it wrote the result
+            where.mkdir()
+            # as the `home` fixture sets a test's environment: its own home and cache, no env file or user steps
+            env = {**os.environ, "COLUMNS": "200", **SharedRun.env_of(where / "home")}
+            for name in ("NEMOTRON_ENV_FILE", "NEMOTRON_STEPS_PATH"):
+                env.pop(name, None)
+            try:
+                done = subprocess.run(nemotron_argv(*args), capture_output=True, text=True, env=env, cwd=where,
+                                      timeout=timeout)  # fmt: skip
+                record = {"code": done.returncode, "out": done.stdout, "err": done.stderr}
+            except subprocess.TimeoutExpired:
+                record = {
+                    "code": 124,
+                    "out": "",
+                    "err": f"nemotron {' '.join(args)}: no exit within {timeout} s",
+                }
+            partial = result.with_suffix(".part")
+            partial.write_text(json.dumps(record))
+            partial.rename(result)
+    recorded = json.loads(result.read_text())
+    return SharedRun(args, recorded["code"], recorded["out"], recorded["err"], where / "home")
+
+
+TINY_RL_STEPS = ("rl/reinforce", "rl/ppo", "rl/rlhf")
+
+
+@pytest.fixture(scope="session")
+def tiny_rl_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], SharedRun]:
+    """step id -> the run of `nemotron steps run STEP -c tiny` for rl/reinforce, rl/ppo or rl/rlhf, the tiny preset
+    as shipped (tests/steps/test_rl_steps.py checks that it trains): its job dir holds metrics.jsonl, the trained
+    policy in outputs/policy (rl/ppo also its critic), checkpoints and TensorBoard events. Made once per session."""
+
+    def run(step_id: str) -> SharedRun:
+        assert step_id in TINY_RL_STEPS, step_id
+        return shared_cli_run(tmp_path_factory, "steps", "run", step_id, "-c", "tiny")
+
+    return run
+
+
+# rl/rlhf in brief, validating at every step: every metric name the step logs with the reward model as its judge
+BRIEF_RLHF_VALIDATED = ("steps", "run", "rl/rlhf", "-c", "tiny", "grpo.max_num_steps=2",
+                        "grpo.num_prompts_per_step=2", "eval.num_prompts=2", "grpo.val_period=1")  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def brief_rlhf_validated_run(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
+    """The run of `BRIEF_RLHF_VALIDATED data.validation.data_path=pkg://tiny/validation_prompts.jsonl`: two GRPO
+    steps, each followed by validation on the tiny validation prompts; its job dir's metrics.jsonl has the val_*
+    rows (and every other name rl/rlhf logs). `args[:-1]` is the brief run without the validation prompts."""
+    validation = "data.validation.data_path=pkg://tiny/validation_prompts.jsonl"
+    return shared_cli_run(tmp_path_factory, *BRIEF_RLHF_VALIDATED, validation)

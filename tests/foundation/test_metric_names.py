@@ -1,4 +1,4 @@
-"""Metric names have one source: each RL step's manifest lists `metrics`, a brief tiny run of the step logs exactly
+"""Metric names have one source: each RL step's manifest lists `metrics`, a tiny run of the step logs exactly
 those, and a manifest or doc may name as a metric only a listed name (a manifest once sent users looking for
 `judge_parse_failures`, which no step logs; the step logs `judge/parse_failures`).
 
@@ -8,13 +8,11 @@ where every name in backticks is a metric (`eval_rm_*` stands for the names it m
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import tomllib
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,12 +20,7 @@ from nemotron.reward.judge import JudgeClient
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMED_METRIC = re.compile(r"`([^`\s]+)` metric")
-# Brief runs: one training step and two evaluation prompts, enough to log every name once.
-BRIEF = {
-    "rl/reinforce": ["trainer.max_steps=1", "eval.num_prompts=2"],
-    "rl/ppo": ["trainer.max_steps=1", "eval.num_prompts=2"],
-    "rl/rlhf": ["grpo.max_num_steps=1", "eval.num_prompts=2", "grpo.val_period=1"],
-}
+RL_STEPS = ("rl/ppo", "rl/reinforce", "rl/rlhf")
 
 
 def declared() -> dict[str, list[str]]:
@@ -52,7 +45,7 @@ def doc_claims() -> list[tuple[str, str]]:
 
 def test_every_rl_step_lists_its_metrics() -> None:
     listed = declared()
-    assert all(listed[step] for step in BRIEF), {step: listed.get(step) for step in BRIEF}
+    assert all(listed[step] for step in RL_STEPS), {step: listed.get(step) for step in RL_STEPS}
 
 
 def test_a_manifest_names_only_metrics_its_step_lists() -> None:
@@ -83,14 +76,20 @@ def test_the_judge_metrics_rlhf_lists_are_the_judge_clients() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step_id", sorted(BRIEF))
-def test_a_brief_tiny_run_logs_exactly_the_listed_metrics(step_id: str, tmp_path: Path) -> None:
-    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path)}
-    args = [sys.executable, "-m", "nemotron", "steps", "run", step_id, "-c", "tiny", *BRIEF[step_id]]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (job,) = (tmp_path / "jobs").iterdir()
-    logged = {key for line in (job / "metrics.jsonl").read_text().splitlines() for key in json.loads(line)}
+@pytest.mark.parametrize("step_id", RL_STEPS)
+def test_a_tiny_run_logs_exactly_the_listed_metrics(
+    step_id: str, tiny_rl_run: Any, request: pytest.FixtureRequest
+) -> None:
+    """The runs tests/steps/test_rl_steps.py checks, made once for both (tests/conftest.py): the tiny preset of
+    rl/reinforce and rl/ppo, and rl/rlhf in brief with validation at every step (its val_* names)."""
+    if step_id == "rl/rlhf":
+        done = request.getfixturevalue("brief_rlhf_validated_run")
+    else:
+        done = tiny_rl_run(step_id)
+    assert done.code == 0, done.err[-3000:]
+    logged = {
+        key for line in (done.job_dir / "metrics.jsonl").read_text().splitlines() for key in json.loads(line)
+    }
     # The tiny presets score with the reward model; the judge's names are checked against its client above.
     # token_mult_prob_error compares vLLM's logprobs with the trainer's: logged with generation.backend=vllm only
     # (tests/vllm checks it).

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from safetensors.torch import load_file
 
 from nemotron.paths import shipped_root
@@ -40,17 +41,21 @@ def _metrics(job_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def _evals(job_dir: Path) -> dict[str, Any]:
+    return {k: v for m in _metrics(job_dir) for k, v in m.items() if k.startswith("eval_")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "step_id",
     [pytest.param("rl/reinforce", marks=pytest.mark.smoke), "rl/ppo", "rl/rlhf"],  # smoke: kept by --quick
 )
 def test_tiny_preset_trains_and_raises_reward_and_ground_truth(
-    step_id: str, home: Path, run_cli: Any
+    step_id: str, tiny_rl_run: Any, home: Path, run_cli: Any
 ) -> None:
-    r = run_cli("steps", "run", step_id, "-c", "tiny", timeout=600)
+    r = tiny_rl_run(step_id)  # `steps run STEP -c tiny`, made once: test_metric_names.py reads it too
     assert r.code == 0, r.err[-3000:]
-    (job_dir,) = (home / "jobs").iterdir()
+    job_dir = r.job_dir
     rows = _metrics(job_dir)
     steps = [m for m in rows if "rewards" in m]
     for key in COMMON + EXTRA[step_id]:
@@ -75,29 +80,24 @@ def test_tiny_preset_trains_and_raises_reward_and_ground_truth(
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(job_dir / "outputs" / "policy", use_safetensors=True)
-    shown = json.loads(run_cli("jobs", "show", job_dir.name, "--json").out)
+    shown = json.loads(run_cli("jobs", "show", job_dir.name, "--json", env=r.env).out)
     assert shown["state"] == "succeeded" and shown["produced"]
 
 
 @pytest.mark.slow
-def test_kl_penalty_keeps_the_output_well_formed(home: Path, run_cli: Any) -> None:
-    """Without the KL penalty the policy hacks the reward model with word salad; with it, it keeps the grammar."""
-    results = {}
-    for beta in ("0.05", "0.0"):
-        r = run_cli(
-            "steps",
-            "run",
-            "rl/reinforce",
-            "-c",
-            "tiny",
-            f"reinforce.initial_policy_kl_penalty={beta}",
-            timeout=600,
-        )
-        assert r.code == 0, r.err[-2000:]
-        job = max((home / "jobs").iterdir(), key=lambda p: p.stat().st_mtime)
-        rows = _metrics(job)
-        results[beta] = {k: v for m in rows for k, v in m.items() if k.startswith("eval_")}
-    with_kl, without = results["0.05"], results["0.0"]
+def test_kl_penalty_keeps_the_output_well_formed(tiny_rl_run: Any, home: Path, run_cli: Any) -> None:
+    """Without the KL penalty the policy hacks the reward model with word salad; with it, it keeps the grammar.
+    With it is the tiny preset as shipped (its penalty is 0.05), the run test_tiny_preset_... checks as well."""
+    shipped = tiny_rl_run("rl/reinforce")
+    assert shipped.code == 0, shipped.err[-2000:]
+    config = yaml.safe_load((shipped.job_dir / "config.yaml").read_text())  # the config the job ran with
+    assert config["reinforce"]["initial_policy_kl_penalty"] == 0.05
+    r = run_cli(
+        "steps", "run", "rl/reinforce", "-c", "tiny", "reinforce.initial_policy_kl_penalty=0.0", timeout=600
+    )
+    assert r.code == 0, r.err[-2000:]
+    (job,) = (home / "jobs").iterdir()
+    with_kl, without = _evals(shipped.job_dir), _evals(job)
     assert without["eval_rm_after"] > without["eval_rm_before"]  # both optimise the reward model...
     assert (
         with_kl["eval_well_formed_after"] > without["eval_well_formed_after"] + 0.2
@@ -106,15 +106,14 @@ def test_kl_penalty_keeps_the_output_well_formed(home: Path, run_cli: Any) -> No
 
 @pytest.mark.slow
 def test_rlhf_validates_every_val_period_steps_on_the_validation_prompts(
-    home: Path, run_cli: Any, tmp_path: Path
+    brief_rlhf_validated_run: Any, home: Path, run_cli: Any, tmp_path: Path
 ) -> None:
     """grpo.val_period and data.validation act on the built-in engine (they were accepted and ignored)."""
-    brief = ["steps", "run", "rl/rlhf", "-c", "tiny", "grpo.max_num_steps=2", "grpo.num_prompts_per_step=2",
-             "eval.num_prompts=2", "grpo.val_period=1"]  # fmt: skip
-    done = run_cli(*brief, "data.validation.data_path=pkg://tiny/validation_prompts.jsonl", timeout=600)
+    done = brief_rlhf_validated_run  # two steps, val_period=1, the tiny validation prompts; made once
+    assert done.args[-1] == "data.validation.data_path=pkg://tiny/validation_prompts.jsonl"
+    brief = done.args[:-1]
     assert done.code == 0, done.err[-3000:]
-    (job,) = (home / "jobs").iterdir()
-    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    rows = _metrics(done.job_dir)
     validated = [r["step"] for r in rows if "val_rm" in r]
     assert validated == [1, 2] and all(0 <= r["val_well_formed"] <= 1 for r in rows if "val_rm" in r)
     # the validation prompts are read: a broken one is exit 2 naming its file and line, before any training

@@ -21,11 +21,12 @@ from nemotron.stepconfig import Tracking
 from nemotron.tracking.base import RunInfo
 from nemotron.tracking.fanout import Trackers, build_trackers
 
+from .tiny_ppo import MLFLOW_EXPERIMENT as EXPERIMENT
 from .tiny_ppo import SHORT, expected_steps, job_dirs
 
-# one worker under xdist: the module-scoped first run is shared, and so is the session mlflow server
+# one worker under xdist: the session's first run (conftest.py, test_wandb_run.py reads it too) is shared, and so is
+# the session mlflow server
 pytestmark = pytest.mark.xdist_group("mlflow")
-EXPERIMENT = "ppo-tracking-test"
 
 
 def the_run(client: MlflowClient, job_id: str) -> Any:
@@ -50,15 +51,9 @@ def logged_state(client: MlflowClient, run_id: str) -> tuple[dict[str, list[int]
 
 
 @pytest.fixture(scope="module")
-def first_run(mlflow_server: str, tracked_home: dict[str, str], run_cli: Any) -> Path:
-    r = run_cli(
-        "steps", "run", "rl/ppo", "-c", "tiny", *SHORT, "tracking.mlflow.enabled=true",
-        f"tracking.mlflow.tracking_uri={mlflow_server}", f"tracking.mlflow.experiment={EXPERIMENT}",
-        "tracking.mlflow.tags={team: alignment}", env=tracked_home, timeout=600,
-    )  # fmt: skip
-    assert r.code == 0, r.err[-3000:] + r.out[-3000:]
-    assert "WARNING" not in r.out + r.err
-    (job_dir,) = job_dirs(tracked_home)
+def first_run(tracked_ppo_run: Any) -> Path:
+    """The job dir of the tiny rl/ppo run that logged live to the mlflow server (and to an offline W&B run)."""
+    job_dir: Path = tracked_ppo_run.job_dir
     return job_dir
 
 

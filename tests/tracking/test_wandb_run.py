@@ -13,23 +13,16 @@ from typing import Any
 import pytest
 
 from . import wandb_records as rec
-from .tiny_ppo import SHORT, expected_steps, job_dirs
+from .tiny_ppo import expected_steps
 
-# one worker under xdist: the module-scoped run is shared by the tests
-pytestmark = pytest.mark.xdist_group("wandb-run")
-OFFLINE = [
-    "tracking.wandb.enabled=true",
-    "tracking.wandb.mode=offline",
-    "tracking.wandb.project=ppo-tracking",
-]
+# one worker under xdist: the session's run (conftest.py) is shared with test_mlflow.py, whose group this is
+pytestmark = pytest.mark.xdist_group("mlflow")
 
 
 @pytest.fixture(scope="module")
-def offline_run(tracked_home: dict[str, str], run_cli: Any) -> Path:
-    r = run_cli("steps", "run", "rl/ppo", "-c", "tiny", *SHORT, *OFFLINE, env=tracked_home, timeout=600)
-    assert r.code == 0, r.err[-3000:] + r.out[-3000:]
-    assert "WARNING" not in r.out + r.err, r.out[-3000:]
-    (job_dir,) = job_dirs(tracked_home)
+def offline_run(tracked_ppo_run: Any) -> Path:
+    """The job dir of the tiny rl/ppo run with tracking.wandb.mode=offline (it logged to mlflow as well)."""
+    job_dir: Path = tracked_ppo_run.job_dir
     return job_dir
 
 
@@ -45,9 +38,11 @@ def lineage_inputs(ref: str, env: dict[str, str], run_cli: Any) -> dict[str, str
 
 
 def test_a_tiny_ppo_run_leaves_an_offline_run_with_our_metrics_and_lineage(
-    offline_run: Path, tracked_home: dict[str, str], run_cli: Any
+    offline_run: Path, tracked_ppo_run: Any, tracked_home: dict[str, str], run_cli: Any
 ) -> None:
-    (path,) = rec.run_files(offline_run)
+    # the run's own offline W&B run (conftest.py asserts it was the only one when the run ended)
+    path = tracked_ppo_run.wandb_file
+    assert path in rec.run_files(offline_run)
     (run,) = rec.of_type(path, "run")
     assert (run.run_id, run.project, run.job_type) == (offline_run.name, "ppo-tracking", "rl/ppo")
     assert [e.exit_code for e in rec.of_type(path, "exit")] == [0]
@@ -83,12 +78,14 @@ def test_a_tiny_ppo_run_leaves_an_offline_run_with_our_metrics_and_lineage(
 
 
 def test_sync_of_the_finished_job_adds_no_point_twice(
-    offline_run: Path, tracked_home: dict[str, str], run_cli: Any
+    offline_run: Path, tracked_ppo_run: Any, tracked_home: dict[str, str], run_cli: Any
 ) -> None:
-    (live,) = rec.run_files(offline_run)
+    live = tracked_ppo_run.wandb_file
+    # the live run's file, and a replay test_mlflow.py's `jobs sync` of this job may have added
+    before = set(rec.run_files(offline_run))
     r = run_cli("jobs", "sync", offline_run.name, "--to", "wandb", env=tracked_home, timeout=300)
     assert r.code == 0, r.err[-3000:]
-    (replay,) = sorted(set(rec.run_files(offline_run)) - {live})
+    (replay,) = sorted(set(rec.run_files(offline_run)) - before)
     (run,) = rec.of_type(replay, "run")
     assert run.run_id == offline_run.name
     assert [e.exit_code for e in rec.of_type(replay, "exit")] == [0]

@@ -9,6 +9,12 @@ from typing import Any
 
 # A short rl/ppo: four steps and a small eval keep it to seconds on a busy CPU.
 SHORT = ["trainer.max_steps=4", "eval.num_prompts=8", "checkpoint.save_interval=0"]
+MLFLOW_EXPERIMENT = "ppo-tracking-test"
+WANDB_OFFLINE = [
+    "tracking.wandb.enabled=true",
+    "tracking.wandb.mode=offline",
+    "tracking.wandb.project=ppo-tracking",
+]
 
 
 def job_dirs(env: dict[str, str]) -> list[Path]:
