@@ -171,15 +171,14 @@ def make_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
     """The `tiny_model` helper, made once per family in the whole run and copied to each `out` (a test may edit
     its copy): the command imports torch and transformers, about 10 s of CPU each time. The pytest-xdist workers
     share one made model through their common temporary directory, a file lock letting one make it."""
-    import fcntl
+    from filelock import FileLock
 
-    shared = tmp_path_factory.getbasetemp().parent / "tiny-models"
+    shared = _shared_root(tmp_path_factory) / "tiny-models"
     shared.mkdir(parents=True, exist_ok=True)
 
     def copy_of(out: Path, family: str = "llama") -> Path:
         made = shared / family
-        with (shared / f"{family}.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with FileLock(str(shared / f"{family}.lock")):
             if not made.exists():
                 partial = shared / f"{family}.partial"
                 shutil.rmtree(partial, ignore_errors=True)  # a make that died half way
