@@ -138,10 +138,13 @@ def test_ppo_in_batch_registers_policy_and_critic_and_its_logs_show(env: dict[st
     )
 
 
-def test_cancel_stops_the_ray_cluster_and_registers_nothing(env: dict[str, str], home: Path) -> None:
+def test_cancel_stops_the_ray_cluster_and_registers_nothing(
+    env: dict[str, str], home: Path, slurm_cluster: Any
+) -> None:
     done = nemotron(env, "steps", "run", "rl/rlhf", "-c", "tiny", *NEMO_RL_TINY, "-b", "ray2_slow")
     assert done.returncode == 0, done.stderr[-4000:]
     job_id = done.stdout.strip().splitlines()[-1]
+    slurm_cluster.wait_running(str(status(home, job_id)["remote_id"]))  # the bounds start once it has nodes
     log = lambda: "".join(p.read_text() for p in Path(status(home, job_id)["remote_dir"]).glob("log-*.out"))  # noqa: E731
     wait_for(
         lambda: Path(status(home, job_id)["remote_dir"]).is_dir() and "alive Ray nodes" in log(),

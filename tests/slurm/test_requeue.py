@@ -185,6 +185,8 @@ def test_the_time_limit_warning_checkpoints_requeues_and_the_job_resumes(
     slurm_id = str(json.loads((job_dir / "status.json").read_text())["remote_id"])
     submitted.append(slurm_id)
 
+    # time in the queue (behind another test's job) is not what is bounded
+    slurm_cluster.wait_running(slurm_id)
     wait_for(lambda: 4 in steps_logged(job_dir), 240, "the run reaching step 4")
     subprocess.run(["scancel", "--signal=USR1", slurm_id], check=True, capture_output=True)
 
