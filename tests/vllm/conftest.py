@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -40,3 +43,36 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int, 
 def judge_dir(tiny_llama: Callable[[str, int, int], Path]) -> Path:
     """The tiny judge of the judge tests (tests/vllm/test_vllm_judge*.py)."""
     return tiny_llama("judge", 256, 5)
+
+
+def _cli_in(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    root.mkdir(parents=True, exist_ok=True)
+    skip = ("NEMOTRON_ENV_FILE", "NEMOTRON_STEPS_PATH")  # as the `home` fixture clears them
+    env = {k: v for k, v in os.environ.items() if k not in skip}
+    env.update(COLUMNS="200", NEMOTRON_HOME=str(root / "home"), NEMOTRON_CACHE_DIR=str(root / "cache"))
+    return subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env,
+                          cwd=root, timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def cli_in() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`cli_in(root, *ARGS, timeout=600)`: `python -m nemotron ARGS` with a home of its own under `root`
+    (NEMOTRON_HOME=root/home, its cache, root as the working directory), so it can run on a thread beside a test
+    whose `home` fixture holds the process environment."""
+    return _cli_in
+
+
+@pytest.fixture(scope="session")
+def beside() -> Iterator[Callable[[int], ThreadPoolExecutor]]:
+    """`beside(workers)`: a thread pool that runs step processes (`cli_in`) beside the test. These processes compute
+    on one core each (vLLM's CPU engine serves on one thread, the tiny presets train on one), so a run in the
+    background keeps the machine's second core busy. Pools are joined at the end of the session."""
+    pools: list[ThreadPoolExecutor] = []
+
+    def make(workers: int) -> ThreadPoolExecutor:
+        pools.append(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="beside"))
+        return pools[-1]
+
+    yield make
+    for pool in pools:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -3,9 +3,10 @@ weights that change inside the engine after an optimizer step (synced in memory)
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -19,11 +20,42 @@ from nemotron.rl.rollout import SamplingParams, generate, sequence_logprobs
 from nemotron.stepconfig import Generation, Optim
 
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+REFUSED = [
+    ("generation.vllm_max_model_len=3", "needs"),  # prompt + max_new_tokens longer than the model length
+    ("generation.vllm_max_model_len=20", "max_new_tokens needs"),  # vLLM would cut the responses silently
+    ("generation.vllm_gpu_memory_utilization=1.0", "the vLLM engine could not start"),  # all of the memory
+]
+Refused = dict[str, Future[subprocess.CompletedProcess[str]]]
 
 
 @pytest.fixture(scope="module")
 def llama_dir(tiny_llama: Callable[[str, int, int], Path]) -> Path:
     return tiny_llama("vllm", 64, 0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def refused_runs(
+    llama_dir: Path,
+    cli_in: Callable[..., subprocess.CompletedProcess[str]],
+    beside: Callable[[int], ThreadPoolExecutor],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Refused:
+    """The step runs of test_settings_vllm_refuses_are_exit_2, started with the module, one after another on a
+    thread, so they compute beside the in-process engine tests; each test then reads its run's result. One engine
+    per process (a second one in the same process would count the first's memory as taken), hence processes."""
+    chosen = {item.callspec.params["setting"] for item in request.session.items if isinstance(item, pytest.Function)
+              and item.originalname == "test_settings_vllm_refuses_are_exit_2"}  # fmt: skip
+    pool = beside(1)
+    args = ("steps", "run", "rl/reinforce", "-c", "tiny", f"inputs.policy={llama_dir}", "generation.backend=vllm",
+            "trainer.max_steps=1", "eval.num_prompts=0", "reward.source=in_process")  # fmt: skip
+    runs: Refused = {}
+    for setting, _ in REFUSED:
+        if setting in chosen:
+            runs[setting] = pool.submit(
+                cli_in, tmp_path_factory.mktemp("refused"), *args, setting, timeout=600
+            )
+    return runs
 
 
 @pytest.fixture(scope="module")
@@ -115,22 +147,9 @@ def test_weights_change_inside_the_engine_after_an_optimizer_step(llama_dir: Pat
     )  # the engine has them all
 
 
-@pytest.mark.parametrize(
-    ("setting", "message"),
-    [
-        ("generation.vllm_max_model_len=3", "needs"),  # prompt + max_new_tokens longer than the model length
-        ("generation.vllm_max_model_len=20", "max_new_tokens needs"),  # vLLM would cut the responses silently
-        (
-            "generation.vllm_gpu_memory_utilization=1.0",
-            "the vLLM engine could not start",
-        ),  # all of the memory
-    ],
-)
-def test_settings_vllm_refuses_are_exit_2(
-    setting: str, message: str, llama_dir: Path, home: Path, run_cli: Any
-) -> None:
-    """One engine per process (a second one in the same process would count the first's memory as taken)."""
-    r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", f"inputs.policy={llama_dir}", "generation.backend=vllm",
-                "trainer.max_steps=1", "eval.num_prompts=0", "reward.source=in_process", setting, timeout=600)  # fmt: skip
-    assert r.code == 2, r.err[-2000:]
-    assert message in r.err and "Traceback" not in r.err
+@pytest.mark.parametrize(("setting", "message"), REFUSED)
+def test_settings_vllm_refuses_are_exit_2(setting: str, message: str, refused_runs: Refused) -> None:
+    """Each run (started with the module, `refused_runs`) stops with exit 2 and the message, no traceback."""
+    r = refused_runs[setting].result()
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert message in r.stderr and "Traceback" not in r.stderr

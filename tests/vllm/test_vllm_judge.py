@@ -5,8 +5,10 @@ rl/rlhf trains against it."""
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,6 +17,32 @@ from nemotron.reward.vllm_serve import free_port, own_vllm_server
 
 PROMPTS = ["the movie was", "the food was", "the plot was"]
 RESPONSES = ["great fun", "awful", "fine I guess"]
+RLHF = "test_tiny_rlhf_with_the_judge_on_vllm_serve"
+Started = Future[subprocess.CompletedProcess[str]] | None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def rlhf_run(
+    judge_dir: Path,
+    cli_in: Callable[..., subprocess.CompletedProcess[str]],
+    beside: Callable[[int], ThreadPoolExecutor],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> tuple[Path, Started]:
+    """The rl/rlhf run of test_tiny_rlhf_with_the_judge_on_vllm_serve, started with the module on a thread, so it
+    trains (and its step starts its own `vllm serve`) beside the client test's two servers; its test reads the
+    result. Not started when that test is not selected."""
+    root = tmp_path_factory.mktemp("rlhf")
+    if not any(
+        isinstance(item, pytest.Function) and item.originalname == RLHF for item in request.session.items
+    ):
+        return root, None
+    run = beside(1).submit(cli_in, root, "steps", "run", "rl/rlhf", "-c", "tiny", "judge.kind=generative",
+                           "judge.server=vllm", "judge.guided_choice=true",
+                           f"env.nemo_gym.genrm_model.responses_api_models.vllm_model.model={judge_dir}",
+                           "grpo.max_num_steps=2", "grpo.num_prompts_per_step=2", "eval.num_prompts=0",
+                           timeout=900)  # fmt: skip
+    return root, run
 
 
 def test_the_judge_client_scores_through_vllm_serve_and_survives_a_restart(
@@ -39,12 +67,12 @@ def test_the_judge_client_scores_through_vllm_serve_and_survives_a_restart(
 
 
 @pytest.mark.slow
-def test_tiny_rlhf_with_the_judge_on_vllm_serve(judge_dir: Path, home: Path, run_cli: Any) -> None:
-    r = run_cli("steps", "run", "rl/rlhf", "-c", "tiny", "judge.kind=generative", "judge.server=vllm",
-                "judge.guided_choice=true", f"env.nemo_gym.genrm_model.responses_api_models.vllm_model.model={judge_dir}",
-                "grpo.max_num_steps=2", "grpo.num_prompts_per_step=2", "eval.num_prompts=0", timeout=900)  # fmt: skip
-    assert r.code == 0, r.err[-3000:]
-    (job,) = (home / "jobs").glob("rl-rlhf-*")
+def test_tiny_rlhf_with_the_judge_on_vllm_serve(rlhf_run: tuple[Path, Started]) -> None:
+    root, run = rlhf_run
+    assert run is not None
+    r = run.result()
+    assert r.returncode == 0, r.stderr[-3000:]
+    (job,) = (root / "home" / "jobs").glob("rl-rlhf-*")
     rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in rows if "rewards" in m]
     assert len(steps) == 2 and all(m["judge/fallbacks"] == 0 and m["judge/requests"] > 0 for m in steps)
