@@ -42,6 +42,58 @@ PostgresServer = _pg.PostgresServer
 def pytest_configure(config: pytest.Config) -> None:
     # $NEMOTRON_TEST_TIMES=DIR records each test's wall and CPU time (scripts/test_durations.py, docs/testing.md)
     _load_service("timing").register(config)
+    if not hasattr(config, "workerinput") and config.getvalue("dist") == "loadgroup":
+        # the workers, started after this, write each test's group here (see _XdistGroups below)
+        os.environ[GROUPS_ENV] = str(Path(tempfile.mkdtemp(prefix="nemotron-test-groups-")) / "groups.json")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    groups = os.environ.get(GROUPS_ENV)
+    if groups and not hasattr(config, "workerinput"):
+        shutil.rmtree(Path(groups).parent, ignore_errors=True)
+
+
+# pytest-xdist's loadgroup puts a test in its group by appending "@group" to the test's node id on the worker
+# (item._nodeid); since pytest 9.2 a node id is derived from item._id, so that append changes nothing and every test
+# was handed out alone: the Slurm tests ran on several workers at once, and each worker started its own MLflow
+# server. So the workers write each test's group to a file (pytest_collection_modifyitems) and the controller's
+# scheduler reads it: xdist's own LoadScopeScheduling with the group as the scope.
+GROUPS_ENV = "NEMOTRON_TEST_GROUPS"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup" or not os.environ.get(GROUPS_ENV):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _XdistGroups(LoadScopeScheduling):  # type: ignore[misc]
+        """Work units are the groups the workers recorded (an xdist_group marker, or the test itself)."""
+
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:  # read once, when the workers have all collected
+                path = Path(os.environ[GROUPS_ENV])
+                self._groups = json.loads(path.read_text()) if path.exists() else {}
+            return self._groups.get(nodeid, nodeid)
+
+    return _XdistGroups(config, log)
+
+
+def _record_groups(items: list[pytest.Item]) -> None:
+    """On an xdist worker: every test's group, for the controller's scheduler (written whole, then renamed)."""
+    out = os.environ.get(GROUPS_ENV)
+    if not out or not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    groups = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None:
+            groups[item.nodeid] = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    partial = Path(f"{out}.{os.environ['PYTEST_XDIST_WORKER']}")
+    partial.write_text(json.dumps(groups))
+    partial.replace(out)
 
 
 @dataclass
@@ -255,6 +307,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 else item.nodeid.split("::")[0]
             )
             item.add_marker(pytest.mark.xdist_group(group))
+    _record_groups(items)
     _slowest_first(items)
     marked = [item for item in items if item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu")]
     if not marked:
