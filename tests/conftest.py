@@ -42,7 +42,7 @@ PostgresServer = _pg.PostgresServer
 def pytest_configure(config: pytest.Config) -> None:
     # $NEMOTRON_TEST_TIMES=DIR records each test's wall and CPU time (scripts/test_durations.py, docs/testing.md)
     _load_service("timing").register(config)
-    if not hasattr(config, "workerinput") and config.getvalue("dist") == "loadgroup":
+    if not hasattr(config, "workerinput") and config.getoption("dist", default=None) == "loadgroup":
         # the workers, started after this, write each test's group here (see _XdistGroups below)
         os.environ[GROUPS_ENV] = str(Path(tempfile.mkdtemp(prefix="nemotron-test-groups-")) / "groups.json")
 
@@ -61,9 +61,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 GROUPS_ENV = "NEMOTRON_TEST_GROUPS"
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # a venv without xdist (.venv-vllm) runs these tests too
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    if config.getvalue("dist") != "loadgroup" or not os.environ.get(GROUPS_ENV):
+    if config.getoption("dist", default=None) != "loadgroup" or not os.environ.get(GROUPS_ENV):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
