@@ -617,6 +617,22 @@ def _shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-runs"
 
 
+def isolated_cli(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`python -m nemotron ARGS` in a home of its own under `root` (NEMOTRON_HOME=root/home, its cache, root as the
+    working directory; no env file or user steps, as the `home` fixture sets a test's environment), without touching
+    this process's environment: safe on a thread, or from a session fixture."""
+    root.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "COLUMNS": "200", **SharedRun.env_of(root / "home")}
+    for name in ("NEMOTRON_ENV_FILE", "NEMOTRON_STEPS_PATH"):
+        env.pop(name, None)
+    return subprocess.run(
+        nemotron_argv(*args), capture_output=True, text=True, env=env, cwd=root, timeout=timeout
+    )
+
+
+cli_in = _helper_fixture(isolated_cli)
+
+
 def shared_cli_run(tmp_path_factory: pytest.TempPathFactory, *args: str, timeout: float = 600) -> SharedRun:
     """`nemotron ARGS` in a fresh home, made once per session across xdist workers: the first caller runs it, a
     later one (in this worker or another) gets the recorded result. The same ARGS are the same run."""
@@ -631,14 +647,8 @@ def shared_cli_run(tmp_path_factory: pytest.TempPathFactory, *args: str, timeout
     with FileLock(str(root / f"{key}.lock")):
         if not result.exists():
             shutil.rmtree(where, ignore_errors=True)  # a caller killed before it wrote the result
-            where.mkdir()
-            # as the `home` fixture sets a test's environment: its own home and cache, no env file or user steps
-            env = {**os.environ, "COLUMNS": "200", **SharedRun.env_of(where / "home")}
-            for name in ("NEMOTRON_ENV_FILE", "NEMOTRON_STEPS_PATH"):
-                env.pop(name, None)
             try:
-                done = subprocess.run(nemotron_argv(*args), capture_output=True, text=True, env=env, cwd=where,
-                                      timeout=timeout)  # fmt: skip
+                done = isolated_cli(where, *args, timeout=timeout)
                 record = {"code": done.returncode, "out": done.stdout, "err": done.stderr}
             except subprocess.TimeoutExpired:
                 record = {

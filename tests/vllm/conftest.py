@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,23 +41,6 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int, 
 def judge_dir(tiny_llama: Callable[[str, int, int], Path]) -> Path:
     """The tiny judge of the judge tests (tests/vllm/test_vllm_judge*.py)."""
     return tiny_llama("judge", 256, 5)
-
-
-def _cli_in(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    root.mkdir(parents=True, exist_ok=True)
-    skip = ("NEMOTRON_ENV_FILE", "NEMOTRON_STEPS_PATH")  # as the `home` fixture clears them
-    env = {k: v for k, v in os.environ.items() if k not in skip}
-    env.update(COLUMNS="200", NEMOTRON_HOME=str(root / "home"), NEMOTRON_CACHE_DIR=str(root / "cache"))
-    return subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env,
-                          cwd=root, timeout=timeout)  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def cli_in() -> Callable[..., subprocess.CompletedProcess[str]]:
-    """`cli_in(root, *ARGS, timeout=600)`: `python -m nemotron ARGS` with a home of its own under `root`
-    (NEMOTRON_HOME=root/home, its cache, root as the working directory), so it can run on a thread beside a test
-    whose `home` fixture holds the process environment."""
-    return _cli_in
 
 
 @pytest.fixture(scope="session")
