@@ -408,14 +408,20 @@ class SlurmCluster:
     nodes: tuple[str, ...] = ("node1", "node2")
 
     def final_state(self, slurm_id: str, timeout_s: float = 180) -> str:
-        """The job's final state, polling sacct (which lags squeue); a hetjob reports its leader's line first."""
+        """The job's final state, polling sacct (which lags squeue); a hetjob reports its leader's line first.
+        Returns once squeue no longer lists the job either: sacct can say COMPLETED while squeue still shows it
+        COMPLETING (its epilog, on a loaded machine), and the schedulers' status calls (torchx's, NeMo-Run's Ray
+        status) read squeue first, so `jobs status` would still say running."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             out = subprocess.run(
                 ["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True
             ).stdout
             states = [line.split()[0] for line in out.splitlines() if line.strip()]
-            if states and all(s in SLURM_FINAL for s in states):
+            queued = subprocess.run(
+                ["squeue", "-h", "-j", slurm_id, "-o", "%T"], capture_output=True, text=True
+            )
+            if states and all(s in SLURM_FINAL for s in states) and set(queued.stdout.split()) <= SLURM_FINAL:
                 return states[0]
             time.sleep(0.5)
         raise AssertionError(

@@ -157,6 +157,13 @@ def _check_failed_in_bound(
     how often one asks), `jobs status` and `jobs ls` both say failed, nothing registered; `watchdog`: the
     watchdog must be what ended it, naming node2."""
     took = slurm_end(slurm_id) - broke_at
+
+    def shown_state() -> str:  # squeue can list the job COMPLETING after sacct's End (its epilog, under load)
+        return str(json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"])
+
+    wait_for(
+        lambda: shown_state() not in ("pending", "running"), 120, "the job's final state in `jobs status`"
+    )
     shown = json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)
     assert shown["state"] == "failed", shown
     assert took <= BOUND_S, f"ended {took:.0f} s after the break, bound {BOUND_S} s"
