@@ -32,6 +32,7 @@ class TestCost:
     test: str
     wall_s: float = 0.0
     cpu_s: float | None = 0.0
+    jobs: int | None = 0  # the jobs (step runs) it made; None: not recorded (a junit file, an older recorder)
 
     @property
     def folder(self) -> str:
@@ -49,6 +50,10 @@ def from_times(directory: Path) -> list[TestCost]:
             cost.wall_s += row["wall_s"]
             assert cost.cpu_s is not None
             cost.cpu_s += row["cpu_s"]
+            if "jobs" not in row:
+                cost.jobs = None
+            elif cost.jobs is not None:
+                cost.jobs += row["jobs"]
     return list(costs.values())
 
 
@@ -63,7 +68,7 @@ def from_junit(path: Path) -> list[TestCost]:
             : next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1) + 1
         ]
         test = "/".join(file_parts) + ".py::" + "::".join([*parts[len(file_parts) :], case.get("name", "")])
-        costs.append(TestCost(test, float(case.get("time", 0.0)), None))
+        costs.append(TestCost(test, float(case.get("time", 0.0)), None, None))
     return costs
 
 
@@ -86,6 +91,7 @@ def _minutes(seconds: float) -> str:
 def render(costs: list[TestCost], label: str, top: int = 20) -> str:
     """The by-folder table and the `top` slowest tests, as markdown."""
     has_cpu = all(c.cpu_s is not None for c in costs)
+    has_jobs = all(c.jobs is not None for c in costs)
     folders: dict[str, list[TestCost]] = defaultdict(list)
     for cost in costs:
         folders[cost.folder].append(cost)
@@ -93,25 +99,33 @@ def render(costs: list[TestCost], label: str, top: int = 20) -> str:
     lines = [
         f"Run `{label}`: {len(costs)} tests, {_minutes(total_wall)} test-minutes of wall time"
         + (f", {_minutes(sum(c.cpu_s or 0.0 for c in costs))} CPU-minutes" if has_cpu else " (no CPU figure)")
+        + (f", {sum(c.jobs or 0 for c in costs)} jobs run in the tests' own homes" if has_jobs else "")
         + ". Wall time is summed over the tests, so it exceeds the run's own when workers overlap.",
         "",
-        "| folder | tests | wall min | " + ("CPU min | " if has_cpu else "") + "share of wall |",
-        "|---|---:|---:|" + ("---:|" if has_cpu else "") + "---:|",
+        "| folder | tests | wall min | "
+        + ("CPU min | " if has_cpu else "")
+        + ("jobs | " if has_jobs else "")
+        + "share of wall |",
+        "|---|---:|---:|" + ("---:|" if has_cpu else "") + ("---:|" if has_jobs else "") + "---:|",
     ]
     for folder, group in sorted(folders.items(), key=lambda kv: -sum(c.wall_s for c in kv[1])):
         wall = sum(c.wall_s for c in group)
         cpu = f"{_minutes(sum(c.cpu_s or 0.0 for c in group))} | " if has_cpu else ""
-        lines.append(f"| {folder} | {len(group)} | {_minutes(wall)} | {cpu}{100 * wall / total_wall:.0f}% |")
+        jobs = f"{sum(c.jobs or 0 for c in group)} | " if has_jobs else ""
+        lines.append(
+            f"| {folder} | {len(group)} | {_minutes(wall)} | {cpu}{jobs}{100 * wall / total_wall:.0f}% |"
+        )
     lines += [
         "",
         f"The {top} slowest tests (a session or module fixture's cost sits with the first test that used it):",
         "",
-        "| test | wall s | " + ("CPU s |" if has_cpu else ""),
-        "|---|---:|" + ("---:|" if has_cpu else ""),
+        "| test | wall s | " + ("CPU s | " if has_cpu else "") + ("jobs |" if has_jobs else ""),
+        "|---|---:|" + ("---:|" if has_cpu else "") + ("---:|" if has_jobs else ""),
     ]
     for cost in sorted(costs, key=lambda c: -c.wall_s)[:top]:
         cpu = f" {cost.cpu_s:.0f} |" if has_cpu and cost.cpu_s is not None else ""
-        lines.append(f"| `{cost.test}` | {cost.wall_s:.0f} |{cpu}")
+        jobs = f" {cost.jobs} |" if has_jobs else ""
+        lines.append(f"| `{cost.test}` | {cost.wall_s:.0f} |{cpu}{jobs}")
     return "\n".join(lines) + "\n"
 
 
