@@ -48,7 +48,7 @@ class SlurmProfile(_ProfileBase):
     nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)
     # what the resource plan checks each GPU's memory against (docs/cluster.md, "The resource plan"): the GPU
-    # model, its memory from the plan's table (nemotron.resource_plan.GPU_TYPES), or gpu_memory_gb (GiB per GPU,
+    # model, its memory from the plan's table (nemotron.plan.terms.GPU_TYPES), or gpu_memory_gb (GiB per GPU,
     # for a GPU the table lacks; wins over gpu_type)
     gpu_type: GpuType | None = None
     gpu_memory_gb: float | None = Field(None, gt=0)
@@ -106,7 +106,7 @@ class LeptonProfile(_ProfileBase):
     nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)
     # what the resource plan checks each GPU's memory against (docs/cluster.md, "The resource plan"): the GPU
-    # model, its memory from the plan's table (nemotron.resource_plan.GPU_TYPES), or gpu_memory_gb (GiB per GPU,
+    # model, its memory from the plan's table (nemotron.plan.terms.GPU_TYPES), or gpu_memory_gb (GiB per GPU,
     # for a GPU the table lacks; wins over gpu_type)
     gpu_type: GpuType | None = None
     gpu_memory_gb: float | None = Field(None, gt=0)

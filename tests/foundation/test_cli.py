@@ -148,7 +148,7 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
          (*NEVER, "rich", "math_verify", "sympy"), "nemotron.engines.nemo_rl_eval"),
         # no override and no ${...} in rl/ppo's presets: nothing for OmegaConf to do (rl/rlhf's has one)
         (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], (*NEVER, "rich", "omegaconf"),
-         "nemotron.resource_plan"),
+         "nemotron.plan.terms"),
         # trackers on: preflight checks their settings, their libraries wait for the step itself
         (["steps", "run", "rl/ppo", "-c", "tiny", "--dry-run", "tracking.mlflow.enabled=true",
           "tracking.mlflow.tracking_uri=http://127.0.0.1:5000", "tracking.wandb.enabled=true"],

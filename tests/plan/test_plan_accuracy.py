@@ -20,8 +20,8 @@ import pytest
 from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
 from nemotron.models.tiny import build_policy
 from nemotron.paths import shipped_root
-from nemotron.resource_plan import MiB, train_state_mb
-from nemotron.resource_shapes import shape_from_checkpoint
+from nemotron.plan.shapes import shape_from_checkpoint
+from nemotron.plan.terms import MiB, train_state_mb
 
 REPO = Path(__file__).resolve().parents[2]
 

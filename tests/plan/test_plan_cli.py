@@ -21,9 +21,7 @@ gpu_memory_gb = 24
 def test_the_dry_run_shows_the_plan_per_gpu(home: Path, run_cli_imports: Any) -> None:
     r, imported = run_cli_imports("steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run")
     assert r.code == 0, r.err
-    assert (
-        "nemotron.resource_plan" in imported
-    )  # planned on the dry-run's path, still without torch or NeMo-Run
+    assert "nemotron.plan.terms" in imported  # planned on the dry-run's path, still without torch or NeMo-Run
     assert not {"torch", "nemo_run", "transformers", "safetensors"} & imported
     plan = r.out.split("## resource plan")[1].split("## launch")[0]
     rows = {line.split("  ")[0]: line for line in plan.splitlines()[1:] if line and not line.startswith("#")}

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.resource_plan import (
+from nemotron.plan.shapes import ModelShape, computed_parameters, known_shape, shape_from_checkpoint
+from nemotron.plan.terms import (
     Group,
     MiB,
     Plan,
@@ -23,7 +24,6 @@ from nemotron.resource_plan import (
     train_state_mb,
     training_peak,
 )
-from nemotron.resource_shapes import ModelShape, computed_parameters, known_shape, shape_from_checkpoint
 
 # A Llama of hidden 8, MLP 16, 2 layers, 2 heads (2 KV heads), vocabulary 10, tied embeddings.
 LLAMA = ModelShape("t", "llama", 2, 8, 2, 2, 16, 10, True, True, 1000, "test")
@@ -176,7 +176,7 @@ def test_a_group_over_its_device_is_refused_with_what_would_fit() -> None:
 
 @pytest.mark.parametrize("name", ["H100-80GB", "H200", "A100-40GB", "A100-80GB", "L40S"])
 def test_every_documented_gpu_type_is_in_the_table(name: str) -> None:
-    from nemotron.resource_plan import GPU_TYPES
+    from nemotron.plan.terms import GPU_TYPES
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "cluster.md").read_text()
     assert f"| `{name}` | {GPU_TYPES[name]:,} |" in doc

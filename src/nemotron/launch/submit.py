@@ -14,9 +14,9 @@ from nemotron.errors import UserError
 from nemotron.launch import render
 from nemotron.launch.executor import Executor, executor_for
 from nemotron.paths import jobs_dir
+from nemotron.plan.terms import Plan, refusal
+from nemotron.plan.terms import render as render_plan
 from nemotron.redact import redact_text, secret_values
-from nemotron.resource_plan import Plan, refusal
-from nemotron.resource_plan import render as render_plan
 
 
 def _secrets(job: Job) -> set[str]:
@@ -39,7 +39,7 @@ def rendered_launch(job: Job) -> str:
 def resource_plan(job: Job, where: Placement) -> Plan:
     """The job's resource plan on its placement; a plan that cannot fit is refused here (exit 2, naming the
     process group, the device, the memory and the keys that would make it fit) unless plan.on_no_fit=warn."""
-    from nemotron.resource_groups import plan_job
+    from nemotron.plan.groups import plan_job
 
     planned = plan_job(job, where.nodes, where.gpus_per_node)
     refused = planned.refused()

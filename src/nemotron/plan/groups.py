@@ -1,5 +1,5 @@
 """Which process groups a job runs, on which devices, holding which models: the compiled Job (its step, config
-and profile) and its placement turned into `resource_plan.Group`s, one engine at a time.
+and profile) and its placement turned into `plan.terms.Group`s, one engine at a time.
 
 Which models a step runs comes from its manifest's [[models]] (compiled into `Job.models`), the work of one step
 from its schema's `workload()` (nemotron.workload): the plan names no step.
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from nemotron.errors import UserError
-from nemotron.profiles import runs_here, serves_beside_rank0
-from nemotron.resource_plan import (
+from nemotron.plan.shapes import ModelShape, known_shape, shape_from_arch, shape_from_checkpoint
+from nemotron.plan.terms import (
     CPU_RUNTIME_MB,
     GPU_RUNTIME_MB,
     Group,
@@ -36,7 +36,7 @@ from nemotron.resource_plan import (
     train_state_mb,
     training_peak,
 )
-from nemotron.resource_shapes import ModelShape, known_shape, shape_from_arch, shape_from_checkpoint
+from nemotron.profiles import runs_here, serves_beside_rank0
 from nemotron.stepconfig import ModelArch, NemoRL, ResourcePlan, Runtime, ServeRuntime, TrainRuntime
 from nemotron.workload import JobModel, Rollouts, Serving, Training, Workload
 
@@ -85,7 +85,7 @@ class Shapes:
         if hint:
             found = known_shape(hint)
             if found is None:
-                from nemotron.resource_shapes import KNOWN_MODELS
+                from nemotron.plan.shapes import KNOWN_MODELS
 
                 raise UserError(
                     f"plan.models.{role}={hint!r}: not in the shape table; use one of: "
@@ -176,7 +176,7 @@ class _Context:
         return self.shapes.of(role, ref)
 
     def add_heap_slack(self, terms: dict[str, float], shape: ModelShape, rows: int, seq: int) -> None:
-        """On the CPU, the heap pages a training step frees but the allocator keeps (resource_plan.heap_slack_mb)."""
+        """On the CPU, the heap pages a training step frees but the allocator keeps (terms.heap_slack_mb)."""
         if not self.gpu:
             full = activations_mb(shape, rows, seq, self.precision, False)["activations"]
             terms["heap slack"] = heap_slack_mb(terms, full)

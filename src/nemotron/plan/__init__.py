@@ -1,0 +1,3 @@
+"""The resource plan, torch-free: model shapes read from checkpoints or known configs (`shapes`), the process groups
+a job runs and the models each holds, one engine at a time (`groups`), and the memory terms per device with the
+verdict whether each group fits (`terms`). docs/cluster.md, "The resource plan", gives the formulas."""
