@@ -21,7 +21,7 @@ from nemotron.artifacts.store import Artifact, ArtifactStore, open_store
 from nemotron.catalog import load_schema
 from nemotron.configtree import set_dotted
 from nemotron.errors import UserError
-from nemotron.jobrecord import JobRecord, load_record
+from nemotron.jobs.record import JobRecord, load_record
 from nemotron.metrics import MetricsLogger, summary_line
 from nemotron.paths import artifacts_dir
 

@@ -25,7 +25,7 @@ import pytest
 
 from nemotron.artifacts.gc import GcRun
 from nemotron.artifacts.store import ArtifactStore
-from nemotron.jobindex import JobsIndex
+from nemotron.jobs.index import JobsIndex
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = (100, 10_000)

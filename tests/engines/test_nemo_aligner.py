@@ -240,7 +240,7 @@ def test_dry_run_and_submit_send_one_plan_and_outputs_register_with_lineage(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from nemotron.artifacts.lineage import job_store
-    from nemotron.jobrecord import load_record, read_status
+    from nemotron.jobs.record import load_record, read_status
     from nemotron.launch.remote import _register_outputs
 
     prompts = tmp_path / "p.jsonl"

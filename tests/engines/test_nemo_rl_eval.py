@@ -23,7 +23,7 @@ from nemotron.engines.nemo_rl_config import NemoRLRun, compile_run
 from nemotron.engines.nemo_rl_eval_report import SAMPLES_FILE, adopt_report
 from nemotron.engines.refusals import Refusals, builtin_refusals
 from nemotron.errors import EngineOutputError, UserError
-from nemotron.jobrecord import JobRecord
+from nemotron.jobs.record import JobRecord
 from nemotron.policy_eval.stats import bootstrap_interval
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from nemotron.jobrecord import JobRecord, load_record
+from nemotron.jobs.record import JobRecord, load_record
 
 
 def _run_count(home: Path, tmp_path: Path, run_cli: Any, fixture_steps: Path) -> Path:

@@ -21,9 +21,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from nemotron import jobindex, jobs
-from nemotron.jobindex import JobsIndex
-from nemotron.jobindex_pg import PostgresDb
+from nemotron.jobs import dirs as jobs
+from nemotron.jobs import index as jobindex
+from nemotron.jobs.index import JobsIndex
+from nemotron.jobs.index_pg import PostgresDb
 from nemotron.storeurl import StoreUrl
 
 
@@ -265,7 +266,7 @@ def test_two_homes_on_one_database_list_only_their_own_jobs(
 _LIST_WHEN_TOLD = """
 import os, sys, time
 from pathlib import Path
-from nemotron.jobindex import JobsIndex
+from nemotron.jobs.index import JobsIndex
 while not Path(sys.argv[1]).exists():
     time.sleep(0.005)
 rows, more = JobsIndex().page(None)

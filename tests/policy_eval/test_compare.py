@@ -192,7 +192,7 @@ def test_inputs_are_compared_by_their_content() -> None:
 
 def test_a_job_config_shows_each_input_as_the_artifact_it_was_bound_to(tmp_path: Path) -> None:
     from nemotron.artifacts.store import ArtifactStore
-    from nemotron.jobrecord import dump_record, parse_record
+    from nemotron.jobs.record import dump_record, parse_record
 
     store = ArtifactStore(tmp_path / "artifacts")
     (tmp_path / "sft").mkdir()

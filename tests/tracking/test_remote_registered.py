@@ -18,7 +18,7 @@ import pytest
 from mlflow import MlflowClient
 from tests.tracking import wandb_records as rec
 
-from nemotron.jobrecord import read_status
+from nemotron.jobs.record import read_status
 from nemotron.launch import slurm, slurm_script, submit
 from nemotron.tracking.wandb_tracker import run_id
 

@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
-from nemotron.jobs import update_status
+from nemotron.jobs.dirs import update_status
 from nemotron.launch import ray_slurm, submit
 from nemotron.tracking.tb_events import NEMO_RL_EVENTS
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from nemotron.artifacts.store import Artifact, ArtifactStore, open_store
 from nemotron.engines import RUNS_AS_STEP_PROCESS
-from nemotron.jobrecord import JobRecord
+from nemotron.jobs.record import JobRecord
 from nemotron.paths import artifacts_dir
 from nemotron.stepconfig import engine_name
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     whose outputs are registered already registers nothing twice."""
     import argparse
 
-    from nemotron.jobrecord import load_record
+    from nemotron.jobs.record import load_record
 
     parser = argparse.ArgumentParser(prog="python -m nemotron.artifacts.lineage", description=main.__doc__)
     parser.add_argument("--job-dir", required=True, type=Path)

@@ -13,12 +13,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from nemotron import jobs as records
 from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.cli.listing import more_note, parse_since
 from nemotron.errors import UserError
-from nemotron.jobrecord import read_status
+from nemotron.jobs import dirs as records
+from nemotron.jobs.record import read_status
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # its help: cli.app.GROUPS
 out = stdout_console()
@@ -60,7 +60,7 @@ def ls(
     the team's PostgreSQL when $NEMOTRON_STORE_URL is set; brought up to date with the job dirs first). Unfinished
     jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all; a state checked in the last 30 s is
     shown as is."""
-    from nemotron.jobindex import JobsIndex
+    from nemotron.jobs.index import JobsIndex
     from nemotron.paths import jobs_dir
 
     since_iso = parse_since(since, datetime.now(UTC)) if since else None

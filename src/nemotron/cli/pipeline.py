@@ -114,7 +114,7 @@ def _run(pipe: Any, catalog: Any, force: bool, until: str | None) -> None:
 
 def report_table(name: str, seconds: float, results: list[Any], report: list[str]) -> Table:
     """One row per step: ran or skipped, outputs, and each reported metric as before -> after."""
-    from nemotron import jobs as records
+    from nemotron.jobs import dirs as records
 
     table = Table(title=f"pipeline {name}: {seconds:.0f}s", title_justify="left")
     table.add_column("step")

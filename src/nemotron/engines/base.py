@@ -16,7 +16,7 @@ from nemotron.registry import load
 from nemotron.stepconfig import engine_name
 
 if TYPE_CHECKING:
-    from nemotron.jobrecord import JobRecord
+    from nemotron.jobs.record import JobRecord
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from nemotron.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from nemotron.jobrecord import JobRecord
+    from nemotron.jobs.record import JobRecord
 
 
 def image(job: Job) -> str:

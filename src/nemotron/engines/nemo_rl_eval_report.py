@@ -17,7 +17,7 @@ from typing import Any
 
 from nemotron.engines.nemo_rl_eval import ENTRY, prompt_template
 from nemotron.errors import EngineOutputError
-from nemotron.jobrecord import JobRecord
+from nemotron.jobs.record import JobRecord
 from nemotron.targets import NEMO_RL_VERSION
 
 SAMPLES_FILE = "evaluation_data.json"

@@ -60,6 +60,6 @@ def executor_for(job: Job) -> Executor:
 
 def executor_of(job_dir: Path) -> Executor:
     """The executor a recorded job ran on."""
-    from nemotron.jobs import read_record
+    from nemotron.jobs.dirs import read_record
 
     return executor_named(read_record(job_dir).executor)

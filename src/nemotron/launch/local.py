@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from nemotron.jobs import now, update_status
+from nemotron.jobs.dirs import now, update_status
 from nemotron.procs import die_with_parent
 from nemotron.redact import redact_text, secret_values
 
@@ -164,7 +164,7 @@ def cancel(job_dir: Path, status: dict[str, object], wait_s: float = GRACE_S + 5
         return True
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        from nemotron.jobrecord import read_status
+        from nemotron.jobs.record import read_status
 
         if read_status(job_dir).get("state") in ("cancelled", "failed", "succeeded"):
             return True

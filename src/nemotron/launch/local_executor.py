@@ -95,8 +95,8 @@ class LocalExecutor:
     def refresh(self, job_dir: Path) -> dict[str, Any]:
         """status.json, except that a job whose launcher and step are both gone without recording an end (kill -9,
         a reboot) is recorded as failed here, instead of staying `running` forever."""
-        from nemotron.jobrecord import read_status
-        from nemotron.jobs import now, update_status
+        from nemotron.jobs.dirs import now, update_status
+        from nemotron.jobs.record import read_status
         from nemotron.procs import is_alive
 
         status = read_status(job_dir)
@@ -117,7 +117,7 @@ class LocalExecutor:
         )
 
     def print_logs(self, job_dir: Path, follow: bool) -> None:
-        from nemotron.jobrecord import read_status
+        from nemotron.jobs.record import read_status
 
         path = job_dir / "logs" / "step.log"
         pos = 0
@@ -137,7 +137,7 @@ class LocalExecutor:
             time.sleep(0.2)
 
     def cancel(self, job_dir: Path) -> dict[str, Any]:
-        from nemotron.jobrecord import read_status
+        from nemotron.jobs.record import read_status
         from nemotron.launch import local
 
         if not local.cancel(job_dir, read_status(job_dir)):

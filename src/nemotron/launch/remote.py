@@ -21,8 +21,8 @@ from types import ModuleType
 from typing import Any
 
 from nemotron.errors import UserError
-from nemotron.jobrecord import read_status
-from nemotron.jobs import now, read_record, update_status
+from nemotron.jobs.dirs import now, read_record, update_status
+from nemotron.jobs.record import read_status
 from nemotron.launch.records import RemoteRecord
 from nemotron.paths import nemotron_home
 

@@ -72,7 +72,7 @@ def dry_run_json(job: Job) -> dict[str, Any]:
 def submit(job: Job) -> int:
     from nemotron.artifacts.store import open_store
     from nemotron.compile import register_path_inputs
-    from nemotron.jobs import create_job_dir
+    from nemotron.jobs.dirs import create_job_dir
     from nemotron.paths import artifacts_dir
 
     executor, where, launch, text = plan(job)  # every refusal happens here, before anything is written

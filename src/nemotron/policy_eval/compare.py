@@ -117,7 +117,7 @@ def load_job_config(job_id: str | None, jobs_root: Path, store: ArtifactStore) -
     (`tiny_sft_policy:v3`, not the `:latest` that was typed), since that is what the job read, and compared by
     that artifact's content hash."""
     from nemotron.errors import NotFound
-    from nemotron.jobrecord import load_record
+    from nemotron.jobs.record import load_record
 
     if job_id is None:
         return JobConfig(None, None, None, "was registered from a path: no job made it")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.errors import UserError
-from nemotron.jobrecord import JobRecord
+from nemotron.jobs.record import JobRecord
 from nemotron.redact import redact_tree, redact_values, secret_values
 from nemotron.stepconfig import Tracking
 from nemotron.tracking.base import LoggedArtifact, RunInfo

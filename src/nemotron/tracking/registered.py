@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.errors import UserError
-from nemotron.jobrecord import JobRecord
+from nemotron.jobs.record import JobRecord
 from nemotron.tracking.fanout import Trackers, build_trackers, sync_hint
 from nemotron.tracking.job import job_tracking, logged_artifacts, run_info
 

@@ -14,8 +14,8 @@ from typing import TypeVar
 from nemotron.artifacts.lineage import job_store
 from nemotron.engines import KEEPS_TENSORBOARD_METRICS
 from nemotron.errors import ServiceError, UserError
-from nemotron.jobrecord import load_record, read_status
-from nemotron.jobs import read_metrics
+from nemotron.jobs.dirs import read_metrics
+from nemotron.jobs.record import load_record, read_status
 from nemotron.stepconfig import engine_name
 from nemotron.tracking.base import LoggedArtifact, RunInfo, Tracker
 from nemotron.tracking.fanout import BACKOFF_S, build_trackers

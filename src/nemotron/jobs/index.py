@@ -2,7 +2,7 @@
 
 The directories under $NEMOTRON_HOME/jobs stay the record of truth (users rsync, copy and delete them by hand). The
 index lives beside them in $NEMOTRON_HOME/jobs.sqlite, or on the team's PostgreSQL when $NEMOTRON_STORE_URL is set
-(jobindex_pg.py, rows keyed by home and job id): it is written when a job is created and at every state change,
+(index_pg.py, rows keyed by home and job id): it is written when a job is created and at every state change,
 and before each listing it is brought up to date with the directories by comparing the dir names and the mtime, size
 and inode of each job.yaml and status.json with what it recorded (a scan of stats, no YAML). Delete the file (or the
 table) and it is rebuilt; an index that cannot be opened is replaced by one in memory, filled from the dirs.
@@ -25,8 +25,8 @@ from typing import Any, Protocol
 import yaml
 
 from nemotron.errors import UserError
-from nemotron.jobindex_schema import COLS, INDEX_VERSION, IndexUnavailable
-from nemotron.jobrecord import parse_record, read_status, safe_load
+from nemotron.jobs.index_schema import COLS, INDEX_VERSION, IndexUnavailable
+from nemotron.jobs.record import parse_record, read_status, safe_load
 from nemotron.paths import jobs_dir
 from nemotron.storeurl import StoreUrl, store_url
 
@@ -227,7 +227,7 @@ class JobsIndex:
         if not self.path.parent.is_dir() or url.url in _WARNED:
             return _in_memory()
         try:
-            from nemotron.jobindex_pg import PostgresDb  # psycopg only for a team store
+            from nemotron.jobs.index_pg import PostgresDb  # psycopg only for a team store
         except ImportError as e:
             raise UserError(f"NEMOTRON_STORE_URL={url.shown!r} needs psycopg, which is not installed here ({e})",
                             hint="pip install 'nemotron[postgres]', or unset NEMOTRON_STORE_URL") from None  # fmt: skip

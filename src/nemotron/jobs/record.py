@@ -1,7 +1,7 @@
 """job.yaml as a typed model: what a job was (step, preset, config, inputs, outputs, profile, the launch text),
 written once when the job is created and read by `jobs`, lineage and the executors. A record that does not match
 is one clear error naming the file and the fields, not a KeyError somewhere later. Beside it, `read_status` reads
-status.json, the record that changes while the job runs (jobs.py writes it, the jobs index mirrors it)."""
+status.json, the record that changes while the job runs (jobs/dirs.py writes it, the jobs index mirrors it)."""
 
 from __future__ import annotations
 

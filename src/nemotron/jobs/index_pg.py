@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-from nemotron.jobindex_schema import COLS, INDEX_VERSION, IndexUnavailable
+from nemotron.jobs.index_schema import COLS, INDEX_VERSION, IndexUnavailable
 from nemotron.storeurl import StoreUrl
 
 TABLE = "job_index"
@@ -48,7 +48,7 @@ CREATE INDEX {TABLE}_newest ON {TABLE}(home, listed, stamp, created NULLS FIRST,
 CREATE INDEX {TABLE}_step ON {TABLE}(home, step, listed, stamp, created NULLS FIRST, id);
 CREATE INDEX {TABLE}_state ON {TABLE}(home, state, listed, stamp, created NULLS FIRST, id);
 CREATE TABLE {TABLE}_version (version INTEGER NOT NULL);
-"""  # column meanings: jobindex.SCHEMA; created NULLS FIRST so a backward scan gives DESC NULLS LAST
+"""  # column meanings: index.SCHEMA; created NULLS FIRST so a backward scan gives DESC NULLS LAST
 _UPSERT = (
     f"INSERT INTO {TABLE} (home, {', '.join(COLS)}) VALUES ({', '.join(['%s'] * (len(COLS) + 1))})"
     f" ON CONFLICT (home, id) DO UPDATE SET {', '.join(f'{c}=EXCLUDED.{c}' for c in COLS if c != 'id')}"
@@ -70,7 +70,7 @@ def _one_line(e: psycopg.Error) -> str:
 
 
 class PostgresDb:
-    """One connection to the team store, scoped to one home. Statements come in jobindex.py's SQLite dialect (`?`
+    """One connection to the team store, scoped to one home. Statements come in index.py's SQLite dialect (`?`
     marks, table `jobs`) and are rewritten here; every driver error leaves as IndexUnavailable."""
 
     def __init__(self, conn: psycopg.Connection[tuple[Any, ...]], home: str) -> None:

@@ -19,7 +19,7 @@ import yaml
 
 from nemotron.atomic import write_atomic
 from nemotron.errors import NotFound, did_you_mean, disk_full
-from nemotron.jobrecord import JobRecord, load_record, parse_record, read_status
+from nemotron.jobs.record import JobRecord, load_record, parse_record, read_status
 from nemotron.paths import jobs_dir, writable_dir
 from nemotron.redact import redact_tree, redact_values, secret_values
 
@@ -128,8 +128,8 @@ def create_job_dir(job: Job, rendered: str, files: dict[str, str] | None = None)
 
 
 def _index_job(job_dir: Path, status: dict[str, Any] | None = None) -> None:
-    """Keep the jobs index (jobindex.py) in step with a record just written; best effort by design."""
-    from nemotron.jobindex import JobsIndex
+    """Keep the jobs index (jobs/index.py) in step with a record just written; best effort by design."""
+    from nemotron.jobs.index import JobsIndex
 
     JobsIndex(root=job_dir.parent).record(job_dir, status)
 

@@ -1,4 +1,4 @@
-"""What both jobs-index back ends share (jobindex.py on SQLite, jobindex_pg.py on the team's PostgreSQL): the
+"""What both jobs-index back ends share (index.py on SQLite, index_pg.py on the team's PostgreSQL): the
 version, the columns a row holds, and the error a store that failed leaves as."""
 
 from __future__ import annotations
