@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from nemotron.catalog import Catalog, Step
-from nemotron.catalog_query import engines_of
+from nemotron.catalog.query import engines_of
 from nemotron.configtree import flatten
 from nemotron.paths import bundled_root
 from nemotron.targets import NEMO_ALIGNER_VERSION, NEMO_RL_VERSION

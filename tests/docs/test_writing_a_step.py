@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nemotron.catalog import Catalog, ManifestCache
-from nemotron.catalog_query import engines_of
+from nemotron.catalog.query import engines_of
 from nemotron.configtree import get_dotted
 from nemotron.docblocks import parse_blocks
 from nemotron.paths import bundled_root

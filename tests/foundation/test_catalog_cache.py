@@ -1,5 +1,5 @@
 """The catalog caches validated manifests by path, mtime and size: a second catalog parses no TOML and validates
-nothing (so `steps list` builds no pydantic schema), an edited manifest or an edited catalog.py is read again, a
+nothing (so `steps list` builds no pydantic schema), an edited manifest or an edited catalog (nemotron/catalog/__init__.py) is read again, a
 removed one drops out, and a cache that cannot be used costs nothing."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from nemotron import catalog_cache
 from nemotron.catalog import _ADAPTERS, Catalog, ManifestCache
+from nemotron.catalog import manifest_cache as catalog_cache
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "steproot" / "manifests" / "test" / "count.toml"
 
@@ -53,11 +53,11 @@ def test_a_second_catalog_parses_no_toml(home: Path, tmp_path: Path, monkeypatch
 def test_another_catalog_module_validates_anew(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What a valid manifest is lives in catalog.py: another release of it (here, another mtime) reads every file
+    """What a valid manifest is lives in nemotron/catalog/__init__.py: another release of it (here, another mtime) reads every file
     again rather than trust what the old one validated."""
     root = user_root(tmp_path, 3)
     module = tmp_path / "catalog.py"
-    module.write_text("# stands for nemotron/catalog.py\n")
+    module.write_text("# stands for nemotron/catalog/__init__.py\n")
     monkeypatch.setattr(catalog_cache, "SCHEMA_MODULE", module)
     parsed: list[Any] = []
     real = tomllib.load

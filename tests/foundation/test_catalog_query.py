@@ -1,4 +1,4 @@
-"""Catalog queries (nemotron.catalog_query): the type rule of --consumes/--produces on a hand-made type graph, the
+"""Catalog queries (nemotron.catalog.query): the type rule of --consumes/--produces on a hand-made type graph, the
 engines a step runs on (declared, or read from its schema), and the flow tree when steps feed each other."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nemotron.catalog import Catalog, ManifestCache
-from nemotron.catalog_query import FlowNode, Query, check, engines_of, flow, select
+from nemotron.catalog.query import FlowNode, Query, check, engines_of, flow, select
 from nemotron.errors import UserError
 from nemotron.paths import bundled_root
 

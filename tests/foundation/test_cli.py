@@ -131,7 +131,7 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         (["steps", "list"], (*BROWSE, "rich.console"), "nemotron.catalog"),  # piped: plain text, no rich
         # every filter at once, as JSON: manifests only (the engines are declared, no schema is read), no rich
         (["steps", "list", "--category", "rl", "--tag", "ppo", "--consumes", "reward_model_hf", "--produces",
-          "checkpoint_hf", "--engine", "nemo_aligner", "--json"], (*BROWSE, "rich"), "nemotron.catalog_query"),
+          "checkpoint_hf", "--engine", "nemo_aligner", "--json"], (*BROWSE, "rich"), "nemotron.catalog.query"),
         (["steps", "list", "--tree"], BROWSE, "rich.tree"),  # rich draws the tree, from the manifests alone
         # manifest text is printed as written: no emoji codes to look up
         (["steps", "show", "rl/rlhf"], (*BROWSE, "rich._emoji_codes"), "rich.table"),

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nemotron.catalog import ArtifactType, Catalog
-from nemotron.catalog_cache import cache_dir
+from nemotron.catalog.manifest_cache import cache_dir
 
 if TYPE_CHECKING:
     from nemotron.artifacts.validated_files import ValidatedFiles

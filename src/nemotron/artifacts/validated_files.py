@@ -15,7 +15,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from nemotron.catalog_cache import cache_dir
+from nemotron.catalog.manifest_cache import cache_dir
 
 READER = Path(__file__).resolve().parents[1] / "data" / "jsonl.py"
 KEEP = (

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from nemotron.catalog import Catalog, Step, plain
-from nemotron.catalog_query import FlowNode, engines_of
+from nemotron.catalog.query import FlowNode, engines_of
 from nemotron.cli.console import print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
@@ -68,7 +68,7 @@ def list_steps(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """The step catalog; the filters combine (every one must match)."""
-    from nemotron.catalog_query import Query, check, flow, flow_json, select
+    from nemotron.catalog.query import Query, check, flow, flow_json, select
 
     catalog = Catalog()
     query = Query(category, tag, consumes, produces, engine)

@@ -3,7 +3,7 @@
 Validating a manifest needs pydantic and its schema, which cost about as much as importing typer; parsing the TOML
 costs a millisecond a file (docs/benchmarks.md, "CLI latency"). The cache holds each file's manifest as it was
 validated, keyed by the file's path, mtime and size, under the mtime and size of the module that defines what a
-valid manifest is (catalog.py): an edited manifest or another nemotron release validates anew. A manifest that does
+valid manifest is (the package's __init__.py): an edited manifest or another nemotron release validates anew. A manifest that does
 not validate is never cached, so its problems are reported on every call. An unreadable or unwritable cache is
 simply not used.
 """
@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-# catalog.py defines the manifest types; its (mtime, size) stands for their version.
-SCHEMA_MODULE = Path(__file__).resolve().parent / "catalog.py"
+# the catalog package's __init__.py defines the manifest types; its (mtime, size) stands for their version.
+SCHEMA_MODULE = Path(__file__).resolve().parent / "__init__.py"
 
 
 def cache_dir() -> Path:

@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
-from nemotron.catalog_cache import ManifestCache, cache_dir
+from nemotron.catalog.manifest_cache import ManifestCache, cache_dir
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.paths import step_roots
 
