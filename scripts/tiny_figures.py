@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nemotron.docgen import measured_on, splice, write_figures
+from nemotron.docs.generate import measured_on, splice, write_figures
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = REPO / "docs" / "figures" / "tiny_pipeline.json"

@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from nemotron.docgen import measured_on, splice, write_figures
+from nemotron.docs.generate import measured_on, splice, write_figures
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = REPO / "docs" / "figures" / "tiny_resources.json"

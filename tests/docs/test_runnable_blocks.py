@@ -1,5 +1,5 @@
 """Every block of README.md and docs/ marked runnable runs on CPU with the installed `nemotron`, page by page,
-in order, in a fresh $NEMOTRON_HOME (the marker: src/nemotron/docblocks.py). A failing block fails its page's
+in order, in a fresh $NEMOTRON_HOME (the marker: src/nemotron/docs/blocks.py). A failing block fails its page's
 test."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.docblocks import parse_blocks, run_page, runnable_pages, write_outputs
+from nemotron.docs.blocks import parse_blocks, run_page, runnable_pages, write_outputs
 from nemotron.paths import bundled_root
 
 ROOT = bundled_root()

@@ -11,7 +11,7 @@ import pytest
 from nemotron.catalog import Catalog, ManifestCache
 from nemotron.catalog.query import engines_of
 from nemotron.configtree import get_dotted
-from nemotron.docblocks import parse_blocks
+from nemotron.docs.blocks import parse_blocks
 from nemotron.paths import bundled_root
 
 ROOT = bundled_root()

@@ -10,8 +10,8 @@ import pytest
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compose_config
-from nemotron.docblocks import parse_blocks
-from nemotron.docgen import (
+from nemotron.docs.blocks import parse_blocks
+from nemotron.docs.generate import (
     BUILTIN_UNREAD,
     ENGINE_COLUMNS,
     config_reference,
@@ -31,21 +31,21 @@ ROOT = bundled_root()
 def test_step_reference_is_not_stale() -> None:
     expected = step_reference(Catalog([ROOT]))
     assert reference_path().read_text() == expected, (
-        "docs/reference/steps.md is stale: run `python -m nemotron.docgen`"
+        "docs/reference/steps.md is stale: run `python -m nemotron.docs.generate`"
     )
 
 
 def test_config_reference_is_not_stale() -> None:
     expected = config_reference(Catalog([ROOT]))
     assert config_reference_path().read_text() == expected, (
-        "docs/reference/config.md is stale: run `python -m nemotron.docgen`"
+        "docs/reference/config.md is stale: run `python -m nemotron.docs.generate`"
     )
 
 
 def test_the_known_errors_of_troubleshooting_md_are_not_stale() -> None:
     page = troubleshooting_path().read_text()
     assert page == with_known_errors(page, Catalog([ROOT])), (
-        "docs/troubleshooting.md's known errors are stale: run `python -m nemotron.docgen`"
+        "docs/troubleshooting.md's known errors are stale: run `python -m nemotron.docs.generate`"
     )
 
 

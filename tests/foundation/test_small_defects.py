@@ -12,9 +12,12 @@ from typing import Any
 
 def test_docgen_help_is_help_not_a_file_named_help(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "nemotron.docgen", "--help"], cwd=tmp_path, capture_output=True, text=True
+        [sys.executable, "-m", "nemotron.docs.generate", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
-    assert done.returncode == 0 and "usage: python -m nemotron.docgen" in done.stdout
+    assert done.returncode == 0 and "usage: python -m nemotron.docs.generate" in done.stdout
     assert list(tmp_path.iterdir()) == []
 
 

@@ -17,7 +17,7 @@ interpreter's `bin/` (the installed `nemotron`) first on PATH: later blocks may 
 made.
 Jobs a page leaves running (a server started with `-b local`) are killed when the page ends.
 
-`python -m nemotron.docblocks docs/artifacts.md` runs a page's blocks and prints each command with its output;
+`python -m nemotron.docs.blocks docs/artifacts.md` runs a page's blocks and prints each command with its output;
 `--write` puts that output under each command of the page's console blocks, so what a page shows is what the
 commands printed. tests/docs/test_runnable_blocks.py runs every page's blocks (it does not compare the output:
 job ids, times and hashes change from run to run).
@@ -300,7 +300,7 @@ def write_outputs(page: Path, outcomes: list[Outcome]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m nemotron.docblocks",
+        prog="python -m nemotron.docs.blocks",
         description="Run the runnable blocks of Markdown pages and print their output.",
     )
     parser.add_argument("pages", nargs="+", type=Path, help="Markdown pages")
