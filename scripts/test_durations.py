@@ -119,7 +119,7 @@ def render(costs: list[TestCost], label: str, top: int = 20) -> str:
         "",
         f"The {top} slowest tests (a session or module fixture's cost sits with the first test that used it):",
         "",
-        "| test | wall s | " + ("CPU s | " if has_cpu else "") + ("jobs |" if has_jobs else ""),
+        "| test | wall s |" + (" CPU s |" if has_cpu else "") + (" jobs |" if has_jobs else ""),
         "|---|---:|" + ("---:|" if has_cpu else "") + ("---:|" if has_jobs else ""),
     ]
     for cost in sorted(costs, key=lambda c: -c.wall_s)[:top]:
