@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,11 @@ PostgresServer = _pg.PostgresServer
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A suite started in the background (`cmd &` in a script, nohup) inherits SIGINT ignored, and so would every
+    # process it starts (an ignored signal stays ignored across exec): the Ctrl-C tests' SIGINT would do nothing. Here
+    # Ctrl-C is Python's KeyboardInterrupt again, so the xdist workers and the CLIs they start get it as a user does.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # $NEMOTRON_TEST_TIMES=DIR records each test's wall and CPU time (scripts/test_durations.py, docs/testing.md)
     _load_service("timing").register(config)
     if not hasattr(config, "workerinput") and config.getoption("dist", default=None) == "loadgroup":
@@ -66,6 +72,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getoption("dist", default=None) != "loadgroup" or not os.environ.get(GROUPS_ENV):
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    # LoadScopeScheduling hands out the units with the most tests first unless told not to (--loadscope-reorder is
+    # on by default): that undid the longest-first order below, and the tiny pipeline's one 5-minute test started
+    # last and ran alone at the end of the run
+    config.option.loadscopereorder = False
 
     class _XdistGroups(LoadScopeScheduling):  # type: ignore[misc]
         """Work units are the groups the workers recorded (an xdist_group marker, or the test itself)."""
