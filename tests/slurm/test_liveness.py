@@ -151,19 +151,19 @@ def slurm_end(slurm_id: str) -> float:
 
 
 def _check_failed_in_bound(
-    env: dict[str, str], home: Path, job_id: str, slurm_id: str, broke_at: float, watchdog: bool = True
+    env: dict[str, str],
+    home: Path,
+    cluster: Any,
+    job_id: str,
+    slurm_id: str,
+    broke_at: float,
+    watchdog: bool = True,
 ) -> None:
     """Slurm ended the job within BOUND_S of the break (sacct's End: what `jobs status` reports later depends on
     how often one asks), `jobs status` and `jobs ls` both say failed, nothing registered; `watchdog`: the
     watchdog must be what ended it, naming node2."""
     took = slurm_end(slurm_id) - broke_at
-
-    def shown_state() -> str:  # squeue can list the job COMPLETING after sacct's End (its epilog, under load)
-        return str(json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)["state"])
-
-    wait_for(
-        lambda: shown_state() not in ("pending", "running"), 120, "the job's final state in `jobs status`"
-    )
+    cluster.final_state(slurm_id, timeout_s=120)  # and out of squeue, which `jobs status` reads first
     shown = json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)
     assert shown["state"] == "failed", shown
     assert took <= BOUND_S, f"ended {took:.0f} s after the break, bound {BOUND_S} s"
@@ -198,7 +198,7 @@ def test_nemo_rl_on_ray_fails_within_the_bound_when_node2_dies_or_hangs(
     wait_for(lambda: processes_on(slurm_id, "node2"), 30, "the job's processes on node2")
     broke_at = time.time()
     signal_all(processes_on(slurm_id, "node2"), sig)
-    _check_failed_in_bound(env, home, job_id, slurm_id, broke_at)
+    _check_failed_in_bound(env, home, slurm_cluster, job_id, slurm_id, broke_at)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
@@ -219,7 +219,9 @@ def test_builtin_torchrun_across_two_nodes_fails_within_the_bound_when_node2_die
     signal_all(processes_on(slurm_id, "node2"), sig)
     # killed, rank 0's collective may fail by itself first (gloo sees the closed socket); frozen, it waits
     # forever, and only the watchdog ends the job
-    _check_failed_in_bound(env, home, job_id, slurm_id, broke_at, watchdog=sig == signal.SIGSTOP)
+    _check_failed_in_bound(
+        env, home, slurm_cluster, job_id, slurm_id, broke_at, watchdog=sig == signal.SIGSTOP
+    )
 
 
 def test_a_hetjob_fails_within_the_bound_when_node2_hangs(
@@ -239,4 +241,4 @@ def test_a_hetjob_fails_within_the_bound_when_node2_hangs(
     )
     broke_at = time.time()
     signal_all(processes_on(slurm_id, "node2"), signal.SIGSTOP)
-    _check_failed_in_bound(env, home, job_id, slurm_id, broke_at)
+    _check_failed_in_bound(env, home, slurm_cluster, job_id, slurm_id, broke_at)
