@@ -9,9 +9,9 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Protocol
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -53,18 +53,52 @@ def is_alive(pid: object, marker: str = "nemotron") -> bool:
     return state not in ("Z", "X") and marker in cmdline
 
 
+class Child(Protocol):
+    """A started process: a subprocess.Popen, or a warm.WarmChild forked from the warm server."""
+
+    pid: int
+    stdout: IO[bytes] | None
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def start(cmd: Sequence[str], env: Mapping[str, str], stdout: Any, stdin: Any = subprocess.DEVNULL) -> Child:
+    """Start `cmd` in a session of its own, stderr with stdout (subprocess.PIPE, DEVNULL, None for ours, or a
+    file), dying with this process. `python -m nemotron.X` forks from the warm server when one is up (nemotron.warm:
+    torch and transformers already imported); anything else, or with no server yet, is a subprocess.Popen."""
+    from nemotron import warm
+
+    with ExitStack() as stack:
+
+        def fd(target: Any, write: bool) -> int:
+            if target is None:
+                return 1 if write else 0
+            if target == subprocess.DEVNULL:
+                return stack.enter_context(open(os.devnull, "wb" if write else "rb")).fileno()
+            return int(target.fileno())
+
+        pipe = stdout == subprocess.PIPE
+        child = warm.spawn(list(cmd), dict(env), fd(stdin, False), -1 if pipe else fd(stdout, True), pipe)
+    if child is not None:
+        return child
+    return subprocess.Popen(list(cmd), env=dict(env), stdout=stdout, stderr=subprocess.STDOUT, stdin=stdin,
+                            start_new_session=True, preexec_fn=die_with_parent())  # fmt: skip
+
+
 @contextmanager
 def child_process(
     cmd: Sequence[str], env: Mapping[str, str], log_path: Path | None = None, inherit_output: bool = False
-) -> Iterator[subprocess.Popen[bytes]]:
+) -> Iterator[Child]:
     """Run `cmd` in its own session (output appended to `log_path`, else this process's own with `inherit_output`,
     else dropped) for the duration of the block; it dies with this process and is stopped (SIGTERM to its group,
     SIGKILL after a grace) on exit, error or Ctrl-C."""
     out = log_path.open("ab") if log_path else None
     sink: Any = out or (None if inherit_output else subprocess.DEVNULL)
     try:
-        proc = subprocess.Popen(list(cmd), env=dict(env), stdout=sink, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent())  # fmt: skip
+        proc = start(cmd, env, sink)
         try:
             yield proc
         finally:
@@ -74,7 +108,7 @@ def child_process(
             out.close()
 
 
-def stop_process(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+def stop_process(proc: Child, grace: float = 10.0) -> None:
     """SIGTERM to the process group, then SIGKILL if it is still there after `grace` seconds."""
     if proc.poll() is not None:
         return

@@ -19,16 +19,20 @@ from nemotron.paths import shipped_root
 
 
 def _processes_of(job_dir: Path) -> list[int]:
-    """Pids whose environment says they belong to this job (the step and everything it started)."""
+    """Pids that belong to this job (the step and everything it started): their environment names the job (a cold
+    start), or they hold its files open (the step its TensorBoard events, its reward server its log: a warm start's
+    /proc environment is the warm server's, nemotron.warm), logs/step.log aside: the launcher writes it."""
     tag = f"NEMOTRON_JOB_DIR={job_dir}".encode()
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            if (
-                tag in (proc / "environ").read_bytes().split(b"\0")
-                and b"State:\tZ" not in (proc / "status").read_bytes()
+            if b"State:\tZ" in (proc / "status").read_bytes():
+                continue
+            if tag in (proc / "environ").read_bytes().split(b"\0") or any(
+                os.readlink(fd).startswith(f"{job_dir}/") and os.readlink(fd) != f"{job_dir}/logs/step.log"
+                for fd in (proc / "fd").iterdir()
             ):
                 pids.append(int(proc.name))
         except OSError:

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+from nemotron import warm
 from nemotron.jobs.dirs import now, update_status
-from nemotron.procs import die_with_parent
+from nemotron.procs import Child, start
 from nemotron.redact import redact_text, secret_values
 
 GRACE_S = 10.0
@@ -28,11 +29,15 @@ def step_env(job_dir: Path, extra: dict[str, str]) -> dict[str, str]:
     env.update(extra)
     env["NEMOTRON_JOB_DIR"] = str(job_dir)
     env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault(
+        "HF_HUB_OFFLINE", "1"
+    )  # as the step's runtime sets it: its servers start alike (nemotron.warm)
+    env.setdefault(warm.ENABLE_ENV, "1")  # local steps and their servers fork from the warm server
     env.setdefault("NEMOTRON_HOME", str(job_dir.parent.parent))
     return env
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: Child) -> None:
     """SIGTERM the step's process group, then SIGKILL it after a grace period."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -72,15 +77,9 @@ def run_step_process(
         if threading.current_thread() is threading.main_thread()
         else None
     )
-    # The step dies with its launcher (a kill -9 of it included), so a job is never left running unrecorded.
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=die_with_parent(),
-    )
+    # The step dies with its launcher (a kill -9 of it included), so a job is never left running unrecorded; it
+    # forks from the warm server when one is up (nemotron.warm).
+    proc = start(cmd, env, subprocess.PIPE, stdin=None)
     update_status(
         job_dir, state="running", pid=proc.pid, pgid=proc.pid, launcher_pid=os.getpid(), started_at=now()
     )

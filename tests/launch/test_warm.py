@@ -1,0 +1,244 @@
+"""Warm starts (nemotron.warm): a process forked from the warm server is the process a cold start would have made,
+with torch already imported; it dies with the process that started it; each import environment has its server."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nemotron import procs, warm
+
+# What a child reports of itself: run through `python -m nemotron.run_step SCRIPT ARGS` as a step is
+REPORT = """
+import json, os, signal, sys
+mask = os.umask(0); os.umask(mask)
+print(json.dumps({
+    "torch_loaded": "torch" in sys.modules, "cwd": os.getcwd(), "argv": sys.argv[1:], "name": __name__,
+    "only_here": os.environ.get("ONLY_HERE"), "umask": mask, "own_group": os.getpgid(0) == os.getpid(),
+    "stdin": sys.stdin.read(), "usr2_ignored": signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN,
+    "sigint": str(signal.getsignal(signal.SIGINT)), "path0": sys.path[0],
+}))
+print("to stderr", file=sys.stderr)
+sys.exit(int(os.environ.get("EXIT", "0")))
+"""
+SLEEP = "import time\nprint('up', flush=True)\ntime.sleep(120)\n"
+
+
+def _servers(env: dict[str, str]) -> Path:
+    return Path(env["XDG_RUNTIME_DIR"]) / f"nemotron-warm-{os.getuid()}"
+
+
+def _wait_for_server(env: dict[str, str], cmd: list[str]) -> None:
+    """The first start is cold and starts the server; wait until it listens for this command's environment."""
+    sock = _servers(env) / f"{warm.server_key(cmd[0], env)}.sock"
+    deadline = time.monotonic() + 180
+    while not sock.exists():
+        assert time.monotonic() < deadline, list(_servers(env).glob("*.log"))
+        time.sleep(0.2)
+
+
+def _stop_servers(env: dict[str, str]) -> None:
+    for lock in _servers(env).glob("*.lock"):
+        text = lock.read_text().strip()
+        if text:
+            try:
+                os.kill(int(text), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """An environment whose warm server (in a runtime folder of its own) is up: the first start was cold."""
+    runtime = tmp_path_factory.mktemp("runtime")
+    runtime.chmod(0o700)
+    env = {
+        **os.environ,
+        "XDG_RUNTIME_DIR": str(runtime),
+        "NEMOTRON_WARM_IDLE_S": "120",
+        "PYTHONUNBUFFERED": "1",
+        warm.ENABLE_ENV: "1",
+    }
+    script = runtime / "first.py"
+    script.write_text("print('first')\n")
+    try:
+        first = procs.start(_cmd(script), env, subprocess.DEVNULL)
+        assert isinstance(first, subprocess.Popen)
+        assert first.wait(120) == 0
+        _wait_for_server(env, _cmd(script))
+        yield env
+    finally:
+        _stop_servers(env)
+
+
+def _cmd(script: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "nemotron.run_step", str(script), *args]
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: Path, stdin: Path) -> tuple[procs.Child, str]:
+    before = os.getcwd()
+    mask = os.umask(0o027)
+    os.chdir(cwd)
+    try:
+        with stdin.open("rb") as source:
+            child = procs.start(cmd, env, subprocess.PIPE, stdin=source)
+    finally:
+        os.chdir(before)
+        os.umask(mask)
+    assert child.stdout is not None
+    out = child.stdout.read().decode()
+    child.wait(60)
+    return child, out
+
+
+def test_a_warm_child_is_what_a_cold_start_makes_with_torch_already_imported(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    script = tmp_path / "report.py"
+    script.write_text(REPORT)
+    stdin = tmp_path / "stdin.txt"
+    stdin.write_text("from stdin")
+    cmd = _cmd(script, "a", "b c")
+    run_env = {**env, "ONLY_HERE": "yes", "EXIT": "7"}
+    cold, cold_out = _run(cmd, {**run_env, warm.ENABLE_ENV: "0"}, tmp_path, stdin)
+    assert isinstance(cold, subprocess.Popen)
+    hot, hot_out = _run(cmd, run_env, tmp_path, stdin)
+    assert isinstance(hot, warm.WarmChild)
+    assert cold.returncode == hot.returncode == 7
+    assert cold_out.endswith("to stderr\n") and hot_out.endswith("to stderr\n")  # stderr goes with stdout
+    got = {name: json.loads(out.splitlines()[0]) for name, out in (("cold", cold_out), ("warm", hot_out))}
+    assert got["cold"].pop("torch_loaded") is False and got["warm"].pop("torch_loaded") is True
+    assert got["warm"] == got["cold"]
+    assert got["warm"]["argv"] == ["a", "b c"] and got["warm"]["cwd"] == str(tmp_path)
+    assert got["warm"]["path0"] == str(tmp_path) and got["warm"]["name"] == "__main__"
+    assert got["warm"]["umask"] == 0o027 and got["warm"]["only_here"] == "yes" and got["warm"]["own_group"]
+    assert got["warm"]["stdin"] == "from stdin" and not got["warm"]["usr2_ignored"]
+
+
+def test_signals_the_caller_ignores_stay_ignored_as_across_exec(env: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "report.py"
+    script.write_text(REPORT)
+    cmd = _cmd(script)
+    previous = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    try:
+        results = [
+            _run(cmd, {**env, warm.ENABLE_ENV: flag}, tmp_path, Path(os.devnull)) for flag in ("0", "1")
+        ]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    reports = [json.loads(out.splitlines()[0]) for _, out in results]
+    assert [r["usr2_ignored"] for r in reports] == [True, True]
+    assert reports[0]["sigint"] == reports[1]["sigint"]
+
+
+def test_a_warm_child_dies_with_its_caller_and_stops_like_a_popen(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    script = tmp_path / "sleep.py"
+    script.write_text(SLEEP)
+    cmd = _cmd(script)
+    caller_code = (
+        "import subprocess, sys, time\n"
+        "from nemotron.procs import start\n"
+        f"child = start({cmd!r}, dict(__import__('os').environ), subprocess.DEVNULL)\n"
+        "print(child.pid, type(child).__name__, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    caller = subprocess.Popen([sys.executable, "-c", caller_code], env=env, stdout=subprocess.PIPE, text=True)
+    assert caller.stdout is not None
+    pid, kind = caller.stdout.readline().split()
+    assert kind == "WarmChild"
+    caller.kill()  # kill -9: no `finally` of the caller runs
+    caller.wait()
+    deadline = time.monotonic() + 15
+    while procs.is_alive(int(pid)):
+        assert time.monotonic() < deadline, "the warm child outlived its caller"
+        time.sleep(0.1)
+
+    child = procs.start(cmd, env, subprocess.PIPE)
+    assert isinstance(child, warm.WarmChild) and child.stdout is not None
+    assert child.stdout.readline() == b"up\n"
+    assert child.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait(0.2)
+    procs.stop_process(child, grace=10)
+    cold = subprocess.Popen(
+        cmd, env={**env, warm.ENABLE_ENV: "0"}, stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert cold.stdout is not None and cold.stdout.readline() == b"up\n"
+    procs.stop_process(cold, grace=10)
+    assert child.returncode == cold.returncode  # the same end for SIGTERM, warm or cold
+    assert not procs.is_alive(child.pid)
+
+
+def test_each_import_environment_has_its_own_server() -> None:
+    base = {"PATH": "/usr/bin", "HOME": "/home/me", "NEMOTRON_HOME": "/a"}
+    key = warm.server_key(sys.executable, base)
+    # what no import reads does not matter: the job's own variables, torch's cache dir (set by torch at run time)
+    assert warm.server_key(sys.executable, {**base, "NEMOTRON_HOME": "/b", "WANDB_API_KEY": "k"}) == key
+    assert warm.server_key(sys.executable, {**base, "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"}) == key
+    # what imports read and keep does
+    for name, value in [("HF_HUB_OFFLINE", "1"), ("OMP_NUM_THREADS", "1"), ("PYTHONHASHSEED", "0"),
+                        ("CUDA_VISIBLE_DEVICES", "1"), ("HOME", "/elsewhere")]:  # fmt: skip
+        assert warm.server_key(sys.executable, {**base, name: value}) != key, name
+    assert warm.server_key("/other/python", base) != key
+    # and so do the resource limits a child inherits (the server's are those of the process that started it)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
+    try:
+        assert warm.server_key(sys.executable, base) != key
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert warm.server_key(sys.executable, base) == key
+
+
+def test_cold_unless_asked_for_another_program_or_a_folder_others_can_open(tmp_path: Path) -> None:
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), warm.ENABLE_ENV: "1"}
+    module = [sys.executable, "-m", "nemotron.run_step", "x.py"]
+    assert warm.spawn(module, {**env, warm.ENABLE_ENV: "0"}, 0, 1, False) is None
+    assert warm.spawn(module, {k: v for k, v in env.items() if k != warm.ENABLE_ENV}, 0, 1, False) is None
+    assert warm.spawn([sys.executable, "-m", "json.tool"], env, 0, 1, False) is None
+    assert warm.spawn(["/usr/bin/python3", *module[1:]], env, 0, 1, False) is None
+    assert not (runtime / f"nemotron-warm-{os.getuid()}").exists()  # none of them started a server
+    shared = tmp_path / "shared"
+    (shared / f"nemotron-warm-{os.getuid()}").mkdir(parents=True, mode=0o755)
+    (shared / f"nemotron-warm-{os.getuid()}").chmod(0o755)
+    assert warm.runtime_dir({"XDG_RUNTIME_DIR": str(shared)}) is None
+    assert warm.spawn(module, {**env, "XDG_RUNTIME_DIR": str(shared)}, 0, 1, False) is None
+    assert not list((shared / f"nemotron-warm-{os.getuid()}").iterdir())
+    assert warm.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path / "missing" / "deeper")}) is None
+
+
+def test_an_idle_server_exits_and_removes_its_socket(tmp_path: Path) -> None:
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "NEMOTRON_WARM_IDLE_S": "1", warm.ENABLE_ENV: "1"}
+    script = tmp_path / "ok.py"
+    script.write_text("print('ok')\n")
+    cmd = _cmd(script)
+    try:
+        procs.start(cmd, env, subprocess.DEVNULL).wait(60)
+        folder = _servers(env)
+        (lock,) = folder.glob("*.lock")
+        deadline = time.monotonic() + 180
+        while not lock.read_text().strip():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        pid = int(lock.read_text())
+        while procs.is_alive(pid, "nemotron.warm"):
+            assert time.monotonic() < deadline, "the idle server did not exit"
+            time.sleep(0.2)
+        assert not list(folder.glob("*.sock"))
+    finally:
+        _stop_servers(env)
