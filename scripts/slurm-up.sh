@@ -84,7 +84,9 @@ stop_slurm() {
 
 # ------------------------------------------------------------------ config (pure text)
 host=$(hostname -s)
-cpus=$(nproc); [ "$cpus" -ge 2 ] || cpus=2   # two one-CPU jobs (or hetjob groups) per node
+# Four one-CPU tasks per node, whatever this host has (slurmd takes the configured count: config_overrides): the Slurm
+# tests run on two pytest workers side by side (tests/conftest.py), and rm/serve's test holds 2 tasks on each node.
+cpus=$(nproc); [ "$cpus" -ge 4 ] || cpus=4
 mem_mb=$(awk '/^MemTotal/ { print int($2 / 1024 / 2) }' /proc/meminfo)  # <= real memory, else DRAIN
 
 render_slurm_conf() {
@@ -109,6 +111,7 @@ SlurmctldDebug=info
 SlurmdDebug=info
 # containers without cgroup delegation: track processes by /proc, no task binding
 ProctrackType=proctrack/linuxproc
+SlurmdParameters=config_overrides
 TaskPlugin=task/none
 PropagateResourceLimits=NONE
 MpiDefault=none

@@ -129,6 +129,18 @@ def render(costs: list[TestCost], label: str, top: int = 20) -> str:
     return "\n".join(lines) + "\n"
 
 
+def warm_children(folder: Path) -> str:
+    """A line on the processes the warm servers forked (nemotron.warm: their CPU is in no test's, as no test waits
+    for them), from the servers' logs."""
+    cpu = [
+        float(x) for log in folder.glob("*.log") for x in re.findall(r" cpu ([0-9.]+) s:", log.read_text())
+    ]
+    return (
+        f"\nThe warm servers forked {len(cpu)} processes (steps and their reward servers), "
+        f"{_minutes(sum(cpu))} CPU-minutes in all, counted in no test's CPU above.\n"
+    )
+
+
 def update_page(page: str, label: str, block: str) -> str:
     begin, end = f"<!-- test-times:{label}:begin -->", f"<!-- test-times:{label}:end -->"
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
@@ -148,11 +160,16 @@ def main() -> None:
         "--seconds", action="store_true", help=f"write the seconds the suite orders by to {TEST_SECONDS}"
     )
     parser.add_argument("--top", type=int, default=20, help="how many of the slowest tests to list")
+    parser.add_argument(
+        "--warm", type=Path, help="the run's $NEMOTRON_WARM_DIR: the CPU of the warm servers' children"
+    )
     args = parser.parse_args()
     costs = from_times(args.source) if args.source.is_dir() else from_junit(args.source)
     if not costs:
         raise SystemExit(f"no test times in {args.source}")
     block = render(costs, args.label, args.top)
+    if args.warm and args.warm.is_dir():
+        block += warm_children(args.warm)
     if args.write:
         PAGE.write_text(update_page(PAGE.read_text(), args.label, block))
     if args.seconds:

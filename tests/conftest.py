@@ -299,8 +299,10 @@ shuffle_vocab = _helper_fixture(permute_vocab)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`scripts/test.sh` runs `-n 3 --dist loadgroup`) the tests marked `slurm` share one worker:
-    the local cluster has two nodes, and a heterogeneous job waiting for a node another test holds would time out.
+    """Under pytest-xdist (`scripts/test.sh` runs `-n 3 --dist loadgroup`) the tests marked `slurm` run on two
+    workers, one per group: `slurm` (Ray across both nodes, the liveness tests that stop node2's processes, rm/serve
+    on the whole cluster) and those marked `slurm(group="single")` (one job of one or two one-CPU tasks at a time).
+    The local cluster has 4 CPUs per node (scripts/slurm-up.sh), so a job of one group never waits for the other's.
     Every other test not in a group of its own goes in its file's group: loadgroup hands each ungrouped test out
     alone, so a file's module fixtures (tiny models, fine-tuned policies, servers) were built once on every worker
     that ran one of its tests; the tests that use the MLflow server join the `mlflow` group. Tests marked `gpu` are skipped where torch sees no CUDA device, those marked `no_gpu`
@@ -308,8 +310,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("--quick"):
         _quick_selection(config, items)
     for item in items:
-        if item.get_closest_marker("slurm") is not None:
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+        slurm = item.get_closest_marker("slurm")
+        if slurm is not None:
+            group = slurm.kwargs.get("group")
+            item.add_marker(pytest.mark.xdist_group(f"slurm-{group}" if group else "slurm"))
         elif item.get_closest_marker("xdist_group") is None:
             # the MLflow server is a session fixture: its users on one worker start it once (about 15 s of CPU)
             group = (
@@ -369,7 +373,7 @@ def _quick_selection(config: pytest.Config, items: list[pytest.Item]) -> None:
 def _slowest_first(items: list[pytest.Item]) -> None:
     """Order the run longest first, so the workers end together instead of one finishing the pipeline test alone:
     xdist hands out work units in collection order. The unit is an xdist group (a test file, or a group a test
-    names, like the whole `slurm` group, which one worker runs in sequence); its cost is the sum of its tests'
+    names, like a `slurm` group, which one worker runs in sequence); its cost is the sum of its tests'
     recorded seconds, a test too quick to be listed taking an even share of what its file's total leaves. A unit
     tests/test_seconds.json does not know goes last, in collection order."""
     recorded = _recorded_seconds()

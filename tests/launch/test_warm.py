@@ -34,7 +34,7 @@ SLEEP = "import time\nprint('up', flush=True)\ntime.sleep(120)\n"
 
 
 def _servers(env: dict[str, str]) -> Path:
-    return Path(env["XDG_RUNTIME_DIR"]) / f"nemotron-warm-{os.getuid()}"
+    return Path(env[warm.DIR_ENV])
 
 
 def _wait_for_server(env: dict[str, str], cmd: list[str]) -> None:
@@ -63,7 +63,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     runtime.chmod(0o700)
     env = {
         **os.environ,
-        "XDG_RUNTIME_DIR": str(runtime),
+        warm.DIR_ENV: str(runtime),
         "NEMOTRON_WARM_IDLE_S": "120",
         "PYTHONUNBUFFERED": "1",
         warm.ENABLE_ENV: "1",
@@ -76,6 +76,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         assert first.wait(120) == 0
         _wait_for_server(env, _cmd(script))
         yield env
+        # `python -m nemotron.warm stop` (what scripts/test.sh runs at its end) stops it: its socket goes
+        stopped = subprocess.run([sys.executable, "-m", "nemotron.warm", "stop"], env=env, capture_output=True,
+                                 text=True, timeout=60)  # fmt: skip
+        assert stopped.stdout.strip() == "stopped 1 warm server(s)", stopped
+        deadline = time.monotonic() + 30
+        while list(_servers(env).glob("*.sock")):
+            assert time.monotonic() < deadline, "a stopped server kept its socket"
+            time.sleep(0.1)
     finally:
         _stop_servers(env)
 
@@ -122,6 +130,8 @@ def test_a_warm_child_is_what_a_cold_start_makes_with_torch_already_imported(
     assert got["warm"]["path0"] == str(tmp_path) and got["warm"]["name"] == "__main__"
     assert got["warm"]["umask"] == 0o027 and got["warm"]["only_here"] == "yes" and got["warm"]["own_group"]
     assert got["warm"]["stdin"] == "from stdin" and not got["warm"]["usr2_ignored"]
+    log = (_servers(env) / f"{warm.server_key(cmd[0], run_env)}.log").read_text()
+    assert f"pid {hot.pid} exit 7 cpu " in log and f"nemotron.run_step {script} a b c" in log
 
 
 def test_signals_the_caller_ignores_stay_ignored_as_across_exec(env: dict[str, str], tmp_path: Path) -> None:
@@ -204,26 +214,29 @@ def test_each_import_environment_has_its_own_server() -> None:
 def test_cold_unless_asked_for_another_program_or_a_folder_others_can_open(tmp_path: Path) -> None:
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), warm.ENABLE_ENV: "1"}
+    env = {**os.environ, warm.DIR_ENV: str(runtime), warm.ENABLE_ENV: "1"}
     module = [sys.executable, "-m", "nemotron.run_step", "x.py"]
     assert warm.spawn(module, {**env, warm.ENABLE_ENV: "0"}, 0, 1, False) is None
     assert warm.spawn(module, {k: v for k, v in env.items() if k != warm.ENABLE_ENV}, 0, 1, False) is None
     assert warm.spawn([sys.executable, "-m", "json.tool"], env, 0, 1, False) is None
     assert warm.spawn(["/usr/bin/python3", *module[1:]], env, 0, 1, False) is None
-    assert not (runtime / f"nemotron-warm-{os.getuid()}").exists()  # none of them started a server
+    assert not list(runtime.iterdir())  # none of them started a server
+    # the default folder: $XDG_RUNTIME_DIR/nemotron-warm-$UID (else under /tmp), made only this user's
+    assert warm.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path)}) == tmp_path / f"nemotron-warm-{os.getuid()}"
+    assert (tmp_path / f"nemotron-warm-{os.getuid()}").stat().st_mode & 0o777 == 0o700
     shared = tmp_path / "shared"
-    (shared / f"nemotron-warm-{os.getuid()}").mkdir(parents=True, mode=0o755)
-    (shared / f"nemotron-warm-{os.getuid()}").chmod(0o755)
-    assert warm.runtime_dir({"XDG_RUNTIME_DIR": str(shared)}) is None
-    assert warm.spawn(module, {**env, "XDG_RUNTIME_DIR": str(shared)}, 0, 1, False) is None
-    assert not list((shared / f"nemotron-warm-{os.getuid()}").iterdir())
-    assert warm.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path / "missing" / "deeper")}) is None
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    assert warm.runtime_dir({warm.DIR_ENV: str(shared)}) is None  # others may open it: never used
+    assert warm.spawn(module, {**env, warm.DIR_ENV: str(shared)}, 0, 1, False) is None
+    assert not list(shared.iterdir())
+    assert warm.runtime_dir({warm.DIR_ENV: str(tmp_path / "missing" / "deeper")}) is None
 
 
 def test_an_idle_server_exits_and_removes_its_socket(tmp_path: Path) -> None:
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "NEMOTRON_WARM_IDLE_S": "1", warm.ENABLE_ENV: "1"}
+    env = {**os.environ, warm.DIR_ENV: str(runtime), "NEMOTRON_WARM_IDLE_S": "1", warm.ENABLE_ENV: "1"}
     script = tmp_path / "ok.py"
     script.write_text("print('ok')\n")
     cmd = _cmd(script)
@@ -240,5 +253,6 @@ def test_an_idle_server_exits_and_removes_its_socket(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the idle server did not exit"
             time.sleep(0.2)
         assert not list(folder.glob("*.sock"))
+        assert warm.stop(folder) == 0  # nothing left to stop
     finally:
         _stop_servers(env)

@@ -101,7 +101,7 @@ def test_a_local_job_dir_holds_plan_json(home: Path, run_cli: Any) -> None:
     assert group["peak_mb"] >= 0.9 * measured, (group["peak_mb"], measured)
 
 
-@pytest.mark.slurm
+@pytest.mark.slurm(group="single")
 def test_a_slurm_job_dir_holds_plan_json(home: Path, slurm_cluster: Any) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "nemotron", "steps", "run", "sft", "-c", "tiny", "trainer.max_steps=1", "-b",

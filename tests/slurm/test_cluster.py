@@ -48,7 +48,7 @@ def accounted_state(job_id: str, timeout_s: float = 60.0) -> str:
     raise AssertionError(f"job {job_id} not finished after {timeout_s} s (sacct state {state!r})")
 
 
-@pytest.mark.slurm
+@pytest.mark.slurm(group="single")
 def test_wrap_job_completes_and_sacct_records_it(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     job_id = sbatch(
         f"--partition={slurm_cluster.partition}",
@@ -62,7 +62,7 @@ def test_wrap_job_completes_and_sacct_records_it(slurm_cluster: SlurmCluster, tm
     assert (tmp_path / "ran_as").read_text().strip() == job_id
 
 
-@pytest.mark.slurm
+@pytest.mark.slurm(group="single")
 def test_hetjob_starts_both_groups_on_their_own_nodes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     script = tmp_path / "het.sh"
     script.write_text(

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE_STEPS = REPO / "tests" / "fixtures" / "steproot"
 SERVED_STEPS = Path(__file__).resolve().parent / "steproot"
 
-pytestmark = pytest.mark.slurm
+pytestmark = pytest.mark.slurm(group="single")  # one job of one or two one-CPU tasks at a time
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slurm
+pytestmark = pytest.mark.slurm(group="single")  # one job of one or two one-CPU tasks at a time
 
 
 @pytest.mark.parametrize(

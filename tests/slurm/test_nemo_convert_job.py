@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slurm
+pytestmark = pytest.mark.slurm(group="single")  # one job of one or two one-CPU tasks at a time
 
 
 @pytest.mark.parametrize(

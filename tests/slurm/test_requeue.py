@@ -81,6 +81,7 @@ def submitted(home: Path) -> Iterator[list[str]]:
         subprocess.run(["scancel", slurm_id], capture_output=True)
 
 
+@pytest.mark.slurm(group="single")  # the built-in engine: one one-CPU task
 def test_a_requeued_job_resumes_from_its_checkpoint_and_a_finished_one_is_not_retrained(
     home: Path, slurm_cluster: Any, uninterrupted_sha: str, submitted: list[str]
 ) -> None:
@@ -171,6 +172,7 @@ env_vars = {{ PATH = "{path}", FAKE_NEMO_RL_STEP_S = "1" }}
     assert (checkpoints / "step_12" / "training_info.json").is_file()
 
 
+@pytest.mark.slurm(group="single")  # the built-in engine: one one-CPU task
 def test_the_time_limit_warning_checkpoints_requeues_and_the_job_resumes(
     home: Path, slurm_cluster: Any, uninterrupted_sha: str, submitted: list[str]
 ) -> None:

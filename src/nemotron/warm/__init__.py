@@ -23,16 +23,10 @@ NEMOTRON_WARM=0 in the user's environment starts every process cold.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import gc
 import hashlib
-import importlib
-import io
 import json
 import os
 import resource
-import runpy
-import selectors
 import signal
 import socket
 import stat
@@ -40,12 +34,12 @@ import struct
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 ENABLE_ENV = "NEMOTRON_WARM"
 IDLE_ENV = "NEMOTRON_WARM_IDLE_S"
+DIR_ENV = "NEMOTRON_WARM_DIR"  # where the servers listen, instead of $XDG_RUNTIME_DIR/nemotron-warm-$UID
 IDLE_S = 600.0
 # What the steps and the reward server import from outside this package (measured with -X importtime: ~95% of a
 # tiny step's import time); a module that cannot be imported here is left to the child.
@@ -103,7 +97,7 @@ def server_key(python: str, env: dict[str, str]) -> str:
         "sites": [(p, os.stat(p).st_mtime_ns) for p in sites],
         "limits": [resource.getrlimit(r) for r in LIMITS],
         "env": sorted(key_env(env).items()),
-        "code": os.stat(__file__).st_mtime_ns,
+        "code": [os.stat(Path(__file__).with_name(f)).st_mtime_ns for f in ("__init__.py", "server.py")],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -111,8 +105,10 @@ def server_key(python: str, env: dict[str, str]) -> str:
 def runtime_dir(env: dict[str, str]) -> Path | None:
     """Where the servers listen: a directory only this user can open (made so if missing) under $XDG_RUNTIME_DIR
     or /tmp; None if it is anything else (someone else's, a link, open to others): then every start is cold."""
-    base = env.get("XDG_RUNTIME_DIR") or "/tmp"
-    path = Path(base) / f"nemotron-warm-{os.getuid()}"
+    given = env.get(DIR_ENV)
+    path = (
+        Path(given) if given else Path(env.get("XDG_RUNTIME_DIR") or "/tmp") / f"nemotron-warm-{os.getuid()}"
+    )
     try:
         with contextlib.suppress(FileExistsError):
             path.mkdir(mode=0o700)
@@ -243,7 +239,7 @@ def _start_server(python: str, env: dict[str, str], folder: Path, key: str) -> N
     """The server, detached: no pipe of ours held open, no parent-death signal, only the environment imports read."""
     with contextlib.suppress(OSError), (folder / f"{key}.log").open("ab") as log:
         subprocess.Popen(
-            [python, "-m", "nemotron.warm", "serve", str(folder / f"{key}.sock")],
+            [python, "-m", "nemotron.warm", "serve", str(folder / f"{key}.sock")],  # nemotron/warm/server.py
             env={**key_env(env), **{k: env[k] for k in (IDLE_ENV,) if k in env}},
             cwd="/",
             stdin=subprocess.DEVNULL,
@@ -253,215 +249,13 @@ def _start_server(python: str, env: dict[str, str], folder: Path, key: str) -> N
         )
 
 
-@dataclass
-class Request:
-    """One command to become, in the forked child."""
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
-    umask: int
-    ignored: list[int]
-    fds: list[int]
-    mask: list[int] = field(default_factory=list)  # the signals to keep blocked once the child is set up
-
-    def run(self) -> None:
-        """Become `python -m argv...`; exits (SystemExit) as that would."""
-        os.setsid()
-        for sig in INHERITED:
-            signal.signal(sig, signal.SIG_IGN if int(sig) in self.ignored else signal.SIG_DFL)
-        if int(signal.SIGINT) not in self.ignored:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(sig, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)  # what arrived meanwhile is delivered now
-        os.umask(self.umask)
-        os.chdir(self.cwd)
-        os.environ.clear()
-        os.environ.update(self.env)
-        stdin, stdout = self.fds
-        os.dup2(stdin, 0)
-        os.dup2(stdout, 1)
-        os.dup2(stdout, 2)
-        for fd in {stdin, stdout} - {0, 1, 2}:
-            os.close(fd)
-        _reopen_stdio(bool(self.env.get("PYTHONUNBUFFERED")))
-        sys.path[0] = self.cwd  # what `python -m` puts first
-        sys.argv = [self.argv[0], *self.argv[1:]]
-        runpy.run_module(self.argv[0], run_name="__main__", alter_sys=True)
-
-
-def _reopen_stdio(unbuffered: bool) -> None:
-    encoding = sys.stdout.encoding if sys.stdout else "utf-8"
-
-    def text(fd: int, write: bool, errors: str, line: bool) -> io.TextIOWrapper:
-        raw = io.FileIO(fd, "w" if write else "r", closefd=False)
-        binary: Any = (
-            raw if (write and unbuffered) else (io.BufferedWriter(raw) if write else io.BufferedReader(raw))
-        )
-        return io.TextIOWrapper(
-            binary, encoding, errors, line_buffering=line, write_through=write and unbuffered
-        )
-
-    # sys.__stdout__ and the others keep the server's objects: on the same descriptors, now the child's
-    sys.stdin = text(0, False, "strict", False)
-    sys.stdout = text(1, True, "strict", os.isatty(1))
-    sys.stderr = text(2, True, "backslashreplace", True)
-
-
-def serve(path: Path, idle_s: float) -> Request | None:
-    """The server's loop; returns None when it exits (idle, or another server holds the lock), or the Request in a
-    forked child."""
-    lock = (path.with_suffix(".lock")).open("w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return None
-    lock.write(f"{os.getpid()}\n")
-    lock.flush()
-    for name in PRELOAD:
-        with contextlib.suppress(Exception):
-            importlib.import_module(name)
-    gc.collect()
-    gc.freeze()  # the children do not copy pages only to scan them
-    me = os.getpid()
-    path.unlink(missing_ok=True)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    os.chmod(path, 0o600)
-    listener.listen(64)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(signal.SIGTERM, lambda *_: None)  # the loop exits on its own terms (wake-up below)
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ)
-    selector.register(wake_r, selectors.EVENT_READ)
-    children: dict[int, socket.socket] = {}
-    owners: dict[socket.socket, int] = {}
-    last = time.monotonic()
-    stop = False
-    try:
-        while not stop or children:
-            for event, _ in selector.select(timeout=1.0):
-                source = event.fileobj
-                if source is listener:
-                    last = time.monotonic()
-                    request, conn = _accept(listener)
-                    if request is None or conn is None:
-                        continue
-                    # the child keeps signals blocked until it has its own dispositions: a SIGTERM sent to it at once
-                    # (its caller died) must not reach the server's handler
-                    mask = signal.pthread_sigmask(signal.SIG_BLOCK, INHERITED)
-                    pid = os.fork()
-                    if pid == 0:
-                        request.mask = sorted(int(s) for s in mask)
-                        signal.set_wakeup_fd(-1)
-                        selector.close()
-                        for s in {listener, *owners, *children.values()}:
-                            s.close()
-                        conn.close()
-                        os.close(wake_r)
-                        os.close(wake_w)
-                        lock.close()
-                        return request
-                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-                    for fd in set(request.fds):
-                        os.close(fd)
-                    with contextlib.suppress(OSError):
-                        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-                    children[pid] = conn
-                    owners[conn] = pid
-                    selector.register(conn, selectors.EVENT_READ)
-                elif source is wake_r:
-                    with contextlib.suppress(OSError):
-                        signals = os.read(wake_r, 512)
-                        stop = stop or signal.SIGTERM in signals
-                else:  # the caller's connection: it only closes (the caller is gone): its child goes too
-                    assert isinstance(source, socket.socket)
-                    with contextlib.suppress(OSError):
-                        if source.recv(1):
-                            continue
-                    selector.unregister(source)
-                    pid = owners.pop(source)
-                    try:
-                        os.killpg(pid, signal.SIGTERM)
-                    except ProcessLookupError:  # not yet its own group (it has just forked)
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGTERM)
-            _reap(children, owners, selector)
-            if not children and time.monotonic() - last > idle_s:
-                stop = True
-    finally:
-        if os.getpid() == me:
-            with contextlib.suppress(OSError):
-                if path.stat().st_ino == os.fstat(listener.fileno()).st_ino:
-                    path.unlink()
-    return None
-
-
-def _accept(listener: socket.socket) -> tuple[Request | None, socket.socket | None]:
-    conn, _ = listener.accept()
-    fds: list[int] = []
-    try:
-        conn.settimeout(5.0)
-        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
-        if uid != os.getuid():
-            raise OSError(f"uid {uid} is not this server's")
-        header, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 2)
-        (size,) = _HEADER.unpack(header)
-        body = b""
-        while len(body) < size:
-            chunk = conn.recv(size - len(body))
-            if not chunk:
-                raise OSError("short request")
-            body += chunk
-        fields = json.loads(body)
-        if len(fds) != 2:
-            raise OSError("a request passes stdin and stdout")
-        request = Request(fields["argv"], fields["env"], fields["cwd"], int(fields["umask"]),
-                          [int(s) for s in fields["ignored"]], fds)  # fmt: skip
-        return request, conn
-    except (OSError, ValueError, KeyError, struct.error):
-        for fd in fds:
-            os.close(fd)
-        conn.close()
-        return None, None
-
-
-def _reap(children: dict[int, socket.socket], owners: dict[socket.socket, int], selector: Any) -> None:
-    while children:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        conn = children.pop(pid, None)
-        if conn is None:
-            continue
-        code = os.waitstatus_to_exitcode(status)
-        if conn in owners:
-            owners.pop(conn)
-            selector.unregister(conn)
-        with contextlib.suppress(OSError):
-            conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
-        conn.close()
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] != "serve":
-        print("usage: python -m nemotron.warm serve SOCKET", file=sys.stderr)
-        return 2
-    idle = float(os.environ.get(IDLE_ENV, IDLE_S))
-    request = serve(Path(argv[1]), idle)
-    if request is None:
-        return 0
-    request.run()  # in the forked child: runs the module; its exit is the process's
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def stop(folder: Path) -> int:
+    """SIGTERM every server listening in `folder` (each exits once its children have); how many there were."""
+    stopped = 0
+    for lock in folder.glob("*.lock"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(lock.read_text().split()[0])
+            if b"nemotron.warm" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGTERM)
+                stopped += 1
+    return stopped
