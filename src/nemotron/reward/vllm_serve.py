@@ -15,7 +15,6 @@ import os
 import secrets
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from nemotron.procs import child_process
+from nemotron.procs import Child, child_process
 from nemotron.reward.client import RewardServerError, wait_ready
 from nemotron.reward.sibling import sibling_server
 
@@ -109,7 +108,7 @@ def vllm_process(
     log_path: Path | None = None,
     host: str = "127.0.0.1",
     inherit_output: bool = False,
-) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+) -> Iterator[tuple[Child, str]]:
     """`vllm serve MODEL` on host:port, ready (its /health answers): yields (process, loopback url). No token: no
     auth (loopback only; main() refuses a wider bind without one)."""
     max_length = _model_length(Path(model))
