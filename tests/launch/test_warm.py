@@ -193,9 +193,12 @@ def test_a_warm_child_dies_with_its_caller_and_stops_like_a_popen(
 def test_each_import_environment_has_its_own_server() -> None:
     base = {"PATH": "/usr/bin", "HOME": "/home/me", "NEMOTRON_HOME": "/a"}
     key = warm.server_key(sys.executable, base)
-    # what no import reads does not matter: the job's own variables, torch's cache dir (set by torch at run time)
+    # what no import reads does not matter: the job's own variables, torch's cache dir (set by torch at run time),
+    # torchrun's run id (one per run: each multi-process run would start a server of its own), PATH
     assert warm.server_key(sys.executable, {**base, "NEMOTRON_HOME": "/b", "WANDB_API_KEY": "k"}) == key
-    assert warm.server_key(sys.executable, {**base, "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"}) == key
+    for name, value in [("TORCHINDUCTOR_CACHE_DIR", "/tmp/x"), ("TORCHELASTIC_RUN_ID", "r1"), ("PATH", "/other/bin"),
+                        ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")]:  # fmt: skip
+        assert warm.server_key(sys.executable, {**base, name: value}) == key, name
     # what imports read and keep does
     for name, value in [("HF_HUB_OFFLINE", "1"), ("OMP_NUM_THREADS", "1"), ("PYTHONHASHSEED", "0"),
                         ("CUDA_VISIBLE_DEVICES", "1"), ("HOME", "/elsewhere")]:  # fmt: skip
@@ -253,6 +256,7 @@ def test_an_idle_server_exits_and_removes_its_socket(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the idle server did not exit"
             time.sleep(0.2)
         assert not list(folder.glob("*.sock"))
+        (folder / "lost.lock").write_text("")  # a server that lost the race to another wrote no pid
         assert warm.stop(folder) == 0  # nothing left to stop
     finally:
         _stop_servers(env)

@@ -12,7 +12,7 @@ child dies with its caller, as a cold one does through the parent-death signal: 
 SIGTERM when the caller's connection closes.
 
 One server per interpreter, installed packages, resource limits and the environment that imports read (KEY_PREFIXES
-below: PYTHON*, HF_*, TORCH*, OMP_*, CUDA_*, PATH, HOME, ...): a process needing another one gets another server,
+below: PYTHON*, HF_*, TORCH*, OMP_*, CUDA_*, HOME, ...): a process needing another one gets another server,
 so a warm child imports with what a cold one would. The nemotron package itself is not preloaded: a child imports
 the code as it is on disk. The server only listens on a Unix socket in a directory that only its user may open
 (and checks the peer's uid), never uses a GPU, and exits after NEMOTRON_WARM_IDLE_S seconds (600) without a child
@@ -59,13 +59,13 @@ PRELOAD = (
     "prometheus_client",
 )
 # Environment variables that imports read (and freeze) in the server: a caller whose values differ gets a server of
-# its own. The rest of the environment is the child's own.
+# its own. The rest of the environment is the child's own, read when it is used: the job's variables, PATH,
+# torchrun's (TORCHELASTIC_*, one run id each), NCCL's (read when a process group starts), torch's cache dir (torch
+# sets it itself when a step first compiles).
 KEY_PREFIXES = ("PYTHON", "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "TORCH", "PYTORCH", "OMP_", "MKL_",
-                "KMP_", "GOMP_", "OPENBLAS", "CUDA", "NVIDIA", "NCCL", "LD_", "XDG_", "LANG", "LC_")  # fmt: skip
-KEY_NAMES = ("PATH", "HOME", "TMPDIR", "VIRTUAL_ENV", "TZ")
-KEY_IGNORED = (
-    "TORCHINDUCTOR_CACHE_DIR",
-)  # torch sets it itself when a step first compiles; read at call time
+                "KMP_", "GOMP_", "OPENBLAS", "CUDA", "NVIDIA", "LD_", "LANG", "LC_")  # fmt: skip
+KEY_NAMES = ("HOME", "TMPDIR", "VIRTUAL_ENV", "TZ", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
+KEY_IGNORED = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCHINDUCTOR_CACHE_DIR")
 LIMITS = tuple(getattr(resource, f"RLIMIT_{n}") for n in ("NOFILE", "FSIZE", "CORE", "AS", "DATA", "CPU"))
 _HEADER = struct.Struct("!I")
 # Signals whose disposition a child inherits as a cold one would: ignored if ignored in the caller (exec keeps
@@ -84,7 +84,7 @@ def key_env(env: dict[str, str]) -> dict[str, str]:
     return {
         k: v
         for k, v in env.items()
-        if (k.startswith(KEY_PREFIXES) or k in KEY_NAMES) and k not in KEY_IGNORED
+        if (k.startswith(KEY_PREFIXES) or k in KEY_NAMES) and not k.startswith(KEY_IGNORED)
     }
 
 
@@ -230,6 +230,11 @@ def spawn(cmd: list[str], env: dict[str, str], stdin: Any, stdout: Any, pipe: bo
 
 
 def _umask() -> int:
+    """This process's umask, read without setting it (which would race the other threads' new files)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -240,7 +245,7 @@ def _start_server(python: str, env: dict[str, str], folder: Path, key: str) -> N
     with contextlib.suppress(OSError), (folder / f"{key}.log").open("ab") as log:
         subprocess.Popen(
             [python, "-m", "nemotron.warm", "serve", str(folder / f"{key}.sock")],  # nemotron/warm/server.py
-            env={**key_env(env), **{k: env[k] for k in (IDLE_ENV,) if k in env}},
+            env={**key_env(env), **{k: env[k] for k in ("PATH", IDLE_ENV) if k in env}},
             cwd="/",
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -253,7 +258,7 @@ def stop(folder: Path) -> int:
     """SIGTERM every server listening in `folder` (each exits once its children have); how many there were."""
     stopped = 0
     for lock in folder.glob("*.lock"):
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, IndexError):  # a lock without a pid: its server is gone
             pid = int(lock.read_text().split()[0])
             if b"nemotron.warm" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGTERM)

@@ -84,11 +84,12 @@ def _reopen_stdio(unbuffered: bool) -> None:
 def serve(path: Path, idle_s: float) -> Request | None:
     """The server's loop; returns None when it exits (idle, or another server holds the lock), or the Request in a
     forked child."""
-    lock = (path.with_suffix(".lock")).open("w")
+    lock = path.with_suffix(".lock").open("a")  # not "w": a server that loses the race must not erase the pid
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return None
+    lock.truncate(0)
     lock.write(f"{os.getpid()}\n")
     lock.flush()
     for name in PRELOAD:
@@ -140,7 +141,14 @@ def serve(path: Path, idle_s: float) -> Request | None:
                     # the child keeps signals blocked until it has its own dispositions: a SIGTERM sent to it at once
                     # (its caller died) must not reach the server's handler
                     mask = signal.pthread_sigmask(signal.SIG_BLOCK, INHERITED)
-                    pid = os.fork()
+                    try:
+                        pid = os.fork()
+                    except OSError:  # no memory or processes left: the caller starts its process cold
+                        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                        for fd in set(request.fds):
+                            os.close(fd)
+                        conn.close()
+                        continue
                     if pid == 0:
                         request.mask = sorted(int(s) for s in mask)
                         signal.set_wakeup_fd(-1)
