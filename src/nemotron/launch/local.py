@@ -29,9 +29,8 @@ def step_env(job_dir: Path, extra: dict[str, str]) -> dict[str, str]:
     env.update(extra)
     env["NEMOTRON_JOB_DIR"] = str(job_dir)
     env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault(
-        "HF_HUB_OFFLINE", "1"
-    )  # as the step's runtime sets it: its servers start alike (nemotron.warm)
+    # as the step's runtime sets it, from the start: the step and its reward server share a warm server
+    env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault(warm.ENABLE_ENV, "1")  # local steps and their servers fork from the warm server
     env.setdefault("NEMOTRON_HOME", str(job_dir.parent.parent))
     return env
