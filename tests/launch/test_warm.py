@@ -260,3 +260,33 @@ def test_an_idle_server_exits_and_removes_its_socket(tmp_path: Path) -> None:
         assert warm.stop(folder) == 0  # nothing left to stop
     finally:
         _stop_servers(env)
+
+
+def test_a_child_whose_server_is_killed_is_waited_for_until_it_ends(tmp_path: Path) -> None:
+    """No exit code can come from a killed server: the caller waits for the child's pid to go, then says 1."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, warm.DIR_ENV: str(runtime), warm.ENABLE_ENV: "1"}
+    script = tmp_path / "sleep.py"
+    script.write_text(SLEEP)
+    cmd = _cmd(script)
+    try:
+        first = procs.start(_cmd(tmp_path / "missing.py"), env, subprocess.DEVNULL)
+        first.wait(120)
+        _wait_for_server(env, cmd)
+        child = procs.start(cmd, env, subprocess.PIPE)
+        assert isinstance(child, warm.WarmChild) and child.stdout is not None
+        assert child.stdout.readline() == b"up\n"
+        _stop_servers(env)  # SIGKILL: it tells no one
+        time.sleep(1)
+        started = time.monotonic()
+        assert (
+            child.poll() is None and time.monotonic() - started < 1
+        )  # the child runs on; poll does not block
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(0.5)
+        os.killpg(child.pid, signal.SIGKILL)
+        assert child.wait(30) == 1
+        assert not procs.is_alive(child.pid, "nemotron.warm")
+    finally:
+        _stop_servers(env)

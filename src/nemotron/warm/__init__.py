@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from nemotron.procs import is_alive
+
 ENABLE_ENV = "NEMOTRON_WARM"
 IDLE_ENV = "NEMOTRON_WARM_IDLE_S"
 DIR_ENV = "NEMOTRON_WARM_DIR"  # where the servers listen, instead of $XDG_RUNTIME_DIR/nemotron-warm-$UID
@@ -128,6 +130,7 @@ class WarmChild:
     ) -> None:
         self._conn = conn
         self._buffer = buffer
+        self._orphaned = False
         self.pid = pid
         self.args = args
         self.stdout = stdout
@@ -148,6 +151,12 @@ class WarmChild:
         return self.returncode
 
     def _read(self, timeout: float | None) -> None:
+        if self._orphaned:  # the server went away without a word (killed): the child ends on its own time
+            if is_alive(self.pid, "nemotron.warm"):  # a warm child shows the server's command line
+                time.sleep(min(0.1, timeout if timeout is not None else 0.1))
+            else:
+                self.returncode = 1  # its exit code went with the server
+            return
         if b"\n" in self._buffer:
             self.returncode = int(json.loads(self._buffer.split(b"\n", 1)[0])["exit"])
             self._conn.close()
@@ -164,19 +173,9 @@ class WarmChild:
             if b"\n" in self._buffer:
                 self._read(0.0)
             return
-        # the server went away without a word (killed): the child is no longer ours to wait for
-        while _running(self.pid):
-            time.sleep(0.1)
-        self.returncode = 1
+        self._orphaned = True
         self._conn.close()
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+        self._read(0.0)
 
 
 def spawn(cmd: list[str], env: dict[str, str], stdin: Any, stdout: Any, pipe: bool) -> WarmChild | None:
