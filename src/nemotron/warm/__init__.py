@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import resource
+import select
 import signal
 import socket
 import stat
@@ -36,8 +37,6 @@ import sys
 import time
 from pathlib import Path
 from typing import IO, Any
-
-from nemotron.procs import is_alive
 
 ENABLE_ENV = "NEMOTRON_WARM"
 IDLE_ENV = "NEMOTRON_WARM_IDLE_S"
@@ -131,6 +130,9 @@ class WarmChild:
         self._conn = conn
         self._buffer = buffer
         self._orphaned = False
+        self._pidfd: int | None = None  # this very process (no recycled pid), readable once it has ended
+        with contextlib.suppress(OSError, AttributeError):
+            self._pidfd = os.pidfd_open(pid)
         self.pid = pid
         self.args = args
         self.stdout = stdout
@@ -152,14 +154,15 @@ class WarmChild:
 
     def _read(self, timeout: float | None) -> None:
         if self._orphaned:  # the server went away without a word (killed): the child ends on its own time
-            if is_alive(self.pid, "nemotron.warm"):  # a warm child shows the server's command line
-                time.sleep(min(0.1, timeout if timeout is not None else 0.1))
-            else:
-                self.returncode = 1  # its exit code went with the server
+            if not self._ended(min(0.1, timeout if timeout is not None else 0.1)):
+                return
+            self.returncode = 1  # its exit code went with the server
+            self._close_pidfd()
             return
         if b"\n" in self._buffer:
             self.returncode = int(json.loads(self._buffer.split(b"\n", 1)[0])["exit"])
             self._conn.close()
+            self._close_pidfd()
             return
         self._conn.settimeout(timeout)
         try:
@@ -176,6 +179,24 @@ class WarmChild:
         self._orphaned = True
         self._conn.close()
         self._read(0.0)
+
+    def _ended(self, timeout: float) -> bool:
+        """Whether the child has ended, waiting up to `timeout` seconds for it."""
+        if self._pidfd is not None:
+            return bool(select.select([self._pidfd], [], [], timeout)[0])
+        try:  # no pidfd (kernel before 5.3): the pid, as the kernel sees it
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return True  # the pid is another user's now: ours has ended
+        time.sleep(timeout)
+        return False
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
 
 def spawn(cmd: list[str], env: dict[str, str], stdin: Any, stdout: Any, pipe: bool) -> WarmChild | None:
