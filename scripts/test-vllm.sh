@@ -11,6 +11,8 @@ ulimit -c 0
 # Local steps fork from warm servers (docs/executors.md): this run's own, in a folder of its own, stopped at the end.
 export NEMOTRON_WARM_DIR=${NEMOTRON_WARM_DIR:-$(mktemp -d /tmp/nemotron-test-warm.XXXXXX)}
 export NEMOTRON_WARM_IDLE_S=${NEMOTRON_WARM_IDLE_S:-300}  # a server some tests' environment needed goes sooner
+# and so does the CLI the tests run a few thousand times (`python -m nemotron`, no terminal): docs/executors.md
+export NEMOTRON_WARM_CLI=${NEMOTRON_WARM_CLI:-1}
 trap '"$VENV/bin/python" -m nemotron.warm stop >/dev/null || true' EXIT
 start=$SECONDS
 NEMOTRON_REQUIRE_VLLM=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -rs --durations=5 tests/vllm "$@"

@@ -142,6 +142,8 @@ def cli(
 ) -> Result:
     """Run `python -m nemotron ARGS` for real: exit code, stdout and stderr as a user sees them."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    if python_flags:  # what this process itself imports is measured: it runs here, not in a warm child
+        full_env.pop("NEMOTRON_WARM_CLI", None)
     proc = subprocess.run(
         nemotron_argv(*args, python_flags=python_flags),
         capture_output=True,

@@ -26,6 +26,7 @@ print(json.dumps({
     "only_here": os.environ.get("ONLY_HERE"), "umask": mask, "own_group": os.getpgid(0) == os.getpid(),
     "stdin": sys.stdin.read(), "usr2_ignored": signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN,
     "sigint": str(signal.getsignal(signal.SIGINT)), "path0": sys.path[0],
+    "blocked": [l.split()[1] for l in open("/proc/self/status") if l.startswith("SigBlk:")][0],
 }))
 print("to stderr", file=sys.stderr)
 sys.exit(int(os.environ.get("EXIT", "0")))
@@ -71,15 +72,18 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     script = runtime / "first.py"
     script.write_text("print('first')\n")
     try:
-        first = procs.start(_cmd(script), env, subprocess.DEVNULL)
-        assert isinstance(first, subprocess.Popen)
-        assert first.wait(120) == 0
+        # started the way the test suite starts its own: by a forwarding CLI, which blocks signals meanwhile
+        first = subprocess.run([sys.executable, "-m", "nemotron", "steps", "list"], env={**env, "NEMOTRON_WARM_CLI": "1"},
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=120)  # fmt: skip
+        assert first.returncode == 0, first.stderr
         _wait_for_server(env, _cmd(script))
         yield env
-        # `python -m nemotron.warm stop` (what scripts/test.sh runs at its end) stops it: its socket goes
+        # `python -m nemotron.warm stop` (what scripts/test.sh runs at its end) stops them (the steps an attached CLI
+        # ran had one of their own: the local executor sets HF_HUB_OFFLINE): their sockets go
+        listening = len(list(_servers(env).glob("*.sock")))
         stopped = subprocess.run([sys.executable, "-m", "nemotron.warm", "stop"], env=env, capture_output=True,
                                  text=True, timeout=60)  # fmt: skip
-        assert stopped.stdout.strip() == "stopped 1 warm server(s)", stopped
+        assert listening and stopped.stdout.strip() == f"stopped {listening} warm server(s)", stopped
         deadline = time.monotonic() + 30
         while list(_servers(env).glob("*.sock")):
             assert time.monotonic() < deadline, "a stopped server kept its socket"
@@ -290,3 +294,97 @@ def test_a_child_whose_server_is_killed_is_waited_for_until_it_ends(tmp_path: Pa
         assert not procs.is_alive(child.pid, "nemotron.warm")
     finally:
         _stop_servers(env)
+
+
+def _cli(env: dict[str, str], *args: str, flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *flags, "-m", "nemotron", *args], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def _forwarded(env: dict[str, str], args: str) -> int:
+    """How many `python -m nemotron ARGS` the warm server ran for `env`, from its log."""
+    log = _servers(env) / f"{warm.server_key(sys.executable, env)}.log"
+    return sum(
+        line.split(": python -m ", 1)[-1].startswith(f"nemotron {args}")
+        for line in log.read_text().splitlines()
+    )
+
+
+def test_the_cli_forked_warm_prints_and_exits_as_it_does_cold(
+    env: dict[str, str], tmp_path: Path, fixture_steps: Path
+) -> None:
+    """NEMOTRON_WARM_CLI=1 with no terminal: `python -m nemotron` runs in a warm child, with its own stdout and
+    stderr, its exit code and nothing else changed; `-X` options keep it in the caller."""
+    cli_env = {**env, "NEMOTRON_HOME": str(tmp_path / "home"), "NEMOTRON_STEPS_PATH": str(fixture_steps),
+               "COLUMNS": "200", "NEMOTRON_WARM_CLI": "1"}  # fmt: skip
+    cold_env = {**cli_env, "NEMOTRON_WARM_CLI": "0"}
+    for args in (
+        ("steps", "list"),
+        ("steps", "run", "nosuch", "-c", "tiny"),
+        ("steps", "show", "test/count"),
+    ):
+        before = _forwarded(cli_env, " ".join(args))
+        hot, cold = _cli(cli_env, *args), _cli(cold_env, *args)
+        assert (hot.returncode, hot.stdout, hot.stderr) == (cold.returncode, cold.stdout, cold.stderr), args
+        assert _forwarded(cli_env, " ".join(args)) == before + 1, (
+            args
+        )  # the first ran in the warm server, not the other
+    assert cold.returncode == 0 and "test/count" in cold.stdout
+    bad = _cli(cli_env, "steps", "run", "nosuch", "-c", "tiny")
+    assert bad.returncode == 2 and bad.stdout == "" and "unknown step 'nosuch'" in bad.stderr
+    before = _forwarded(cli_env, "steps list")
+    measured = _cli(cli_env, "steps", "list", flags=("-X", "importtime"))
+    assert measured.returncode == 0 and "import time:" in measured.stderr and "| typer" in measured.stderr
+    assert _forwarded(cli_env, "steps list") == before
+
+
+def _attached_run_ended(env: dict[str, str], home: Path, ending: signal.Signals) -> tuple[int, str]:
+    """An attached local run of a long step, its caller sent `ending` once the step runs: the caller's exit code
+    and the job's state a few seconds later, once the step is gone."""
+    long_count = (
+        "steps",
+        "run",
+        "test/count",
+        "-c",
+        "tiny",
+        "trainer.max_steps=1000",
+        "trainer.sleep_s=0.05",
+    )
+    caller = subprocess.Popen([sys.executable, "-m", "nemotron", *long_count], env={**env, "NEMOTRON_HOME": str(home)},
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not list(home.glob("jobs/*/metrics.jsonl")):
+        assert time.monotonic() < deadline and caller.poll() is None, caller.communicate()
+        time.sleep(0.1)
+    (job_dir,) = (home / "jobs").iterdir()
+    step_pid = json.loads((job_dir / "status.json").read_text())["pid"]
+    caller.send_signal(ending)
+    _, err = caller.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    deadline = time.monotonic() + 30
+    while procs.is_alive(step_pid):  # the step goes with its CLI
+        assert time.monotonic() < deadline, f"{ending.name}: the step outlived its CLI"
+        time.sleep(0.1)
+    time.sleep(1)
+    return caller.returncode, json.loads((job_dir / "status.json").read_text())["state"]
+
+
+def test_a_forwarded_cli_gets_ctrl_c_and_dies_with_its_caller(
+    env: dict[str, str], tmp_path: Path, fixture_steps: Path
+) -> None:
+    """SIGINT to the caller reaches the warm CLI, which cancels its attached run and exits 130; SIGKILL of the
+    caller kills the warm CLI at once, without a cancel: each as a cold CLI ends."""
+    cli_env = {**env, "NEMOTRON_STEPS_PATH": str(fixture_steps), "NEMOTRON_WARM_CLI": "1"}
+    for ending in (signal.SIGINT, signal.SIGKILL):
+        before = _forwarded(cli_env, "steps run test/count")
+        hot = _attached_run_ended(cli_env, tmp_path / f"hot-{ending.name}", ending)
+        assert _forwarded(cli_env, "steps run test/count") == before + 1  # the CLI was a warm child
+        cold = _attached_run_ended(
+            {**cli_env, "NEMOTRON_WARM_CLI": "0"}, tmp_path / f"cold-{ending.name}", ending
+        )
+        assert hot == cold, ending.name
+    assert cold == (
+        -signal.SIGKILL,
+        "running",
+    )  # killed: nothing ran to say otherwise (jobs status reconciles)

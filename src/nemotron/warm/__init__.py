@@ -13,8 +13,8 @@ SIGTERM when the caller's connection closes.
 
 One server per interpreter, installed packages, resource limits and the environment that imports read (KEY_PREFIXES
 below: PYTHON*, HF_*, TORCH*, OMP_*, CUDA_*, HOME, ...): a process needing another one gets another server,
-so a warm child imports with what a cold one would. The nemotron package itself is not preloaded: a child imports
-the code as it is on disk. The server only listens on a Unix socket in a directory that only its user may open
+so a warm child imports with what a cold one would; and per version of the package's own files, so a child never
+runs code older than what is on disk. The server only listens on a Unix socket in a directory that only its user may open
 (and checks the peer's uid), never uses a GPU, and exits after NEMOTRON_WARM_IDLE_S seconds (600) without a child
 or a request. Only local runs start warm (the local executor sets NEMOTRON_WARM=1 in its steps' environment);
 NEMOTRON_WARM=0 in the user's environment starts every process cold.
@@ -58,6 +58,19 @@ PRELOAD = (
     "h11",
     "httpx",
     "prometheus_client",
+    # and what the CLI imports (nemotron.warm.cli)
+    "typer",
+    "click",
+    "rich.console",
+    "rich.table",
+    "omegaconf",
+    # our own modules that every command or step imports (the key holds the package's files, so a server never
+    # serves code older than what is on disk); none of them reads the environment or the terminal when imported
+    "nemotron.cli.app",
+    "nemotron.compile",
+    "nemotron.catalog",
+    "nemotron.launch.submit",
+    "nemotron.runtime",
 )
 # Environment variables that imports read (and freeze) in the server: a caller whose values differ gets a server of
 # its own. The rest of the environment is the child's own, read when it is used: the job's variables, PATH,
@@ -69,6 +82,12 @@ KEY_NAMES = ("HOME", "TMPDIR", "VIRTUAL_ENV", "TZ", "XDG_CACHE_HOME", "XDG_CONFI
 KEY_IGNORED = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCHINDUCTOR_CACHE_DIR")
 LIMITS = tuple(getattr(resource, f"RLIMIT_{n}") for n in ("NOFILE", "FSIZE", "CORE", "AS", "DATA", "CPU"))
 _HEADER = struct.Struct("!I")
+# What the child gets when its caller's connection closes without an exit code (the caller was killed): a step or
+# server, its process group SIGTERM (as its parent-death signal would); a forwarded CLI (nemotron.warm.cli),
+# itself SIGKILL, as a killed cold CLI simply ends.
+HANGUP_GROUP = (signal.SIGTERM, True)
+HANGUP_ALONE = (signal.SIGKILL, False)
+CHILD = False  # True in a process the warm server forked (its `python -m nemotron` must not forward again)
 # Signals whose disposition a child inherits as a cold one would: ignored if ignored in the caller (exec keeps
 # SIG_IGN), else the default (exec resets handlers); Python's start-up then handles SIGINT and ignores SIGPIPE.
 INHERITED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
@@ -91,16 +110,29 @@ def key_env(env: dict[str, str]) -> dict[str, str]:
 
 def server_key(python: str, env: dict[str, str]) -> str:
     """Which server may fork for a process of `python` with `env`: interpreter, installed packages (their folders'
-    modification times change with every install), resource limits, the environment imports read, this file."""
+    modification times change with every install), resource limits, the environment imports read, our own files."""
     sites = [p for p in sys.path if p.endswith("-packages") and os.path.isdir(p)]
     parts = {
         "python": python,
         "sites": [(p, os.stat(p).st_mtime_ns) for p in sites],
         "limits": [resource.getrlimit(r) for r in LIMITS],
         "env": sorted(key_env(env).items()),
-        "code": [os.stat(Path(__file__).with_name(f)).st_mtime_ns for f in ("__init__.py", "server.py")],
+        "code": _code_stamp(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _code_stamp() -> list[tuple[str, int]]:
+    """Every module of the package, with its modification time: a server preloads some of them."""
+    root = Path(__file__).resolve().parents[1]
+    stamps = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                stamps.append((path, os.stat(path).st_mtime_ns))
+    return stamps
 
 
 def runtime_dir(env: dict[str, str]) -> Path | None:
@@ -180,6 +212,14 @@ class WarmChild:
         self._conn.close()
         self._read(0.0)
 
+    def send_signal(self, sig: int) -> None:
+        """`sig` to this very child (through its pidfd: never a recycled pid), if it is still there."""
+        with contextlib.suppress(ProcessLookupError, OSError):
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            elif self.returncode is None:
+                os.kill(self.pid, sig)
+
     def _ended(self, timeout: float) -> bool:
         """Whether the child has ended, waiting up to `timeout` seconds for it."""
         if self._pidfd is not None:
@@ -204,10 +244,22 @@ def spawn(cmd: list[str], env: dict[str, str], stdin: Any, stdout: Any, pipe: bo
     one is started for the next process; another interpreter or module; warm starts disabled or refused).
     `stdin`/`stdout` are file descriptors (stderr goes with stdout); `pipe`: stdout is a new pipe, read from
     the returned child's `stdout`."""
-    if len(cmd) < 3 or cmd[0] != sys.executable or cmd[1] != "-m" or not cmd[2].startswith("nemotron."):
-        return None
     if not enabled(env):
         return None
+    return fork_from_server(cmd, env, (stdin, stdout, stdout), pipe, HANGUP_GROUP)
+
+
+def fork_from_server(
+    cmd: list[str], env: dict[str, str], fds: tuple[int, int, int], pipe: bool, hangup: tuple[int, bool]
+) -> WarmChild | None:
+    """`spawn` without the NEMOTRON_WARM check: `fds` are stdin, stdout, stderr (`pipe`: stdout and stderr go to a
+    new pipe instead); `hangup` is the signal the child gets when its caller's connection closes, and whether it
+    goes to the child's process group or to the child alone."""
+    if len(cmd) < 3 or cmd[0] != sys.executable or cmd[1] != "-m":
+        return None
+    if cmd[2] != "nemotron" and not cmd[2].startswith("nemotron."):
+        return None
+    stdin, stdout, stderr = fds
     folder = runtime_dir(env)
     if folder is None:
         return None
@@ -224,11 +276,13 @@ def spawn(cmd: list[str], env: dict[str, str], stdin: Any, stdout: Any, pipe: bo
     reader = None
     if pipe:
         reader, stdout = os.pipe()
+        stderr = stdout
     try:
         ignored = [int(s) for s in INHERITED if signal.getsignal(s) == signal.SIG_IGN]
-        request = {"argv": cmd[2:], "env": env, "cwd": os.getcwd(), "umask": _umask(), "ignored": ignored}
+        request = {"argv": cmd[2:], "env": env, "cwd": os.getcwd(), "umask": _umask(), "ignored": ignored,
+                   "hangup": [int(hangup[0]), hangup[1]]}  # fmt: skip
         body = json.dumps(request).encode()
-        socket.send_fds(conn, [_HEADER.pack(len(body))], [stdin, stdout])
+        socket.send_fds(conn, [_HEADER.pack(len(body))], [stdin, stdout, stderr])
         conn.sendall(body)
         line = b""
         while b"\n" not in line:
