@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.assertions import refused
 
 from nemotron.paths import shipped_root
 
@@ -64,12 +65,8 @@ def resaved(tiny_llama: Path, make_tokenizer_variant: Any) -> Path:
 
 
 def _refused(r: Any, home: Path, policy: Path, says: str) -> None:
-    assert r.code == 2, (r.out, r.err[-2000:])
-    assert "Traceback" not in r.err
-    lines = [ln for ln in r.err.splitlines() if ln.strip()]
-    assert len(lines) == 1, r.err
-    assert f"{policy}/tokenizer.json" in lines[0] and str(SHIPPED_TOKENIZER) in lines[0], lines[0]
-    assert says in lines[0], lines[0]
+    (line,) = refused(r, says, lines=1)
+    assert f"{policy}/tokenizer.json" in line and str(SHIPPED_TOKENIZER) in line, line
     assert not home.exists(), "a refused job must write nothing: no job dir, no external.* artifact record"
 
 

@@ -5,7 +5,6 @@ on .nemo artifacts, through the one plan that dry-run prints and submit sends.""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import re
@@ -18,6 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.engines import nemo_aligner_v070 as tag
+from tests.engines.mirrors import git_show
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
@@ -25,17 +26,6 @@ from nemotron.engines.nemo_aligner_config import Env, compile_aligner, hydra_val
 from nemotron.errors import UserError
 from nemotron.launch import slurm, slurm_script, submit
 
-
-def _load_tag_data() -> Any:
-    path = Path(__file__).with_name("nemo_aligner_v070.py")
-    spec = importlib.util.spec_from_file_location("nemo_aligner_v070", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tag = _load_tag_data()
 CONF, KEYS, MIRROR, SCRIPTS, TAG = tag.CONF, tag.KEYS, tag.MIRROR, tag.SCRIPTS, tag.TAG
 
 STEPS = ("rl/reinforce", "rl/ppo", "rm/serve")
@@ -77,9 +67,7 @@ def test_every_override_key_is_in_the_tags_yaml(home: Path, step: str, extra: tu
 @pytest.mark.skipif(not MIRROR.is_dir(), reason="the NeMo-Aligner mirror is not on this machine")
 def test_data_matches_the_tag() -> None:
     def show(path: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(MIRROR), "show", f"{TAG}:{path}"], capture_output=True, text=True, check=True
-        ).stdout
+        return git_show(MIRROR, TAG, path)
 
     for script, conf in SCRIPTS.items():
         # The YAML its @hydra_runner(config_path=..., config_name=...) loads, relative to the script.

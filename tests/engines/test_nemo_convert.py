@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import json
 import re
 import subprocess
@@ -16,24 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.engines import nemo_converters_v210 as tag
+from tests.engines.mirrors import git_show
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
 from nemotron.engines.base import HetJob
 from nemotron.errors import UserError
 from nemotron.launch import submit
-
-
-def _load_tag_data() -> Any:
-    path = Path(__file__).with_name("nemo_converters_v210.py")
-    spec = importlib.util.spec_from_file_location("nemo_converters_v210", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tag = _load_tag_data()
 
 
 def _declared(source: str) -> dict[str, dict[str, Any]]:
@@ -96,25 +85,18 @@ def llama(tmp_path: Path, make_tiny_model: Callable[..., Path]) -> Path:
 
 @pytest.mark.skipif(not tag.MIRROR.is_dir(), reason="the NeMo mirror is not on this machine")
 def test_data_matches_the_tag() -> None:
-    def show(mirror: Path, ref: str, path: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", str(mirror), "show", f"{ref}:{path}"], capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
     # the pin: NeMo-Aligner v0.7.0's Dockerfile builds on this NeMo commit, which is the tag v2.1.0
     if tag.ALIGNER_MIRROR.is_dir():
-        dockerfile = show(tag.ALIGNER_MIRROR, tag.ALIGNER_TAG, "Dockerfile")
+        dockerfile = git_show(tag.ALIGNER_MIRROR, tag.ALIGNER_TAG, "Dockerfile")
         assert re.search(rf"^ARG NEMO_TAG={tag.PINNED_COMMIT}\b", dockerfile, re.M)
     commit = subprocess.run(
         ["git", "-C", str(tag.MIRROR), "rev-parse", f"{tag.TAG}^{{commit}}"], capture_output=True, text=True
     )
     assert commit.stdout.strip() == tag.PINNED_COMMIT
     for script, args in tag.ARGS.items():
-        assert _declared(show(tag.MIRROR, tag.TAG, f"{tag.DIR}/{script}")) == args, script
+        assert _declared(git_show(tag.MIRROR, tag.TAG, f"{tag.DIR}/{script}")) == args, script
         # the image's NeMo (2.2 line) declares every one of them the same way (it may add others)
-        later = _declared(show(tag.MIRROR, tag.IMAGE_TAG, f"{tag.DIR}/{script}"))
+        later = _declared(git_show(tag.MIRROR, tag.IMAGE_TAG, f"{tag.DIR}/{script}"))
         assert {k: later.get(k) for k in args} == args, (script, tag.IMAGE_TAG)
 
 

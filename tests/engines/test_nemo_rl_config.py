@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import importlib.util
 import re
 import shlex
 import subprocess
@@ -13,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.engines import nemo_rl_v070 as tag
+from tests.engines.mirrors import git_files, git_show
 
 from nemotron.catalog import Catalog
 from nemotron.configtree import flatten, get_dotted, unflatten
@@ -20,16 +21,6 @@ from nemotron.engines.nemo_rl_config import NemoRLRun, compile_run
 from nemotron.engines.refusals import builtin_refusals
 from nemotron.errors import UserError
 
-
-def _load_tag_data() -> Any:
-    spec = importlib.util.spec_from_file_location("nemo_rl_v070", Path(__file__).with_name("nemo_rl_v070.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tag = _load_tag_data()
 JOB = "/jobs/run 1/$(touch pwned)"
 JUDGE = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
 INPUTS = {
@@ -421,12 +412,7 @@ def test_every_schema_key_is_in_the_mapping_table(step_id: str) -> None:
 
 
 def _show(path: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(tag.MIRROR), "show", f"{tag.TAG}:{path}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    return git_show(tag.MIRROR, tag.TAG, path)
 
 
 def walks(tree: Any, dotted: str) -> bool:
@@ -581,14 +567,7 @@ class C:
 def test_data_matches_the_tag() -> None:
     if not tag.MIRROR.exists():
         pytest.skip("no NeMo-RL mirror on this machine; the data-encoded tests above still ran")
-    files = set(
-        subprocess.run(
-            ["git", "-C", str(tag.MIRROR), "ls-tree", "-r", "--name-only", tag.TAG],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-    )
+    files = git_files(tag.MIRROR, tag.TAG)
     assert tag.ENTRIES | tag.CONVERTERS | set(tag.BASES.values()) <= files
     for alg, base in tag.BASES.items():
         real = dict(flatten(yaml.safe_load(_show(base))))

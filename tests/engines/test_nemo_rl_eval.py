@@ -5,16 +5,19 @@ samples turned into our eval_report."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import re
 import subprocess
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
+from tests.engines import nemo_rl_eval_v070 as tag
+from tests.engines import (
+    test_nemo_rl_config as rl,  # NeMo-RL's loader rule and the source-reading rules, shared with the RL steps
+)
+from tests.engines.mirrors import git_files
 
 from nemotron.catalog import Catalog
 from nemotron.configtree import flatten, get_dotted, unflatten
@@ -26,19 +29,6 @@ from nemotron.errors import EngineOutputError, UserError
 from nemotron.jobs.record import JobRecord
 from nemotron.policy_eval.stats import bootstrap_interval
 
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tag = _load("nemo_rl_eval_v070")
-rl = _load(
-    "test_nemo_rl_config"
-)  # NeMo-RL's loader rule and the source-reading rules, shared with the RL steps
 STEP = "eval/policy"
 JOB = "/jobs/eval 1/$(touch pwned)"
 PROMPTS = "/data/math prompts.jsonl"
@@ -324,12 +314,7 @@ def test_samples_that_are_not_the_jobs_prompts_register_nothing(
 def test_data_matches_the_tag() -> None:
     if not rl.tag.MIRROR.exists():
         pytest.skip("no NeMo-RL mirror on this machine; the data-encoded tests above still ran")
-    files = set(
-        subprocess.run(
-            ["git", "-C", str(rl.tag.MIRROR), "ls-tree", "-r", "--name-only", rl.tag.TAG],
-            capture_output=True, text=True, check=True,
-        ).stdout.split()
-    )  # fmt: skip
+    files = git_files(rl.tag.MIRROR, rl.tag.TAG)
     assert {tag.ENTRY, tag.BASE} <= files
     base = dict(flatten(yaml.safe_load(rl._show(tag.BASE))))
     assert {k: base.get(k, "<absent>") for k in tag.BASE_KEYS} == tag.BASE_KEYS

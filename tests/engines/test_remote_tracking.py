@@ -6,7 +6,6 @@ clients read."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import json
 import os
@@ -19,24 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.engines import nemo_aligner_v070 as al_tag
+from tests.engines import nemo_rl_v070 as rl_tag
+from tests.engines import (
+    test_nemo_rl_config as rl,  # its step configs and its re-implementation of NeMo-RL's loader
+)
+from tests.engines.mirrors import git_show
 
 from nemotron.engines.nemo_aligner_config import Env, compile_aligner
 from nemotron.engines.remote_tracking import RunLabels
 from nemotron.errors import UserError
 from nemotron.tracking.wandb_tracker import run_id
-
-
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rl_tag = _load("nemo_rl_v070")
-al_tag = _load("nemo_aligner_v070")
-rl = _load("test_nemo_rl_config")  # its step configs and its re-implementation of NeMo-RL's loader
 
 LABELS = RunLabels("rl-ppo-20261127-0100-ab12", "rl/ppo", "default")
 ON = {
@@ -207,15 +199,6 @@ def test_the_driver_variables_are_what_mlflow_and_wandb_read(tmp_path: Path) -> 
 # ---- NeMo-Aligner ----------------------------------------------------------------------------------------------
 
 
-def _nemo_source(tag: str, path: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(al_tag.NEMO_MIRROR), "show", f"{tag}:{path}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-
-
 def _apply_to_the_tags_yaml(yaml_name: str, words: list[str]) -> Any:
     """The actor's YAML at the tag, in struct mode as Hydra composes it, with our words applied by Hydra's own
     override code (a key the YAML lacks fails unless prefixed)."""
@@ -223,12 +206,7 @@ def _apply_to_the_tags_yaml(yaml_name: str, words: list[str]) -> Any:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    text = subprocess.run(
-        ["git", "-C", str(al_tag.MIRROR), "show", f"{al_tag.TAG}:{al_tag.CONF}/{yaml_name}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    text = git_show(al_tag.MIRROR, al_tag.TAG, f"{al_tag.CONF}/{yaml_name}")
     config = OmegaConf.create(text)
     OmegaConf.set_struct(config, True)
     overrides = OverridesParser.create().parse_overrides(words)
@@ -268,7 +246,7 @@ def test_the_actor_s_exp_manager_overrides_fit_the_tag_and_nemo_s_dataclasses(
     # one run per job: Lightning's WandbLogger(id=...) opens the run our tracker and `jobs sync` open
     assert em["wandb_logger_kwargs"]["id"] == run_id(LABELS.job_id)
     for nemo in al_tag.NEMO_TAGS:
-        source = _nemo_source(nemo, "nemo/utils/exp_manager.py")
+        source = git_show(al_tag.NEMO_MIRROR, nemo, "nemo/utils/exp_manager.py")
         module = ast.parse(source)
         (cls,) = [n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "ExpManagerConfig"]
         fields = {
@@ -282,7 +260,7 @@ def test_the_actor_s_exp_manager_overrides_fit_the_tag_and_nemo_s_dataclasses(
         module_name = f"nemo_mlflow_logger_{nemo.replace('.', '_')}"
         loaded = types.ModuleType(module_name)  # a module of its own, so OmegaConf can read its type hints
         monkeypatch.setitem(sys.modules, module_name, loaded)
-        exec(_nemo_source(nemo, "nemo/utils/loggers/mlflow_logger.py"), loaded.__dict__)
+        exec(git_show(al_tag.NEMO_MIRROR, nemo, "nemo/utils/loggers/mlflow_logger.py"), loaded.__dict__)
         params = loaded.MLFlowParams
         assert set(params.__dataclass_fields__) == al_tag.MLFLOW_PARAMS, nemo
         merged = OmegaConf.merge(OmegaConf.structured(params), em["mlflow_logger_kwargs"])

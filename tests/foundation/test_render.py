@@ -6,8 +6,9 @@ Regenerate after an intended change with: NEMOTRON_UPDATE_GOLDENS=1 pytest tests
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
+
+from tests.assertions import matches_golden
 
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.catalog import Catalog
@@ -15,13 +16,6 @@ from nemotron.compile import compile_job
 from nemotron.launch import render
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-
-
-def _check(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("NEMOTRON_UPDATE_GOLDENS"):
-        path.write_text(text)
-    assert text == path.read_text(), f"{name} changed; if intended, regenerate with NEMOTRON_UPDATE_GOLDENS=1"
 
 
 def test_local_dry_run_matches_golden(fixture_steps: Path, tmp_path: Path, monkeypatch: object) -> None:
@@ -42,7 +36,7 @@ def test_local_dry_run_matches_golden(fixture_steps: Path, tmp_path: Path, monke
     )
     text = text.replace(str(nums), "/data/nums.jsonl").replace(str(fixture_steps), "$STEPS")
     assert "abcdef-secret" not in text
-    _check("dry_run_local.txt", text)
+    matches_golden(text, GOLDEN / "dry_run_local.txt")
 
 
 def test_render_is_pure(fixture_steps: Path, tmp_path: Path) -> None:

@@ -3,13 +3,13 @@ for each shipped cluster profile x RL step. Regenerate with NEMOTRON_UPDATE_GOLD
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from tests.assertions import matches_golden
+from tests.launch.checkpoints import reward_model_dir
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
@@ -17,24 +17,9 @@ from nemotron.launch import submit
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[2]
-UPDATE = os.environ.get("NEMOTRON_UPDATE_GOLDENS") == "1"
 JOB_ID = "{step}-20250101-120000-abcd"  # fixed: the job id appears in every path of a script
 RM = "<REWARD_MODEL>"
 MATH = "<REPO>/docs/examples/math_prompts.jsonl"
-
-
-def _reward_model_dir(root: Path) -> Path:
-    """What rl/rlhf's judge detection reads: config.json names a sequence classifier, weights exist."""
-    d = root / "reward_model"
-    d.mkdir()
-    (d / "config.json").write_text(
-        json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": 64})
-    )
-    (d / "model.safetensors").write_bytes(
-        b"\x02\x00\x00\x00\x00\x00\x00\x00{}"
-    )  # a safetensors header, no tensors
-    (d / "tokenizer.json").write_text("{}")  # preflight asks for the tokenizer file
-    return d
 
 
 # rl/ppo's default preset does not fit one Lepton node: each node's reward server shares local rank 0's GPU with
@@ -136,7 +121,7 @@ def _name(profile: str, step: str, extra: tuple[str, ...]) -> str:
 
 def render(profile: str, step: str, preset: str, extra: tuple[str, ...], home: Path, tmp_path: Path) -> str:
     (tmp_path / "env.toml").write_text(PROFILES)  # the working directory: found by walking up from it
-    rm = _reward_model_dir(tmp_path) if any(RM in e for e in extra) else None
+    rm = reward_model_dir(tmp_path / "reward_model", positions=64) if any(RM in e for e in extra) else None
     overrides = [e.replace(RM, str(rm)).replace("<REPO>", str(REPO)) for e in extra if not e.startswith("--")]
     job = compile_job(
         Catalog(),
@@ -162,14 +147,7 @@ def test_dry_run_matches_golden(
     profile: str, step: str, preset: str, extra: tuple[str, ...], home: Path, tmp_path: Path
 ) -> None:
     text = render(profile, step, preset, extra, home, tmp_path)
-    golden = GOLDEN / _name(profile, step, extra)
-    if UPDATE:
-        golden.parent.mkdir(exist_ok=True)
-        golden.write_text(text)
-    assert golden.is_file(), f"no golden file {golden.name}: run with NEMOTRON_UPDATE_GOLDENS=1 and review it"
-    assert text == golden.read_text(), (
-        f"{golden.name} changed: rerun with NEMOTRON_UPDATE_GOLDENS=1 if intended"
-    )
+    matches_golden(text, GOLDEN / _name(profile, step, extra))
 
 
 def test_goldens_have_no_unnormalised_paths() -> None:

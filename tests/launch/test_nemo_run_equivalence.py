@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.launch.checkpoints import reward_model_dir
+
 HELPER = Path(__file__).with_name("nemo_run_render.py")
 SERVED_STEPS = Path(__file__).resolve().parents[1] / "slurm" / "steproot"
 ENV_TOML = """
@@ -30,15 +32,7 @@ env_vars = { WANDB_API_KEY = "sk-secret-123456", HF_HOME = "/hf" }
 
 def test_rendered_sbatch_equals_what_nemo_run_writes(home: Path, tmp_path: Path) -> None:
     (tmp_path / "env.toml").write_text(ENV_TOML)
-    rm = tmp_path / "rm"
-    rm.mkdir()
-    (rm / "config.json").write_text(
-        json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": 32})
-    )
-    (rm / "model.safetensors").write_bytes(
-        b"\x02\x00\x00\x00\x00\x00\x00\x00{}"
-    )  # a safetensors header, no tensors
-    (rm / "tokenizer.json").write_text("{}")  # preflight asks for the tokenizer file
+    rm = reward_model_dir(tmp_path / "rm", positions=32)
     cases = [
         ["test/served", "tiny", "local_slurm", [f"inputs.reward_model={rm}"]],  # hetjob, no container
         [

@@ -4,12 +4,13 @@ NeMo-Aligner's PPO -> NeMo's converter -> eval/policy) is a golden file (NEMOTRO
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tests.assertions import matches_golden
 
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.catalog import Catalog
@@ -21,7 +22,6 @@ from nemotron.pipeline import load_pipeline, plan_pipeline, planned_outputs
 
 GOLDEN = Path(__file__).parent / "golden" / "pipeline__cross_engine__slurm_rlhf.txt"
 REPO = Path(__file__).resolve().parents[2]
-UPDATE = os.environ.get("NEMOTRON_UPDATE_GOLDENS") == "1"
 JOB_ID = re.compile(r"\b([a-z0-9_-]+)-\d{8}-\d{6}-[0-9a-f]{4}\b")  # compile.new_job_id: a time and 4 hex
 
 
@@ -35,12 +35,7 @@ def test_cross_engine_dry_run_matches_golden(home: Path, run_cli: Callable[..., 
     result = run_cli("pipeline", "run", "cross_engine", "--dry-run", "-b", "slurm_rlhf")
     assert result.code == 0, result.err
     text = _normalised(result.out, home)
-    if UPDATE:
-        GOLDEN.write_text(text)
-    assert GOLDEN.is_file(), f"no golden file {GOLDEN.name}: run with NEMOTRON_UPDATE_GOLDENS=1 and review it"
-    assert text == GOLDEN.read_text(), (
-        f"{GOLDEN.name} changed: rerun with NEMOTRON_UPDATE_GOLDENS=1 if intended"
-    )
+    matches_golden(text, GOLDEN)
     # the five steps, on the three engines, in order
     headers = re.findall(r"^# ==== pipeline cross_engine, step (\S+): (\S+)$", text, re.M)
     assert headers == [

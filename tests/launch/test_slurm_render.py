@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.launch.checkpoints import reward_model_dir
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
@@ -34,19 +34,6 @@ batch_partition = "long"
 def profiles(home: Path, tmp_path: Path) -> Path:
     (tmp_path / "env.toml").write_text(PROFILES)
     return tmp_path / "env.toml"
-
-
-def reward_model_dir(root: Path, positions: int = 48) -> Path:
-    d = root / "rm"
-    d.mkdir()
-    (d / "config.json").write_text(
-        json.dumps({"architectures": ["GPT2ForSequenceClassification"], "n_positions": positions})
-    )
-    (d / "model.safetensors").write_bytes(
-        b"\x02\x00\x00\x00\x00\x00\x00\x00{}"
-    )  # a safetensors header, no tensors
-    (d / "tokenizer.json").write_text("{}")  # preflight asks for the tokenizer file
-    return d
 
 
 def job(step: str, profile: str, *overrides: str, preset: str = "default", **kw: Any) -> Job:
@@ -92,7 +79,7 @@ def test_services_make_a_hetjob_serving_the_reward_model_input(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NEMOTRON_STEPS_PATH", str(SERVED_STEPS))
-    rm = reward_model_dir(tmp_path)
+    rm = reward_model_dir(tmp_path / "rm")
     plan = slurm_executor.slurm_plan(
         job("test/served", "local_slurm", f"inputs.reward_model={rm}", preset="tiny")
     )
@@ -118,7 +105,7 @@ def test_rlhf_serves_its_judge_only_when_the_judge_is_a_reward_model(home: Path,
     assert len(generative.groups) == 1
     key = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
     served = served_model(
-        job("rl/rlhf", "local_slurm", f"{key}={reward_model_dir(tmp_path)}", "judge.kind=reward_model")
+        job("rl/rlhf", "local_slurm", f"{key}={reward_model_dir(tmp_path / 'rm')}", "judge.kind=reward_model")
     )
     assert served is not None and served.input_name == "judge" and served.server == "rm"
 

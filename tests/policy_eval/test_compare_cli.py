@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.assertions import refused
 
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.policy_eval.report import summarise, write_report
@@ -63,12 +64,6 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
-def _refused(r: Any, says: str) -> None:
-    assert r.code == 2, (r.out, r.err)
-    assert says in r.err and "Traceback" not in r.err, r.err
-    assert len([ln for ln in r.err.splitlines() if ln.strip()]) <= 2, r.err  # the error (and its hint)
-
-
 def test_the_table_and_the_difference_print(two_reports: tuple[str, str], run_cli_imports: Any) -> None:
     r, imported = run_cli_imports("artifacts", "compare", *two_reports)
     assert r.code == 0, r.err
@@ -81,9 +76,7 @@ def test_the_table_and_the_difference_print(two_reports: tuple[str, str], run_cl
 
 def test_one_report_is_refused(two_reports: tuple[str, str], home: Path, run_cli: Any) -> None:
     before = _files(home)
-    _refused(
-        run_cli("artifacts", "compare", two_reports[0]), "compare needs at least two eval reports, got 1"
-    )
+    refused(run_cli("artifacts", "compare", two_reports[0]), "compare needs at least two eval reports, got 1")
     assert _files(home) == before
 
 
@@ -96,7 +89,7 @@ def test_an_artifact_of_another_type_is_refused_and_no_plot_written(
     ArtifactStore(home / "artifacts").register([("some_policy", "checkpoint_hf", policy, {})], None)
     before = _files(home)
     r = run_cli("artifacts", "compare", two_reports[0], "some_policy:v1", "--plot", str(tmp_path / "p.png"))
-    _refused(r, "some_policy:v1 is a checkpoint_hf artifact, expected eval_report")
+    refused(r, "some_policy:v1 is a checkpoint_hf artifact, expected eval_report")
     assert _files(home) == before and not (tmp_path / "p.png").exists()
 
 
@@ -105,7 +98,7 @@ def test_reports_on_different_prompt_sets_are_refused_unless_allowed(
 ) -> None:
     other = _register_report(home, "report_c", [1.0, 2.0], "other.jsonl", ["another prompt", "and one more"])
     r = run_cli("artifacts", "compare", two_reports[0], other.ref)
-    _refused(r, "report_a:v1 and report_c:v1 were made on different prompt sets (20 prompts of")
+    refused(r, "report_a:v1 and report_c:v1 were made on different prompt sets (20 prompts of")
     assert "external.prompts.jsonl:v1" in r.err and "2 prompts of external.other.jsonl:v1" in r.err
     assert "--allow-different-prompts" in r.err
     allowed = run_cli(
@@ -143,7 +136,7 @@ def test_plot_writes_an_image_of_both_reports(
 
 
 def test_plot_metric_without_plot_is_refused(two_reports: tuple[str, str], run_cli: Any) -> None:
-    _refused(
+    refused(
         run_cli("artifacts", "compare", *two_reports, "--plot-metric", "reward_model"),
         "acts only with --plot",
     )

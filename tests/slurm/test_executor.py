@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.slurm.jobs import nemotron
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_STEPS = REPO / "tests" / "fixtures" / "steproot"
@@ -32,12 +33,6 @@ def env(home: Path) -> dict[str, str]:
         "COLUMNS": "200",
         "NEMOTRON_STEPS_PATH": os.pathsep.join([str(FIXTURE_STEPS), str(SERVED_STEPS)]),
     }
-
-
-def nemotron(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
 
 
 def status_of(home: Path, job_id: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -19,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.slurm.jobs import fake_nemo_rl_profile, nemotron, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
-FAKE = REPO / "tests" / "fixtures" / "fake_nemo_rl"
 STEPS = Path(__file__).resolve().parent / "steproot"
 INTERVAL_S, TIMEOUT_S = 2, 8
 # the bound a user can count on: the silence bound, one check interval, Slurm's KillWait (5 s here) to end the
@@ -33,7 +31,6 @@ pytestmark = pytest.mark.slurm
 
 @pytest.fixture
 def env(home: Path, tmp_path: Path) -> dict[str, str]:
-    path = f"{FAKE / 'bin'}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
     (tmp_path / "env.toml").write_text(f"""
 [watched]
 extends = "local_slurm"
@@ -46,35 +43,13 @@ heartbeat_timeout_s = {TIMEOUT_S}
 extends = "local_slurm"
 heartbeat_interval_s = {INTERVAL_S}
 heartbeat_timeout_s = {TIMEOUT_S}
-
-[ray2_slow]
-extends = "watched"
-nemo_rl_image = ""
-nemo_rl_dir = "{FAKE}"
-env_vars = {{ PATH = "{path}", FAKE_NEMO_RL_SLEEP_S = "300" }}
-""")
+{fake_nemo_rl_profile("ray2_slow", "watched", FAKE_NEMO_RL_SLEEP_S="300")}""")
     return {
         **os.environ,
         "COLUMNS": "200",
         "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml"),
         "NEMOTRON_STEPS_PATH": str(STEPS),
     }
-
-
-def nemotron(env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
-
-
-def wait_for(predicate: Any, timeout_s: float, what: str, detail: Any = None) -> None:
-    """Until `predicate()`; past `timeout_s` fail, with `detail()` (the cluster and the job's log) when given."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s" + (
-            f"\n{detail()}" if detail else ""
-        )
-        time.sleep(0.5)
 
 
 def processes_on(slurm_id: str, node: str) -> list[int]:
@@ -109,6 +84,18 @@ def cleanup() -> Iterator[list[str]]:
     for slurm_id in ids:
         signal_all(processes_on(slurm_id, "node2"), signal.SIGCONT)
         subprocess.run(["scancel", slurm_id], capture_output=True)
+
+
+def _until_logged(
+    home: Path, cluster: Any, job_id: str, slurm_id: str, says: str, timeout_s: float, what: str
+) -> None:
+    """Until the job's log says `says`; past `timeout_s` fail with the cluster's view of the job and the log's end."""
+    wait_for(
+        lambda: says in _logs(home, job_id),
+        timeout_s,
+        what,
+        lambda: f"{cluster.describe(slurm_id)}\n{_logs(home, job_id)[-3000:]}",
+    )
 
 
 def _submit(env: dict[str, str], home: Path, cluster: Any, profile: str, *args: str) -> tuple[str, str]:
@@ -189,12 +176,7 @@ def test_nemo_rl_on_ray_fails_within_the_bound_when_node2_dies_or_hangs(
         env, home, slurm_cluster, "ray2_slow", "rl/rlhf", "-c", "tiny", "backend=nemo_rl", "eval.task=null"
     )
     cleanup.append(slurm_id)
-    wait_for(
-        lambda: "alive Ray nodes" in _logs(home, job_id),
-        150,
-        "the driver to start",
-        lambda: f"{slurm_cluster.describe(slurm_id)}\n{_logs(home, job_id)[-3000:]}",
-    )
+    _until_logged(home, slurm_cluster, job_id, slurm_id, "alive Ray nodes", 150, "the driver to start")
     wait_for(lambda: processes_on(slurm_id, "node2"), 30, "the job's processes on node2")
     broke_at = time.time()
     signal_all(processes_on(slurm_id, "node2"), sig)
@@ -209,12 +191,7 @@ def test_builtin_torchrun_across_two_nodes_fails_within_the_bound_when_node2_die
         env, home, slurm_cluster, "watched", "test/ranks", "-c", "tiny", "rounds=100000", "sleep_s=0.2"
     )
     cleanup.append(slurm_id)
-    wait_for(
-        lambda: "2 ranks agree" in _logs(home, job_id),
-        150,
-        "both ranks to run",
-        lambda: f"{slurm_cluster.describe(slurm_id)}\n{_logs(home, job_id)[-3000:]}",
-    )
+    _until_logged(home, slurm_cluster, job_id, slurm_id, "2 ranks agree", 150, "both ranks to run")
     broke_at = time.time()
     signal_all(processes_on(slurm_id, "node2"), sig)
     # killed, rank 0's collective may fail by itself first (gloo sees the closed socket); frozen, it waits
@@ -233,11 +210,8 @@ def test_a_hetjob_fails_within_the_bound_when_node2_hangs(
     args = ["rl/reinforce", "-c", "tiny", "trainer.max_steps=4", "eval.num_prompts=0"]
     job_id, slurm_id = _submit(env, home, slurm_cluster, "watched_hetjob", *args)
     cleanup.append(slurm_id)
-    wait_for(
-        lambda: "stalling at step 2" in _logs(home, job_id),
-        180,
-        "the step to reach step 2",
-        lambda: f"{slurm_cluster.describe(slurm_id)}\n{_logs(home, job_id)[-3000:]}",
+    _until_logged(
+        home, slurm_cluster, job_id, slurm_id, "stalling at step 2", 180, "the step to reach step 2"
     )
     broke_at = time.time()
     signal_all(processes_on(slurm_id, "node2"), signal.SIGSTOP)

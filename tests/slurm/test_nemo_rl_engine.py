@@ -10,15 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.slurm.jobs import fake_nemo_rl_profile, nemotron, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
-FAKE = REPO / "tests" / "fixtures" / "fake_nemo_rl"
 # our tiny presets score with a task NeMo-RL does not have, and put the KL per token: the engine refuses both
 NEMO_RL_TINY = ["backend=nemo_rl", "eval.task=null"]
 FINAL = ("succeeded", "failed", "cancelled")
@@ -28,31 +26,12 @@ pytestmark = pytest.mark.slurm
 
 @pytest.fixture
 def env(home: Path, tmp_path: Path) -> dict[str, str]:
-    path = f"{FAKE / 'bin'}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
-    (tmp_path / "env.toml").write_text(f"""
-[ray2]
-extends = "local_slurm"
-nodes = 2
-cpus_per_task = 1
-nemo_rl_image = ""
-nemo_rl_dir = "{FAKE}"
-env_vars = {{ PATH = "{path}" }}
-
-[ray2_slow]
-extends = "ray2"
-env_vars = {{ PATH = "{path}", FAKE_NEMO_RL_SLEEP_S = "300" }}
-
-[ray2_crash]
-extends = "ray2"
-env_vars = {{ PATH = "{path}", FAKE_NEMO_RL_EXIT = "1" }}
-""")
-    return {**os.environ, "COLUMNS": "200", "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml")}
-
-
-def nemotron(env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout
+    (tmp_path / "env.toml").write_text(
+        fake_nemo_rl_profile("ray2")
+        + fake_nemo_rl_profile("ray2_slow", "ray2", FAKE_NEMO_RL_SLEEP_S="300")
+        + fake_nemo_rl_profile("ray2_crash", "ray2", FAKE_NEMO_RL_EXIT="1")
     )
+    return {**os.environ, "COLUMNS": "200", "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml")}
 
 
 def status(home: Path, job_id: str) -> dict[str, Any]:
@@ -70,15 +49,6 @@ def raylets_of(slurm_id: str) -> list[str]:
     """Processes still using this job's Ray temp dirs (/tmp/ray-<slurm id>-<node>)."""
     out = subprocess.run(["pgrep", "-af", f"/tmp/ray-{slurm_id}-"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if "pgrep" not in line]
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout:.0f} s: {what}")
 
 
 def test_reinforce_runs_once_on_a_two_node_ray_cluster_and_registers_its_policy(

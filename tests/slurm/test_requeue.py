@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.slurm.jobs import fake_nemo_rl_profile, nemotron, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -22,12 +21,6 @@ ARGS = (
     "rl/reinforce -c tiny trainer.max_steps=8 checkpoint.save_interval=3 reward.source=in_process "
     "trainer.num_prompts_per_step=8 eval.num_prompts=0"
 ).split()
-
-
-def nemotron(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
 
 
 def policy_sha(env: dict[str, str]) -> str:
@@ -60,16 +53,20 @@ def requeue_now(slurm_id: str) -> None:
     )
 
 
-def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
-        time.sleep(0.5)
-
-
 def steps_logged(job_dir: Path) -> list[int]:
     path = job_dir / "metrics.jsonl"
     return [json.loads(x)["step"] for x in path.read_text().splitlines()] if path.is_file() else []
+
+
+def _submit(env: dict[str, str], home: Path, submitted: list[str]) -> tuple[str, Path, str]:
+    """ARGS submitted to local_slurm in `env`: (job id, job dir, Slurm id), the Slurm id added to `submitted`."""
+    done = nemotron(env, "steps", "run", *ARGS, "-b", "local_slurm")
+    assert done.returncode == 0, done.stderr[-3000:]
+    job_id = done.stdout.strip().splitlines()[-1]
+    job_dir = home / "jobs" / job_id
+    slurm_id = str(json.loads((job_dir / "status.json").read_text())["remote_id"])
+    submitted.append(slurm_id)
+    return job_id, job_dir, slurm_id
 
 
 @pytest.fixture
@@ -86,12 +83,7 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_a_finished_one_is_not_re
     home: Path, slurm_cluster: Any, uninterrupted_sha: str, submitted: list[str]
 ) -> None:
     env = {**os.environ, "NEMOTRON_FAULT": "stall@5", "NEMOTRON_FAULT_STALL_S": "300"}
-    done = nemotron(env, "steps", "run", *ARGS, "-b", "local_slurm")
-    assert done.returncode == 0, done.stderr[-3000:]
-    job_id = done.stdout.strip().splitlines()[-1]
-    job_dir = home / "jobs" / job_id
-    slurm_id = str(json.loads((job_dir / "status.json").read_text())["remote_id"])
-    submitted.append(slurm_id)
+    job_id, job_dir, slurm_id = _submit(env, home, submitted)
 
     # step 3's checkpoint is written and the run hangs in step 5 (on its first start only): requeue it there
     wait_for(lambda: 4 in steps_logged(job_dir), 240, "the run reaching step 4")
@@ -118,25 +110,13 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_a_finished_one_is_not_re
     assert steps_logged(job_dir) == list(range(1, 9))
 
 
-FAKE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "fake_nemo_rl"
-
-
 def test_a_requeued_nemo_rl_job_resumes_from_its_newest_step(
     home: Path, tmp_path: Path, slurm_cluster: Any, submitted: list[str]
 ) -> None:
     """backend=nemo_rl: the requeued job runs the same driver with the same checkpointing.checkpoint_dir, where
     NeMo-RL's CheckpointManager finds the newest step_N and continues after it (the fake driver does the same:
     tests/fixtures/fake_nemo_rl). One checkpoint every 2 steps, one second a step."""
-    path = f"{FAKE / 'bin'}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
-    (tmp_path / "env.toml").write_text(f"""
-[ray2_steps]
-extends = "local_slurm"
-nodes = 2
-cpus_per_task = 1
-nemo_rl_image = ""
-nemo_rl_dir = "{FAKE}"
-env_vars = {{ PATH = "{path}", FAKE_NEMO_RL_STEP_S = "1" }}
-""")
+    (tmp_path / "env.toml").write_text(fake_nemo_rl_profile("ray2_steps", FAKE_NEMO_RL_STEP_S="1"))
     env = {**os.environ, "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml")}
     args = [
         "rl/reinforce",
@@ -180,12 +160,7 @@ def test_the_time_limit_warning_checkpoints_requeues_and_the_job_resumes(
     steps as Slurm does): the step saves at the end of the step it is in (5: no periodic save there), requeues its
     own job, and the restart resumes there; the reward server beside it ignores the signal."""
     env = {**os.environ, "NEMOTRON_FAULT": "stall@5", "NEMOTRON_FAULT_STALL_S": "15"}
-    done = nemotron(env, "steps", "run", *ARGS, "-b", "local_slurm")
-    assert done.returncode == 0, done.stderr[-3000:]
-    job_id = done.stdout.strip().splitlines()[-1]
-    job_dir = home / "jobs" / job_id
-    slurm_id = str(json.loads((job_dir / "status.json").read_text())["remote_id"])
-    submitted.append(slurm_id)
+    job_id, job_dir, slurm_id = _submit(env, home, submitted)
 
     # time in the queue (behind another test's job) is not what is bounded
     slurm_cluster.wait_running(slurm_id)

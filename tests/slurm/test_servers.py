@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.slurm.jobs import nemotron
 
 from nemotron.reward.address import announced_servers
 from nemotron.reward.client import wait_ready
@@ -23,13 +22,6 @@ extends = "local_slurm"
 nodes = 2
 ntasks_per_node = 2
 """
-
-
-def nemotron(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env, timeout=180
-    )
 
 
 def server_processes(job_dir: Path) -> list[int]:
@@ -69,7 +61,8 @@ def test_rm_serve_runs_one_server_per_node_however_many_tasks_the_profile_asks(
 ) -> None:
     (tmp_path / "env.toml").write_text(PROFILE)  # the working directory: found by walking up from it
     # both test nodes are this host: port 0 lets each server pick its own (on a real cluster, one port for all)
-    done = nemotron("steps", "run", "rm/serve", "-c", "tiny", "server.port=0", "-b", "two_by_two")
+    env = {**os.environ, "COLUMNS": "200"}
+    done = nemotron(env, "steps", "run", "rm/serve", "-c", "tiny", "server.port=0", "-b", "two_by_two")
     assert done.returncode == 0, done.stderr[-3000:]
     job_id = done.stdout.strip().splitlines()[-1]
     job_dir = home / "jobs" / job_id
@@ -94,6 +87,6 @@ def test_rm_serve_runs_one_server_per_node_however_many_tasks_the_profile_asks(
             wait_ready(entry["url"], timeout=10)
         assert json.loads((job_dir / "server.json").read_text()) == entries[0]
     finally:
-        cancelled = nemotron("jobs", "cancel", job_id)
+        cancelled = nemotron(env, "jobs", "cancel", job_id)
     assert cancelled.returncode == 0, cancelled.stderr[-3000:]
     assert slurm_cluster.final_state(slurm_id, timeout_s=60).startswith("CANCELLED")

@@ -6,7 +6,6 @@ real `mlflow server` and wandb offline."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -16,18 +15,12 @@ from typing import Any
 
 import pytest
 from mlflow import MlflowClient
+from tests.engines import test_nemo_aligner as aligner  # its NeMo-Aligner job builders
 from tests.tracking import wandb_records as rec
 
 from nemotron.jobs.record import read_status
 from nemotron.launch import slurm, slurm_script, submit
 from nemotron.tracking.wandb_tracker import run_id
-
-_spec = importlib.util.spec_from_file_location(
-    "aligner_tests", Path(__file__).parents[1] / "engines" / "test_nemo_aligner.py"
-)
-assert _spec and _spec.loader
-aligner = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(aligner)
 
 
 def _submitted(

@@ -10,7 +10,7 @@ import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from nemotron.artifacts.index import Connection
+from nemotron.artifacts.index import Connection, committed
 from nemotron.artifacts.refs import check_alias_name
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.errors import NotFound, UserError
@@ -60,7 +60,7 @@ def move_alias(store: ArtifactStore, target: Artifact, alias: str) -> AliasMove 
         raise UserError(f"cannot set alias: {why}")
     with store._connect(write=True) as conn:
         store.index.begin_write(conn, [target.name])  # one mover of the name's aliases at a time
-        try:
+        with committed(conn):
             if conn.execute("SELECT 1 FROM artifacts WHERE id=?", (target.id,)).fetchone() is None:
                 raise NotFound(f"{target.ref} is no longer in the store (gc removed it)")
             was = conn.execute(
@@ -69,18 +69,13 @@ def move_alias(store: ArtifactStore, target: Artifact, alias: str) -> AliasMove 
                 (target.name, alias),
             ).fetchone()
             if was is not None and was[0] == target.version:
-                conn.execute("COMMIT")
-                return None
+                return None  # committed: nothing to move
             conn.execute(
                 "INSERT INTO aliases (name, alias, artifact_id) VALUES (?,?,?)"
                 " ON CONFLICT (name, alias) DO UPDATE SET artifact_id=excluded.artifact_id",
                 (target.name, alias, target.id),
             )
             move = _record(conn, target.name, alias, None if was is None else was[0], target.version)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
     return move
 
 
@@ -90,7 +85,7 @@ def remove_alias(store: ArtifactStore, name: str, alias: str) -> AliasMove:
         raise UserError(f"cannot remove {name}@latest: `latest` is every name's implicit alias")
     with store._connect(write=True) as conn:
         store.index.begin_write(conn, [name])
-        try:
+        with committed(conn):
             was = conn.execute(
                 "SELECT a.version FROM aliases al JOIN artifacts a ON a.id = al.artifact_id"
                 " WHERE al.name=? AND al.alias=?",
@@ -100,10 +95,6 @@ def remove_alias(store: ArtifactStore, name: str, alias: str) -> AliasMove:
                 raise NotFound(f"there is no alias {name}@{alias}")
             conn.execute("DELETE FROM aliases WHERE name=? AND alias=?", (name, alias))
             move = _record(conn, name, alias, was[0], None)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
     return move
 
 

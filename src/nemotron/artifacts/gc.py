@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from nemotron.artifacts.index import Connection
+from nemotron.artifacts.index import Connection, committed
 from nemotron.artifacts.store import Artifact, ArtifactStore
 
 # Artifacts per deleting transaction. Each statement binds at most BATCH variables: well within SQLite's limit
@@ -108,7 +108,7 @@ class GcRun(AbstractContextManager["GcRun"]):
                 return done
             last = batch[-1][0]
             self.store.index.begin_write(c, exclusive=True)
-            try:
+            with committed(c):
                 ids = [r[0] for r in batch]
                 marks = ",".join("?" * len(ids))
                 protected = {r[0] for r in c.execute(
@@ -122,10 +122,6 @@ class GcRun(AbstractContextManager["GcRun"]):
                 for table, column in (("edges", "child"), ("edges", "parent"), ("artifacts", "id")):
                     if ids:  # PostgreSQL refuses an empty IN ()
                         c.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)
-                c.execute("COMMIT")
-            except BaseException:
-                c.execute("ROLLBACK")
-                raise
             done += len(batch)
             remove_files([r[1] for r in batch])
 

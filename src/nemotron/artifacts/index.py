@@ -5,7 +5,7 @@ must not interleave, and the few expressions the two dialects spell differently.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 
@@ -49,3 +49,15 @@ class Index(Protocol):
     def begin_snapshot(self, conn: Connection) -> None:
         """Begin a read transaction in which every statement sees the same state of the store."""
         ...
+
+
+@contextmanager
+def committed(conn: Connection) -> Iterator[None]:
+    """The transaction begun on `conn` (begin_write, BEGIN) committed when the block ends, return included, and
+    rolled back when it raises, whatever it raises (an interrupt too)."""
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

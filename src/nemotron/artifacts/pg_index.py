@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from nemotron.artifacts.index import Connection, Cursor
+from nemotron.artifacts.index import Connection, Cursor, committed
 from nemotron.artifacts.schema import SCHEMA_VERSION, pg_schema_sql
 from nemotron.errors import ServiceError, UserError
 from nemotron.storeurl import StoreUrl
@@ -102,7 +102,7 @@ class PostgresIndex:
         """Create or upgrade the schema in one transaction under an advisory lock: simultaneous first opens wait
         for the first, then find its version and apply nothing."""
         conn.execute("BEGIN")
-        try:
+        with committed(conn):
             conn.execute("SELECT pg_advisory_xact_lock(?, ?)", SCHEMA_LOCK)
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_version (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
@@ -114,10 +114,6 @@ class PostgresIndex:
                 "INSERT INTO schema_version VALUES (?, ?) ON CONFLICT (component) DO UPDATE SET version=?",
                 (COMPONENT, SCHEMA_VERSION, SCHEMA_VERSION),
             )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         self._version = SCHEMA_VERSION
 
     def exists(self) -> bool:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nemotron.artifacts.index import Connection, Index
+from nemotron.artifacts.index import Connection, Index, committed
 from nemotron.artifacts.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, schema_sql
 from nemotron.artifacts.sqlite_index import SqliteIndex
 from nemotron.errors import NotFound, UserError, did_you_mean
@@ -107,7 +107,7 @@ class ArtifactStore:
         now = datetime.now(UTC).isoformat(timespec="seconds")
         with self._connect(write=True) as conn:
             self.index.begin_write(conn, [h[0] for h in hashed])
-            try:
+            with committed(conn):
                 ids = []
                 for name, type_, path, meta, sha, files in hashed:
                     same = (
@@ -144,10 +144,6 @@ class ArtifactStore:
                             "INSERT INTO edges VALUES (?,?,?) ON CONFLICT DO NOTHING",
                             (new_id, parent, input_name),
                         )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             rows = conn.execute(
                 f"SELECT {self._COLS} FROM artifacts WHERE id IN ({','.join('?' * len(ids))}) ORDER BY id",
                 ids,
@@ -334,7 +330,7 @@ class ArtifactStore:
         marks = ",".join("?" * len(artifact_ids))
         with self._connect(write=True) as conn:
             self.index.begin_write(conn, exclusive=True)
-            try:
+            with committed(conn):
                 held = conn.execute(
                     f"SELECT al.name, al.alias, a.version FROM aliases al JOIN artifacts a ON a.id = al.artifact_id"
                     f" WHERE al.artifact_id IN ({marks}) ORDER BY al.name, al.alias",
@@ -349,10 +345,6 @@ class ArtifactStore:
                     [*artifact_ids, *artifact_ids],
                 )
                 conn.execute(f"DELETE FROM artifacts WHERE id IN ({marks})", list(artifact_ids))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
 
 
 def open_store(root: Path | None = None) -> ArtifactStore:
