@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from nemotron.engines.nemo_aligner_config import Env, compile_aligner
+from nemotron.engines.nemo_aligner.config import Env, compile_aligner
 from nemotron.engines.remote_tracking import RunLabels
 from nemotron.errors import UserError
 from nemotron.tracking.wandb_tracker import run_id
