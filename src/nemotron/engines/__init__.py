@@ -13,3 +13,10 @@ READS_NEMO_RL_GROUP = ("nemo_rl",)  # reads a config's `nemo_rl.*` keys (the oth
 READS_TOKENIZER_JSON_ONLY = ("builtin",)  # loads a checkpoint's tokenizer from tokenizer.json alone
 # engine -> "module:function" of its own preflight rules: (manifest, validated config, bindings) -> problems
 PREFLIGHT_RULES: dict[str, str] = {"nemo_rl": "nemotron.engines.nemo_rl.evaluation:preflight_problems"}
+# engine -> "module:function" of its resource plan's process groups: (nemotron.plan.groups.PlanContext, validated
+# config, workload) -> groups; an engine not here is planned as the built-in one (one process per device)
+PLAN_GROUPS: dict[str, str] = {
+    "builtin": "nemotron.engines.builtin.plan:plan_groups",
+    "nemo_rl": "nemotron.engines.nemo_rl.plan:plan_groups",
+    "nemo_aligner": "nemotron.engines.nemo_aligner.plan:plan_groups",
+}
