@@ -16,10 +16,11 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from typing_extensions import TypeVar
 
 from nemotron import preflight
 from nemotron.artifacts.binding import Binding, bind_inputs
@@ -36,9 +37,13 @@ from nemotron.reward.bind import refuse_open_servers
 from nemotron.stepconfig import engine_name
 from nemotron.workload import JobModel, job_models
 
+# The profile class a Job runs on: each executor takes Job[its own profile class], which its registry
+# (nemotron.launch.executor) hands it; a bare `Job` is any profile's. (typing_extensions: TypeVar's default before 3.13)
+ProfileT = TypeVar("ProfileT", bound=AnyProfile, default=AnyProfile, covariant=True)
+
 
 @dataclass(frozen=True)
-class Job:
+class Job(Generic[ProfileT]):
     job_id: str
     step_id: str
     preset: str
@@ -54,7 +59,7 @@ class Job:
     sources: dict[str, str]  # dotted key -> "preset:tiny" | "profile:NAME" | "cli" (defaults omitted)
     bindings: tuple[Binding, ...]
     outputs: dict[str, tuple[str, str]]  # output name -> (artifact name, type)
-    profile: AnyProfile
+    profile: ProfileT
     resources: Resources
     mode: Literal["attached", "batch"]
     passthrough: tuple[str, ...] = ()

@@ -140,10 +140,10 @@ def _nemo_rl_groups(
     vLLM's TP * PP must divide the same, colocated, cluster (nemo_rl/models/generation/vllm/vllm_generation.py:110).
     The policy cluster is what the reward model's workers leave: a one-node job gives them reward_model_gpus of
     its GPUs, a larger one a node of its own (nemo_rl/algorithms/grpo.py:520-590, ppo.py:380-415; our mapping:
-    nemotron.engines.nemo_rl_sections.reward_model_resources). The reward model itself runs DTensor at TP 1 CP 1
-    (nemo_rl_sections.reward_model_env)."""
-    from nemotron.engines.nemo_rl_eval import RECIPE as EVAL
-    from nemotron.engines.nemo_rl_steps import RECIPES
+    nemotron.engines.nemo_rl.sections.reward_model_resources). The reward model itself runs DTensor at TP 1 CP 1
+    (nemo_rl.sections.reward_model_env)."""
+    from nemotron.engines.nemo_rl.evaluation import RECIPE as EVAL
+    from nemotron.engines.nemo_rl.steps import RECIPES
 
     recipe = manifest.step.engines.get(engine, "")
     if recipe == EVAL:  # NeMo-RL's eval: one vLLM engine per TP group over every GPU (eval.py setup)
@@ -152,7 +152,7 @@ def _nemo_rl_groups(
         return [Group("generation (vLLM)", keys, tp, 1, 1, nodes * gpus, shape(nodes, gpus))]
     if recipe not in RECIPES:
         return []  # the engine refuses the step itself
-    from nemotron.engines.nemo_rl_sections import reward_model_resources
+    from nemotron.engines.nemo_rl.sections import reward_model_resources
 
     # an RL recipe's Config has the RL steps' NemoRL group; NeMo-Gym's judge (env.should_use_nemo_gym) replaces
     # the reward model's workers
@@ -194,7 +194,7 @@ def _nemo_aligner_groups(
     load_and_override_model_config; the tag's YAMLs set no tensor/pipeline size), and Megatron needs the group's
     trainer.num_nodes x trainer.devices to be a multiple of TP x PP x CP (data parallel = world / model parallel,
     as examples/nlp/synthetic_data_gen/compute_topk_logits.py:101 computes it). The groups are our het job's
-    (nemotron.engines.nemo_aligner_config): each server one node, the actor the nodes left (at least one); a
+    (nemotron.engines.nemo_aligner.config): each server one node, the actor the nodes left (at least one); a
     step that only serves its model serves it on every node. Which inputs they load, the manifest's [[models]]
     say."""
     by_name = {b.name: b for b in bindings}

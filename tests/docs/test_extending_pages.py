@@ -31,10 +31,10 @@ def test_the_engine_page_names_the_registries_and_traits_that_exist() -> None:
     text = (REPO / "docs/adding-an-engine.md").read_text()
     import nemotron.engines as traits
 
-    for name in ("RUNS_AS_STEP_PROCESS", "KEEPS_TENSORBOARD_METRICS", "PREFLIGHT_RULES"):
+    for name in ("RUNS_AS_STEP_PROCESS", "KEEPS_TENSORBOARD_METRICS", "PREFLIGHT_RULES", "PLAN_GROUPS"):
         assert name in text and hasattr(traits, name), name
     assert "`ENGINES`" in text and isinstance(engines_base.ENGINES, dict)
-    assert "`_GROUPS`" in text and isinstance(plan_groups._GROUPS, dict)
+    assert "`PlanContext`" in text and hasattr(plan_groups, "PlanContext")
     for helper in ("recipe_for", "pinned_or_profile", "adopt_outputs"):
         assert helper in text and hasattr(engines_base, helper), helper
     for shape in ("StepProcess", "RayDriver", "HetJob"):

@@ -22,7 +22,7 @@ from tests.engines.mirrors import git_show
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
-from nemotron.engines.nemo_aligner_config import Env, compile_aligner, hydra_value
+from nemotron.engines.nemo_aligner.config import Env, compile_aligner, hydra_value
 from nemotron.errors import UserError
 from nemotron.launch import slurm, slurm_script, submit
 
@@ -266,7 +266,7 @@ def test_the_dry_run_imports_neither_torch_nor_nemo_run(home: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = {ln.split("|")[-1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")}
     assert "torch" not in imported and "nemo_run" not in imported
-    assert "nemotron.engines.nemo_aligner_config" in imported  # the check is real
+    assert "nemotron.engines.nemo_aligner.config" in imported  # the check is real
     assert proc.stdout.count("#SBATCH hetjob") == 2 and "srun --het-group=2" in proc.stdout
     assert shlex.quote("serve_ppo_critic.py") in proc.stdout
     # the actor's first task registers both outputs when it succeeded, as a Ray driver does

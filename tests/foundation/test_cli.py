@@ -28,7 +28,7 @@ BROWSE = (*NEVER, "omegaconf", "yaml", "jinja2", "nemotron.compile", "nemotron.p
 # What a dry run on this machine leaves to the run itself: job records and their writer, the process launcher,
 # NeMo-RL's compiler (rl/rlhf -c tiny runs on the built-in engine) and tarfile (its checkpoints are directories).
 LOCAL_DRY_RUN = ("nemotron.jobs.record", "nemotron.jobs.dirs", "nemotron.launch.local", "nemotron.procs",
-                 "nemotron.engines.nemo_rl_config", "tarfile")  # fmt: skip
+                 "nemotron.engines.nemo_rl.config", "tarfile")  # fmt: skip
 GROUPS = ("nemotron.cli.steps", "nemotron.cli.jobs", "nemotron.cli.pipeline", "nemotron.cli.profiles",
           "nemotron.cli.artifacts", "nemotron.catalog")  # fmt: skip
 
@@ -145,7 +145,7 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         # ... and on NeMo-RL's eval entry: the compiler only, no model, no math-verify, no NeMo-Run
         (["steps", "run", "eval/policy", "-c", "nemo_rl", "-b", "slurm_rlhf", "--dry-run", "inputs.policy=/models/p",
           "inputs.prompts=" + str(Path(__file__).resolve().parents[2] / "docs" / "examples" / "math_prompts.jsonl")],
-         (*NEVER, "rich", "math_verify", "sympy"), "nemotron.engines.nemo_rl_eval"),
+         (*NEVER, "rich", "math_verify", "sympy"), "nemotron.engines.nemo_rl.evaluation"),
         # no override and no ${...} in rl/ppo's presets: nothing for OmegaConf to do (rl/rlhf's has one)
         (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], (*NEVER, "rich", "omegaconf"),
          "nemotron.plan.terms"),

@@ -132,7 +132,7 @@ def _aligner_script(home: Path) -> tuple[str, str]:
     from dataclasses import replace
 
     from nemotron.engines.base import HetJob, Placement
-    from nemotron.engines.nemo_aligner import NemoAlignerEngine
+    from nemotron.engines.nemo_aligner.engine import NemoAlignerEngine
     from nemotron.launch import het_slurm
 
     job = compile_job(
@@ -159,7 +159,7 @@ def test_any_printable_home_reaches_nemo_aligner_whole(
     import shlex
     import tempfile
 
-    from nemotron.engines.nemo_aligner_config import hydra_value
+    from nemotron.engines.nemo_aligner.config import hydra_value
 
     # NeMo-Run's `$name` macros read `$$` as an escaped `$` (in its own submission too): a home holding one never
     # gets here, since placement refuses any `$` in it (slurm.refuse_unsafe_paths)

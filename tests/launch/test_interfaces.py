@@ -49,9 +49,9 @@ REGISTRIES = (
     "launch/executor.py",
     "profiles.py",
 )
-# Each executor's own modules place the launch shapes on its own kind of profile, so they may ask which shape and
-# which profile class they hold (never compare kind names). Not yet typed on their profile: the profile asserts
-# here are what typing each executor on its profile class would remove.
+# Each executor's own modules place the launch shapes, so they may ask which shape they hold (never compare kind
+# names). Which profile class they hold they never ask: each is typed on its own (Executor[SlurmProfile] takes
+# Job[SlurmProfile]), and the registry hands it only jobs on that class.
 EXECUTOR_MODULES = (
     "launch/local_executor.py",
     "launch/slurm_executor.py",
@@ -157,15 +157,16 @@ def library_violations(src: Path, step_ids: set[str], kinds: set[str], shapes: s
                 named = [v for v in _strings(node.value) if v in kinds]
                 if named:
                     found.append(f"{where}: matches the kind {named[0]!r}")
-            elif rel in EXECUTOR_MODULES:
-                continue
             elif (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
                 and node.func.id == "isinstance"
             ):
                 classes = _class_names(node.args[1]) if len(node.args) == 2 else []
-                asked = [c for c in classes if c.endswith("Profile") or c in shapes]
+                placing = (
+                    rel in EXECUTOR_MODULES
+                )  # an executor asks which shape it places, never which profile
+                asked = [c for c in classes if c.endswith("Profile") or (c in shapes and not placing)]
                 if asked:
                     found.append(f"{where}: isinstance on {asked[0]}")
     return found
@@ -202,6 +203,16 @@ def test_the_guard_catches_each_form_put_back(line: str, tmp_path: Path) -> None
     """Each form the guard forbids, put back into a copy of a module, is caught."""
     (tmp_path / "module.py").write_text(f'"""A module naming rl/ppo in its documentation only."""\n{line}\n')
     assert len(library_violations(tmp_path, shipped_step_ids(), _kinds(), set(LAUNCH_SHAPES))) == 1
+
+
+def test_an_executor_may_ask_its_launch_shape_but_not_its_profile(tmp_path: Path) -> None:
+    """An executor's module places shapes (isinstance on them is its job); a profile assert put back is caught."""
+    (tmp_path / "launch").mkdir()
+    (tmp_path / "launch/slurm.py").write_text(
+        "ok = isinstance(launch, HetJob)\nassert isinstance(p, SlurmProfile)\n"
+    )
+    found = library_violations(tmp_path, shipped_step_ids(), _kinds(), set(LAUNCH_SHAPES))
+    assert found == ["launch/slurm.py:2: isinstance on SlurmProfile"]
 
 
 class Ended(RemoteRecord):

@@ -109,10 +109,10 @@ class Engine(Protocol):
 
 # backend name -> "module:Class"; imported on first use so the CLI's start-up stays light.
 ENGINES: dict[str, str] = {
-    "builtin": "nemotron.engines.builtin:BuiltinEngine",
-    "nemo_rl": "nemotron.engines.nemo_rl:NemoRLEngine",
-    "nemo_aligner": "nemotron.engines.nemo_aligner:NemoAlignerEngine",
-    "nemo": "nemotron.engines.nemo_convert:NemoConvertEngine",
+    "builtin": "nemotron.engines.builtin.engine:BuiltinEngine",
+    "nemo_rl": "nemotron.engines.nemo_rl.engine:NemoRLEngine",
+    "nemo_aligner": "nemotron.engines.nemo_aligner.engine:NemoAlignerEngine",
+    "nemo": "nemotron.engines.nemo.engine:NemoConvertEngine",
 }
 
 

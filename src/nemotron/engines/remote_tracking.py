@@ -141,7 +141,7 @@ def aligner_exp_manager(
     (nemo/utils/exp_manager.py at v2.1.0) builds Lightning's WandbLogger(version=..., **wandb_logger_kwargs), a
     free dict, and MLFlowLogger(run_name=version, **mlflow_logger_kwargs), an MLFlowParams. Keys the actor
     YAMLs lack are prefixed `++`. `from_env(NAME)`: the override value that reads variable NAME on the node
-    (nemo_aligner_config.Env)."""
+    (nemo_aligner.config.Env)."""
     _common(t, refuse, labels)
     overrides: list[tuple[str, Any]] = []
     env: dict[str, str] = {}

@@ -46,14 +46,13 @@ def squash_lines(image: str, sqsh: str, force: bool) -> list[str]:
 
 
 def container(
-    job: Job, image: str | None, *, home: str, artifacts_root: str, job_dir: str
+    job: Job[SlurmProfile], image: str | None, *, home: str, artifacts_root: str, job_dir: str
 ) -> tuple[str | None, list[str], tuple[str, ...]]:
     """(the image pyxis runs: a .sqsh, imported once beside the job dirs; the import lines; the mounts, with the
     home and the artifact store added), for a job whose `home`, `artifacts_root` and `job_dir` are the cluster's
     (slurm.ClusterPaths). No image: (None, [], ())."""
     if not image:
         return None, [], ()
-    assert isinstance(job.profile, SlurmProfile), job.profile
     lines: list[str] = []
     if not image.endswith(".sqsh"):
         sqsh = squash_path(image, str(PurePosixPath(job_dir).parent))

@@ -41,9 +41,8 @@ def _then_on_success(command: slurm.Command, then: str) -> slurm.Command:
     return slurm.Command("bash", "-c", (shlex.quote(inner),))
 
 
-def plan_het(job: Job, launch: HetJob) -> slurm.SlurmPlan:
+def plan_het(job: Job[SlurmProfile], launch: HetJob) -> slurm.SlurmPlan:
     profile = job.profile
-    assert isinstance(profile, SlurmProfile), profile
     python = profile.python or "python"
     paths = slurm.cluster_paths(job, nemotron_home(), python)
     ports = [f"export {name}={slurm.per_job_port(offset)}" for name, offset in launch.ports]

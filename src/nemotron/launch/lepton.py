@@ -92,12 +92,7 @@ class LeptonPlan:
         }
 
 
-def _profile(job: Job) -> LeptonProfile:
-    assert isinstance(job.profile, LeptonProfile), job.profile
-    return job.profile
-
-
-def _no_hetjob(job: Job, launch: HetJob) -> UserError:
+def _no_hetjob(job: Job[LeptonProfile], launch: HetJob) -> UserError:
     instead = (
         f", or {launch.elsewhere} on Lepton" if launch.elsewhere else f": {job.step_id} runs on Slurm only"
     )
@@ -107,9 +102,9 @@ def _no_hetjob(job: Job, launch: HetJob) -> UserError:
     )
 
 
-def plan_lepton(job: Job, nemorun_home: str) -> LeptonPlan:
+def plan_lepton(job: Job[LeptonProfile], nemorun_home: str) -> LeptonPlan:
     """Our step process as a Lepton job (engines with their own driver run as a Ray cluster: ray_lepton)."""
-    p = _profile(job)
+    p = job.profile
     if job.launch == "server" and p.nodes > 1:
         # its replicas would all announce themselves as node 0 (the per-node address scheme reads Slurm's variables)
         raise UserError(
@@ -213,7 +208,7 @@ def render_text(plan: LeptonPlan) -> str:
 # ----------------------------------------------------------------------------- submission and control
 
 
-def submit_job(job: Job, job_dir: Path, plan: LeptonPlan) -> LeptonProcess:
+def submit_job(job: Job[LeptonProfile], job_dir: Path, plan: LeptonPlan) -> LeptonProcess:
     """Submit through NeMo-Run's LeptonExecutor; return the job's record."""
     refuse_config_secrets(job_dir)
     with remote.nemo_run() as run:
@@ -320,22 +315,23 @@ RECORDS: TypeAdapter[LeptonProcess | ray_lepton.LeptonRay] = TypeAdapter(
 class LeptonExecutor(SchedulerJobs):
     kind = "lepton"
     cheap_refresh = False
+    profile = LeptonProfile
 
-    def plan(self, job: Job) -> LeptonPlan:
+    def plan(self, job: Job[LeptonProfile]) -> LeptonPlan:
         return plan_lepton(job, str(remote.nemorun_home()))
 
-    def placement(self, job: Job) -> Placement:
-        p = _profile(job)
+    def placement(self, job: Job[LeptonProfile]) -> Placement:
+        p = job.profile
         return Placement(self.plan(job).job_dir, p.nodes, p.gpus_per_node)
 
-    def render(self, job: Job, where: Placement, launch: Launch) -> str:
+    def render(self, job: Job[LeptonProfile], where: Placement, launch: Launch) -> str:
         if isinstance(launch, StepProcess):
             return render_text(self.plan(job))
         if isinstance(launch, HetJob):
             raise _no_hetjob(job, launch)
         return ray_lepton.render_text(ray_lepton.plan_for(job, where, launch))
 
-    def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
+    def submit(self, job: Job[LeptonProfile], job_dir: Path, where: Placement, launch: Launch) -> int:
         if isinstance(launch, StepProcess):
             plan = self.plan(job)
             return remote.submit_remote(job, job_dir, lambda: submit_job(job, job_dir, plan), self.record)

@@ -18,6 +18,7 @@ from nemotron.engines.base import HetJob, Launch, Placement, RayDriver
 from nemotron.errors import UserError
 from nemotron.launch import render
 from nemotron.paths import jobs_dir
+from nemotron.profiles import LocalProfile
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,11 +38,12 @@ def err() -> Console:
 class LocalExecutor:
     kind = "local"
     cheap_refresh = True
+    profile = LocalProfile
 
-    def placement(self, job: Job) -> Placement:
+    def placement(self, job: Job[LocalProfile]) -> Placement:
         return Placement(str(jobs_dir() / job.job_id), 1, 0)
 
-    def render(self, job: Job, where: Placement, launch: Launch) -> str:
+    def render(self, job: Job[LocalProfile], where: Placement, launch: Launch) -> str:
         if isinstance(launch, RayDriver):
             raise UserError(
                 f"backend={job.config.get('backend')} runs on a Ray cluster in its container ({launch.image}): use a Slurm "
@@ -57,16 +59,15 @@ class LocalExecutor:
             raise UserError(refusal)
         return render.local_launch(job, where.job_dir, python=sys.executable)
 
-    def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
+    def submit(self, job: Job[LocalProfile], job_dir: Path, where: Placement, launch: Launch) -> int:
         from nemotron.launch import local
 
         cmd = render.local_command(job, str(job_dir), python=sys.executable)
         extra = dict(job.profile.env_vars)
         if job.profile.artifacts_root:
             extra["NEMOTRON_ARTIFACTS_ROOT"] = str(Path(job.profile.artifacts_root).expanduser())
-        cpu_threads = getattr(job.profile, "cpu_threads", None)
-        if cpu_threads:
-            extra["OMP_NUM_THREADS"] = str(cpu_threads)
+        if job.profile.cpu_threads:
+            extra["OMP_NUM_THREADS"] = str(job.profile.cpu_threads)
         env = local.step_env(job_dir, extra)
         if job.mode == "batch":
             local.start_detached(job_dir, cmd, env)
@@ -168,7 +169,7 @@ def cuda_refusal(config: dict[str, Any]) -> str | None:
     return None
 
 
-def _attached(job: Job, job_dir: Path, cmd: list[str], env: dict[str, str]) -> int:
+def _attached(job: Job[LocalProfile], job_dir: Path, cmd: list[str], env: dict[str, str]) -> int:
     """Stream the step's output; a progress bar tracks `step i/N` lines."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -208,7 +209,7 @@ def parse_step_line(line: str) -> tuple[int, int, str] | None:
     return int(done), int(total), stats[:80]
 
 
-def _explain_failure(job: Job, job_dir: Path) -> None:
+def _explain_failure(job: Job[LocalProfile], job_dir: Path) -> None:
     """Match the failure's own lines against the manifest's known errors and print their recovery."""
     from nemotron.catalog import Catalog
 

@@ -75,9 +75,8 @@ class LeptonRayPlan:
         return f"mkdir -p {q}/logs {q}/checkpoints && cp {names} {q}/ && NEMOTRON_RAY_NODES={self.nodes} {driver}"
 
 
-def plan_for(job: Job, where: Placement, launch: RayDriver) -> LeptonRayPlan:
+def plan_for(job: Job[LeptonProfile], where: Placement, launch: RayDriver) -> LeptonRayPlan:
     profile = job.profile
-    assert isinstance(profile, LeptonProfile), profile
     if not launch.image:
         raise UserError("on Lepton the engine runs in a container: profile nemo_rl_image cannot be empty")
     env = lepton_env(profile, where.job_dir)
@@ -163,7 +162,7 @@ def _executor(run: Any, profile: LeptonProfile, nodes: int, image: str, env: dic
     )
 
 
-def submit(job: Job, job_dir: Path, plan: LeptonRayPlan, launch: RayDriver) -> LeptonRay:
+def submit(job: Job[LeptonProfile], job_dir: Path, plan: LeptonRayPlan, launch: RayDriver) -> LeptonRay:
     """Create the RayCluster and run the job on it through NeMo-Run's LeptonRayJob; return the job's record."""
     from nemotron.atomic import write_atomic
 

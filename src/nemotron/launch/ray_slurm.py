@@ -66,9 +66,8 @@ class RayPlan(slurm.SlurmSite):
         return f"{self.cluster.name}-driver"
 
 
-def plan_for(job: Job, where: Placement, launch: RayDriver) -> RayPlan:
+def plan_for(job: Job[SlurmProfile], where: Placement, launch: RayDriver) -> RayPlan:
     profile = job.profile
-    assert isinstance(profile, SlurmProfile), profile
     paths = slurm.cluster_paths(job, nemotron_home(), profile.python or "python")
     return RayPlan(
         job_id=job.job_id,
@@ -253,7 +252,7 @@ def render_text(plan: RayPlan) -> str:
 # ----------------------------------------------------------------------------- submission and control (NeMo-Run)
 
 
-def submit(job: Job, job_dir: Path, plan: RayPlan, launch: RayDriver) -> SlurmRay:
+def submit(job: Job[SlurmProfile], job_dir: Path, plan: RayPlan, launch: RayDriver) -> SlurmRay:
     """Write the driver script and the engine's files into the job dir, submit through NeMo-Run's Slurm Ray API,
     return the job's record."""
     from nemotron.atomic import write_atomic
@@ -264,7 +263,6 @@ def submit(job: Job, job_dir: Path, plan: RayPlan, launch: RayDriver) -> SlurmRa
         write_atomic(job_dir / name, text)
     write_atomic(job_dir / DRIVER_FILE, plan.driver_script, mode=0o755)
     profile = job.profile
-    assert isinstance(profile, SlurmProfile)
     with remote.nemo_run() as run:
         from nemotron.launch.nemo_run_ray import ScriptedSlurmRayCluster
 

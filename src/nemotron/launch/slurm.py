@@ -135,9 +135,9 @@ class SlurmPlan(SlurmSite):
 # ----------------------------------------------------------------------------- planning (pure)
 
 
-def cluster_paths(job: Job, local_home: Path, python: str) -> ClusterPaths:
+def cluster_paths(job: Job[SlurmProfile], local_home: Path, python: str) -> ClusterPaths:
     """LocalTunnel: the compute nodes share this filesystem. SSH: `job_dir` is the jobs root on the cluster."""
-    profile = slurm_profile(job)
+    profile = job.profile
     if profile.tunnel == "local":
         home = str(local_home)
         jobs_root = f"{home}/jobs"
@@ -187,8 +187,8 @@ def refuse_unsafe_paths(paths: ClusterPaths) -> None:
         )
 
 
-def partition_for(job: Job) -> str | None:
-    p = slurm_profile(job)
+def partition_for(job: Job[SlurmProfile]) -> str | None:
+    p = job.profile
     chosen = p.run_partition if job.mode == "attached" else p.batch_partition
     return chosen or p.partition
 
@@ -204,7 +204,9 @@ def secrets_source_line(path: str) -> str:
 RDZV_PORT = "$((20000+SLURM_JOB_ID%10000))"
 
 
-def step_command(job: Job, paths: ClusterPaths, nodes: int, nproc: int, rdzv_host: str) -> Command:
+def step_command(
+    job: Job[SlurmProfile], paths: ClusterPaths, nodes: int, nproc: int, rdzv_host: str
+) -> Command:
     """The step process (launch/step_process.py), torchrun's launcher one per node when the step is distributed;
     that launcher is `torchrun_agent`, torchrun's agent with Slurm's time-limit warning ignored (it would die of
     it; nemotron.preempt)."""
@@ -223,7 +225,7 @@ def step_command(job: Job, paths: ClusterPaths, nodes: int, nproc: int, rdzv_hos
         torchrun=step_process.across_nodes(nodes, nproc, *rendezvous),
         nodes=nodes,
         nproc=nproc,
-        code_root=slurm_profile(job).code_root,
+        code_root=job.profile.code_root,
         launcher="nemotron.launch.torchrun_agent",
     )
     return Command(step.python, step.module, step.args, module=True)
@@ -261,9 +263,9 @@ def after_server_is_ready(command: Command, paths: ClusterPaths, what: str = "th
     return Command("bash", "-c", (shlex.quote(inner),))
 
 
-def job_env(job: Job, paths: ClusterPaths) -> tuple[tuple[tuple[str, str], ...], list[str]]:
+def job_env(job: Job[SlurmProfile], paths: ClusterPaths) -> tuple[tuple[tuple[str, str], ...], list[str]]:
     """(the variables every group exports, as shell words; the names the 0600 secrets file exports instead)."""
-    env = step_process.step_env(slurm_profile(job), paths.home, paths.job_dir)
+    env = step_process.step_env(job.profile, paths.home, paths.job_dir)
     return tuple((k.upper(), shlex.quote(v)) for k, v in env.variables), list(env.secrets)
 
 
@@ -274,7 +276,7 @@ def per_job_port(offset: int = 0) -> str:
 
 
 def shared_fields(
-    job: Job,
+    job: Job[SlurmProfile],
     paths: ClusterPaths,
     image: str | None,
     extra_setup: Sequence[str] = (),
@@ -283,7 +285,7 @@ def shared_fields(
     """The fields every Slurm script of a job shares (our step's, a Ray cluster's, an engine's hetjob): time and
     place, the container and its mounts, the exported environment, and the setup lines (the secrets sourced, when
     the profile or `extra_secrets` has any, `extra_setup`, the image imported, the profile's own)."""
-    p = slurm_profile(job)
+    p = job.profile
     env, secret_names = job_env(job, paths)
     secret_names += extra_secrets
     secrets = [secrets_source_line(f"{paths.job_dir}/{SECRETS_FILE}")] if secret_names else []
@@ -304,13 +306,13 @@ def shared_fields(
 
 
 def write_secrets(
-    job: Job, job_dir: Path, names: Sequence[str], generated: dict[str, str] | None = None
+    job: Job[SlurmProfile], job_dir: Path, names: Sequence[str], generated: dict[str, str] | None = None
 ) -> None:
     """<job dir>/.secrets.env (mode 0600): the profile's secret variables and any generated ones, never in a script."""
     from nemotron.atomic import write_atomic
 
-    store = step_process.team_store_url(slurm_profile(job))
-    values = {k: v for k, v in slurm_profile(job).env_vars.items() if k in names} | (generated or {})
+    store = step_process.team_store_url(job.profile)
+    values = {k: v for k, v in job.profile.env_vars.items() if k in names} | (generated or {})
     if store is not None and step_process.STORE_URL_ENV in names:  # a store URL with its password
         values[step_process.STORE_URL_ENV] = store
     write_atomic(
@@ -320,9 +322,9 @@ def write_secrets(
     )
 
 
-def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None) -> SlurmPlan:
+def plan_slurm(job: Job[SlurmProfile], paths: ClusterPaths, served: ServedModel | None = None) -> SlurmPlan:
     """The job as Slurm sees it. `served` makes it heterogeneous: rm/serve in group 0, the step in group 1."""
-    p = slurm_profile(job)
+    p = job.profile
     task = job.step_id.replace("/", "-").replace(".", "-")
     nproc = p.gpus_per_node or p.ntasks_per_node
     distributed = job.launch == "torchrun" and p.nodes * nproc > 1
@@ -368,13 +370,13 @@ def plan_slurm(job: Job, paths: ClusterPaths, served: ServedModel | None = None)
 
 
 def watched(
-    fields: dict[str, Any], job: Job, paths: ClusterPaths, groups: Sequence[SrunGroup]
+    fields: dict[str, Any], job: Job[SlurmProfile], paths: ClusterPaths, groups: Sequence[SrunGroup]
 ) -> dict[str, Any]:
     """`shared_fields` with the heartbeats and the watchdog (launch/liveness.py) after the setup lines, when the
     job spans more than one node."""
     from nemotron.launch import liveness
 
-    live = liveness.for_job(slurm_profile(job), paths.job_dir, tuple(g.nodes for g in groups))
+    live = liveness.for_job(job.profile, paths.job_dir, tuple(g.nodes for g in groups))
     return fields | {"setup": (*fields["setup"], *liveness.lines(live))}
 
 
@@ -386,7 +388,7 @@ def time_limit_signal(p: SlurmProfile) -> str | None:
     return f"{SIGNAL_NAME}@{p.time_limit_signal_s}" if p.time_limit_signal_s else None
 
 
-def step_shape(job: Job, p: SlurmProfile, distributed: bool) -> tuple[int, int, list[str]]:
+def step_shape(job: Job[SlurmProfile], p: SlurmProfile, distributed: bool) -> tuple[int, int, list[str]]:
     """(nodes, tasks per node, notes) of the step's srun. A distributed step runs one torchrun launcher per node,
     which starts the node's ranks; a server one process per node; any other step one process on one node, since
     N copies of it would write the same outputs. The notes say when the profile asked for more."""
@@ -406,7 +408,7 @@ def step_shape(job: Job, p: SlurmProfile, distributed: bool) -> tuple[int, int, 
     )
 
 
-def server_notes(job: Job, p: SlurmProfile) -> list[str]:
+def server_notes(job: Job[SlurmProfile], p: SlurmProfile) -> list[str]:
     """A server step (manifest `launch = "server"`) runs one process per node: N tasks on a node would be N
     servers on one port. Say so when the profile asked for more tasks than that."""
     if p.ntasks_per_node == 1:
@@ -415,8 +417,3 @@ def server_notes(job: Job, p: SlurmProfile) -> list[str]:
         f"{job.step_id} is a server: one server process per node ({p.nodes} in all), not the profile's "
         f"ntasks_per_node={p.ntasks_per_node}; clients find them in <job dir>/servers/ (docs/executors.md)"
     ]
-
-
-def slurm_profile(job: Job) -> SlurmProfile:
-    assert isinstance(job.profile, SlurmProfile), job.profile
-    return job.profile

@@ -21,15 +21,14 @@ from nemotron.paths import nemotron_home
 from nemotron.profiles import SlurmProfile
 
 
-def slurm_plan(job: Job) -> slurm.SlurmPlan:
+def slurm_plan(job: Job[SlurmProfile]) -> slurm.SlurmPlan:
     """The Slurm plan of our own step process: the interpreter, the cluster paths, the served reward model."""
     paths = slurm.cluster_paths(job, nemotron_home(), _python(job))
     return slurm.plan_slurm(job, paths, served_model(job))
 
 
-def _python(job: Job) -> str:
+def _python(job: Job[SlurmProfile]) -> str:
     profile = job.profile
-    assert isinstance(profile, SlurmProfile)
     return profile.python or (
         "python" if profile.container_image else sys.executable if profile.tunnel == "local" else "python3"
     )
@@ -69,22 +68,22 @@ RECORDS: TypeAdapter[SlurmProcess | SlurmHetJob | ray_slurm.SlurmRay] = TypeAdap
 class SlurmExecutor(remote.SchedulerJobs):
     kind = "slurm"
     cheap_refresh = False
+    profile = SlurmProfile
 
-    def placement(self, job: Job) -> Placement:
+    def placement(self, job: Job[SlurmProfile]) -> Placement:
         profile = job.profile
-        assert isinstance(profile, SlurmProfile)
         paths = slurm.cluster_paths(job, nemotron_home(), _python(job))
         slurm.refuse_unsafe_paths(paths)
         return Placement(paths.job_dir, profile.nodes, profile.gpus_per_node)
 
-    def render(self, job: Job, where: Placement, launch: Launch) -> str:
+    def render(self, job: Job[SlurmProfile], where: Placement, launch: Launch) -> str:
         if isinstance(launch, StepProcess):
             return slurm_script.render_text(slurm_plan(job))
         if isinstance(launch, HetJob):
             return slurm_script.render_text(het_slurm.plan_het(job, launch))
         return ray_slurm.render_text(ray_slurm.plan_for(job, where, launch))
 
-    def submit(self, job: Job, job_dir: Path, where: Placement, launch: Launch) -> int:
+    def submit(self, job: Job[SlurmProfile], job_dir: Path, where: Placement, launch: Launch) -> int:
         if isinstance(launch, StepProcess):
             plan = slurm_plan(job)
             return remote.submit_remote(

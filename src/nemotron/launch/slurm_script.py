@@ -28,7 +28,6 @@ from nemotron.launch.slurm import (
     SECRETS_FILE,
     SlurmPlan,
     SrunGroup,
-    slurm_profile,
     write_secrets,
 )
 from nemotron.profiles import SlurmProfile
@@ -255,9 +254,9 @@ def submit_plan(run: ModuleType, plan: SlurmPlan, profile: SlurmProfile) -> str:
     return str(exp.jobs[0].handle)
 
 
-def submit_job(job: Job, job_dir: Path, plan: SlurmPlan) -> dict[str, Any]:
+def submit_job(job: Job[SlurmProfile], job_dir: Path, plan: SlurmPlan) -> dict[str, Any]:
     """Write the job's cluster-side files, submit the plan through NeMo-Run, return what status.json records."""
-    profile = slurm_profile(job)
+    profile = job.profile
     if plan.secret_names:
         token = {REWARD_TOKEN_ENV: secrets.token_urlsafe(24)} if REWARD_TOKEN_ENV in plan.secret_names else {}
         write_secrets(job, job_dir, plan.secret_names, token)

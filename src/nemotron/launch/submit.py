@@ -23,7 +23,7 @@ def _secrets(job: Job) -> set[str]:
     return secret_values(job.config, job.profile.model_dump(mode="json"), environ=job.profile.env_vars)
 
 
-def plan(job: Job) -> tuple[Executor, Placement, Launch, str]:
+def plan(job: Job) -> tuple[Executor[Any], Placement, Launch, str]:
     """(executor, placement, launch, the text under `## launch`): the engine's compiled files, then what the
     executor sends (a command, an sbatch script, a job spec)."""
     executor = executor_for(job)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-# Where NeMo-RL's TensorboardLogger writes, under the job dir (engines/nemo_rl_sections.py sets logger.log_dir).
+# Where NeMo-RL's TensorboardLogger writes, under the job dir (engines/nemo_rl/sections.py sets logger.log_dir).
 NEMO_RL_EVENTS = Path("logs") / "nemo_rl" / "tensorboard"
 
 

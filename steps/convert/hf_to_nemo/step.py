@@ -1,5 +1,5 @@
 """convert/hf_to_nemo runs as NeMo's own converter script in the NeMo container (backend=nemo,
-nemotron.engines.nemo_convert), never as this process: the engine compiles the job, and every executor that
+nemotron.engines.nemo.engine), never as this process: the engine compiles the job, and every executor that
 cannot run the container refuses it before anything is written. This entry exists for the catalog and says so
 if it is run."""
 

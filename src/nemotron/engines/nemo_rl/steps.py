@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from nemotron.engines import nemo_rl_sections as sec
+from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.refusals import Refusals
 from nemotron.stepconfig import RLConfig
 from nemotron.targets import NEMO_RL_VERSION
@@ -455,7 +455,7 @@ def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
     )
 
 
-# recipe (a manifest's `engines.nemo_rl`) -> its compiler; eval is nemotron.engines.nemo_rl_eval's
+# recipe (a manifest's `engines.nemo_rl`) -> its compiler; eval is nemotron.engines.nemo_rl.evaluation's
 RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], Compiled]] = {
     "grpo": compile_rlhf,
     "grpo_rloo": compile_reinforce,

@@ -1,6 +1,6 @@
 """eval/policy as NeMo-RL v0.7.0's own eval entry (examples/run_eval.py): the policy answers on NeMo-RL's vLLM, its
 math environment scores each answer against the prompt's reference, and it saves every sample to
-`eval.save_path` (evaluation_data.json), which `nemotron.engines.nemo_rl_eval_report` turns into our eval_report.
+`eval.save_path` (evaluation_data.json), which `nemotron.engines.nemo_rl.evaluation_report` turns into our eval_report.
 
 Pure: our validated config in, the NeMo-RL config tree, the job-dir files and the driver out. Every key of the
 schema is mapped, or refused (all at once, exit 2) when NeMo-RL's eval cannot honour it; docs/nemo-rl.md lists

@@ -1,6 +1,6 @@
 """The NeMo-RL engine: rl/rlhf, rl/reinforce and rl/ppo, and eval/policy as NeMo-RL's eval entry, as NeMo-RL runs
 (pinned in `nemotron.targets`), in NeMo-RL's container, on a Ray cluster across the profile's nodes. The config
-compiler is `nemotron.engines.nemo_rl_config`; this class hands its result to the executor, and turns what the run
+compiler is `nemotron.engines.nemo_rl.config`; this class hands its result to the executor, and turns what the run
 left into our artifact types before registration (`adopt_outputs`)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
 from nemotron.engines.base import Launch, Placement, RayDriver, pinned_or_profile
-from nemotron.engines.nemo_rl_config import compile_run
-from nemotron.engines.nemo_rl_eval import RECIPE, REPORT
+from nemotron.engines.nemo_rl.config import compile_run
+from nemotron.engines.nemo_rl.evaluation import RECIPE, REPORT
 from nemotron.engines.remote_tracking import RunLabels
 from nemotron.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
 
@@ -35,14 +35,14 @@ class NemoRLEngine:
 
     def adopt_outputs(self, record: JobRecord, paths: dict[str, Path]) -> dict[str, Any]:
         """Before registration: eval/policy's report is NeMo-RL's evaluation_data.json, turned into our
-        eval_report in place (nemotron.engines.nemo_rl_eval_report); the RL steps' outputs are HF checkpoints
+        eval_report in place (nemotron.engines.nemo_rl.evaluation_report); the RL steps' outputs are HF checkpoints
         already. Returns the registration metadata."""
         from nemotron.catalog import Catalog
 
         step = Catalog().steps.get(record.step)  # a step gone from the search path adopts nothing
         if step is None or step.manifest.step.engines.get(self.name) != RECIPE:
             return {}
-        from nemotron.engines.nemo_rl_eval_report import adopt_report
+        from nemotron.engines.nemo_rl.evaluation_report import adopt_report
 
         return adopt_report(record, paths[REPORT])
 

@@ -102,7 +102,7 @@ def megatron_optimizer(optim: Optim, max_steps: int) -> dict[str, Any]:
 
 # runtime.precision -> policy.precision. NeMo-RL loads policies in float32 (master weights) and trains "bfloat16"
 # under FSDP2's MixedPrecisionPolicy (nemo_rl/models/automodel/setup.py): our bf16-mixed. Pure bf16 weights it has
-# no setting for, so that one is refused (nemo_rl_steps._common_refusals).
+# no setting for, so that one is refused (steps._common_refusals).
 PRECISION = {"fp32": "float32", "bf16-mixed": "bfloat16"}
 
 

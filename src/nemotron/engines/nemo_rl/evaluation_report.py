@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nemotron.engines.nemo_rl_eval import ENTRY, prompt_template
+from nemotron.engines.nemo_rl.evaluation import ENTRY, prompt_template
 from nemotron.errors import EngineOutputError
 from nemotron.jobs.record import JobRecord
 from nemotron.targets import NEMO_RL_VERSION

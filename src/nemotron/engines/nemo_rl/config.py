@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
-from nemotron.engines import nemo_rl_eval
-from nemotron.engines import nemo_rl_sections as sec
 from nemotron.engines.base import recipe_for
-from nemotron.engines.nemo_rl_steps import RECIPES, compile_step
+from nemotron.engines.nemo_rl import evaluation
+from nemotron.engines.nemo_rl import sections as sec
+from nemotron.engines.nemo_rl.steps import RECIPES, compile_step
 from nemotron.engines.refusals import validated
 from nemotron.engines.remote_tracking import RunLabels, Tracked, nemo_rl_logger
 from nemotron.errors import UserError
@@ -57,9 +57,9 @@ def compile_run(
     every setting NeMo-RL cannot express. `labels` name the tracker runs (default: the job dir's name, no
     profile variables)."""
     recipe = recipe_for(step_id, "nemo_rl", "NeMo-RL mapping")
-    if recipe not in (*RECIPES, nemo_rl_eval.RECIPE):
+    if recipe not in (*RECIPES, evaluation.RECIPE):
         raise UserError(
-            f"{step_id}: engines.nemo_rl = {recipe!r} is no NeMo-RL recipe; it has {', '.join(RECIPES)}, {nemo_rl_eval.RECIPE}"
+            f"{step_id}: engines.nemo_rl = {recipe!r} is no NeMo-RL recipe; it has {', '.join(RECIPES)}, {evaluation.RECIPE}"
         )
     config, refuse = validated(
         step_id,
@@ -67,11 +67,9 @@ def compile_run(
         engine=f"backend=nemo_rl (NeMo-RL {NEMO_RL_VERSION})",
         hint="Change them, or run with backend=builtin. docs/nemo-rl.md lists every key's mapping.",
     )
-    if recipe == nemo_rl_eval.RECIPE:
+    if recipe == evaluation.RECIPE:
         # the catalog loaded steps/eval/policy/schema.py, whose Config mypy knows as eval.policy.schema's
-        evaluated = nemo_rl_eval.compile_eval(
-            cast("EvalConfig", config), refuse, job_dir, nodes, gpus_per_node
-        )
+        evaluated = evaluation.compile_eval(cast("EvalConfig", config), refuse, job_dir, nodes, gpus_per_node)
         refuse.raise_any()
         return _eval_run(step_id, evaluated, nemo_rl_dir, job_dir)
     compiled = compile_step(recipe, config, refuse, job_dir, nodes, gpus_per_node)
@@ -104,15 +102,15 @@ def compile_run(
     )
 
 
-def _eval_run(step_id: str, compiled: nemo_rl_eval.CompiledEval, nemo_rl_dir: str, job_dir: str) -> NemoRLRun:
+def _eval_run(step_id: str, compiled: evaluation.CompiledEval, nemo_rl_dir: str, job_dir: str) -> NemoRLRun:
     """An eval run: the prompts prepared in the job dir, then the tag's eval entry; no checkpoint to convert
     (its output, evaluation_data.json, becomes our eval_report when it is registered)."""
-    tree = {"defaults": f"{nemo_rl_dir}/{nemo_rl_eval.BASE}", **compiled.config}
+    tree = {"defaults": f"{nemo_rl_dir}/{evaluation.BASE}", **compiled.config}
     title = f"NeMo-RL {NEMO_RL_VERSION} eval config compiled by nemotron from {step_id}"
     files = {CONFIG_FILE: _yaml(tree, title), **compiled.files}
-    driver = sec.driver_command(nemo_rl_dir, nemo_rl_eval.ENTRY, f"{job_dir}/{CONFIG_FILE}")
+    driver = sec.driver_command(nemo_rl_dir, evaluation.ENTRY, f"{job_dir}/{CONFIG_FILE}")
     return NemoRLRun(
-        entry=nemo_rl_eval.ENTRY,
+        entry=evaluation.ENTRY,
         config=tree,
         config_file=CONFIG_FILE,
         files=files,

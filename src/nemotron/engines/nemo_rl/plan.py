@@ -1,0 +1,123 @@
+"""NeMo-RL's resource plan: DTensor (FSDP over every training GPU, TP, CP) or Megatron (TP x PP, distributed
+optimizer), with vLLM colocated: generation and training take turns (vLLM sleeps while the policy trains, the
+policy's optimizer leaves the GPU while vLLM generates), the reference policy and the critic are swapped in for their
+passes."""
+
+from __future__ import annotations
+
+from typing import Protocol, cast
+
+from nemotron.plan.groups import PlanContext, PlannedConfig, inference_mb, suggest
+from nemotron.plan.shapes import ModelShape
+from nemotron.plan.terms import (
+    Group,
+    Sharding,
+    activations_mb,
+    frozen_weights_mb,
+    kv_cache_mb,
+    train_state_mb,
+)
+from nemotron.stepconfig import NemoRL
+from nemotron.workload import Rollouts, Workload
+
+
+class NemoRLConfig(PlannedConfig, Protocol):
+    """A step Config NeMo-RL runs: its `nemo_rl` group sizes the plan's groups."""
+
+    @property
+    def nemo_rl(self) -> NemoRL: ...
+
+
+def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[Group]:
+    if not isinstance(r, Rollouts):
+        return []  # NeMo-RL runs the RL steps here; the engine refuses any other
+    nemo = cast("NemoRLConfig", planned).nemo_rl  # NeMo-RL's recipes' Configs have its group
+    tp, pp, cp = nemo.tensor_parallel_size, nemo.pipeline_parallel_size, nemo.context_parallel_size
+    megatron = nemo.policy_backend == "megatron"
+    mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens
+    _, judge_role, policy, rm, critic = ctx.rl_models()
+    total = ctx.nodes * ctx.per_node
+    rm_gpus = nemo.reward_model_gpus if rm is not None and judge_role == "reward_model" else 0
+    own_node = ctx.nodes > 1 and rm_gpus > 0
+    world = total - (ctx.per_node if own_node else rm_gpus)
+    if megatron:
+        sharding = Sharding("megatron", tp * pp, world, tp, cp, pp)
+        par = f"Megatron TP {tp} x PP {pp} x CP {cp}, distributed optimizer over {world} GPUs"
+    else:
+        sharding = Sharding("fsdp", world, world, tp, cp)
+        par = f"DTensor FSDP over {world} GPUs, TP {tp}, CP {cp}"
+    p = "bf16-mixed" if ctx.precision != "fp32" else "fp32"
+    seq = nemo.max_prompt_tokens + max_new
+    train_nodes = ctx.nodes - 1 if own_node else ctx.nodes
+    where = ctx.where(0, train_nodes)
+    groups: list[Group] = []
+    more = [
+        f"more GPUs (the profile's nodes, now {ctx.nodes})",
+        f"nemo_rl.tensor_parallel_size={tp * 2} (now {tp})",
+    ]
+    if megatron:
+        more.append(f"nemo_rl.pipeline_parallel_size={pp * 2} (now {pp})")
+    if policy is not None:
+        state = train_state_mb(policy.parameters, p, sharding)
+        if not megatron:
+            state["bf16 weight copies"] = _gathered_layers_mb(
+                policy
+            )  # FSDP all-gathers a layer or two at a time
+        terms = {**state, **activations_mb(policy, mb, seq, "bf16", ctx.checkpointing, sharding)}
+        groups.append(ctx.group("policy training", terms, [(policy, "policy")], par, where=where,
+                                suggestions=suggest(ctx, mb_key, mb, *more)))  # fmt: skip
+        ref = {
+            "weights": state["weights"],
+            "logits": activations_mb(policy, mb, seq, "bf16", False, sharding)["logits"],
+        }
+        groups.append(ctx.group("reference policy", ref, [(policy, "reference")], par + "; swapped in for its logprobs",
+                                peak=sum(ref.values()) + ctx.runtime_mb, where=where))  # fmt: skip
+        util, gen_tp = nemo.gpu_memory_utilization, nemo.generation_tensor_parallel_size
+        if ctx.memory:
+            vllm = {
+                "vLLM share (weights + KV cache)": util * ctx.memory,
+                "policy weights (resident)": state["weights"],
+            }
+            weights = policy.parameters * 2 / gen_tp / 2**20
+            kv_one = kv_cache_mb(policy, 1, seq, "bf16", gen_tp)
+            notes = [f"vLLM at {util:.0%}: bf16 weights {weights / 1024:.1f} GiB per GPU (TP {gen_tp}), "
+                     f"{(util * ctx.memory - weights) / 1024:.1f} GiB left for KV cache, "
+                     f"{kv_one / 1024:.2f} GiB per {seq}-token sequence; colocated: vLLM sleeps while the policy "
+                     "trains, the policy's optimizer leaves the GPU while vLLM generates"]  # fmt: skip
+            peak = sum(vllm.values()) + ctx.runtime_mb
+            if weights + kv_one > util * ctx.memory:
+                peak = max(
+                    peak, (ctx.memory or 0) + weights + kv_one
+                )  # vLLM cannot start: no room for one sequence
+                notes.append("vLLM's share cannot hold its weights and one sequence's KV cache")
+            groups.append(ctx.group("vLLM generation", vllm, [(policy, "generation")], f"vLLM TP {gen_tp}, colocated",
+                                    peak=peak, where=where, notes=notes,
+                                    suggestions=[f"nemo_rl.gpu_memory_utilization (now {util:g})",
+                                                 f"nemo_rl.generation_tensor_parallel_size={gen_tp * 2} (now {gen_tp})"]))  # fmt: skip
+    if critic is not None:
+        state = train_state_mb(critic.parameters, p, sharding)
+        if not megatron:
+            state["bf16 weight copies"] = _gathered_layers_mb(critic)
+        terms = {**state, **activations_mb(critic, mb, seq, "bf16", ctx.checkpointing, sharding)}
+        terms["logits"] = 0.0  # a value head
+        groups.append(ctx.group("critic", terms, [(critic, "critic")], par + "; swapped in for its passes", where=where,
+                                suggestions=suggest(ctx, mb_key, mb, *more)))  # fmt: skip
+    if rm is not None and judge_role == "judge":
+        ctx.shapes.unknown.append(
+            f"judge: {rm.name} runs in NeMo-Gym's own vLLM server, outside the policy's GPUs"
+        )
+    if rm is not None and judge_role == "reward_model":
+        rm_sh = Sharding("fsdp", rm_gpus, rm_gpus)
+        terms = {
+            "weights": frozen_weights_mb(rm.parameters, "bf16", rm_sh),
+            **inference_mb(rm, mb, seq, "bf16"),
+        }
+        rm_where = ctx.where(ctx.nodes - 1, 1) if own_node else ctx.where(0, 1)
+        groups.append(ctx.group("reward model", terms, [(rm, "reward_model")], f"FSDP over {rm_gpus} GPUs",
+                                peak=sum(terms.values()) + ctx.runtime_mb, where=rm_where))  # fmt: skip
+    return groups
+
+
+def _gathered_layers_mb(shape: ModelShape) -> float:
+    per_layer = (shape.parameters - shape.vocab * shape.hidden * (1 if shape.tied else 2)) / shape.layers
+    return 2 * per_layer * 2 / 2**20  # the layer computing and the one prefetched, in bf16
