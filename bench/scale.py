@@ -113,7 +113,7 @@ def grow_jobs(home: Path, template: Path, total: int) -> str:
 
 def user_steps(root: Path, n: int) -> Path:
     """A $NEMOTRON_STEPS_PATH root of `n` steps (copies of a shipped manifest under other ids)."""
-    from nemotron.paths import bundled_root
+    from nemotron.core.paths import bundled_root
 
     text = (bundled_root() / "manifests" / "data" / "prep.toml").read_text()
     for i in range(n):

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from nemotron.catalog import Catalog
-from nemotron.configtree import flatten, get_dotted, unflatten
+from nemotron.config.configtree import flatten, get_dotted, unflatten
 from nemotron.engines.nemo_rl_config import NemoRLRun, compile_run
 from nemotron.engines.refusals import builtin_refusals
 from nemotron.errors import UserError

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from nemotron.catalog import Catalog
-from nemotron.configtree import flatten, get_dotted, unflatten
+from nemotron.config.configtree import flatten, get_dotted, unflatten
 from nemotron.engines import nemo_rl_eval
 from nemotron.engines.nemo_rl_config import NemoRLRun, compile_run
 from nemotron.engines.nemo_rl_eval_report import SAMPLES_FILE, adopt_report

@@ -47,7 +47,7 @@ REGISTRIES = (
     "engines/__init__.py",
     "engines/base.py",
     "launch/executor.py",
-    "profiles.py",
+    "config/profiles.py",
 )
 # Each executor's own modules place the launch shapes on its own kind of profile, so they may ask which shape and
 # which profile class they hold (never compare kind names). Not yet typed on their profile: the profile asserts

@@ -67,8 +67,8 @@ def test_the_first_rollout_shows_the_tokens_read_without_padding() -> None:
     """Row 0 of a left-padded batch: its 2 prompt tokens (not the pad before them), its response up to EOS."""
     import torch
 
+    from nemotron.core.paths import shipped_root
     from nemotron.models.checkpoint import load_tokenizer
-    from nemotron.paths import shipped_root
     from nemotron.rl.experience import Experience
     from nemotron.rl.stages import first_rollout
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 
 TINY = shipped_root() / "tiny"
 STEP = Path(__file__).resolve().parents[2] / "steps" / "eval" / "policy" / "step.py"

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from nemotron.atomic import write_atomic
+from nemotron.core.atomic import write_atomic
+from nemotron.core.paths import jobs_dir, writable_dir
+from nemotron.core.redact import redact_tree, redact_values, secret_values
 from nemotron.errors import NotFound, did_you_mean, disk_full
 from nemotron.jobs.record import JobRecord, load_record, parse_record, read_status
-from nemotron.paths import jobs_dir, writable_dir
-from nemotron.redact import redact_tree, redact_values, secret_values
 
 if TYPE_CHECKING:
     from nemotron.compile import Job
@@ -135,7 +135,7 @@ def _index_job(job_dir: Path, status: dict[str, Any] | None = None) -> None:
 
 
 def _secret_overrides(tree: Any, prefix: str = "") -> dict[str, Any]:
-    from nemotron.redact import is_secret_name
+    from nemotron.core.redact import is_secret_name
 
     out: dict[str, Any] = {}
     if isinstance(tree, dict):

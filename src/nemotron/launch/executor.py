@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nemotron.compile import Job
+from nemotron.core.registry import load
 from nemotron.engines.base import Launch, Placement
-from nemotron.registry import load
 
 
 class Executor(Protocol):

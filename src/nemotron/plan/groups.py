@@ -2,7 +2,7 @@
 and profile) and its placement turned into `plan.terms.Group`s, one engine at a time.
 
 Which models a step runs comes from its manifest's [[models]] (compiled into `Job.models`), the work of one step
-from its schema's `workload()` (nemotron.workload): the plan names no step.
+from its schema's `workload()` (nemotron.config.workload): the plan names no step.
 
 - builtin: one trainer process per device (DDP: every device holds the whole model, its gradients and optimizer
   state), the reference policy, a critic and an in-process reward model beside it, rollouts by our KV-cache
@@ -19,6 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from nemotron.config.profiles import runs_here, serves_beside_rank0
+from nemotron.config.stepconfig import ModelArch, NemoRL, ResourcePlan, Runtime, ServeRuntime, TrainRuntime
+from nemotron.config.workload import JobModel, Rollouts, Serving, Training, Workload
 from nemotron.errors import UserError
 from nemotron.plan.shapes import ModelShape, known_shape, shape_from_arch, shape_from_checkpoint
 from nemotron.plan.terms import (
@@ -36,9 +39,6 @@ from nemotron.plan.terms import (
     train_state_mb,
     training_peak,
 )
-from nemotron.profiles import runs_here, serves_beside_rank0
-from nemotron.stepconfig import ModelArch, NemoRL, ResourcePlan, Runtime, ServeRuntime, TrainRuntime
-from nemotron.workload import JobModel, Rollouts, Serving, Training, Workload
 
 if TYPE_CHECKING:
     from nemotron.compile import Job
@@ -257,7 +257,9 @@ def _arch(ctx: _Context, role: str, config: PlannedConfig, key: str) -> ModelSha
     for part in key.split("."):
         model = getattr(model, part)
     if not isinstance(model, ModelArch):
-        raise TypeError(f"built_from = {key!r} names no model architecture (nemotron.stepconfig.ModelArch)")
+        raise TypeError(
+            f"built_from = {key!r} names no model architecture (nemotron.config.stepconfig.ModelArch)"
+        )
     return shape_from_arch(model, TOKENIZER_VOCAB_CEILING)
 
 

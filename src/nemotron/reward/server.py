@@ -432,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=MAX_REQUEST_TOKENS,
         help="token ids (rows x tokens of a 'tokens' input) one request may carry; more: 413",
     )
-    from nemotron import preempt
+    from nemotron.runtime import preempt
 
     preempt.ignore()  # in a Slurm hetjob, the time-limit warning is for the step beside this server
     return run_server_command(parser, argv, _start)
