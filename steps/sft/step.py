@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from nemotron.data.batches import sft_batch
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import SFTRecord, prompt_text
+from nemotron.models.batches import sft_batch
 from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.models.supervised import RankBatches, from_architecture, held_out_split
 from nemotron.models.tiny import count_parameters

@@ -440,8 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _start(args: argparse.Namespace, http: HTTPSettings) -> ServerHandle:
     from nemotron.models.checkpoint import load_reward_model
+    from nemotron.models.prompts import model_positions
     from nemotron.reward.scorer import scorer_from_reward_model
-    from nemotron.rl.prompts import model_positions
 
     model, tokenizer = load_for_serving(args, load_reward_model)
     # Like rm/serve: a --max-length over the model's positions is capped, not an error.

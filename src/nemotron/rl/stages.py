@@ -25,6 +25,7 @@ from nemotron.data.records import PromptRecord, prompt_text
 from nemotron.engines import RUNS_AS_STEP_PROCESS
 from nemotron.errors import UserError
 from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
+from nemotron.models.prompts import fit_prompts, model_positions
 from nemotron.models.tokenizer import encode_prompt
 from nemotron.reward.server_options import token_from_file
 from nemotron.rl import distributed, trainstate
@@ -40,7 +41,6 @@ from nemotron.rl.experience import (
     sampling_params,
 )
 from nemotron.rl.generation_backends import GenerationBackend, get_backend
-from nemotron.rl.prompts import fit_prompts, model_positions
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams
 from nemotron.rl.stats import RolloutStats, Timings, as_metrics

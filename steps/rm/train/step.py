@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import PreTrainedModel
 
-from nemotron.data.batches import preference_batch
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PreferenceRecord, prompt_text
+from nemotron.models.batches import preference_batch
 from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.models.reward import (
     bradley_terry_loss,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nemotron.errors import UserError
-from nemotron.rl.prompts import fit_prompts, left_truncate, model_positions
+from nemotron.models.prompts import fit_prompts, left_truncate, model_positions
 
 
 def test_left_truncate_keeps_the_last_tokens_and_counts_the_cut() -> None:
