@@ -77,8 +77,9 @@ def template_job(home: Path) -> Path:
     """A job record as `nemotron steps run data/prep -c tiny` writes it (the step is not run)."""
     from nemotron.catalog import Catalog
     from nemotron.compile import compile_job
-    from nemotron.jobs.dirs import create_job_dir, update_status
+    from nemotron.jobs.dirs import update_status
     from nemotron.launch import submit
+    from nemotron.launch.job_dir import create_job_dir
 
     job = compile_job(Catalog(), "data/prep", "tiny", dry_run=True)
     d = create_job_dir(job, submit.rendered_launch(job))

@@ -73,7 +73,7 @@ def submit(job: Job) -> int:
     from nemotron.artifacts.store import open_store
     from nemotron.compile import register_path_inputs
     from nemotron.core.paths import artifacts_dir
-    from nemotron.jobs.dirs import create_job_dir
+    from nemotron.launch.job_dir import create_job_dir
 
     executor, where, launch, text = plan(job)  # every refusal happens here, before anything is written
     planned = resource_plan(job, where)
