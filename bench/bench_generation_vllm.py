@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
+from nemotron.config.stepconfig import Generation
+from nemotron.core.paths import shipped_root
 from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
 from nemotron.models.tiny import build_policy
-from nemotron.paths import shipped_root
 from nemotron.rl.generation_backends import get_backend
 from nemotron.rl.rollout import SamplingParams, generate
-from nemotron.stepconfig import Generation
 
 
 @dataclass(frozen=True)

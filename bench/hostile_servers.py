@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 
 TOKEN = "hostile-bench-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -19,13 +19,13 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from nemotron.core.paths import shipped_root
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PromptRecord
 from nemotron.models.checkpoint import load_policy as load_gpt2_policy
 from nemotron.models.checkpoint import load_reward_model, load_tokenizer, save_checkpoint
 from nemotron.models.tiny import build_policy
 from nemotron.models.tokenizer import format_prompt
-from nemotron.paths import shipped_root
 from nemotron.reward.scorer import scorer_from_reward_model
 
 Algorithm = Literal["rloo", "grpo"]

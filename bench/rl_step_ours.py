@@ -8,6 +8,7 @@ import time
 import torch
 from rl_step_common import BenchModels, StepTiming, Workload
 
+from nemotron.config.stepconfig import Optim
 from nemotron.rl.advantages import grpo_advantages, rloo_baseline
 from nemotron.rl.distributed import World
 from nemotron.rl.experience import Experience, PromptBatch, RolloutSetup, collect
@@ -17,7 +18,6 @@ from nemotron.rl.losses import kl_loss, ppo_clip_loss, reinforce_loss
 from nemotron.rl.masks import mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.rollout import SamplingParams, sequence_logprobs
-from nemotron.stepconfig import Optim
 
 # The step scripts' defaults: REINFORCE with k1 KL per token in the reward and a token-level loss; GRPO with
 # leave-one-out, std-normalised advantages, ratio clip 0.2 and k3 KL in a token-level loss.

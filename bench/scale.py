@@ -77,8 +77,9 @@ def template_job(home: Path) -> Path:
     """A job record as `nemotron steps run data/prep -c tiny` writes it (the step is not run)."""
     from nemotron.catalog import Catalog
     from nemotron.compile import compile_job
-    from nemotron.jobs.dirs import create_job_dir, update_status
+    from nemotron.jobs.dirs import update_status
     from nemotron.launch import submit
+    from nemotron.launch.job_dir import create_job_dir
 
     job = compile_job(Catalog(), "data/prep", "tiny", dry_run=True)
     d = create_job_dir(job, submit.rendered_launch(job))
@@ -113,7 +114,7 @@ def grow_jobs(home: Path, template: Path, total: int) -> str:
 
 def user_steps(root: Path, n: int) -> Path:
     """A $NEMOTRON_STEPS_PATH root of `n` steps (copies of a shipped manifest under other ids)."""
-    from nemotron.paths import bundled_root
+    from nemotron.core.paths import bundled_root
 
     text = (bundled_root() / "manifests" / "data" / "prep.toml").read_text()
     for i in range(n):

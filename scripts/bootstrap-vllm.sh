@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${NEMOTRON_VLLM_VENV:-.venv-vllm}
 PY=${PYTHON:-python3}
-VLLM_VERSION=$(sed -n 's/^VLLM_VERSION = "\([^"]*\)".*/\1/p' src/nemotron/targets.py)
+VLLM_VERSION=$(sed -n 's/^VLLM_VERSION = "\([^"]*\)".*/\1/p' src/nemotron/config/targets.py)
 # What nemotron needs to run steps and tests/vllm in this venv (no nemo-run: local runs never import it).
 RUNTIME="typer rich omegaconf pyyaml jinja2 safetensors tokenizers numpy tensorboard matplotlib vaderSentiment pytest pytest-timeout"
 start=$SECONDS

@@ -4,7 +4,8 @@
 #   2. small Llama, Qwen2 and GPT-2 (16 layers x 512, at least 50M parameters, `python -m nemotron.models.tiny`) trained
 #      on CUDA by `nemotron steps run sft` (2 steps), in fp32 and bf16, activation checkpointing off and on;
 #   3. the resource plan's predicted peak (plan.json) against the run's measured peak, which on CUDA is
-#      torch.cuda.max_memory_allocated (nemotron.devices.peak_memory_mb): a table, via bench/memory_plan.py.
+#      torch.cuda.max_memory_allocated (nemotron.runtime.devices.peak_memory_mb): a table, via
+#      bench/memory_plan.py.
 # Figures go to $OUT (if set; else a temporary folder): gpu-check.txt (the whole log), memory_plan_cuda.json,
 # pipeline.txt. It installs nothing: it needs Python >= 3.11 with a CUDA build of torch and the project's runtime
 # wheels (pyproject.toml: typer, rich, omegaconf, pydantic, pyyaml, jinja2, transformers, safetensors,

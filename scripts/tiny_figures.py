@@ -50,11 +50,11 @@ def collect(home: Path) -> dict[str, dict[str, float]]:
 
 def collect_verdict(home: Path) -> dict[str, Any]:
     """The pipeline's final table as `pipeline run` computes it (the pipeline once more, every step skipped as
-    done): nemotron.pipeline.verdict's record, `artifacts compare` of the eval reports."""
+    done): nemotron.launch.pipeline.verdict's record, `artifacts compare` of the eval reports."""
     os.environ["NEMOTRON_HOME"] = str(home)
     from nemotron.artifacts.store import ArtifactStore
     from nemotron.catalog import Catalog
-    from nemotron.pipeline import eval_reports, load_pipeline, run_pipeline, verdict
+    from nemotron.launch.pipeline import eval_reports, load_pipeline, run_pipeline, verdict
 
     catalog = Catalog()
     pipe = load_pipeline("tiny", catalog)
@@ -94,7 +94,7 @@ def table(figures: dict[str, dict[str, float]]) -> str:
 
 def verdict_table(verdict: dict[str, Any]) -> str:
     """The verdict as Markdown, its cells from the same function as `pipeline run`'s final table."""
-    from nemotron.pipeline import verdict_cells
+    from nemotron.launch.pipeline import verdict_cells
 
     header, rows = verdict_cells(verdict)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import runpy
 import sys
 
-from nemotron import preempt
 from nemotron.errors import DiskFull, ServiceError, UserError, disk_full
+from nemotron.runtime import preempt
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """Config schema of sft: supervised fine-tuning of a causal LM, built from a model config (random init, with a
 tokenizer trained on the data) or started from a checkpoint."""
 
-from nemotron.stepconfig import (
+from nemotron.config.stepconfig import (
     ModelArch,
     Optim,
     ResourcePlan,
@@ -10,7 +10,7 @@ from nemotron.stepconfig import (
     Tracking,
     TrainRuntime,
 )
-from nemotron.workload import Training, Workload
+from nemotron.config.workload import Training, Workload
 
 
 class Inputs(Strict):

@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from nemotron.data.batches import sft_batch
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import SFTRecord, prompt_text
-from nemotron.devices import DevicePlan, peak_memory_mb
+from nemotron.models.batches import sft_batch
 from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.models.supervised import RankBatches, from_architecture, held_out_split
 from nemotron.models.tiny import count_parameters
@@ -24,7 +23,8 @@ from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.stages import save_and_register
 from nemotron.rl.stats import as_metrics
-from nemotron.runtime import StepRun, required
+from nemotron.runtime.devices import DevicePlan, peak_memory_mb
+from nemotron.runtime.step import StepRun, required
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from sft.schema import Config

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 
 CASES = tomllib.loads((Path(__file__).parent / "cases.toml").read_text())["case"]
 

@@ -86,7 +86,7 @@ def test_a_nemo_that_is_no_tar_cannot_load(home: Path, tmp_path: Path, run_cli: 
 def test_a_broken_checkpoint_is_one_line_and_leaves_no_record(
     home: Path, tmp_path: Path, run_cli: Any, dry_run: bool
 ) -> None:
-    from nemotron.paths import shipped_root
+    from nemotron.core.paths import shipped_root
 
     ck = tmp_path / "policy"
     ck.mkdir()

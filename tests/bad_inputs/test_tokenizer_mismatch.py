@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from tests.assertions import refused
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 
 TINY = shipped_root() / "tiny"
 SHIPPED_TOKENIZER = TINY / "reward_model" / "tokenizer.json"

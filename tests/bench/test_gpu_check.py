@@ -39,7 +39,7 @@ def test_it_refuses_a_machine_without_cuda(tmp_path: Path) -> None:
 
 def test_the_cuda_pipeline_trains_every_step_on_cuda(tmp_path: Path) -> None:
     from nemotron.catalog import Catalog
-    from nemotron.pipeline import load_pipeline
+    from nemotron.launch.pipeline import load_pipeline
 
     dst = tmp_path / "tiny-cuda.toml"
     cuda_pipeline(REPO / "manifests" / "pipelines" / "tiny.toml", dst)

@@ -57,11 +57,11 @@ def test_a_prompt_may_be_a_conversation_ending_with_the_user() -> None:
 
 
 def test_conversations_go_through_the_chat_template_and_text_through_ours() -> None:
+    from nemotron.core.paths import shipped_root
     from nemotron.data.records import PromptRecord
     from nemotron.errors import UserError
     from nemotron.models.checkpoint import load_tokenizer
     from nemotron.models.tokenizer import encode_prompt, format_prompt
-    from nemotron.paths import shipped_root
 
     tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")
     conversation = PromptRecord.model_validate(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from nemotron.core.paths import bundled_root
 from nemotron.docs.blocks import parse_blocks, run_page, runnable_pages, write_outputs
-from nemotron.paths import bundled_root
 
 ROOT = bundled_root()
 PAGES = runnable_pages(ROOT)

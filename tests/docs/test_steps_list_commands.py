@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nemotron.paths import bundled_root
+from nemotron.core.paths import bundled_root
 
 ROOT = bundled_root()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nemotron.catalog import Catalog
-from nemotron.pipeline import load_pipeline
+from nemotron.launch.pipeline import load_pipeline
 
 
 def test_the_readme_shows_the_recorded_pipeline_and_its_verdict(script_figures: Any) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from nemotron.catalog import Catalog
-from nemotron.paths import bundled_root
+from nemotron.core.paths import bundled_root
 
 # Steps whose tiny preset cannot run on a CPU machine: NeMo's converters need the NeMo container on Slurm, and the
 # tiny policy is GPT-2, a family they do not convert. Their tiny preset is refused here (checked below).

@@ -10,9 +10,9 @@ import pytest
 
 from nemotron.catalog import Catalog, ManifestCache
 from nemotron.catalog.query import engines_of
-from nemotron.configtree import get_dotted
+from nemotron.config.configtree import get_dotted
+from nemotron.core.paths import bundled_root
 from nemotron.docs.blocks import parse_blocks
-from nemotron.paths import bundled_root
 
 ROOT = bundled_root()
 PAGE = ROOT / "docs" / "writing-a-step.md"

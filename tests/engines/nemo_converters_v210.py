@@ -17,8 +17,8 @@ TAG = "v2.1.0"
 PINNED_COMMIT = "633cb602777bffefbe12066b0c915c87e7b469e9"
 ALIGNER_MIRROR = Path("/work/.mirror/NVIDIA+NeMo-Aligner/repo")
 ALIGNER_TAG = "v0.7.0"
-# nvcr.io/nvidia/nemo:25.02 (nemotron.targets.NEMO_ALIGNER_IMAGE) carries the NeMo 2.2 line: every argument we use
-# must mean the same there
+# nvcr.io/nvidia/nemo:25.02 (nemotron.config.targets.NEMO_ALIGNER_IMAGE) carries the NeMo 2.2 line: every argument we
+# use must mean the same there
 IMAGE_TAG = "v2.2.1"
 DIR = "scripts/checkpoint_converters"
 

@@ -16,7 +16,7 @@ from tests.engines import nemo_rl_v070 as tag
 from tests.engines.mirrors import git_files, git_show
 
 from nemotron.catalog import Catalog
-from nemotron.configtree import flatten, get_dotted, unflatten
+from nemotron.config.configtree import flatten, get_dotted, unflatten
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.engines.refusals import builtin_refusals
 from nemotron.errors import UserError

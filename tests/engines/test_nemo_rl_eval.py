@@ -20,7 +20,7 @@ from tests.engines import (
 from tests.engines.mirrors import git_files
 
 from nemotron.catalog import Catalog
-from nemotron.configtree import flatten, get_dotted, unflatten
+from nemotron.config.configtree import flatten, get_dotted, unflatten
 from nemotron.engines.nemo_rl import evaluation as nemo_rl_eval
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.engines.nemo_rl.evaluation_report import SAMPLES_FILE, adopt_report

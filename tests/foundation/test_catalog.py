@@ -10,8 +10,8 @@ import pytest
 
 from nemotron.catalog import Catalog, InvalidManifest, Manifest, validate
 from nemotron.compile import _model_at, compose_config
-from nemotron.configtree import get_dotted
-from nemotron.paths import bundled_root
+from nemotron.config.configtree import get_dotted
+from nemotron.core.paths import bundled_root
 
 CATALOG = Catalog([bundled_root()])
 MISSION_STEPS = {"rl/rlhf", "rl/reinforce", "rl/ppo", "rm/serve"}

@@ -11,8 +11,8 @@ import pytest
 
 from nemotron.catalog import Catalog, ManifestCache
 from nemotron.catalog.query import FlowNode, Query, check, engines_of, flow, select
+from nemotron.core.paths import bundled_root
 from nemotron.errors import UserError
-from nemotron.paths import bundled_root
 
 SHIPPED = Catalog([bundled_root()])
 
@@ -31,7 +31,7 @@ def _step(root: Path, sid: str, body: str, schema: str = "class Config(Strict):\
     )
     (root / "steps" / sid).mkdir(parents=True)
     (root / "steps" / sid / "schema.py").write_text(
-        "from typing import Literal\n\nfrom nemotron.stepconfig import Strict\n\n\n" + schema
+        "from typing import Literal\n\nfrom nemotron.config.stepconfig import Strict\n\n\n" + schema
     )
 
 

@@ -23,11 +23,11 @@ LONG_COUNT = (*COUNT, "trainer.max_steps=1000", "trainer.sleep_s=0.05")
 # (profiles, job records, step configs) and every step's schema unloaded.
 NEVER = ("torch", "transformers", "safetensors", "nemo_run", "leptonai", "torchx", "h11", "httpx", "uvicorn",
          "mlflow", "wandb", "sqlalchemy")  # fmt: skip
-BROWSE = (*NEVER, "omegaconf", "yaml", "jinja2", "nemotron.compile", "nemotron.profiles", "nemotron.jobs.record",
-          "nemotron.stepconfig", "nemotron_step_schema_*")  # fmt: skip
+BROWSE = (*NEVER, "omegaconf", "yaml", "jinja2", "nemotron.compile", "nemotron.config.profiles", "nemotron.jobs.record",
+          "nemotron.config.stepconfig", "nemotron_step_schema_*")  # fmt: skip
 # What a dry run on this machine leaves to the run itself: job records and their writer, the process launcher,
 # NeMo-RL's compiler (rl/rlhf -c tiny runs on the built-in engine) and tarfile (its checkpoints are directories).
-LOCAL_DRY_RUN = ("nemotron.jobs.record", "nemotron.jobs.dirs", "nemotron.launch.local", "nemotron.procs",
+LOCAL_DRY_RUN = ("nemotron.jobs.record", "nemotron.jobs.dirs", "nemotron.launch.local", "nemotron.core.procs",
                  "nemotron.engines.nemo_rl.config", "tarfile")  # fmt: skip
 GROUPS = ("nemotron.cli.steps", "nemotron.cli.jobs", "nemotron.cli.pipeline", "nemotron.cli.profiles",
           "nemotron.cli.artifacts", "nemotron.catalog")  # fmt: skip

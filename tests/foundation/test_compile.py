@@ -10,8 +10,8 @@ import pytest
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job, compose_config
+from nemotron.config.profiles import load_profile
 from nemotron.errors import NotFound, UserError
-from nemotron.profiles import load_profile
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import pytest
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compose_config
+from nemotron.core.paths import bundled_root
 from nemotron.docs.blocks import parse_blocks
 from nemotron.docs.generate import (
     BUILTIN_UNREAD,
@@ -23,7 +24,6 @@ from nemotron.docs.generate import (
     troubleshooting_path,
     with_known_errors,
 )
-from nemotron.paths import bundled_root
 
 ROOT = bundled_root()
 

@@ -21,11 +21,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from nemotron.core.storeurl import StoreUrl
 from nemotron.jobs import dirs as jobs
 from nemotron.jobs import index as jobindex
 from nemotron.jobs.index import JobsIndex
 from nemotron.jobs.index_pg import PostgresDb
-from nemotron.storeurl import StoreUrl
 
 
 def make_job(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nemotron.pipeline import verdict_cells
+from nemotron.launch.pipeline import verdict_cells
 
 
 def _metric(mean: float, low: float, high: float, delta: dict[str, Any] | None = None) -> dict[str, Any]:

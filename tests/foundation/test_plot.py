@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from nemotron.cli.plotting import plot_metrics
 from nemotron.errors import UserError
-from nemotron.plotting import plot_metrics
 
 
 def test_plot_writes_a_png_with_the_curves(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
+from nemotron.config.profiles import SlurmProfile
 from nemotron.launch import remote, slurm_executor, slurm_script
 from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT
-from nemotron.profiles import SlurmProfile
 
 results = []
 with remote.nemo_run() as run:

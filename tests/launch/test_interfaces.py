@@ -47,7 +47,7 @@ REGISTRIES = (
     "engines/__init__.py",
     "engines/base.py",
     "launch/executor.py",
-    "profiles.py",
+    "config/profiles.py",
 )
 # Each executor's own modules place the launch shapes, so they may ask which shape they hold (never compare kind
 # names). Which profile class they hold they never ask: each is typed on its own (Executor[SlurmProfile] takes

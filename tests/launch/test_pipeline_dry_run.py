@@ -15,10 +15,10 @@ from tests.assertions import matches_golden
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
-from nemotron.configtree import get_dotted
+from nemotron.config.configtree import get_dotted
+from nemotron.core.paths import artifacts_dir, jobs_dir
 from nemotron.launch import submit
-from nemotron.paths import artifacts_dir, jobs_dir
-from nemotron.pipeline import load_pipeline, plan_pipeline, planned_outputs
+from nemotron.launch.pipeline import load_pipeline, plan_pipeline, planned_outputs
 
 GOLDEN = Path(__file__).parent / "golden" / "pipeline__cross_engine__slurm_rlhf.txt"
 REPO = Path(__file__).resolve().parents[2]

@@ -10,11 +10,11 @@ import pytest
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
+from nemotron.core.paths import bundled_root
 from nemotron.launch import slurm_executor
 from nemotron.launch.lepton import EXIT_LINE, LeptonExecutor
 from nemotron.launch.render import local_command
 from nemotron.launch.step_process import step_command, step_env
-from nemotron.paths import bundled_root
 
 PROFILES = """
 [two_local]

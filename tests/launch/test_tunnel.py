@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent(
     import json
     import nemo_run as run
     from nemotron.launch.slurm_script import tunnel
-    from nemotron.profiles import SlurmProfile
+    from nemotron.config.profiles import SlurmProfile
 
     local = tunnel(run, SlurmProfile(executor="slurm", tunnel="local"), "/jobs/here")
     ssh = tunnel(

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nemotron import procs, warm
+from nemotron import warm
+from nemotron.core import procs
 
 # What a child reports of itself: run through `python -m nemotron.run_step SCRIPT ARGS` as a step is
 REPORT = """
@@ -162,7 +163,7 @@ def test_a_warm_child_dies_with_its_caller_and_stops_like_a_popen(
     cmd = _cmd(script)
     caller_code = (
         "import subprocess, sys, time\n"
-        "from nemotron.procs import start\n"
+        "from nemotron.core.procs import start\n"
         f"child = start({cmd!r}, dict(__import__('os').environ), subprocess.DEVNULL)\n"
         "print(child.pid, type(child).__name__, flush=True)\n"
         "time.sleep(120)\n"

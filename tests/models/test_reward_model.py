@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import GPT2ForSequenceClassification, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from nemotron.data.batches import preference_batch
+from nemotron.models.batches import preference_batch
 from nemotron.models.reward import (
     bradley_terry_loss,
     build_critic_from_reward_model,

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from nemotron.core.paths import shipped_root
 from nemotron.models import tokenizer_match
 from nemotron.models.tokenizer_match import difference, read_tokenizer
-from nemotron.paths import shipped_root
 
 SHIPPED = shipped_root() / "tiny"
 

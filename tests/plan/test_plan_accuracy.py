@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from nemotron.core.paths import shipped_root
 from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
 from nemotron.models.tiny import build_policy
-from nemotron.paths import shipped_root
 from nemotron.plan.shapes import shape_from_checkpoint
 from nemotron.plan.terms import MiB, train_state_mb
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 
 MY_STEPS = Path(__file__).resolve().parents[2] / "docs" / "examples" / "my-steps"
 SHIPPED_TOKENIZER = shipped_root() / "tiny" / "reward_model" / "tokenizer.json"

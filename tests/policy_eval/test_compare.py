@@ -289,7 +289,7 @@ def test_the_plotted_metric_is_one_every_report_has() -> None:
 def test_the_plot_is_a_valid_image(tmp_path: Path, suffix: str) -> None:
     from PIL import Image
 
-    from nemotron.plotting import plot_distributions
+    from nemotron.cli.plotting import plot_distributions
 
     path = tmp_path / f"dist{suffix}"
     plot_distributions([("r:v1", [0.0, 1.0, 2.0, 2.5]), ("r:v2", [1.0, 2.0, 3.0])], "reward_model", path)
@@ -303,7 +303,7 @@ def test_the_plot_is_a_valid_image(tmp_path: Path, suffix: str) -> None:
 
 
 def test_a_plot_file_of_unknown_format_is_refused_and_nothing_written(tmp_path: Path) -> None:
-    from nemotron.plotting import plot_distributions
+    from nemotron.cli.plotting import plot_distributions
 
     with pytest.raises(UserError, match=r"name a file ending in one of .*\.png"):
         plot_distributions([("r:v1", [0.0])], "reward_model", tmp_path / "dist.xyz")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from safetensors.torch import load_file
 
-from nemotron.resume import latest
+from nemotron.runtime.resume import latest
 
 # in_process rewards: bitwise equality needs every reward computed the same way in both runs
 ARGS = (

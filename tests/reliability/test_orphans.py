@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.procs import is_alive
+from nemotron.core.procs import is_alive
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 
 
 @contextmanager

@@ -82,7 +82,7 @@ def test_secrets_never_leak(home: Path, tmp_path: Path, fixture_steps: Path, run
     ],
 )
 def test_secret_names_are_masked(name: str) -> None:
-    from nemotron.redact import is_secret_name
+    from nemotron.core.redact import is_secret_name
 
     assert is_secret_name(name)
 
@@ -107,7 +107,7 @@ def test_secret_names_are_masked(name: str) -> None:
 )
 def test_names_that_only_mention_tokens_are_shown(name: str) -> None:
     """`max_new_tokens` was masked as `***` in dry-run, config.yaml and job.yaml (a name *part* must be secret)."""
-    from nemotron.redact import is_secret_name, redact_tree
+    from nemotron.core.redact import is_secret_name, redact_tree
 
     assert not is_secret_name(name)
     assert redact_tree({name: 16}) == {name: 16}
@@ -124,7 +124,7 @@ def test_names_that_only_mention_tokens_are_shown(name: str) -> None:
     ],
 )
 def test_the_password_of_a_url_is_masked_and_nothing_else(text: str, shown: str) -> None:
-    from nemotron.redact import redact_url_passwords
+    from nemotron.core.redact import redact_url_passwords
 
     assert redact_url_passwords(text) == shown
 

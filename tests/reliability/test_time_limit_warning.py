@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.resume import latest
+from nemotron.runtime.resume import latest
 
 # no periodic checkpoint: the only one can come from the warning
 ARGS = (

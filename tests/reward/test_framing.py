@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from nemotron.core.paths import shipped_root
 from nemotron.models.checkpoint import load_policy, load_tokenizer
-from nemotron.paths import shipped_root
 from nemotron.reward.chat_server import HFChatModel, serve_chat
 from nemotron.reward.server import serve
 from nemotron.reward.transport import HTTPSettings, ServerHandle

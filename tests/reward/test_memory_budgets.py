@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 from nemotron.reward.chat_server import ChatRequest, Completion, serve_chat
 from nemotron.reward.transport import HTTPSettings
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 
 TINY_REWARD_MODEL = shipped_root() / "tiny" / "reward_model"
 TOKEN = "command-token-123456"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 from nemotron.reward.client import RewardClient, RewardServerError
 from nemotron.reward.sibling import NodeShare, sibling_server
 

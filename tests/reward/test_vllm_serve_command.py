@@ -29,7 +29,7 @@ def test_the_token_is_never_on_the_command_line_and_the_template_only_when_neede
 def test_metaspace_tokenizers_get_the_outlines_backend() -> None:
     import json
 
-    from nemotron.paths import shipped_root
+    from nemotron.core.paths import shipped_root
     from nemotron.reward.vllm_serve import structured_outputs_backend
 
     tiny = json.loads((shipped_root() / "tiny" / "sft_policy" / "tokenizer.json").read_text())

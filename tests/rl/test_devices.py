@@ -15,7 +15,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from nemotron.devices import (
+from nemotron.errors import UserError
+from nemotron.models.tiny import build_policy
+from nemotron.rl import gpt2_fast
+from nemotron.rl.rollout import sequence_logprobs
+from nemotron.runtime.devices import (
     DevicePlan,
     autocast,
     choose_device,
@@ -24,10 +28,6 @@ from nemotron.devices import (
     process_group_backend,
     runtime_device,
 )
-from nemotron.errors import UserError
-from nemotron.models.tiny import build_policy
-from nemotron.rl import gpt2_fast
-from nemotron.rl.rollout import sequence_logprobs
 
 
 @pytest.mark.parametrize(
@@ -151,7 +151,7 @@ def test_peak_memory_is_the_resident_set_on_the_cpu() -> None:
 CHILD_PEAK = """
 import json
 import torch
-from nemotron.devices import peak_memory_mb
+from nemotron.runtime.devices import peak_memory_mb
 status = dict(line.split(":", 1) for line in open("/proc/self/status"))
 print(json.dumps([peak_memory_mb(torch.device("cpu")), int(status["VmHWM"].split()[0]) / 2**10]))
 """

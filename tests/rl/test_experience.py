@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import torch
 
+from nemotron.core.paths import shipped_root
 from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.models.tokenizer import encode_prompt
-from nemotron.paths import shipped_root
 from nemotron.rl.experience import PromptBatch, RolloutSetup, collect
 from nemotron.rl.generation_backends import TorchBackend
 from nemotron.rl.rollout import SamplingParams, generate

@@ -11,7 +11,7 @@ from nemotron.errors import UserError
 from nemotron.rl.distributed import World, global_whiten
 from nemotron.rl.masks import whiten
 from nemotron.rl.stats import DeviceSums, as_metrics, global_means, global_sums
-from nemotron.runtime import required
+from nemotron.runtime.step import required
 
 
 def test_global_means_divide_each_sum_by_the_count() -> None:

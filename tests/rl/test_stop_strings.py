@@ -15,12 +15,12 @@ import pytest
 import torch
 from transformers import PreTrainedModel
 
+from nemotron.config.stepconfig import Generation
 from nemotron.models.tiny import tiny_model
 from nemotron.rl import gpt2_fast
 from nemotron.rl.experience import sampling_params
 from nemotron.rl.rollout import SamplingParams, generate
 from nemotron.rl.stop_strings import completes_stop_string, ends_in_stop_string, stop_window
-from nemotron.stepconfig import Generation
 
 
 def letters(ids: list[int]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from tests.assertions import refused
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 
 TINY = shipped_root() / "tiny"
 STEP = Path(__file__).resolve().parents[2] / "steps" / "eval" / "policy" / "step.py"

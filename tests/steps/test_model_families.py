@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from safetensors.torch import load_file
 
+from nemotron.core.paths import shipped_root
 from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
 from nemotron.models.layout import weight_files
 from nemotron.models.reward import build_reward_model
 from nemotron.models.tiny import build_policy
-from nemotron.paths import shipped_root
 
 TINY = shipped_root() / "tiny"
 FAMILIES = ("llama", "qwen2", "mistral")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 
 REPO = Path(__file__).resolve().parents[2]
 

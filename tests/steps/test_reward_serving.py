@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 
 
 def _processes_of(job_dir: Path) -> list[int]:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
-from nemotron.paths import shipped_root
+from nemotron.core.paths import shipped_root
 
 SFT = shipped_root() / "tiny" / "sft_policy"
 COMMON = [

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from nemotron.config.stepconfig import Tracking
 from nemotron.errors import UserError
-from nemotron.stepconfig import Tracking
 from nemotron.tracking.base import LoggedArtifact, RunInfo, Tracker
 from nemotron.tracking.checks import tracking_problems
 from nemotron.tracking.fanout import Trackers, build_trackers

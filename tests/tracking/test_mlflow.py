@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from mlflow import MlflowClient
 
-from nemotron.stepconfig import Tracking
+from nemotron.config.stepconfig import Tracking
 from nemotron.tracking.base import RunInfo
 from nemotron.tracking.fanout import Trackers, build_trackers
 

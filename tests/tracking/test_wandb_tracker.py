@@ -17,7 +17,7 @@ import pytest
 import wandb
 
 from nemotron.artifacts.store import Artifact, ArtifactStore
-from nemotron.stepconfig import WandbTracking
+from nemotron.config.stepconfig import WandbTracking
 from nemotron.tracking.base import LoggedArtifact, RunInfo
 from nemotron.tracking.wandb_tracker import LAST_STEP_FILE, WandbTracker, reference_artifact, run_id
 

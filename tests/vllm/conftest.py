@@ -24,9 +24,9 @@ if importlib.util.find_spec("vllm") is None:
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int, int], Path]:
     """Saves a random tiny Llama (head_dim 32: vLLM's CPU attention refuses 16) with the shipped tokenizer, which
     has no chat template: `tiny_llama(name, positions, seed)` -> its directory."""
+    from nemotron.core.paths import shipped_root
     from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
     from nemotron.models.tiny import build_policy
-    from nemotron.paths import shipped_root
 
     def save(name: str, positions: int, seed: int) -> Path:
         tokenizer = load_tokenizer(shipped_root() / "tiny" / "sft_policy")

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from nemotron.config.stepconfig import Generation, Optim
+from nemotron.core.paths import shipped_root
 from nemotron.models.checkpoint import load_policy, load_tokenizer
-from nemotron.paths import shipped_root
 from nemotron.rl.experience import token_mult_prob_error
 from nemotron.rl.generation_backends import get_backend
 from nemotron.rl.optim import build_optimizer
 from nemotron.rl.rollout import SamplingParams, generate, sequence_logprobs
-from nemotron.stepconfig import Generation, Optim
 
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
 REFUSED = [

@@ -13,10 +13,10 @@ from nemotron.artifacts.refs import ArtifactRef, parse_ref
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.artifacts.typecheck import conforms, detect_type, validate_records
 from nemotron.catalog import ArtifactType, Catalog, Step
-from nemotron.configtree import get_dotted
+from nemotron.config.configtree import get_dotted
+from nemotron.config.stepconfig import engine_name
 from nemotron.errors import NotFound, UserError
 from nemotron.models.layout import CONFIG_FILE, describe
-from nemotron.stepconfig import engine_name
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.artifacts.store import Artifact, ArtifactStore, open_store
+from nemotron.config.stepconfig import engine_name
+from nemotron.core.paths import artifacts_dir
 from nemotron.engines import RUNS_AS_STEP_PROCESS
 from nemotron.jobs.record import JobRecord
-from nemotron.paths import artifacts_dir
-from nemotron.stepconfig import engine_name
 
 log = logging.getLogger("nemotron")
 

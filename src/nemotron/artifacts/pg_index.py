@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from nemotron.artifacts.index import Connection, Cursor, committed
 from nemotron.artifacts.schema import SCHEMA_VERSION, pg_schema_sql
+from nemotron.core.storeurl import StoreUrl
 from nemotron.errors import ServiceError, UserError
-from nemotron.storeurl import StoreUrl
 
 if TYPE_CHECKING:
     import psycopg

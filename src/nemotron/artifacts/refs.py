@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from nemotron.core.paths import shipped_root
 from nemotron.errors import UserError
-from nemotron.paths import shipped_root
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]*"  # an artifact name: what `name:vN` references can reach
 # An alias is written NAME@ALIAS: `@` is in no artifact name, so the reference cannot be read as a name, a version

@@ -13,8 +13,8 @@ from typing import Any
 
 from nemotron.artifacts.index import Connection
 from nemotron.artifacts.schema import MIGRATIONS, SCHEMA_VERSION, schema_sql
+from nemotron.core.paths import writable_dir
 from nemotron.errors import disk_full, disk_full_while
-from nemotron.paths import writable_dir
 
 
 class SqliteIndex:

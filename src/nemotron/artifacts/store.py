@@ -351,8 +351,8 @@ def open_store(root: Path | None = None) -> ArtifactStore:
     """The store every command and step uses: its files under `root` (default: this home's artifacts directory),
     its index on PostgreSQL when $NEMOTRON_STORE_URL names one, else SQLite under `root`. psycopg is imported only
     in the first case."""
-    from nemotron.paths import artifacts_dir
-    from nemotron.storeurl import store_url
+    from nemotron.core.paths import artifacts_dir
+    from nemotron.core.storeurl import store_url
 
     root = root or artifacts_dir()
     url = store_url()

@@ -70,7 +70,7 @@ class ValidatedFiles:
     def add(self, key: str) -> None:
         """Remember `key` (atomically: concurrent writers leave one whole file)."""
         self.keys = [*(k for k in self.keys if k != key), key][-KEEP:]
-        from nemotron.atomic import write_atomic  # here: most calls find their files already validated
+        from nemotron.core.atomic import write_atomic  # here: most calls find their files already validated
 
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

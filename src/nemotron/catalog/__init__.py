@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from nemotron.catalog.manifest_cache import ManifestCache, cache_dir
+from nemotron.core.paths import step_roots
 from nemotron.errors import NotFound, UserError, did_you_mean
-from nemotron.paths import step_roots
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -98,7 +98,7 @@ class Model(NamedTuple):
     served_when: dict[str, Any] = {}
     # config key -> value under which the step runs this model at all (one input, two roles: a judge's kind)
     when: dict[str, Any] = {}
-    # config key of the architecture (nemotron.stepconfig.ModelArch) it is built from when `input` is unset
+    # config key of the architecture (nemotron.config.stepconfig.ModelArch) it is built from when `input` is unset
     built_from: str = ""
 
 

@@ -86,7 +86,7 @@ class ManifestCache:
         drops out). Atomic: concurrent writers leave one whole file."""
         if not self.changed and len(self.used) == len(self.entries):
             return
-        from nemotron.atomic import write_atomic  # here, not at start-up: most calls write nothing
+        from nemotron.core.atomic import write_atomic  # here, not at start-up: most calls write nothing
 
         keep = {p: e for p, e in self.entries.items() if p in self.used}
         try:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from nemotron.core.paths import nemotron_home
 from nemotron.errors import ServiceError, UserError, did_you_mean, disk_full
-from nemotron.paths import nemotron_home
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -72,7 +72,7 @@ def _root(
     130 cancelled. Example: nemotron steps run rl/reinforce -c tiny"""
     if version:
         from nemotron import __version__
-        from nemotron.targets import NEMO_ALIGNER_VERSION, NEMO_RL_IMAGE, NEMO_RL_VERSION, VLLM_VERSION
+        from nemotron.config.targets import NEMO_ALIGNER_VERSION, NEMO_RL_IMAGE, NEMO_RL_VERSION, VLLM_VERSION
 
         print(f"nemotron {__version__}")
         print(

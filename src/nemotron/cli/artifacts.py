@@ -18,8 +18,8 @@ from nemotron.artifacts.refs import store_ref
 from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash, open_store
 from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
+from nemotron.core.paths import artifacts_dir
 from nemotron.errors import UserError
-from nemotron.paths import artifacts_dir
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # its help: cli.app.GROUPS
 out = stdout_console()
@@ -253,7 +253,7 @@ def compare(
     noise (a paired bootstrap over the prompts), and the config keys that differ between the jobs that trained the
     compared policies and between the eval jobs. Reports made on different prompt sets are refused (exit 2) unless
     --allow-different-prompts."""
-    from nemotron.paths import jobs_dir
+    from nemotron.core.paths import jobs_dir
     from nemotron.policy_eval.compare import compare_artifacts, scores
     from nemotron.policy_eval.compare import plot_metric as choose_metric
     from nemotron.policy_eval.compare_render import as_json as comparison_json
@@ -270,7 +270,7 @@ def compare(
         store, [_resolve(store, r) for r in refs], jobs_dir(), allow_different_prompts=allow_different_prompts
     )
     if plot is not None:
-        from nemotron.plotting import plot_distributions
+        from nemotron.cli.plotting import plot_distributions
 
         metric = choose_metric(reports, plot_metric)
         series = [(f"{r.ref} ({r.policy})" if r.policy else r.ref, scores(r, metric)) for r in reports]
@@ -320,7 +320,7 @@ def gc(
     Reports per name (versions, bytes); deletes in batches, each its own transaction, so Ctrl-C leaves a
     consistent store (run gc again to finish)."""
     from nemotron.artifacts.gc import GcRun, remove_owned
-    from nemotron.paths import nemotron_home
+    from nemotron.core.paths import nemotron_home
 
     home = nemotron_home().resolve()
     doing = "removing" if yes else "would remove"
@@ -474,7 +474,7 @@ def migrate(
 
     from nemotron.artifacts.migrate import migrate as copy_store
     from nemotron.artifacts.pg_index import PostgresIndex
-    from nemotron.storeurl import parse_store_url, redact_url
+    from nemotron.core.storeurl import parse_store_url, redact_url
 
     parts = urlsplit(to)
     if parts.password is not None or "password" in parse_qs(parts.query):

@@ -60,8 +60,8 @@ def ls(
     the team's PostgreSQL when $NEMOTRON_STORE_URL is set; brought up to date with the job dirs first). Unfinished
     jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all; a state checked in the last 30 s is
     shown as is."""
+    from nemotron.core.paths import jobs_dir
     from nemotron.jobs.index import JobsIndex
-    from nemotron.paths import jobs_dir
 
     since_iso = parse_since(since, datetime.now(UTC)) if since else None
     page, more = JobsIndex().page(None if all_ else limit, step=step, state=state, since=since_iso)
@@ -209,7 +209,7 @@ def plot(
     ] = None,
 ) -> None:
     """Write a PNG of reward, KL and loss curves."""
-    from nemotron.plotting import plot_metrics
+    from nemotron.cli.plotting import plot_metrics
 
     d = records.resolve_job_dir(job_id)
     rows = records.read_metrics(d)

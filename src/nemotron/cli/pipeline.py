@@ -44,7 +44,7 @@ def run(
 ) -> None:
     """Run every step of a pipeline in order, skipping steps already done for the same inputs and config."""
     from nemotron.catalog import Catalog
-    from nemotron.pipeline import load_pipeline
+    from nemotron.launch.pipeline import load_pipeline
 
     catalog = Catalog()
     pipe = load_pipeline(name, catalog)
@@ -63,7 +63,7 @@ def _dry_run(pipe: Any, catalog: Any, profile: str | None, until: str | None) ->
     """Every step's `steps run --dry-run` text, in order, under a header naming the step and what it is bound to."""
     import sys
 
-    from nemotron.pipeline import plan_pipeline
+    from nemotron.launch.pipeline import plan_pipeline
 
     for p in plan_pipeline(pipe, catalog, profile, until=until):
         sys.stdout.write(f"# ==== pipeline {pipe.pipeline.name}, step {p.id}: {p.step}\n")
@@ -74,9 +74,9 @@ def _dry_run(pipe: Any, catalog: Any, profile: str | None, until: str | None) ->
 
 def _run(pipe: Any, catalog: Any, force: bool, until: str | None) -> None:
     from nemotron.artifacts.store import open_store
+    from nemotron.core.paths import artifacts_dir, check_writable, jobs_dir
     from nemotron.launch import submit
-    from nemotron.paths import artifacts_dir, check_writable, jobs_dir
-    from nemotron.pipeline import PipelineStep, eval_reports, run_pipeline, verdict, verdict_cells
+    from nemotron.launch.pipeline import PipelineStep, eval_reports, run_pipeline, verdict, verdict_cells
 
     check_writable(jobs_dir(), "jobs directory")  # before the first step's header, not after it
     store = open_store(artifacts_dir())

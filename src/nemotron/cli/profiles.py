@@ -10,8 +10,8 @@ from rich.table import Table
 
 from nemotron.cli.console import stdout_console
 from nemotron.cli.help import epilog
-from nemotron.profiles import list_profiles, load_profile
-from nemotron.redact import redact_tree
+from nemotron.config.profiles import list_profiles, load_profile
+from nemotron.core.redact import redact_tree
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # its help: cli.app.GROUPS
 out = stdout_console()

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from nemotron.compile import Job
+from nemotron.config.stepconfig import engine_name
+from nemotron.core.registry import load
 from nemotron.errors import UserError
-from nemotron.registry import load
-from nemotron.stepconfig import engine_name
 
 if TYPE_CHECKING:
     from nemotron.jobs.record import JobRecord
@@ -118,7 +118,7 @@ ENGINES: dict[str, str] = {
 
 def pinned_or_profile(job: Job, field: str, pinned: str) -> str:
     """What an external engine runs with: the profile's `field` when it sets one (an image "" means the nodes' own
-    environment), else the pinned value from `nemotron.targets`."""
+    environment), else the pinned value from `nemotron.config.targets`."""
     chosen = getattr(job.profile, field, None)
     return pinned if chosen is None else str(chosen)
 

@@ -5,7 +5,7 @@ cannot honour, never a silent drop. docs/tracking.md ("NeMo-RL and NeMo-Aligner 
 
 Credentials are never here: MLFLOW_TRACKING_TOKEN / _USERNAME / _PASSWORD and WANDB_API_KEY reach the job as the
 profile's env_vars, which every executor keeps out of rendered scripts (a secret name goes to the job's 0600
-secrets file, nemotron.redact)."""
+secrets file, nemotron.core.redact)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from nemotron.compile import Job
+    from nemotron.config.stepconfig import Tracking
     from nemotron.engines.refusals import Refusals
-    from nemotron.stepconfig import Tracking
 
 URI_ENV = "MLFLOW_TRACKING_URI"
 # MLflow's run-context provider merges this JSON object into the tags of every run started in the process

@@ -24,11 +24,11 @@ from typing import Any, Protocol
 
 import yaml
 
+from nemotron.core.paths import jobs_dir
+from nemotron.core.storeurl import StoreUrl, store_url
 from nemotron.errors import UserError
 from nemotron.jobs.index_schema import COLS, INDEX_VERSION, IndexUnavailable
 from nemotron.jobs.record import parse_record, read_status, safe_load
-from nemotron.paths import jobs_dir
-from nemotron.storeurl import StoreUrl, store_url
 
 log = logging.getLogger("nemotron")
 

@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
+from nemotron.core.storeurl import StoreUrl
 from nemotron.jobs.index_schema import COLS, INDEX_VERSION, IndexUnavailable
-from nemotron.storeurl import StoreUrl
 
 TABLE = "job_index"
 # an unreachable server costs a listing this long once per process, then the dirs are read

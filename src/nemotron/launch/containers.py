@@ -8,7 +8,7 @@ import shlex
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from nemotron.profiles import SlurmProfile
+from nemotron.config.profiles import SlurmProfile
 
 if TYPE_CHECKING:
     from nemotron.compile import Job

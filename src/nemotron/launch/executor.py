@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from nemotron.compile import Job
+from nemotron.config.profiles import AnyProfile
+from nemotron.core.registry import load
 from nemotron.engines.base import Launch, Placement
-from nemotron.profiles import AnyProfile
-from nemotron.registry import load
 
 P = TypeVar("P", bound=AnyProfile)
 
@@ -24,7 +24,7 @@ class Executor(Protocol[P]):
     kind: str
     # refresh asks nothing but this machine: cheap enough for every row of `jobs ls`
     cheap_refresh: bool
-    # the profile class it places jobs on: the one its `kind` names (nemotron.profiles)
+    # the profile class it places jobs on: the one its `kind` names (nemotron.config.profiles)
     profile: type[P]
 
     def placement(self, job: Job[P]) -> Placement:

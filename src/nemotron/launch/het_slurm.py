@@ -7,10 +7,10 @@ from __future__ import annotations
 import shlex
 
 from nemotron.compile import Job
+from nemotron.config.profiles import SlurmProfile
+from nemotron.core.paths import nemotron_home
 from nemotron.engines.base import HetGroup, HetJob
 from nemotron.launch import slurm
-from nemotron.paths import nemotron_home
-from nemotron.profiles import SlurmProfile
 
 
 def _command(group: HetGroup) -> slurm.Command:
@@ -36,7 +36,7 @@ def _finalize_on_rank_0(launch: HetJob, paths: slurm.ClusterPaths, python: str) 
 def _then_on_success(command: slurm.Command, then: str) -> slurm.Command:
     """`command`, then the shell `then` once it succeeded; the exit code stays the command's."""
     run = " ".join(command.words())
-    # the time-limit warning (nemotron.preempt) must not end this shell
+    # the time-limit warning (nemotron.runtime.preempt) must not end this shell
     inner = f"trap '' USR1; {run}; code=$?; if [ $code -eq 0 ]; then\n{then}fi; exit $code"
     return slurm.Command("bash", "-c", (shlex.quote(inner),))
 

@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from nemotron.config.profiles import LeptonProfile
 from nemotron.errors import UserError
 from nemotron.launch import step_process
-from nemotron.profiles import LeptonProfile
 
 # The profile's fields that NeMo-Run's LeptonExecutor takes under the same name, for a job and a Ray cluster alike
 EXECUTOR_FIELDS = {

@@ -20,8 +20,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from nemotron.config.profiles import LeptonProfile, SlurmProfile
 from nemotron.errors import UserError
-from nemotron.profiles import LeptonProfile, SlurmProfile
 
 RECORD_FILE = "liveness.json"
 HEARTBEATS = "heartbeats"

@@ -17,9 +17,9 @@ from pathlib import Path
 from types import FrameType
 
 from nemotron import warm
+from nemotron.core.procs import Child, start
+from nemotron.core.redact import redact_text, secret_values
 from nemotron.jobs.dirs import now, update_status
-from nemotron.procs import Child, start
-from nemotron.redact import redact_text, secret_values
 
 GRACE_S = 10.0
 

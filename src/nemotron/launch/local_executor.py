@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
+from nemotron.config.profiles import LocalProfile
+from nemotron.core.paths import jobs_dir
 from nemotron.engines.base import HetJob, Launch, Placement, RayDriver
 from nemotron.errors import UserError
 from nemotron.launch import render
-from nemotron.paths import jobs_dir
-from nemotron.profiles import LocalProfile
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -96,9 +96,9 @@ class LocalExecutor:
     def refresh(self, job_dir: Path) -> dict[str, Any]:
         """status.json, except that a job whose launcher and step are both gone without recording an end (kill -9,
         a reboot) is recorded as failed here, instead of staying `running` forever."""
+        from nemotron.core.procs import is_alive
         from nemotron.jobs.dirs import now, update_status
         from nemotron.jobs.record import read_status
-        from nemotron.procs import is_alive
 
         status = read_status(job_dir)
         if status.get("state") in FINAL:

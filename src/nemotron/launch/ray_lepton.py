@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import field_serializer
 
 from nemotron.compile import Job
+from nemotron.config.profiles import LeptonProfile
 from nemotron.engines.base import Placement, RayDriver
 from nemotron.errors import UserError
 from nemotron.launch import liveness, ray_watchdog, remote
@@ -33,7 +34,6 @@ from nemotron.launch.lepton_site import (
 )
 from nemotron.launch.ray_slurm import DRIVER_FILE, driver_script, register_lines
 from nemotron.launch.records import LogReader, RemoteRecord, RemoteState
-from nemotron.profiles import LeptonProfile
 
 # The state Lepton reports for a RayCluster whose head and workers all run (nemo_run's RAY_READY_STATE).
 READY_STATE = "Ready"
@@ -164,7 +164,7 @@ def _executor(run: Any, profile: LeptonProfile, nodes: int, image: str, env: dic
 
 def submit(job: Job[LeptonProfile], job_dir: Path, plan: LeptonRayPlan, launch: RayDriver) -> LeptonRay:
     """Create the RayCluster and run the job on it through NeMo-Run's LeptonRayJob; return the job's record."""
-    from nemotron.atomic import write_atomic
+    from nemotron.core.atomic import write_atomic
 
     refuse_config_secrets(job_dir)
     workdir = Path(tempfile.mkdtemp(prefix="nemotron-ray-"))

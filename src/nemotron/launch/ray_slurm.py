@@ -17,13 +17,13 @@ from typing import Any, Literal
 from pydantic import field_serializer
 
 from nemotron.compile import Job
+from nemotron.config.profiles import SlurmProfile
+from nemotron.core.paths import nemotron_home
 from nemotron.engines.base import Placement, RayDriver
 from nemotron.launch import liveness, remote, slurm
 from nemotron.launch.nemo_run_layout import RayClusterDirs
 from nemotron.launch.records import RemoteState
 from nemotron.launch.slurm_script import SlurmJob, tunnel
-from nemotron.paths import nemotron_home
-from nemotron.profiles import SlurmProfile
 
 DRIVER_FILE = "ray_driver.sh"
 READY_TIMEOUT_S = 600  # pulling a container and starting raylets on many nodes takes minutes
@@ -255,7 +255,7 @@ def render_text(plan: RayPlan) -> str:
 def submit(job: Job[SlurmProfile], job_dir: Path, plan: RayPlan, launch: RayDriver) -> SlurmRay:
     """Write the driver script and the engine's files into the job dir, submit through NeMo-Run's Slurm Ray API,
     return the job's record."""
-    from nemotron.atomic import write_atomic
+    from nemotron.core.atomic import write_atomic
 
     if plan.secret_names:
         slurm.write_secrets(job, job_dir, plan.secret_names)

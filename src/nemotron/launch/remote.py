@@ -20,11 +20,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from nemotron.core.paths import nemotron_home
 from nemotron.errors import UserError
 from nemotron.jobs.dirs import now, read_record, update_status
 from nemotron.jobs.record import read_status
 from nemotron.launch.records import RemoteRecord
-from nemotron.paths import nemotron_home
 
 log = logging.getLogger("nemotron")
 FINAL = ("succeeded", "failed", "cancelled")
@@ -195,7 +195,7 @@ def _liveness_failure(job_dir: Path, reported: dict[str, Any] | None = None) -> 
     """What the job's watchdog saw when it failed the job (launch/liveness.py, launch/ray_watchdog.py), as the
     status's `error`: its record in the job dir, or the one the scheduler `reported` from a job dir this machine
     does not see (Lepton: the Ray job's log), then kept in the job dir here."""
-    from nemotron.atomic import write_atomic
+    from nemotron.core.atomic import write_atomic
     from nemotron.launch.liveness import RECORD_FILE
 
     if reported is not None:

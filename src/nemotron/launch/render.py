@@ -12,8 +12,8 @@ import yaml
 
 from nemotron.artifacts.binding import Binding
 from nemotron.compile import Job
+from nemotron.core.redact import MASK, redact_text, redact_tree
 from nemotron.launch.step_process import secret_names, step_command
-from nemotron.redact import MASK, redact_text, redact_tree
 
 # A word YAML 1.1 reads as a bool or null (PyYAML's implicit resolvers): as a string it must be quoted.
 _YAML_WORDS = frozenset(

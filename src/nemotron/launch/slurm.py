@@ -11,12 +11,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from nemotron.compile import Job
+from nemotron.config.profiles import SlurmProfile
+from nemotron.core.paths import bundled_root
 from nemotron.errors import UserError
 from nemotron.launch import containers, step_process
 from nemotron.launch.nemo_run_layout import Experiment, srun_log
 from nemotron.launch.served import ServedModel
-from nemotron.paths import bundled_root
-from nemotron.profiles import SlurmProfile
 from nemotron.reward.bind import TOKEN_ENV as REWARD_TOKEN_ENV
 
 JOB_NAME_PREFIX = "nemotron."
@@ -95,7 +95,7 @@ class SlurmSite:
     setup: tuple[str, ...] = ()
     secret_names: tuple[str, ...] = ()  # variables the 0600 secrets file exports (names only)
     # `#SBATCH --signal`: Slurm's warning before the time limit (`USR1@300`), for jobs whose every process
-    # survives it (our own steps: nemotron.preempt); None for engines that would die of it
+    # survives it (our own steps: nemotron.runtime.preempt); None for engines that would die of it
     signal: str | None = None
 
     def executor_args(self) -> dict[str, Any]:
@@ -209,7 +209,7 @@ def step_command(
 ) -> Command:
     """The step process (launch/step_process.py), torchrun's launcher one per node when the step is distributed;
     that launcher is `torchrun_agent`, torchrun's agent with Slurm's time-limit warning ignored (it would die of
-    it; nemotron.preempt)."""
+    it; nemotron.runtime.preempt)."""
     rendezvous = (
         "--rdzv-backend",
         "c10d",
@@ -254,7 +254,7 @@ def after_server_is_ready(command: Command, paths: ClusterPaths, what: str = "th
     ready = ready or f"[ -s {shlex.quote(f'{paths.job_dir}/{READY_FILE}')} ]"
     run = " ".join(command.words())
     inner = (
-        # the time-limit warning (nemotron.preempt) must not end this shell; the step catches it itself
+        # the time-limit warning (nemotron.runtime.preempt) must not end this shell; the step catches it itself
         "trap '' USR1; "
         f"for i in $(seq {timeout_s}); do {ready} && break; sleep 1; done; "
         f'{ready} || {{ echo "nemotron: {what} was not ready after {timeout_s} s" >&2; exit 1; }}; '
@@ -309,7 +309,7 @@ def write_secrets(
     job: Job[SlurmProfile], job_dir: Path, names: Sequence[str], generated: dict[str, str] | None = None
 ) -> None:
     """<job dir>/.secrets.env (mode 0600): the profile's secret variables and any generated ones, never in a script."""
-    from nemotron.atomic import write_atomic
+    from nemotron.core.atomic import write_atomic
 
     store = step_process.team_store_url(job.profile)
     values = {k: v for k, v in job.profile.env_vars.items() if k in names} | (generated or {})
@@ -382,8 +382,8 @@ def watched(
 
 def time_limit_signal(p: SlurmProfile) -> str | None:
     """`USR1@N`: Slurm sends SIGUSR1 to every process of the job's steps N s before its time limit; the built-in
-    engine then saves a checkpoint and requeues the job (nemotron.preempt). 0 turns it off."""
-    from nemotron.preempt import SIGNAL_NAME
+    engine then saves a checkpoint and requeues the job (nemotron.runtime.preempt). 0 turns it off."""
+    from nemotron.runtime.preempt import SIGNAL_NAME
 
     return f"{SIGNAL_NAME}@{p.time_limit_signal_s}" if p.time_limit_signal_s else None
 

@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter
 
 from nemotron.compile import Job
+from nemotron.config.profiles import SlurmProfile
+from nemotron.core.paths import nemotron_home
 from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
 from nemotron.launch import het_slurm, ray_slurm, remote, slurm, slurm_script
 from nemotron.launch.records import SHAPE_FIELD, RemoteRecord, RemoteState, read_record
 from nemotron.launch.served import served_model
-from nemotron.paths import nemotron_home
-from nemotron.profiles import SlurmProfile
 
 
 def slurm_plan(job: Job[SlurmProfile]) -> slurm.SlurmPlan:

@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
+from nemotron.config.profiles import SlurmProfile
 from nemotron.errors import UserError
 from nemotron.launch import remote
 from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT
@@ -30,7 +31,6 @@ from nemotron.launch.slurm import (
     SrunGroup,
     write_secrets,
 )
-from nemotron.profiles import SlurmProfile
 from nemotron.reward.bind import TOKEN_ENV as REWARD_TOKEN_ENV
 
 if TYPE_CHECKING:

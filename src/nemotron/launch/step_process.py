@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from nemotron.compile import Job
-from nemotron.paths import bundled_root
-from nemotron.profiles import Profile
-from nemotron.redact import is_secret_name
+from nemotron.config.profiles import Profile
+from nemotron.core.paths import bundled_root
+from nemotron.core.redact import is_secret_name
 
 RUN_STEP = "nemotron.run_step"  # exit codes 2/3/130 mean the same on every executor through it
 TORCHRUN = "torch.distributed.run"
@@ -83,7 +83,7 @@ STORE_URL_ENV = "NEMOTRON_STORE_URL"
 
 
 def secret_names(env_vars: Mapping[str, str]) -> list[str]:
-    """The profile's variables whose value is a secret (by name, as everywhere: nemotron.redact), sorted."""
+    """The profile's variables whose value is a secret (by name, as everywhere: nemotron.core.redact), sorted."""
     return sorted(k for k, v in env_vars.items() if v and is_secret_name(k))
 
 
@@ -107,7 +107,7 @@ def team_store_url(profile: Profile) -> str | None:
     artifacts root, which travels already)."""
     if STORE_URL_ENV in profile.env_vars:
         return None
-    from nemotron.storeurl import store_url
+    from nemotron.core.storeurl import store_url
 
     url = store_url()
     return None if url is None else url.url

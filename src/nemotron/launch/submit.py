@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.compile import Job
+from nemotron.core.paths import jobs_dir
+from nemotron.core.redact import redact_text, secret_values
 from nemotron.engines.base import Launch, Placement, engine_for
 from nemotron.errors import UserError
 from nemotron.launch import render
 from nemotron.launch.executor import Executor, executor_for
-from nemotron.paths import jobs_dir
 from nemotron.plan.terms import Plan, refusal
 from nemotron.plan.terms import render as render_plan
-from nemotron.redact import redact_text, secret_values
 
 
 def _secrets(job: Job) -> set[str]:
@@ -72,8 +72,8 @@ def dry_run_json(job: Job) -> dict[str, Any]:
 def submit(job: Job) -> int:
     from nemotron.artifacts.store import open_store
     from nemotron.compile import register_path_inputs
-    from nemotron.jobs.dirs import create_job_dir
-    from nemotron.paths import artifacts_dir
+    from nemotron.core.paths import artifacts_dir
+    from nemotron.launch.job_dir import create_job_dir
 
     executor, where, launch, text = plan(job)  # every refusal happens here, before anything is written
     planned = resource_plan(job, where)

@@ -1,1 +1,2 @@
-"""Build, load and save the models of a run: the policy, the reward model, the critic, and the tokenizer."""
+"""Build, load and save the models of a run: the policy, the reward model, the critic, and the tokenizer; the prompts
+that fit a model's positions (`prompts`) and the tensor batches it trains on (`batches`)."""

@@ -4,7 +4,7 @@ nemotron.engines.builtin.plan, nemotron.engines.nemo_rl.plan, nemotron.engines.n
 job through a `PlanContext`.
 
 Which models a step runs comes from its manifest's [[models]] (compiled into `Job.models`), the work of one step
-from its schema's `workload()` (nemotron.workload): the plan names no step.
+from its schema's `workload()` (nemotron.config.workload): the plan names no step.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from nemotron.config.profiles import runs_here
+from nemotron.config.stepconfig import ResourcePlan, Runtime, ServeRuntime, TrainRuntime
+from nemotron.config.workload import JobModel, Workload
 from nemotron.engines import PLAN_GROUPS
 from nemotron.errors import UserError
 from nemotron.plan.shapes import ModelShape, known_shape, shape_from_checkpoint
@@ -28,9 +31,6 @@ from nemotron.plan.terms import (
     model_entry,
     training_peak,
 )
-from nemotron.profiles import runs_here
-from nemotron.stepconfig import ResourcePlan, Runtime, ServeRuntime, TrainRuntime
-from nemotron.workload import JobModel, Workload
 
 if TYPE_CHECKING:
     from nemotron.compile import Job

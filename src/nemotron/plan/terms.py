@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nemotron.config.profiles import runs_here
 from nemotron.plan.shapes import ModelShape
-from nemotron.profiles import runs_here
 
 MiB = 2**20
 Precision = Literal["fp32", "bf16", "bf16-mixed"]

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from nemotron.devices import DevicePlan
 from nemotron.models.checkpoint import load_policy, load_tokenizer
+from nemotron.models.prompts import fit_prompts, model_positions
 from nemotron.models.tokenizer import encode_prompt
 from nemotron.rl import distributed
 from nemotron.rl.experience import SamplingKeys, sampling_params
 from nemotron.rl.generation_backends import TorchBackend
-from nemotron.rl.prompts import fit_prompts, model_positions
 from nemotron.rl.rollout import Rollout, SamplingParams
+from nemotron.runtime.devices import DevicePlan
 
 if TYPE_CHECKING:
     from nemotron.data.records import PromptRecord

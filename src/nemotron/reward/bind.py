@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from nemotron.config.stepconfig import ServerBind
 from nemotron.errors import UserError
-from nemotron.stepconfig import ServerBind
 
 # The bearer token reaches a server process through this variable, never its command line (visible in ps).
 TOKEN_ENV = "NEMOTRON_REWARD_TOKEN"

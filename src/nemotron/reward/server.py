@@ -432,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=MAX_REQUEST_TOKENS,
         help="token ids (rows x tokens of a 'tokens' input) one request may carry; more: 413",
     )
-    from nemotron import preempt
+    from nemotron.runtime import preempt
 
     preempt.ignore()  # in a Slurm hetjob, the time-limit warning is for the step beside this server
     return run_server_command(parser, argv, _start)
@@ -440,8 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _start(args: argparse.Namespace, http: HTTPSettings) -> ServerHandle:
     from nemotron.models.checkpoint import load_reward_model
+    from nemotron.models.prompts import model_positions
     from nemotron.reward.scorer import scorer_from_reward_model
-    from nemotron.rl.prompts import model_positions
 
     model, tokenizer = load_for_serving(args, load_reward_model)
     # Like rm/serve: a --max-length over the model's positions is capped, not an error.

@@ -104,8 +104,8 @@ def load_for_serving(
     torch using --threads, and the model's tokenizer."""
     import torch  # not at the top: vllm_serve and the steps import this module without needing torch
 
-    from nemotron.devices import model_dtype, runtime_device
     from nemotron.models.checkpoint import load_tokenizer
+    from nemotron.runtime.devices import model_dtype, runtime_device
 
     torch.set_num_threads(args.threads)
     model = load(args.model, device=runtime_device(args.device), dtype=model_dtype(args.precision))

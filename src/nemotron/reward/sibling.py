@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from nemotron.procs import child_process
+from nemotron.core.procs import child_process
 from nemotron.reward.client import RewardServerError, wait_ready
 from nemotron.reward.server import TOKEN_ENV
 

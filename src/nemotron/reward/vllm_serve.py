@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from nemotron.procs import Child, child_process
+from nemotron.core.procs import Child, child_process
 from nemotron.reward.client import RewardServerError, wait_ready
 from nemotron.reward.sibling import sibling_server
 
@@ -177,7 +177,7 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`vllm serve` for the judge until SIGTERM, with a ready file once /health answers (what the step waits for)."""
-    from nemotron.atomic import write_atomic
+    from nemotron.core.atomic import write_atomic
     from nemotron.errors import UserError
     from nemotron.reward.address import Node, reachable_url
     from nemotron.reward.server_options import command_line, parse_checked
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.memory <= 1:
         raise UserError(f"--memory must be in (0, 1], got {args.memory}")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    from nemotron import preempt
+    from nemotron.runtime import preempt
 
     preempt.ignore()  # Slurm's time-limit warning is for the step beside it; vllm serve inherits the ignore
     port = args.port or free_port()

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, TypeVar
 import torch
 import torch.distributed as dist
 
-from nemotron.devices import DevicePlan, placement, process_group_backend
+from nemotron.runtime.devices import DevicePlan, placement, process_group_backend
 
 if TYPE_CHECKING:
-    from nemotron.stepconfig import Runtime
+    from nemotron.config.stepconfig import Runtime
 
 T = TypeVar("T")
 

@@ -11,9 +11,9 @@ from typing import Protocol, runtime_checkable
 import torch
 from transformers import PreTrainedModel
 
+from nemotron.config.stepconfig import GenerationEngine
 from nemotron.errors import NotFound, did_you_mean
 from nemotron.rl.rollout import Rollout, SamplingParams, generate
-from nemotron.stepconfig import GenerationEngine
 
 
 @runtime_checkable

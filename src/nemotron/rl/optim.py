@@ -6,9 +6,9 @@ from collections.abc import Iterable
 
 import torch
 
-from nemotron.faults import inject
+from nemotron.config.stepconfig import Optim
 from nemotron.rl.distributed import World, sync_gradients
-from nemotron.stepconfig import Optim
+from nemotron.runtime.faults import inject
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Optim) -> torch.optim.AdamW:

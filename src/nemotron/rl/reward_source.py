@@ -33,8 +33,8 @@ def reward_source(
         if not model_path:
             raise ValueError("reward.source=in_process needs a reward model input")
         from nemotron.models.checkpoint import load_reward_model, load_tokenizer
+        from nemotron.models.prompts import model_positions
         from nemotron.reward.scorer import scorer_from_reward_model
-        from nemotron.rl.prompts import model_positions
 
         model = load_reward_model(model_path, device=device)
         max_length = model_positions(model.config) or 4096

@@ -12,13 +12,20 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from nemotron import preempt
+from nemotron.config.stepconfig import (
+    Checkpointing,
+    Evaluation,
+    Generation,
+    RewardSource,
+    RLConfig,
+    TrainRuntime,
+)
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PromptRecord, prompt_text
-from nemotron.devices import DevicePlan
 from nemotron.engines import RUNS_AS_STEP_PROCESS
 from nemotron.errors import UserError
 from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
+from nemotron.models.prompts import fit_prompts, model_positions
 from nemotron.models.tokenizer import encode_prompt
 from nemotron.reward.server_options import token_from_file
 from nemotron.rl import distributed, trainstate
@@ -34,12 +41,12 @@ from nemotron.rl.experience import (
     sampling_params,
 )
 from nemotron.rl.generation_backends import GenerationBackend, get_backend
-from nemotron.rl.prompts import fit_prompts, model_positions
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams
 from nemotron.rl.stats import RolloutStats, Timings, as_metrics
-from nemotron.runtime import StepRun, required
-from nemotron.stepconfig import Checkpointing, Evaluation, Generation, RewardSource, RLConfig, TrainRuntime
+from nemotron.runtime import preempt
+from nemotron.runtime.devices import DevicePlan
+from nemotron.runtime.step import StepRun, required
 from nemotron.tasks import get_task
 
 log = logging.getLogger("nemotron")

@@ -11,10 +11,10 @@ from typing import Any, Self
 
 import torch
 
-from nemotron.devices import peak_memory_mb
 from nemotron.rl.distributed import World, all_reduce_sum
 from nemotron.rl.experience import Experience
 from nemotron.rl.kl import sequence_kl
+from nemotron.runtime.devices import peak_memory_mb
 
 
 @dataclass

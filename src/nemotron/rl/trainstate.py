@@ -18,8 +18,9 @@ import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
 from nemotron.errors import UserError, disk_full, disk_full_while
-from nemotron.faults import inject
-from nemotron.resume import (
+from nemotron.rl.distributed import World
+from nemotron.runtime.faults import inject
+from nemotron.runtime.resume import (
     PREFIX,
     check_compatible,
     config_fingerprint,
@@ -28,10 +29,9 @@ from nemotron.resume import (
     own_checkpoint,
     resume_checkpoint,
 )
-from nemotron.rl.distributed import World
 
 if TYPE_CHECKING:
-    from nemotron.stepconfig import Checkpointing
+    from nemotron.config.stepconfig import Checkpointing
 
 log = logging.getLogger("nemotron")
 

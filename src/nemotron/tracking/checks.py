@@ -7,7 +7,7 @@ import os
 from collections.abc import Collection
 from typing import Any
 
-from nemotron.stepconfig import Tracking
+from nemotron.config.stepconfig import Tracking
 
 NO_SERVER = (
     "tracking.mlflow.enabled is true but no tracking server is named: set tracking.mlflow.tracking_uri=http://HOST:PORT"

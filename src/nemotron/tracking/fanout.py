@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nemotron.config.stepconfig import Tracking
 from nemotron.errors import UserError
-from nemotron.stepconfig import Tracking
 from nemotron.tracking.base import LoggedArtifact, RunInfo, Tracker
 from nemotron.tracking.checks import NO_SERVER, mlflow_uri
 

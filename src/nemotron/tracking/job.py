@@ -12,10 +12,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from nemotron.artifacts.store import Artifact, ArtifactStore
+from nemotron.config.stepconfig import Tracking
+from nemotron.core.redact import redact_tree, redact_values, secret_values
 from nemotron.errors import UserError
 from nemotron.jobs.record import JobRecord
-from nemotron.redact import redact_tree, redact_values, secret_values
-from nemotron.stepconfig import Tracking
 from nemotron.tracking.base import LoggedArtifact, RunInfo
 from nemotron.tracking.fanout import Trackers, build_trackers
 

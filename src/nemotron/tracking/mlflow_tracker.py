@@ -16,7 +16,7 @@ from mlflow.entities import LoggedModelInput, LoggedModelOutput, LoggedModelStat
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 
 from nemotron.artifacts.store import Artifact
-from nemotron.stepconfig import MlflowTracking
+from nemotron.config.stepconfig import MlflowTracking
 from nemotron.tracking.base import LoggedArtifact, RunInfo
 
 log = logging.getLogger("nemotron")

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from nemotron.artifacts.lineage import job_store
+from nemotron.config.stepconfig import engine_name
 from nemotron.engines import KEEPS_TENSORBOARD_METRICS
 from nemotron.errors import ServiceError, UserError
 from nemotron.jobs.dirs import read_metrics
 from nemotron.jobs.record import load_record, read_status
-from nemotron.stepconfig import engine_name
 from nemotron.tracking.base import LoggedArtifact, RunInfo, Tracker
 from nemotron.tracking.fanout import BACKOFF_S, build_trackers
 from nemotron.tracking.job import job_tracking, logged_artifacts, run_info

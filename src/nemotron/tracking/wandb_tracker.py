@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nemotron.artifacts.store import Artifact
-from nemotron.stepconfig import WandbTracking
+from nemotron.config.stepconfig import WandbTracking
 from nemotron.tracking.base import LoggedArtifact, RunInfo
 
 if TYPE_CHECKING:

@@ -70,7 +70,7 @@ PRELOAD = (
     "nemotron.compile",
     "nemotron.catalog",
     "nemotron.launch.submit",
-    "nemotron.runtime",
+    "nemotron.runtime.step",
 )
 # Environment variables that imports read (and freeze) in the server: a caller whose values differ gets a server of
 # its own. The rest of the environment is the child's own, read when it is used: the job's variables, PATH,

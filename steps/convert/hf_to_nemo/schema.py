@@ -3,7 +3,7 @@
 
 from typing import Literal
 
-from nemotron.stepconfig import NemoFamily, NemoPrecision, Strict
+from nemotron.config.stepconfig import NemoFamily, NemoPrecision, Strict
 
 
 class Inputs(Strict):

@@ -4,7 +4,7 @@ container."""
 
 from typing import Literal
 
-from nemotron.stepconfig import NemoFamily, NemoPrecision, Strict
+from nemotron.config.stepconfig import NemoFamily, NemoPrecision, Strict
 
 
 class Inputs(Strict):

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nemotron.stepconfig import DataRuntime, Strict
+from nemotron.config.stepconfig import DataRuntime, Strict
 
 
 class Task(Strict):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from nemotron.data.jsonl import write_jsonl_atomic
-from nemotron.runtime import StepRun
+from nemotron.runtime.step import StepRun
 from nemotron.tasks import get_task
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file

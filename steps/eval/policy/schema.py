@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nemotron.stepconfig import Backend, GenerationEngine, Runtime, Strict, backend_field
+from nemotron.config.stepconfig import Backend, GenerationEngine, Runtime, Strict, backend_field
 
 
 class Inputs(Strict):

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PromptRecord, prompt_text
-from nemotron.devices import DevicePlan
 from nemotron.errors import UserError
 from nemotron.policy_eval.answers import Answers, generate
 from nemotron.policy_eval.report import METRICS, corpus_metrics, summarise, write_report
 from nemotron.policy_eval.stats import distinct_n, pairwise_win, preference_from_scores
 from nemotron.rl import distributed
-from nemotron.runtime import StepRun, required
+from nemotron.runtime.devices import DevicePlan
+from nemotron.runtime.step import StepRun, required
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from eval.policy.schema import Config, Judge

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import PreTrainedModel
 
-from nemotron.devices import DevicePlan
 from nemotron.models.checkpoint import load_reward_model
 from nemotron.models.reward import Critic, build_critic_from_reward_model
 from nemotron.rl import distributed, stages
@@ -31,7 +30,8 @@ from nemotron.rl.masks import explained_variance, global_mean, mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.rollout import response_logits
 from nemotron.rl.stats import DeviceSums, global_means, global_sums
-from nemotron.runtime import StepRun, required
+from nemotron.runtime.devices import DevicePlan
+from nemotron.runtime.step import StepRun, required
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from rl.ppo.schema import PPO, Config

@@ -5,13 +5,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from nemotron.stepconfig import (
+from nemotron.config.stepconfig import (
     KLEstimator,
     RLConfig,
     Strict,
     kl_estimator_field,
 )
-from nemotron.workload import Workload
+from nemotron.config.workload import Workload
 
 
 class Outputs(Strict):

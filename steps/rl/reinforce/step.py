@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import PreTrainedModel
 
-from nemotron.devices import DevicePlan
-from nemotron.faults import inject
 from nemotron.rl import distributed, stages
 from nemotron.rl.advantages import rloo_baseline
 from nemotron.rl.distributed import World
@@ -27,7 +25,9 @@ from nemotron.rl.masks import mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.rollout import sequence_logprobs
 from nemotron.rl.stats import global_means
-from nemotron.runtime import StepRun
+from nemotron.runtime.devices import DevicePlan
+from nemotron.runtime.faults import inject
+from nemotron.runtime.step import StepRun
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from rl.reinforce.schema import Config, Reinforce

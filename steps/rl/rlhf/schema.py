@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nemotron.stepconfig import (
+from nemotron.config.stepconfig import (
     Backend,
     Checkpointing,
     Evaluation,
@@ -19,7 +19,7 @@ from nemotron.stepconfig import (
     backend_field,
     kl_estimator_field,
 )
-from nemotron.workload import Rollouts, Workload
+from nemotron.config.workload import Rollouts, Workload
 
 
 class GRPO(Strict):

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import PreTrainedModel
 
-from nemotron.devices import DevicePlan
 from nemotron.reward.server_options import token_from_file
 from nemotron.rl import distributed, stages
 from nemotron.rl.advantages import grpo_advantages
@@ -33,7 +32,8 @@ from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams, sequence_logprobs
 from nemotron.rl.stats import DeviceSums, global_means, global_sums
-from nemotron.runtime import StepRun, required
+from nemotron.runtime.devices import DevicePlan
+from nemotron.runtime.step import StepRun, required
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from rl.rlhf.schema import Config, Judge, LossFn

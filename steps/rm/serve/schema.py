@@ -4,8 +4,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from nemotron.stepconfig import ResourcePlan, ServerBind, ServeRuntime, Strict
-from nemotron.workload import Serving, Workload
+from nemotron.config.stepconfig import ResourcePlan, ServerBind, ServeRuntime, Strict
+from nemotron.config.workload import Serving, Workload
 
 
 class Inputs(Strict):

@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from nemotron.devices import model_dtype, runtime_device
 from nemotron.models.checkpoint import load_reward_model, load_tokenizer
+from nemotron.models.prompts import model_positions
 from nemotron.reward.address import announce_server
 from nemotron.reward.scorer import scorer_from_reward_model
 from nemotron.reward.server import batching_of, run_forever_until_signal
 from nemotron.reward.server_options import check_bind, find_token, http_settings
 from nemotron.reward.transport import ServerHandle, run_until_signal
-from nemotron.rl.prompts import model_positions
-from nemotron.runtime import StepRun, required
+from nemotron.runtime.devices import model_dtype, runtime_device
+from nemotron.runtime.step import StepRun, required
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time StepRun loads schema.py beside this file
     from rm.serve.schema import Config

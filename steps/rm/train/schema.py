@@ -1,6 +1,6 @@
 """Config schema of rm/train: a Bradley-Terry reward model trained on preference pairs."""
 
-from nemotron.stepconfig import (
+from nemotron.config.stepconfig import (
     ModelArch,
     Optim,
     ResourcePlan,
@@ -9,7 +9,7 @@ from nemotron.stepconfig import (
     Tracking,
     TrainRuntime,
 )
-from nemotron.workload import Training, Workload
+from nemotron.config.workload import Training, Workload
 
 
 class Inputs(Strict):

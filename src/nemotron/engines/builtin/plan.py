@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from nemotron.config.profiles import runs_here, serves_beside_rank0
+from nemotron.config.stepconfig import ModelArch
+from nemotron.config.workload import Rollouts, Serving, Training, Workload
 from nemotron.plan.groups import (
     DEFAULT_PROMPT_TOKENS,
     SCALAR_HEAD_ROLES,
@@ -24,9 +27,6 @@ from nemotron.plan.terms import (
     kv_cache_mb,
     train_state_mb,
 )
-from nemotron.profiles import runs_here, serves_beside_rank0
-from nemotron.stepconfig import ModelArch
-from nemotron.workload import Rollouts, Serving, Training, Workload
 
 
 def plan_groups(ctx: PlanContext, config: PlannedConfig, load: Workload) -> list[Group]:
@@ -75,7 +75,9 @@ def _arch(ctx: PlanContext, role: str, config: PlannedConfig, key: str) -> Model
     for part in key.split("."):
         model = getattr(model, part)
     if not isinstance(model, ModelArch):
-        raise TypeError(f"built_from = {key!r} names no model architecture (nemotron.stepconfig.ModelArch)")
+        raise TypeError(
+            f"built_from = {key!r} names no model architecture (nemotron.config.stepconfig.ModelArch)"
+        )
     return shape_from_arch(model, TOKENIZER_VOCAB_CEILING)
 
 

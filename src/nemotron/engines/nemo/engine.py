@@ -1,5 +1,5 @@
 """The NeMo converter engine (backend=nemo): convert/hf_to_nemo and convert/nemo_to_hf as NeMo's own
-scripts/checkpoint_converters/ at the release NeMo-Aligner v0.7.0's image pins (`nemotron.targets.NEMO_VERSION`),
+scripts/checkpoint_converters/ at the release NeMo-Aligner v0.7.0's image pins (`nemotron.config.targets.NEMO_VERSION`),
 one task in the NeMo container on Slurm: the same image NeMo-Aligner runs in, so the .nemo written is one its NeMo
 reads. There is no CPU path: the scripts need NeMo (Megatron-Core, Transformer Engine), which only that container
 has.
@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.compile import Job
+from nemotron.config.targets import NEMO_ALIGNER_IMAGE, NEMO_DIR, NEMO_VERSION
 from nemotron.engines.base import HetGroup, HetJob, Launch, Placement, pinned_or_profile, recipe_for
 from nemotron.errors import UserError
-from nemotron.targets import NEMO_ALIGNER_IMAGE, NEMO_DIR, NEMO_VERSION
 
 CONVERTERS = "scripts/checkpoint_converters"  # under the NeMo checkout
 # our family (config.json's model_type) -> the script's family word: convert_<word>_{hf_to_nemo,nemo_to_hf}.py

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from nemotron.config.stepconfig import Generation, Optim, RLConfig, ServeRuntime, TrainRuntime
+from nemotron.config.targets import NEMO_ALIGNER_VERSION
 from nemotron.engines.base import recipe_for
 from nemotron.engines.refusals import Refusals, builtin_refusals, validated
 from nemotron.engines.remote_tracking import RunLabels, aligner_exp_manager
-from nemotron.stepconfig import Generation, Optim, RLConfig, ServeRuntime, TrainRuntime
-from nemotron.targets import NEMO_ALIGNER_VERSION
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
     from rl.ppo.schema import PPO

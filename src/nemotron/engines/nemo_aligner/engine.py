@@ -1,5 +1,5 @@
 """The NeMo-Aligner engine: rl/reinforce, rl/ppo and rm/serve as NeMo-Aligner v0.7.0's own scripts (pinned in
-`nemotron.targets`) in the NeMo container, one heterogeneous Slurm job: the reward (and critic) servers first, the
+`nemotron.config.targets`) in the NeMo container, one heterogeneous Slurm job: the reward (and critic) servers first, the
 actor last. The config compiler is `nemotron.engines.nemo_aligner.config`; this class turns its result into the
 executor's launch shape."""
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 import shlex
 
 from nemotron.compile import Job
+from nemotron.config.targets import NEMO_ALIGNER_DIR, NEMO_ALIGNER_IMAGE, NEMO_ALIGNER_VERSION
 from nemotron.engines.base import HetGroup, HetJob, Launch, Placement, pinned_or_profile
 from nemotron.engines.nemo_aligner.config import compile_aligner
 from nemotron.engines.remote_tracking import RunLabels
-from nemotron.targets import NEMO_ALIGNER_DIR, NEMO_ALIGNER_IMAGE, NEMO_ALIGNER_VERSION
 
 
 class NemoAlignerEngine:

@@ -3,6 +3,7 @@ TP = PP = 1."""
 
 from __future__ import annotations
 
+from nemotron.config.workload import Rollouts, Serving, Workload
 from nemotron.plan.groups import DEFAULT_PROMPT_TOKENS, PlanContext, PlannedConfig, suggest
 from nemotron.plan.terms import (
     Group,
@@ -11,7 +12,6 @@ from nemotron.plan.terms import (
     frozen_weights_mb,
     train_state_mb,
 )
-from nemotron.workload import Rollouts, Serving, Workload
 
 
 def plan_groups(ctx: PlanContext, _config: PlannedConfig, r: Workload) -> list[Group]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
+from nemotron.config.targets import NEMO_RL_DIR, NEMO_RL_VERSION
 from nemotron.engines.base import recipe_for
 from nemotron.engines.nemo_rl import evaluation
 from nemotron.engines.nemo_rl import sections as sec
@@ -18,7 +19,6 @@ from nemotron.engines.nemo_rl.steps import RECIPES, compile_step
 from nemotron.engines.refusals import validated
 from nemotron.engines.remote_tracking import RunLabels, Tracked, nemo_rl_logger
 from nemotron.errors import UserError
-from nemotron.targets import NEMO_RL_DIR, NEMO_RL_VERSION
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
     from eval.policy.schema import Config as EvalConfig

@@ -1,5 +1,5 @@
 """The NeMo-RL engine: rl/rlhf, rl/reinforce and rl/ppo, and eval/policy as NeMo-RL's eval entry, as NeMo-RL runs
-(pinned in `nemotron.targets`), in NeMo-RL's container, on a Ray cluster across the profile's nodes. The config
+(pinned in `nemotron.config.targets`), in NeMo-RL's container, on a Ray cluster across the profile's nodes. The config
 compiler is `nemotron.engines.nemo_rl.config`; this class hands its result to the executor, and turns what the run
 left into our artifact types before registration (`adopt_outputs`)."""
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
+from nemotron.config.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
 from nemotron.engines.base import Launch, Placement, RayDriver, pinned_or_profile
 from nemotron.engines.nemo_rl.config import compile_run
 from nemotron.engines.nemo_rl.evaluation import RECIPE, REPORT
 from nemotron.engines.remote_tracking import RunLabels
-from nemotron.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from nemotron.configtree import flatten
+from nemotron.config.configtree import flatten
 from nemotron.engines.refusals import Refusals
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself

@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nemotron.config.targets import NEMO_RL_VERSION
 from nemotron.engines.nemo_rl.evaluation import ENTRY, prompt_template
 from nemotron.errors import EngineOutputError
 from nemotron.jobs.record import JobRecord
-from nemotron.targets import NEMO_RL_VERSION
 
 SAMPLES_FILE = "evaluation_data.json"
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Protocol, cast
 
+from nemotron.config.stepconfig import NemoRL
+from nemotron.config.workload import Rollouts, Workload
 from nemotron.plan.groups import PlanContext, PlannedConfig, inference_mb, suggest
 from nemotron.plan.shapes import ModelShape
 from nemotron.plan.terms import (
@@ -17,8 +19,6 @@ from nemotron.plan.terms import (
     kv_cache_mb,
     train_state_mb,
 )
-from nemotron.stepconfig import NemoRL
-from nemotron.workload import Rollouts, Workload
 
 
 class NemoRLConfig(PlannedConfig, Protocol):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from nemotron.stepconfig import Generation, NemoRL, Optim, TrainRuntime
+from nemotron.config.stepconfig import Generation, NemoRL, Optim, TrainRuntime
 
 if (
     TYPE_CHECKING

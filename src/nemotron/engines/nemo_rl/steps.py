@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from nemotron.config.stepconfig import RLConfig
+from nemotron.config.targets import NEMO_RL_VERSION
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.refusals import Refusals
-from nemotron.stepconfig import RLConfig
-from nemotron.targets import NEMO_RL_VERSION
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
     from rl.ppo.schema import Config as PPOConfig

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 
+from nemotron.core.paths import shipped_root
 from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
 from nemotron.models.reward import build_reward_model
 from nemotron.models.tiny import FAMILIES, build_policy, count_parameters
-from nemotron.paths import shipped_root
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from nemotron.stepconfig import Strict
+from nemotron.config.stepconfig import Strict
 
 
 class Inputs(Strict):

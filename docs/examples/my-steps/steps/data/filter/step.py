@@ -4,7 +4,7 @@ import json
 import os
 from pathlib import Path
 
-from nemotron.runtime import StepRun
+from nemotron.runtime.step import StepRun
 
 
 def main() -> None:

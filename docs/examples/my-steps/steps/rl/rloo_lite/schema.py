@@ -1,10 +1,10 @@
-"""Config schema of the example step rl/rloo_lite: the shared RL groups (nemotron.stepconfig.RLConfig: inputs,
-trainer, generation, reward, checkpoint, eval, runtime, plan) plus its own."""
+"""Config schema of the example step rl/rloo_lite: the shared RL groups (nemotron.config.stepconfig.RLConfig:
+inputs, trainer, generation, reward, checkpoint, eval, runtime, plan) plus its own."""
 
 from pydantic import Field
 
-from nemotron.stepconfig import RLConfig, Strict
-from nemotron.workload import Workload
+from nemotron.config.stepconfig import RLConfig, Strict
+from nemotron.config.workload import Workload
 
 
 class Outputs(Strict):

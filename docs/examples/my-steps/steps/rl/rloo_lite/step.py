@@ -13,7 +13,7 @@ from nemotron.rl.losses import reinforce_loss
 from nemotron.rl.masks import mean_denominator
 from nemotron.rl.optim import build_optimizer, optimizer_step
 from nemotron.rl.rollout import sequence_logprobs
-from nemotron.runtime import StepRun
+from nemotron.runtime.step import StepRun
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Schema of the multi-node ranks test step."""
 
-from nemotron.stepconfig import Strict
+from nemotron.config.stepconfig import Strict
 
 
 class Outputs(Strict):

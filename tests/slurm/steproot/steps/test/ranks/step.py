@@ -7,7 +7,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from nemotron.runtime import StepRun
+from nemotron.runtime.step import StepRun
 
 run = StepRun.start(__file__)
 cfg = run.config

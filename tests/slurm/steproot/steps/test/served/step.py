@@ -5,7 +5,7 @@ import json
 import os
 
 from nemotron.reward.client import RewardClient
-from nemotron.runtime import StepRun
+from nemotron.runtime.step import StepRun
 
 run = StepRun.start(__file__)
 url = os.environ["NEMOTRON_REWARD_URL"]

@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from nemotron.core.redact import redact_url_passwords
 from nemotron.errors import UserError
-from nemotron.redact import redact_url_passwords
 
 ENV = "NEMOTRON_STORE_URL"
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")

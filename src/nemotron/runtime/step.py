@@ -19,11 +19,11 @@ from pydantic import BaseModel
 from nemotron.artifacts.lineage import register_job_outputs
 from nemotron.artifacts.store import Artifact, ArtifactStore, open_store
 from nemotron.catalog import load_schema
-from nemotron.configtree import set_dotted
+from nemotron.config.configtree import set_dotted
+from nemotron.core.paths import artifacts_dir
 from nemotron.errors import UserError
 from nemotron.jobs.record import JobRecord, load_record
-from nemotron.metrics import MetricsLogger, summary_line
-from nemotron.paths import artifacts_dir
+from nemotron.runtime.metrics import MetricsLogger, summary_line
 
 if TYPE_CHECKING:
     from nemotron.tracking.job import StepTracking

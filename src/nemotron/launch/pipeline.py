@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from nemotron.artifacts.store import Artifact, ArtifactStore
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
+from nemotron.core.paths import step_roots
 from nemotron.engines.base import Launch
 from nemotron.errors import NotFound, UserError, did_you_mean
-from nemotron.paths import step_roots
 
 REPORT_TYPE = "eval_report"  # the artifact type whose summaries [pipeline] compare sets side by side
 

@@ -13,7 +13,7 @@
   input checked for them, naming the first line without one.
 
 Every problem is collected and raised as one UserError (exit 2). Profiles' own numbers (nodes, GPUs and tasks per
-node >= 1) are refused where the profile is read (`nemotron.profiles`), naming its file and key.
+node >= 1) are refused where the profile is read (`nemotron.config.profiles`), naming its file and key.
 """
 
 from __future__ import annotations
@@ -28,17 +28,17 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import yaml
 from pydantic import BaseModel
 
+from nemotron.config.stepconfig import engine_name
 from nemotron.engines import PREFLIGHT_RULES, READS_TOKENIZER_JSON_ONLY
 from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
-from nemotron.stepconfig import engine_name
 from nemotron.tracking.checks import tracking_problems
 
 if TYPE_CHECKING:
     from nemotron.artifacts.binding import Binding
     from nemotron.catalog import Catalog, Manifest
-    from nemotron.profiles import AnyProfile
-    from nemotron.stepconfig import NemoRL
+    from nemotron.config.profiles import AnyProfile
+    from nemotron.config.stepconfig import NemoRL
 
 
 class _NemoRLSizes(Protocol):

@@ -9,9 +9,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from nemotron.configtree import deep_merge, unflatten
+from nemotron.config.configtree import deep_merge, unflatten
+from nemotron.core.paths import bundled_root
 from nemotron.errors import NotFound, UserError, did_you_mean
-from nemotron.paths import bundled_root
 
 
 class _ProfileBase(BaseModel):
@@ -77,16 +77,16 @@ class SlurmProfile(_ProfileBase):
     code_root: str | None = (
         None  # where nemotron's steps/ root is on the cluster (default: the same path as here)
     )
-    # backend=nemo_rl runs in this container (default: nemotron.targets.NEMO_RL_IMAGE, the pinned tag's image);
+    # backend=nemo_rl runs in this container (default: targets.NEMO_RL_IMAGE, the pinned tag's image);
     # another image must hold the same NeMo-RL tag: the compiled config follows that tag's schema.
     nemo_rl_image: str | None = None
-    nemo_rl_dir: str | None = None  # NeMo-RL's checkout inside it (default: nemotron.targets.NEMO_RL_DIR)
-    # backend=nemo_aligner runs in this container (default: nemotron.targets.NEMO_ALIGNER_IMAGE), its scripts from
-    # nemo_aligner_dir (default: nemotron.targets.NEMO_ALIGNER_DIR); the overrides follow NeMo-Aligner v0.7.0's YAMLs.
+    nemo_rl_dir: str | None = None  # NeMo-RL's checkout inside it (default: targets.NEMO_RL_DIR)
+    # backend=nemo_aligner runs in this container (default: targets.NEMO_ALIGNER_IMAGE), its scripts from
+    # nemo_aligner_dir (default: targets.NEMO_ALIGNER_DIR); the overrides follow NeMo-Aligner v0.7.0's YAMLs.
     nemo_aligner_image: str | None = None
     nemo_aligner_dir: str | None = None
     # convert/* run NeMo's converter scripts from this checkout inside nemo_aligner_image (the same NeMo that
-    # NeMo-Aligner then reads the .nemo with; default: nemotron.targets.NEMO_DIR)
+    # NeMo-Aligner then reads the .nemo with; default: targets.NEMO_DIR)
     nemo_dir: str | None = None
 
 

@@ -22,20 +22,27 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar
 
-from nemotron import preflight
 from nemotron.artifacts.binding import Binding, bind_inputs
 from nemotron.artifacts.refs import check_artifact_name
 from nemotron.artifacts.store import ArtifactStore, open_store
 from nemotron.catalog import Catalog, Resources, Step
-from nemotron.configtree import deep_merge, flatten, get_dotted, resolve_interpolations, set_dotted, unflatten
+from nemotron.compile import preflight
+from nemotron.config.configtree import (
+    deep_merge,
+    flatten,
+    get_dotted,
+    resolve_interpolations,
+    set_dotted,
+    unflatten,
+)
+from nemotron.config.profiles import AnyProfile, implicit_profile, load_profile, runs_here
+from nemotron.config.stepconfig import engine_name
+from nemotron.config.workload import JobModel, job_models
+from nemotron.core.paths import artifacts_dir
+from nemotron.core.redact import MASK, is_secret_name, redact_url_passwords
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.models.tokenizer_match import check_token_ids_meet
-from nemotron.paths import artifacts_dir
-from nemotron.profiles import AnyProfile, implicit_profile, load_profile, runs_here
-from nemotron.redact import MASK, is_secret_name, redact_url_passwords
 from nemotron.reward.bind import refuse_open_servers
-from nemotron.stepconfig import engine_name
-from nemotron.workload import JobModel, job_models
 
 # The profile class a Job runs on: each executor takes Job[its own profile class], which its registry
 # (nemotron.launch.executor) hands it; a bare `Job` is any profile's. (typing_extensions: TypeVar's default before 3.13)
@@ -358,9 +365,14 @@ def _refuse_mismatched_resume(step_id: str, config: dict[str, Any], bindings: li
     ck = config.get("checkpoint")
     if not isinstance(ck, dict) or not (ck.get("resume") or ck.get("resume_from")):
         return
-    from nemotron.paths import jobs_dir
-    from nemotron.redact import redact_tree
-    from nemotron.resume import check_compatible, config_fingerprint, model_fingerprint, resume_checkpoint
+    from nemotron.core.paths import jobs_dir
+    from nemotron.core.redact import redact_tree
+    from nemotron.runtime.resume import (
+        check_compatible,
+        config_fingerprint,
+        model_fingerprint,
+        resume_checkpoint,
+    )
 
     source = resume_checkpoint(jobs_dir() / "(new job)", step_id, ck.get("resume_from"))
     expect = {"config": config_fingerprint(redact_tree(config))}

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from nemotron.data.batches import IGNORE_INDEX, preference_batch, sft_batch
 from nemotron.data.records import PreferenceRecord, SFTRecord
+from nemotron.models.batches import IGNORE_INDEX, preference_batch, sft_batch
 from nemotron.models.tokenizer import train_tokenizer
 
 X = IGNORE_INDEX

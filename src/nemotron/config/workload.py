@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from nemotron.configtree import get_dotted
+from nemotron.config.configtree import get_dotted
 
 
 @dataclass(frozen=True)

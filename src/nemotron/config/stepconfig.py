@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from nemotron.workload import Rollouts
+from nemotron.config.workload import Rollouts
 
 
 def _number_as_word(value: object) -> object:

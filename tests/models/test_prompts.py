@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nemotron.errors import UserError
-from nemotron.rl.prompts import fit_prompts, left_truncate, model_positions
+from nemotron.models.prompts import fit_prompts, left_truncate, model_positions
 
 
 def test_left_truncate_keeps_the_last_tokens_and_counts_the_cut() -> None:
@@ -67,8 +67,8 @@ def test_the_first_rollout_shows_the_tokens_read_without_padding() -> None:
     """Row 0 of a left-padded batch: its 2 prompt tokens (not the pad before them), its response up to EOS."""
     import torch
 
+    from nemotron.core.paths import shipped_root
     from nemotron.models.checkpoint import load_tokenizer
-    from nemotron.paths import shipped_root
     from nemotron.rl.experience import Experience
     from nemotron.rl.stages import first_rollout
 

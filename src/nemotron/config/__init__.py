@@ -1,0 +1,3 @@
+"""The words configs are written in, torch-free and below everything that reads them: nested-dict helpers
+(`configtree`), the groups step schemas share (`stepconfig`) and what a step's config says about its work
+(`workload`), execution profiles (`profiles`) and the pinned versions of the external engines (`targets`)."""
