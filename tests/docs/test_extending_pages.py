@@ -29,14 +29,19 @@ def test_every_file_the_page_names_exists(page: str) -> None:
 
 def test_the_engine_page_names_the_registries_and_traits_that_exist() -> None:
     text = (REPO / "docs/adding-an-engine.md").read_text()
-    import nemotron.engines as traits
+    import nemotron.config.backends as traits
 
     for name in ("RUNS_AS_STEP_PROCESS", "KEEPS_TENSORBOARD_METRICS", "PREFLIGHT_RULES", "PLAN_GROUPS"):
         assert name in text and hasattr(traits, name), name
-    assert "`ENGINES`" in text and isinstance(engines_base.ENGINES, dict)
+    assert "`ENGINES`" in text and isinstance(traits.ENGINES, dict) and engines_base.ENGINES is traits.ENGINES
     assert "`PlanContext`" in text and hasattr(plan_groups, "PlanContext")
-    for helper in ("recipe_for", "pinned_or_profile", "adopt_outputs"):
+    for helper in ("recipe_for", "pinned_or_profile"):
         assert helper in text and hasattr(engines_base, helper), helper
+    from nemotron.engines.nemo_rl.engine import NemoRLEngine
+
+    assert "adopt_outputs" in text and hasattr(
+        NemoRLEngine, "adopt_outputs"
+    )  # the optional method, as documented
     for shape in ("StepProcess", "RayDriver", "HetJob"):
         assert f"`{shape}`" in text and hasattr(engines_base, shape), shape
 

@@ -44,7 +44,7 @@ def test_unknown_names_get_a_suggestion() -> None:
 # their traits), the executors' (name -> class) and the profiles' (executor -> profile class, and what the centre
 # asks of a profile's executor).
 REGISTRIES = (
-    "engines/__init__.py",
+    "config/backends.py",
     "engines/base.py",
     "launch/executor.py",
     "config/profiles.py",

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.artifacts.store import Artifact, ArtifactStore, open_store
+from nemotron.config.backends import ENGINES, RUNS_AS_STEP_PROCESS
 from nemotron.config.stepconfig import engine_name
 from nemotron.core.paths import artifacts_dir
-from nemotron.engines import RUNS_AS_STEP_PROCESS
+from nemotron.core.registry import load
 from nemotron.jobs.record import JobRecord
 
 log = logging.getLogger("nemotron")
@@ -23,6 +24,14 @@ def job_store(record: JobRecord) -> ArtifactStore:
     artifacts_root, else this home's."""
     root = os.environ.get("NEMOTRON_ARTIFACTS_ROOT") or record.profile.get("artifacts_root")
     return open_store(Path(root).expanduser() if root else artifacts_dir())
+
+
+def _adopted(record: JobRecord, paths: dict[str, Path]) -> dict[str, Any]:
+    """Before a job's outputs are registered: the engine that ran it turns what it left into our artifact types
+    in place, where they differ (NeMo-RL's eval samples -> an eval_report), and gives registration metadata. An
+    engine without an `adopt_outputs` method leaves its outputs as they are."""
+    adopt = getattr(load(ENGINES, engine_name(record.config), "backend"), "adopt_outputs", None)
+    return dict(adopt(record, paths)) if adopt is not None else {}
 
 
 def register_job_outputs(
@@ -39,9 +48,7 @@ def register_job_outputs(
         raise RuntimeError(f"step did not produce declared outputs {missing}")
     if engine_name(record.config) not in RUNS_AS_STEP_PROCESS:
         # an external engine's outputs in our artifact types first (NeMo-RL's eval samples -> an eval_report)
-        from nemotron.engines.base import adopt_outputs
-
-        metadata = {**adopt_outputs(record, paths), **(metadata or {})}
+        metadata = {**_adopted(record, paths), **(metadata or {})}
     store = store or job_store(record)
     parents: list[tuple[str, int]] = []
     for binding in record.inputs:

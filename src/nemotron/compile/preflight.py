@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import yaml
 from pydantic import BaseModel
 
+from nemotron.config.backends import PREFLIGHT_RULES, READS_TOKENIZER_JSON_ONLY
 from nemotron.config.stepconfig import engine_name
-from nemotron.engines import PREFLIGHT_RULES, READS_TOKENIZER_JSON_ONLY
 from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
 from nemotron.tracking.checks import tracking_problems

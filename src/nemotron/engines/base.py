@@ -7,16 +7,15 @@ answers with one of three launch shapes, and every executor knows how to place e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from nemotron.compile import Job
-from nemotron.config.stepconfig import engine_name
+from nemotron.config.backends import ENGINES
 from nemotron.core.registry import load
 from nemotron.errors import UserError
 
 if TYPE_CHECKING:
-    from nemotron.jobs.record import JobRecord
+    pass
 
 
 @dataclass(frozen=True)
@@ -107,15 +106,6 @@ class Engine(Protocol):
     def launch(self, job: Job, where: Placement) -> Launch: ...
 
 
-# backend name -> "module:Class"; imported on first use so the CLI's start-up stays light.
-ENGINES: dict[str, str] = {
-    "builtin": "nemotron.engines.builtin.engine:BuiltinEngine",
-    "nemo_rl": "nemotron.engines.nemo_rl.engine:NemoRLEngine",
-    "nemo_aligner": "nemotron.engines.nemo_aligner.engine:NemoAlignerEngine",
-    "nemo": "nemotron.engines.nemo.engine:NemoConvertEngine",
-}
-
-
 def pinned_or_profile(job: Job, field: str, pinned: str) -> str:
     """What an external engine runs with: the profile's `field` when it sets one (an image "" means the nodes' own
     environment), else the pinned value from `nemotron.config.targets`."""
@@ -126,14 +116,6 @@ def pinned_or_profile(job: Job, field: str, pinned: str) -> str:
 def engine_named(name: str) -> Engine:
     engine: Engine = load(ENGINES, name, "backend")
     return engine
-
-
-def adopt_outputs(record: JobRecord, paths: dict[str, Path]) -> dict[str, Any]:
-    """Before a job's outputs are registered: the engine that ran it turns what it left into our artifact types
-    in place, where they differ (NeMo-RL's eval samples -> an eval_report), and gives registration metadata. An
-    engine without `adopt_outputs` leaves its outputs as they are."""
-    adopt = getattr(engine_named(engine_name(record.config)), "adopt_outputs", None)
-    return dict(adopt(record, paths)) if adopt is not None else {}
 
 
 def engine_for(job: Job) -> Engine:

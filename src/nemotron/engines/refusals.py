@@ -8,9 +8,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from nemotron.catalog import Catalog
+from nemotron.config.backends import READS_NEMO_RL_GROUP
 from nemotron.config.configtree import flatten
 from nemotron.config.stepconfig import engine_name
-from nemotron.engines import READS_NEMO_RL_GROUP
 from nemotron.errors import UserError
 
 

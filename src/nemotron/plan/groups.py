@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from nemotron.config.backends import PLAN_GROUPS
 from nemotron.config.profiles import runs_here
 from nemotron.config.stepconfig import ResourcePlan, Runtime, ServeRuntime, TrainRuntime
 from nemotron.config.workload import JobModel, Workload
-from nemotron.engines import PLAN_GROUPS
 from nemotron.errors import UserError
 from nemotron.plan.shapes import ModelShape, known_shape, shape_from_checkpoint
 from nemotron.plan.terms import (
@@ -205,7 +205,7 @@ def inference_mb(shape: ModelShape, rows: int, seq: int, precision: str) -> dict
 
 
 def groups_of(engine: str) -> GroupsFn:
-    """The engine's own plan groups, found through its trait (nemotron.engines.PLAN_GROUPS); an engine without
+    """The engine's own plan groups, found through its trait (nemotron.config.backends.PLAN_GROUPS); an engine without
     one is planned as the built-in engine (one process per device)."""
     module, _, name = PLAN_GROUPS.get(engine, PLAN_GROUPS["builtin"]).partition(":")
     groups: GroupsFn = getattr(importlib.import_module(module), name)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from nemotron.config.backends import RUNS_AS_STEP_PROCESS
 from nemotron.config.stepconfig import (
     Checkpointing,
     Evaluation,
@@ -22,7 +23,6 @@ from nemotron.config.stepconfig import (
 )
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PromptRecord, prompt_text
-from nemotron.engines import RUNS_AS_STEP_PROCESS
 from nemotron.errors import UserError
 from nemotron.models.checkpoint import load_policy, load_tokenizer, save_checkpoint
 from nemotron.models.prompts import fit_prompts, model_positions

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from nemotron.artifacts.lineage import job_store
+from nemotron.config.backends import KEEPS_TENSORBOARD_METRICS
 from nemotron.config.stepconfig import engine_name
-from nemotron.engines import KEEPS_TENSORBOARD_METRICS
 from nemotron.errors import ServiceError, UserError
 from nemotron.jobs.dirs import read_metrics
 from nemotron.jobs.record import load_record, read_status
