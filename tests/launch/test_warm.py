@@ -139,6 +139,37 @@ def test_a_warm_child_is_what_a_cold_start_makes_with_torch_already_imported(
     assert f"pid {hot.pid} exit 7 cpu " in log and f"nemotron.run_step {script} a b c" in log
 
 
+# A child that leaves work behind at its end, as a tracker's client does: a thread pool's worker (joined only
+# after threading's exit callbacks told it to stop), a thread of its own, an atexit callback, a file never closed.
+ENDING = """
+import atexit, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+pool = ThreadPoolExecutor(1)
+pool.submit(time.sleep, 0.2)
+threading.Thread(target=lambda: (time.sleep(0.5), print("thread done", flush=True))).start()
+atexit.register(lambda: print("atexit ran", flush=True))
+left_open = open(sys.argv[1], "w")
+left_open.write("flushed at the end")
+sys.exit(3)
+"""
+
+
+def test_a_child_ends_as_the_interpreter_would(env: dict[str, str], tmp_path: Path) -> None:
+    """Without tearing down the preloaded modules, a warm child still waits for its threads and its thread pool,
+    runs its atexit callbacks and flushes what it left open, and ends with its own code, as a cold one."""
+    script = tmp_path / "ending.py"
+    script.write_text(ENDING)
+    ends = {}
+    for flag in ("0", "1"):
+        out_file = tmp_path / f"left-{flag}.txt"
+        child, out = _run(
+            _cmd(script, str(out_file)), {**env, warm.ENABLE_ENV: flag}, tmp_path, Path(os.devnull)
+        )
+        assert isinstance(child, warm.WarmChild if flag == "1" else subprocess.Popen)
+        ends[flag] = (child.returncode, out, out_file.read_text())
+    assert ends["1"] == ends["0"] == (3, "thread done\natexit ran\n", "flushed at the end")
+
+
 def test_signals_the_caller_ignores_stay_ignored_as_across_exec(env: dict[str, str], tmp_path: Path) -> None:
     script = tmp_path / "report.py"
     script.write_text(REPORT)

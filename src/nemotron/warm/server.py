@@ -68,16 +68,29 @@ class Request:
         # a module a preload imported runs afresh as __main__, as in a cold process (where nothing imported it yet)
         sys.modules.pop(self.argv[0], None)
         try:
-            runpy.run_module(self.argv[0], run_name="__main__", alter_sys=True)
+            ran = runpy.run_module(self.argv[0], run_name="__main__", alter_sys=True)
         except SystemExit as done:
-            _end(_exit_code(done.code))
-        except KeyboardInterrupt:  # as the interpreter does: the traceback, then the end by SIGINT itself
+            _end(_exit_code(done.code), _main_globals(done))
+        except KeyboardInterrupt as stopped:  # as the interpreter does: the traceback, then the end by SIGINT
             sys.excepthook(*sys.exc_info())
-            _end(-int(signal.SIGINT))
-        except BaseException:
+            _end(-int(signal.SIGINT), _main_globals(stopped))
+        except BaseException as failed:
             sys.excepthook(*sys.exc_info())
-            _end(1)
-        _end(0)
+            _end(1, _main_globals(failed))
+        _end(0, [ran])
+
+
+def _main_globals(ended: BaseException) -> list[dict[str, Any]]:
+    """The globals of the `__main__` modules the exception left through (the command's, and a script it ran as
+    __main__, as run_step does): what the interpreter's teardown clears last."""
+    found: list[dict[str, Any]] = []
+    tb = ended.__traceback__
+    while tb is not None:
+        names = tb.tb_frame.f_globals
+        if names.get("__name__") == "__main__" and all(names is not f for f in found):
+            found.append(names)
+        tb = tb.tb_next
+    return found
 
 
 def _exit_code(code: object) -> int:
@@ -91,15 +104,21 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _end(code: int) -> NoReturn:
+def _end(code: int, main_globals: list[dict[str, Any]]) -> NoReturn:
     """End the child as the interpreter's own exit would, but without tearing down the modules it shares with the
-    server (about 0.5 s of CPU per child, measured: touching every preloaded object copies its page): non-daemon
-    threads joined, atexit callbacks run (logging's flush among them), unreachable objects collected (a file left
-    open is flushed and closed), stdout and stderr flushed. A negative code: ended by that signal."""
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # what the interpreter runs at exit (the module has no public name for it)
+    server (about 0.5 s of CPU per child, measured: touching every preloaded object copies its page): threading's
+    exit callbacks run and non-daemon threads joined, atexit callbacks run (logging's flush among them), the
+    `__main__` modules' globals cleared and unreachable objects collected (a file left open is flushed and closed),
+    stdout and stderr flushed. A negative code: ended by that signal."""
+    # the interpreter's own first two steps at exit, which have no public names: threading's exit callbacks
+    # (a ThreadPoolExecutor's workers are told to stop there: joining them before would wait forever), then the
+    # non-daemon threads joined; then the atexit callbacks
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for names in reversed(
+        main_globals
+    ):  # then the modules go: what only they held is freed (a file, flushed)
+        names.clear()
     gc.collect()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
