@@ -127,3 +127,35 @@ def human_bytes(n: int) -> str:
 class EngineOutputError(RuntimeError):
     """An external engine's run left an output that is not what it was asked for (NeMo-RL's eval samples that are
     not the job's prompts): nothing is registered, and the job fails with this message."""
+
+
+# Where the modules a step imports went when the package root was regrouped (2026-11-29): an old import in a user's
+# step or schema is one clear line naming the new place (exit 2), not a traceback.
+MOVED_MODULES = {
+    "nemotron.stepconfig": "nemotron.config.stepconfig",
+    "nemotron.workload": "nemotron.config.workload",
+    "nemotron.profiles": "nemotron.config.profiles",
+    "nemotron.configtree": "nemotron.config.configtree",
+    "nemotron.targets": "nemotron.config.targets",
+    "nemotron.devices": "nemotron.runtime.devices",
+    "nemotron.faults": "nemotron.runtime.faults",
+    "nemotron.metrics": "nemotron.runtime.metrics",
+    "nemotron.preempt": "nemotron.runtime.preempt",
+    "nemotron.resume": "nemotron.runtime.resume",
+    "nemotron.paths": "nemotron.core.paths",
+    "nemotron.atomic": "nemotron.core.atomic",
+    "nemotron.procs": "nemotron.core.procs",
+    "nemotron.redact": "nemotron.core.redact",
+    "nemotron.data.batches": "nemotron.models.batches",
+    "nemotron.rl.prompts": "nemotron.models.prompts",
+    "nemotron.runtime": "nemotron.runtime.step",  # StepRun and its helpers; the package holds devices, faults, ...
+}
+
+
+def moved_import(error: ImportError) -> UserError | None:
+    """The clear error for an import of a module that moved (`from nemotron.runtime import StepRun`, `import
+    nemotron.stepconfig`); None for any other ImportError."""
+    new = MOVED_MODULES.get(error.name or "")
+    if new is None:
+        return None
+    return UserError(f"{error}: `{error.name}` is now `{new}`; import from there (docs/writing-a-step.md)")

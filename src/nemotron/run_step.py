@@ -7,7 +7,7 @@ from __future__ import annotations
 import runpy
 import sys
 
-from nemotron.errors import DiskFull, ServiceError, UserError, disk_full
+from nemotron.errors import DiskFull, ServiceError, UserError, disk_full, moved_import
 from nemotron.runtime import preempt
 
 
@@ -19,7 +19,13 @@ def main() -> int:
     preempt.install()  # Slurm's time-limit warning must find a handler even while the step still imports torch
     sys.argv = sys.argv[1:]
     try:
-        runpy.run_path(script, run_name="__main__")
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except ImportError as e:  # a module the step imports moved: one line, not a traceback
+            moved = moved_import(e)
+            if moved is None:
+                raise
+            raise moved from None
     except UserError as e:
         print(f"error: {e.render()}", file=sys.stderr, flush=True)
         return 2

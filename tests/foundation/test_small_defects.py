@@ -4,10 +4,16 @@ other `show` prints a table."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from nemotron.catalog import load_schema
+from nemotron.errors import UserError
 
 
 def test_docgen_help_is_help_not_a_file_named_help(tmp_path: Path) -> None:
@@ -130,3 +136,25 @@ def test_vllm_only_keys_are_refused_where_they_would_do_nothing(home: Path, run_
     r = run_cli("steps", "run", "rl/rlhf", "-c", "tiny", "judge.kind=generative", "judge.server=vllm",
                 "judge.url=http://127.0.0.1:9", "--dry-run")  # fmt: skip
     assert r.code == 2 and "set one of them" in r.err
+
+
+def test_an_import_of_a_moved_module_is_one_clear_line(tmp_path: Path) -> None:
+    """A user's step or schema written before the package root was regrouped: exit 2 naming the new module, no
+    traceback; any other ImportError is left as it is."""
+    step = tmp_path / "step.py"
+    step.write_text("from nemotron.runtime import StepRun\n")
+    env = {k: v for k, v in os.environ.items() if k != "NEMOTRON_WARM"}
+    done = subprocess.run([sys.executable, "-m", "nemotron.run_step", str(step)], capture_output=True, text=True,
+                          env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "`nemotron.runtime` is now `nemotron.runtime.step`" in done.stderr
+    schema = tmp_path / "old" / "schema.py"
+    schema.parent.mkdir()
+    schema.write_text("from nemotron.stepconfig import Strict\n\nclass Config(Strict):\n    pass\n")
+    with pytest.raises(UserError, match=r"`nemotron.stepconfig` is now `nemotron.config.stepconfig`"):
+        load_schema(schema)
+    other = tmp_path / "other" / "schema.py"
+    other.parent.mkdir()
+    other.write_text("import nemotron_no_such_module\n")
+    with pytest.raises(ModuleNotFoundError):
+        load_schema(other)

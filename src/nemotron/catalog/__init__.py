@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from nemotron.catalog.manifest_cache import ManifestCache, cache_dir
 from nemotron.core.paths import step_roots
-from nemotron.errors import NotFound, UserError, did_you_mean
+from nemotron.errors import NotFound, UserError, did_you_mean, moved_import
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -303,7 +303,13 @@ def load_schema(path: Path) -> type[BaseModel]:
         raise UserError(f"cannot load step schema {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as e:  # a module the schema imports moved: one line naming the new one
+        moved = moved_import(e)
+        if moved is None:
+            raise
+        raise UserError(f"{path}: {moved.render()}") from None
     config = getattr(module, "Config", None)
     from pydantic import BaseModel
 
