@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 
+from nemotron import warm
 from nemotron.warm import ENABLE_ENV, HANGUP_ALONE, INHERITED, fork_from_server
 
 CLI_ENV = "NEMOTRON_WARM_CLI"
@@ -21,8 +22,6 @@ CLI_ENV = "NEMOTRON_WARM_CLI"
 
 def forward(args: list[str]) -> int | None:
     """Run `python -m nemotron ARGS` in a warm child and return its exit code; None: run it here, cold."""
-    from nemotron import warm
-
     env = dict(os.environ)
     if warm.CHILD or env.get(CLI_ENV) != "1" or env.get(ENABLE_ENV) == "0":
         return None
