@@ -3,13 +3,20 @@
 # --no-deps), with bytecode compiled at install: the environment may set PYTHONDONTWRITEBYTECODE, and without .pyc
 # files every process would recompile what it imports. Where uv cannot be installed (no network, no wheel for the
 # platform) or NEMOTRON_PIP=1, pip installs, as it did before.
+# NEMOTRON_COMPILE_BYTECODE=0 (.ci/run) compiles nothing at install; the run then leaves PYTHONDONTWRITEBYTECODE unset, so
+# each module is compiled once, by its first import: a fresh venv holds about 26,000 modules (torch, transformers,
+# ray, mlflow, ...), compiling all of them took about 4 CPU-minutes of CI's 2 cores, and the suite imports a few
+# thousand.
 # uv reads no pip.conf: pip_install hands it what pip is configured with here (`pip config list`: its files and PIP_*
 # variables): index URLs, find-links (a CPU torch wheel may lie there) and constraint files, the local ones only where
 # they exist. pip picks the best file across all its indexes; uv, for one version, takes the files of the first index
 # that has it, and a partial mirror listed first would give other wheels (a py310 build where pip picks py311): so
 # pip's main index (PyPI unless set) comes first, the extra ones after, and every index's versions count.
 UV_VERSION=0.13.8
-uv_args=(--python "$VENV/bin/python" --compile-bytecode)
+compile=(--compile-bytecode)
+pip_compile=()
+[ "${NEMOTRON_COMPILE_BYTECODE:-1}" != 0 ] || { compile=(); pip_compile=(--no-compile); }
+uv_args=(--python "$VENV/bin/python" "${compile[@]}")
 use_uv=0
 if [ "${NEMOTRON_PIP:-0}" != 1 ]; then
   case $("$VENV/bin/uv" --version 2>/dev/null) in
@@ -54,5 +61,5 @@ if [ $use_uv = 1 ]; then
   pip_install() { "$VENV/bin/uv" pip install -q "${uv_args[@]}" "$@"; }
 else
   # Some machines list package mirrors that do not exist on every host; pip warns once per package about each.
-  pip_install() { "$VENV/bin/python" -m pip install -q "$@" 2> >(grep -v "WARNING: Location '" >&2); }
+  pip_install() { "$VENV/bin/python" -m pip install -q "${pip_compile[@]}" "$@" 2> >(grep -v "WARNING: Location '" >&2); }
 fi

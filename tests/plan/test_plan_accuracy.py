@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,10 +93,7 @@ def test_the_predicted_peak_is_within_a_quarter_of_the_measured_one(
         import memory_plan
     finally:
         sys.path.remove(str(REPO / "bench"))
-    root = tmp_path_factory.getbasetemp() / "memory_plan"
-    root.mkdir(exist_ok=True)
-    if not (root / "long_sft.jsonl").exists():
-        memory_plan.write_data(root)
+    root = _memory_plan_root(memory_plan, tmp_path_factory)
     assert memory_plan.MAX_LENGTH == TABLE_LENGTH  # the fp32 cases measure the table's own shape
     result = memory_plan.measure(root, family, size, precision, checkpointing, max_length=max_length)
     assert int(result["parameters"]) >= 50_000_000  # type: ignore[call-overload]
@@ -127,7 +125,17 @@ def test_the_bench_script_runs_at_its_smallest_size(tmp_path: Path) -> None:
     assert result["family"] == "llama" and float(result["measured_mb"]) > 100
 
 
-def test_the_plan_matches_the_peaks_measured_on_an_h100(tmp_path: Path) -> None:
+def _memory_plan_root(memory_plan: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every case of this file measures and plans in: its data written once, and each small model made
+    once (about 11 CPU-s each) for the measured subset and the H100 table alike."""
+    root = tmp_path_factory.getbasetemp() / "memory_plan"
+    root.mkdir(exist_ok=True)
+    if not (root / "long_sft.jsonl").exists():
+        memory_plan.write_data(root)
+    return root
+
+
+def test_the_plan_matches_the_peaks_measured_on_an_h100(tmp_path_factory: pytest.TempPathFactory) -> None:
     """docs/figures/memory_plan_cuda.json holds 12 sft runs measured on an H100 (torch.cuda.max_memory_allocated,
     scripts/gpu-check.sh and bench/memory_plan.py --device cuda); the plan of this code, set against each, is
     within the tolerance. The measurement does not depend on the plan's code, so this pins the GPU rule."""
@@ -140,9 +148,9 @@ def test_the_plan_matches_the_peaks_measured_on_an_h100(tmp_path: Path) -> None:
     assert {(r["family"], r["precision"], r["checkpointing"]) for r in runs} == {
         (f, p, c) for f in ("gpt2", "llama", "qwen2") for p in ("fp32", "bf16") for c in (False, True)
     }
-    memory_plan.write_data(tmp_path)
+    root = _memory_plan_root(memory_plan, tmp_path_factory)
     for run in runs:
-        result = memory_plan.replan(tmp_path, run)
+        result = memory_plan.replan(root, run)
         assert result["terms_mb"]["runtime"] == 1024.0  # a local runtime.device=cuda job is planned as a GPU
         assert "heap slack" not in result["terms_mb"]
         error = float(result["predicted_mb"]) / float(run["measured_mb"]) - 1

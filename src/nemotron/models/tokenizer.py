@@ -53,7 +53,7 @@ def train_tokenizer(corpus: Iterable[str], *, model_max_length: int = 64) -> Pre
         show_progress=False,
     )
     tok.train_from_iterator([format_prompt(""), *corpus], trainer=trainer)
-    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves __init__ untyped
+    return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token=PAD_TOKEN,
         eos_token=EOS_TOKEN,
@@ -68,7 +68,7 @@ def word_tokenizer(words: Sequence[str]) -> PreTrainedTokenizerFast:
     vocab = {"[PAD]": 0, "[UNK]": 1, "[EOS]": 2} | {w: i + 3 for i, w in enumerate(words)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    return PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]"
     )
 

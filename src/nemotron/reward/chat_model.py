@@ -89,7 +89,7 @@ class HFChatModel:
         )
         self.model, self.tokenizer = model, tokenizer
         self.max_context = min(max_context, positions) if positions else max_context
-        self.model.eval()  # type: ignore[no-untyped-call]
+        self.model.eval()
         self._lock = threading.Lock()
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
@@ -195,7 +195,7 @@ class HFChatModel:
             if request.temperature > 0
             else {"do_sample": False}
         )
-        output = self.model.generate(  # type: ignore[operator]
+        output = self.model.generate(
             input_ids,
             attention_mask=torch.ones_like(input_ids),
             max_new_tokens=max_new,
@@ -221,7 +221,7 @@ def _text_emitter(tokenizer: PreTrainedTokenizerBase, emit: Callable[[str], None
     the answer so far adds to what was sent, held back while the decoded text ends in half a character."""
     from transformers.generation.streamers import BaseStreamer
 
-    class TextEmitter(BaseStreamer):
+    class TextEmitter(BaseStreamer):  # type: ignore[misc]  # transformers is Any to mypy (pyproject)
         def __init__(self) -> None:
             self.ids: list[int] = []
             self.sent = ""

@@ -55,7 +55,7 @@ def scorer_from_reward_model(
     )
     if positions is not None and max_length > positions:
         raise ValueError(f"max_length {max_length} exceeds the model's {positions} positions")
-    model.eval()  # type: ignore[no-untyped-call]
+    model.eval()
     device = model.device
     encode = batch_encoder(tokenizer, add_special_tokens)
     # Only a sentence's last max_length tokens are scored: tokenise no more text than those can span, so a

@@ -134,7 +134,8 @@ def _layers(model: PreTrainedModel) -> int:
 
 
 def _dtype(model: PreTrainedModel) -> torch.dtype:
-    return next(model.parameters()).dtype
+    dtype: torch.dtype = next(model.parameters()).dtype
+    return dtype
 
 
 class LeanGPT2Decoder(CachedDecoder):

@@ -25,7 +25,7 @@ def evaluate(
     """{"rm": mean reward-model score, "distinct": distinct-word ratio, and with a task "gt": mean ground-truth
     score and "well_formed": the share of responses the task's grammar accepts}."""
     generator = torch.Generator(device=next(policy.parameters()).device).manual_seed(seed)
-    rollout = backend.generate(policy, list(prompts.ids), params, generator)  # type: ignore[arg-type]
+    rollout = backend.generate(policy, list(prompts.ids), params, generator)
     ids = [r[m].tolist() for r, m in zip(rollout.responses, rollout.response_mask, strict=True)]
     responses = [tokenizer.decode(x, skip_special_tokens=True).strip() for x in ids]
     rm = list(score([p + r for p, r in zip(prompts.ids, ids, strict=True)], list(prompts.texts), responses))

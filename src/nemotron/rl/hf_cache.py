@@ -29,7 +29,7 @@ def takes_prebuilt_masks(model: PreTrainedModel) -> bool:
     return getattr(text_config, "sliding_window", None) is None
 
 
-class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
+class GrowingLayer(DynamicLayer):  # type: ignore[misc]  # transformers is Any to mypy (pyproject)
     """One layer's KV cache in buffers sized for the whole rollout.
 
     Appending a token writes in place; ``DynamicLayer`` concatenates, copying the whole cache every token,
@@ -37,7 +37,7 @@ class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]  # transforme
     """
 
     def __init__(self, capacity: int) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
+        super().__init__()
         self.capacity = capacity
         self.length = 0
         self.key_buffer = torch.empty(0)

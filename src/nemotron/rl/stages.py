@@ -97,7 +97,7 @@ class ActorAndReference:
     def load(cls, path: str, plan: DevicePlan) -> ActorAndReference:
         policy = plan.prepare(load_policy(path, device=plan.device, dtype=plan.dtype))
         reference = load_policy(path, device=plan.device, dtype=plan.dtype)
-        reference.eval()  # type: ignore[no-untyped-call]
+        reference.eval()
         reference.requires_grad_(False)
         return cls(policy, reference, parameter_checksum(reference))
 

@@ -175,6 +175,6 @@ def _quiet_libraries() -> None:
     try:
         from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        hf_logging.disable_progress_bar()
     except ImportError:
         pass

@@ -109,7 +109,7 @@ class MlflowTracker:
         """The highest step of `key` the run already has (-1: none). Asked of the server once per key, and only
         for a run this job logged to before (a requeued job, `jobs sync`)."""
         if key not in self._last_step:
-            history = self.client.get_metric_history(self.run_id, key) if self._reopened else []  # type: ignore[arg-type]
+            history = self.client.get_metric_history(self.run_id, key) if self._reopened else []
             self._last_step[key] = max((m.step for m in history), default=-1)
         return self._last_step[key]
 
@@ -129,7 +129,7 @@ class MlflowTracker:
     def _logged_model_of(self, artifact: Artifact) -> str | None:
         """The id of the logged model that stands for `artifact` in this experiment (same ref and content)."""
         found = self.client.search_logged_models(
-            [self.experiment_id],  # type: ignore[list-item]
+            [self.experiment_id],
             filter_string=f"tags.`{REF_TAG}` = '{artifact.ref}' AND tags.`nemotron.sha256` = '{artifact.sha256}'",
             max_results=1,
         )
@@ -155,7 +155,7 @@ class MlflowTracker:
                 **{f"nemotron.input.{n}.model_id": mid for n, (_, mid) in inputs.items() if mid},
             }
             model = self.client.create_logged_model(
-                self.experiment_id,  # type: ignore[arg-type]
+                self.experiment_id,
                 name=a.name,
                 source_run_id=run_id,
                 tags=tags,
@@ -183,7 +183,7 @@ class MlflowTracker:
         except ImportError as e:  # psutil is not in mlflow-skinny's requirements
             log.warning("tracking: no system metrics in MLflow (%s is not installed)", e.name)
             return
-        self._system = SystemMetricsMonitor(  # type: ignore[no-untyped-call]
+        self._system = SystemMetricsMonitor(
             self.run_id,
             sampling_interval=SYSTEM_METRICS_INTERVAL_S,
             resume_logging=self._reopened,

@@ -68,7 +68,7 @@ def held_out_accuracy(
     model: PreTrainedModel, tokenizer: Any, val: list[PreferenceRecord], max_length: int, plan: DevicePlan
 ) -> float:
     """The share of held-out pairs whose chosen response gets the higher reward."""
-    model.eval()  # type: ignore[no-untyped-call]
+    model.eval()
     correct = 0.0
     for i in range(0, len(val), 256):
         chunk = val[i : i + 256]
