@@ -56,3 +56,59 @@ def test_port_blocks_never_overlap_between_the_raylets_of_one_host() -> None:
     taken = [port for b in blocks for port in b]
     assert len(taken) == len(set(taken))  # 12 jobs x 8 raylets on one host, no port twice
     assert max(taken) < 32768  # below the kernel's ephemeral range
+
+
+FAKE_RAY = """#!/bin/bash
+echo call >> {calls}
+sleep {delay}
+echo Active:
+echo ' 1 node_head'
+for f in {logs}/ray-worker-*; do [ -e "$f" ] && echo " 1 node_$(basename $f)"; done
+echo Pending:
+"""
+
+
+def _run_driver(tmp_path: Path, want: int, timeout_s: int, delay: float) -> tuple[int, str, int, float]:
+    """ray_driver.sh run by bash with a `ray` whose status (after `delay` s) counts the head and each worker whose log
+    exists as active; one worker's log appears after 1 s. The exit code, the output, how many times it asked Ray,
+    and how long it took."""
+    import os
+    import time
+
+    bin_dir, logs = tmp_path / "bin", tmp_path / "logs"
+    bin_dir.mkdir()
+    logs.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "ray").write_text(FAKE_RAY.format(calls=calls, delay=delay, logs=logs))
+    (bin_dir / "ray").chmod(0o755)
+    script = tmp_path / "ray_driver.sh"
+    started = f'{logs}/ray-worker-*_"$SLURM_JOB_ID".out'
+    script.write_text(ray_slurm.driver_script("echo the driver ran", "", timeout_s, started=started))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NEMOTRON_RAY_NODES": str(want),
+           "SLURM_JOB_ID": "77", "RAY_ADDRESS": "127.0.0.1:6379"}  # fmt: skip
+    begun = time.monotonic()
+    worker = subprocess.Popen(
+        ["bash", "-c", f"sleep 1; echo 'Ray runtime started.' > {logs}/ray-worker-1_77.out"]
+    )
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - begun
+    worker.wait()
+    count = len(calls.read_text().splitlines()) if calls.exists() else 0
+    return done.returncode, done.stdout + done.stderr, count, took
+
+
+def test_the_driver_asks_ray_once_every_worker_said_it_started(tmp_path: Path) -> None:
+    """Each `ray status` is a Python process of about 4 CPU-seconds: the driver reads the workers' `ray start`
+    logs first (no process started), then asks Ray once, where it used to ask every 2 s from the start (here: at
+    0 s, one node; at 2 s, both)."""
+    code, out, calls, _ = _run_driver(tmp_path, want=2, timeout_s=30, delay=0)
+    assert code == 0 and "Ray cluster ready: 2 node(s)" in out and "the driver ran" in out, out
+    assert calls == 1
+
+
+def test_the_driver_s_bound_is_the_clock_s_however_long_ray_takes_to_answer(tmp_path: Path) -> None:
+    """Three nodes wanted, two ever join, each `ray status` takes 4 s: it gives up at its bound (6 s) plus one
+    answer, not after `bound / 2` rounds of a call and a 2 s sleep as the counted loop did (3 x 6 s here)."""
+    code, out, calls, took = _run_driver(tmp_path, want=3, timeout_s=6, delay=4)
+    assert code == 1 and "only 2 of 3 Ray nodes joined within 6 s" in out, out
+    assert calls == 1 and took < 15, (took, calls)

@@ -69,16 +69,19 @@ class RayPlan(slurm.SlurmSite):
 def plan_for(job: Job[SlurmProfile], where: Placement, launch: RayDriver) -> RayPlan:
     profile = job.profile
     paths = slurm.cluster_paths(job, nemotron_home(), profile.python or "python")
+    cluster = RayClusterDirs(paths.nemorun_jobs, job.job_id)
     return RayPlan(
         job_id=job.job_id,
-        cluster=RayClusterDirs(paths.nemorun_jobs, job.job_id),
+        cluster=cluster,
         job_dir=where.job_dir,
         nodes=where.nodes,
         gpus_per_node=where.gpus_per_node,
         # one task per node holds the node's whole CPU share (the profile's tasks x CPUs per task)
         cpus_per_task=profile.cpus_per_task * profile.ntasks_per_node if profile.cpus_per_task else None,
         driver_script=driver_script(
-            launch.command, register_lines(profile.python or "python", where.job_dir, launch.outputs)
+            launch.command,
+            register_lines(profile.python or "python", where.job_dir, launch.outputs),
+            started=f'{shlex.quote(cluster.logs)}/ray-worker-*_"$SLURM_JOB_ID".out',  # render_sbatch's names
         ),
         files=launch.files,
         liveness=liveness.for_job(profile, where.job_dir, (where.nodes,)),
@@ -105,18 +108,32 @@ def register_lines(python: str, job_dir: str, outputs: tuple[tuple[str, str], ..
     )
 
 
-def driver_script(command: str, register: str = "", timeout_s: int = READY_TIMEOUT_S) -> str:
+def driver_script(
+    command: str, register: str = "", timeout_s: int = READY_TIMEOUT_S, started: str = ""
+) -> str:
     """<job dir>/ray_driver.sh: wait until all $NEMOTRON_RAY_NODES nodes joined, then the engine's command, then
-    the outputs registered (`register`, shell lines)."""
+    the outputs registered (`register`, shell lines). `started` (a shell glob: the worker nodes' `ray start` logs,
+    where there are such) is read first: each `ray status` is a Python process of about 4 CPU-seconds, so Ray is
+    asked once every worker said it started, not every 2 s from the first. The bound is the clock's, however long
+    each call takes."""
     active = "awk '/^Active:/{a=1;next} /^[A-Z][a-z]+:/{a=0} a && /node_/{n++} END{print n+0}'"
+    wait_logs = (
+        "while [ $SECONDS -lt $deadline ] && "
+        f"[ \"$(grep -ls 'Ray runtime started' {started} | wc -l)\" -lt $((want - 1)) ]; do\n"
+        "    sleep 1\n"
+        "done\n"
+        if started
+        else ""
+    )
     return f"""#!/bin/bash
 # Runs once, on the Ray head, after `ray start` on every node (written by nemotron; see ray.sub beside the logs).
 set -uo pipefail
 want=$NEMOTRON_RAY_NODES
+deadline=$((SECONDS + {timeout_s}))
 n=0
-for i in $(seq {timeout_s // 2}); do
+{wait_logs}while :; do
     n=$(ray status --address "$RAY_ADDRESS" 2>/dev/null | {active})
-    [ "$n" -ge "$want" ] && break
+    [ "$n" -ge "$want" ] || [ $SECONDS -ge $deadline ] && break
     sleep 2
 done
 if [ "$n" -lt "$want" ]; then
