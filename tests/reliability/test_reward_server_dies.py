@@ -15,33 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.processes import start_module
 
 from nemotron.core.paths import shipped_root
 
 
 @contextmanager
-def reward_server(tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def reward_server(tmp: Path) -> Iterator[tuple[str, Any]]:
     ready = tmp / f"ready-{time.monotonic_ns()}.json"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nemotron.reward.server",
-            "--model",
-            str(shipped_root() / "tiny" / "reward_model"),
-            "--port",
-            "0",
-            "--threads",
-            "1",
-            "--max-length",
-            "32",
-            "--ready-file",
-            str(ready),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    cmd = [sys.executable, "-m", "nemotron.reward.server", "--model", str(shipped_root() / "tiny" / "reward_model"),
+           "--port", "0", "--threads", "1", "--max-length", "32", "--ready-file", str(ready)]  # fmt: skip
+    proc = start_module(cmd, os.environ, None)  # a session of its own either way
     try:
         deadline = time.monotonic() + 60
         while not ready.exists():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.processes import start_module
 
 from nemotron.core.paths import shipped_root
 from nemotron.reward.chat_server import ChatRequest, Completion, serve_chat
@@ -42,9 +42,7 @@ def served(module: str, model: Path, tmp_path: Path, *args: str) -> Iterator[tup
     env = {k: v for k, v in os.environ.items() if k != "NEMOTRON_REWARD_TOKEN"}
     command = [sys.executable, "-m", f"nemotron.reward.{module}", "--model", str(model), "--threads", "1"]
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*command, *args, "--ready-file", str(ready)], env=env, stdout=out, stderr=out
-        )
+        proc = start_module([*command, *args, "--ready-file", str(ready)], env, out)
     try:
         deadline = time.monotonic() + 120
         while not ready.exists():

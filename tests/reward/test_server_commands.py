@@ -13,9 +13,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from tests.processes import start_module
 
 from nemotron.core.paths import shipped_root
 
@@ -41,7 +43,7 @@ def _command(module: str, *args: str) -> list[str]:
     ]
 
 
-def _wait_for_url(proc: subprocess.Popen[bytes], ready: Path, log: Path, timeout: float = 120) -> str:
+def _wait_for_url(proc: Any, ready: Path, log: Path, timeout: float = 120) -> str:
     deadline = time.monotonic() + timeout
     while not ready.exists():
         assert proc.poll() is None, log.read_text()[-3000:]
@@ -146,7 +148,7 @@ def test_the_token_from_the_environment_or_a_0600_file(tmp_path: Path, source: s
         token_file.chmod(0o600)
         args += ["--token-file", str(token_file)]
     with log.open("wb") as out:
-        proc = subprocess.Popen(_command("server", *args), env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = start_module(_command("server", *args), env, out)
     try:
         url = _wait_for_url(proc, ready, log).replace("0.0.0.0", "127.0.0.1")
         body = {"sentences": ["the movie was great"]}

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from tests.processes import start_module
 from transformers import GPT2ForSequenceClassification, PreTrainedTokenizerFast
 
 from nemotron.reward.client import RewardClient
@@ -21,12 +22,12 @@ from nemotron.reward.scorer import Scorer
 from .test_server import http_call
 
 
-def _wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float) -> dict[str, object]:
+def _wait_for(path: Path, process: Any, log: Path, timeout: float) -> dict[str, object]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists():
             return dict(json.loads(path.read_text()))
-        assert process.poll() is None, process.stderr.read().decode() if process.stderr else "server died"
+        assert process.poll() is None, log.read_text()[-3000:]
         time.sleep(0.05)
     raise AssertionError("the server never wrote its ready file")
 
@@ -40,29 +41,13 @@ def test_sigterm_finishes_in_flight_request_and_exits_0(
     model_dir = tmp_path / "rm"
     reward_model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    ready = tmp_path / "ready.json"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nemotron.reward.server",
-            "--model",
-            str(model_dir),
-            "--ready-file",
-            str(ready),
-            "--max-length",
-            "32",
-            "--max-batch-size",
-            "8",
-            "--threads",
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "NEMOTRON_REWARD_TOKEN": ""},
-    )
+    ready, log = tmp_path / "ready.json", tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "nemotron.reward.server", "--model", str(model_dir), "--ready-file", str(ready),
+           "--max-length", "32", "--max-batch-size", "8", "--threads", "1"]  # fmt: skip
+    with log.open("wb") as out:
+        process = start_module(cmd, {**os.environ, "NEMOTRON_REWARD_TOKEN": ""}, out)
     try:
-        info = _wait_for(ready, process, timeout=60)
+        info = _wait_for(ready, process, log, timeout=60)
         url = str(info["url"])
         assert info["pid"] == process.pid
         sentences = [" ".join(["good", "movie", "bad"][: 1 + i % 3]) for i in range(4000)]
@@ -83,8 +68,7 @@ def test_sigterm_finishes_in_flight_request_and_exits_0(
         expected = model_scorer.score_sentences(sentences[:3])
         np.testing.assert_allclose(rewards[:3], expected, rtol=1e-5, atol=1e-6)
         assert len(rewards) == len(sentences)
-        stderr = process.stderr.read().decode() if process.stderr else ""
-        assert "received SIGTERM" in stderr
+        assert "received SIGTERM" in log.read_text()
     finally:
         if process.poll() is None:
             process.kill()

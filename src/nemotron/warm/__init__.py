@@ -154,7 +154,8 @@ def runtime_dir(env: dict[str, str]) -> Path | None:
 
 
 class WarmChild:
-    """A process the warm server forked for us: Popen's pid, stdout, returncode, poll and wait."""
+    """A process the warm server forked for us: Popen's pid, args, stdout, returncode, poll, wait, send_signal,
+    terminate and kill."""
 
     def __init__(
         self, conn: socket.socket, pid: int, args: list[str], stdout: IO[bytes] | None, buffer: bytes = b""
@@ -219,6 +220,12 @@ class WarmChild:
                 signal.pidfd_send_signal(self._pidfd, sig)
             elif self.returncode is None:
                 os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
     def _ended(self, timeout: float) -> bool:
         """Whether the child has ended, waiting up to `timeout` seconds for it."""
