@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The vLLM tests (tests/vllm) in vLLM's own venv, built first when missing (scripts/bootstrap-vllm.sh). None may skip:
-# NEMOTRON_REQUIRE_VLLM=1 turns a missing vllm into an error. Arguments go to one pytest over tests/vllm.
+# NEMOTRON_REQUIRE_VLLM=1 turns a missing vllm into an error. About 6 minutes on 2 cores once the venv exists. One
+# pytest: two at once (the judge tests beside the engine and RL tests, 717cabc) took as long (6 m 28 s against
+# 6 m 50 s) and 4 CPU-minutes more, their vLLM engines' threads spinning against each other (the judge's restart
+# test 72 s alone, 222 s beside the other half).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${NEMOTRON_VLLM_VENV:-.venv-vllm}
@@ -15,26 +18,5 @@ export NEMOTRON_WARM_IDLE_S=${NEMOTRON_WARM_IDLE_S:-300}  # a server some tests'
 export NEMOTRON_WARM_CLI=${NEMOTRON_WARM_CLI:-1}
 trap '"$VENV/bin/python" -m nemotron.warm stop >/dev/null || true' EXIT
 start=$SECONDS
-run() { NEMOTRON_REQUIRE_VLLM=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -rs --durations=5 "$@"; }
-if [ $# -gt 0 ] || [ "${NEMOTRON_VLLM_SPLIT:-1}" = 0 ]; then
-  run tests/vllm "$@"
-else
-  # Two pytest processes at once, each with its own vLLM engines: one of them alone left a core idle about 40% of
-  # the time (engine and server start-ups, the Slurm queue, a server's restart). The split puts the tests that mostly
-  # wait beside those that mostly compute; each half's output is shown whole, the waiting half's first.
-  logs=$(mktemp -d /tmp/nemotron-vllm-logs.XXXXXX)
-  waits=(tests/vllm/test_vllm_judge.py tests/vllm/test_vllm_judge_slurm.py tests/vllm/test_bench_vllm_smoke.py)
-  computes=()  # every other test file, a new one included
-  for f in tests/vllm/test_*.py; do [[ " ${waits[*]} " == *" $f "* ]] || computes+=("$f"); done
-  run "${waits[@]}" >"$logs/waiting.log" 2>&1 &
-  waiting=$!
-  computing_rc=0
-  run "${computes[@]}" >"$logs/computing.log" 2>&1 || computing_rc=$?
-  waiting_rc=0
-  wait $waiting || waiting_rc=$?
-  cat "$logs/waiting.log" "$logs/computing.log"
-  rm -rf "$logs"
-  [ $waiting_rc = 0 ] || { echo "tests/vllm failed: ${waits[*]}" >&2; exit $waiting_rc; }
-  [ $computing_rc = 0 ] || { echo "tests/vllm failed: ${computes[*]}" >&2; exit $computing_rc; }
-fi
+NEMOTRON_REQUIRE_VLLM=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -rs --durations=5 tests/vllm "$@"
 echo "tests/vllm took $((SECONDS - start)) s"
