@@ -65,7 +65,7 @@ PRELOAD = (
     "rich.table",
     "omegaconf",
     # what NeMo-Run imports, for the commands that submit to or ask a Slurm or Lepton scheduler through it: 1.9 CPU-s
-    # of `import nemo_run` after the above, 0.4 after these. Not nemo_run itself (it reads NEMORUN_HOME when
+    # of `import nemo_run` after the above, 0.5 after these. Not nemo_run itself (it reads NEMORUN_HOME when
     # imported: nemotron.launch.remote sets it per home first), nor leptonai or loguru (they read their settings then)
     "networkx",
     "libcst",
