@@ -1,6 +1,6 @@
 """Servers a test starts and talks to (`python -m nemotron.X ...`), started as the suite starts its CLI: forked from
 the run's warm server when the suite runs warm (scripts/test.sh sets NEMOTRON_WARM_CLI=1; nemotron.warm), so each
-one does not import torch and transformers again (about 8 of its ~10 CPU-seconds), else a plain Popen. Either way
+one does not import torch and transformers again (about 9 of its ~10 CPU-seconds), else a plain Popen. Either way
 a real process of its own: its pid, signals, exit code, environment and output are a cold one's."""
 
 from __future__ import annotations
@@ -11,22 +11,16 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from nemotron import warm
+from nemotron.core import procs
 from nemotron.warm.cli import CLI_ENV
 
 
 def start_module(cmd: Sequence[str], env: Mapping[str, str], output: IO[bytes] | None) -> Any:
     """`cmd` ([sys.executable, "-m", "nemotron.X", ...]) with `env`, its stdout and stderr both to `output` (a file
-    open for writing; None: /dev/null), stdin /dev/null, in a session of its own (its pid is its process group):
-    a warm.WarmChild or a subprocess.Popen, which the caller uses alike (pid, args, poll, wait, send_signal,
-    terminate, kill)."""
+    open for writing; None: /dev/null), as nemotron.core.procs.start starts a step's reward server (a session of its
+    own, dying with this process): a warm.WarmChild or a subprocess.Popen, which the caller uses alike (pid, args,
+    poll, wait, send_signal, terminate, kill)."""
+    env = dict(env)
     if os.environ.get(CLI_ENV) == "1":
-        with open(os.devnull, "r+b") as null:
-            out = output.fileno() if output is not None else null.fileno()
-            child = warm.fork_from_server(
-                list(cmd), dict(env), (null.fileno(), out, out), False, warm.HANGUP_GROUP
-            )
-        if child is not None:
-            return child
-    sink: Any = output if output is not None else subprocess.DEVNULL
-    return subprocess.Popen(list(cmd), env=dict(env), stdout=sink, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        env[warm.ENABLE_ENV] = "1"
+    return procs.start(cmd, env, output if output is not None else subprocess.DEVNULL)

@@ -109,19 +109,21 @@ def register_lines(python: str, job_dir: str, outputs: tuple[tuple[str, str], ..
 
 
 def driver_script(
-    command: str, register: str = "", timeout_s: int = READY_TIMEOUT_S, started: str = ""
+    command: str, register: str = "", timeout_s: int = READY_TIMEOUT_S, started: str = "", hint_s: int = 30
 ) -> str:
     """<job dir>/ray_driver.sh: wait until all $NEMOTRON_RAY_NODES nodes joined, then the engine's command, then
     the outputs registered (`register`, shell lines). `started` (a shell glob: the worker nodes' `ray start` logs,
-    where there are such) is read first: each `ray status` is a Python process of about 4 CPU-seconds, so Ray is
-    asked once every worker said it started, not every 2 s from the first. The bound is the clock's, however long
-    each call takes."""
+    where there are such) is read between the calls: each `ray status` is a Python process of about 4 CPU-seconds,
+    so Ray is asked once every worker said "Ray runtime started", else every `hint_s` seconds (a Ray whose
+    `ray start` says it otherwise is still seen), where it was asked every 2 s from the first. The bound is the
+    clock's, however long each call takes."""
     active = "awk '/^Active:/{a=1;next} /^[A-Z][a-z]+:/{a=0} a && /node_/{n++} END{print n+0}'"
     wait_logs = (
-        "while [ $SECONDS -lt $deadline ] && "
-        f"[ \"$(grep -ls 'Ray runtime started' {started} | wc -l)\" -lt $((want - 1)) ]; do\n"
-        "    sleep 1\n"
-        "done\n"
+        "    asked=$SECONDS\n"
+        "    while [ $SECONDS -lt $deadline ] && [ $SECONDS -lt $((asked + "
+        f"{hint_s})) ] && [ \"$(grep -ls 'Ray runtime started' {started} | wc -l)\" -lt $((want - 1)) ]; do\n"
+        "        sleep 1\n"
+        "    done\n"
         if started
         else ""
     )
@@ -131,8 +133,8 @@ set -uo pipefail
 want=$NEMOTRON_RAY_NODES
 deadline=$((SECONDS + {timeout_s}))
 n=0
-{wait_logs}while :; do
-    n=$(ray status --address "$RAY_ADDRESS" 2>/dev/null | {active})
+while :; do
+{wait_logs}    n=$(ray status --address "$RAY_ADDRESS" 2>/dev/null | {active})
     [ "$n" -ge "$want" ] || [ $SECONDS -ge $deadline ] && break
     sleep 2
 done

@@ -115,9 +115,8 @@ def _end(code: int, main_globals: list[dict[str, Any]]) -> NoReturn:
     # non-daemon threads joined; then the atexit callbacks
     threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
-    for names in reversed(
-        main_globals
-    ):  # then the modules go: what only they held is freed (a file, flushed)
+    # then the modules go: what only they held is freed (a file, flushed)
+    for names in reversed(main_globals):
         names.clear()
     gc.collect()
     for stream in (sys.stdout, sys.stderr):
