@@ -13,6 +13,8 @@
 # - two slurmd on one host (`slurmd -N node1|node2`, own ports): the groups of a hetjob never share a
 #   node, so a two-group hetjob never starts on a one-node cluster. Hetjobs start only from the backfill
 #   scheduler, hence bf_interval=1.
+# - a requeued job may start again only once its step credentials expired (AuthInfo cred_expire, 120 s by
+#   default: every requeue test waited two minutes in the queue); steps here launch within a second or two.
 # - slurmdbd + mariadb: NeMo-Run reads job state with `sacct`, which needs accounting.
 # - no systemd here: daemons are started directly; munged runs as the munge user (it refuses root).
 # - PID 1 of some sandboxes never reaps orphans, so a killed daemon lingers as a zombie and `kill -0`
@@ -26,6 +28,7 @@ NODES=(node1 node2)
 CTLD_PORT=6917
 DBD_PORT=6919
 SLURMD_PORT_BASE=6920          # node i (1-based) listens on SLURMD_PORT_BASE + i
+CRED_EXPIRE_S=20               # Slurm's default 120 s is how long a requeued job waits before it may start
 DB_PORT=3317                   # not 3306, so a distro mariadb cannot clash
 SLURM_CONF=/etc/slurm/slurm.conf
 DBD_CONF=/etc/slurm/slurmdbd.conf
@@ -100,6 +103,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+AuthInfo=cred_expire=$CRED_EXPIRE_S
 CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
