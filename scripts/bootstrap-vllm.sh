@@ -16,8 +16,10 @@ RUNTIME="typer rich omegaconf pyyaml jinja2 safetensors tokenizers numpy tensorb
 start=$SECONDS
 resolve=0
 [ "${1:-}" = "--resolve" ] && resolve=1
-if [ $resolve = 0 ] && [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import vllm, nemotron' 2>/dev/null; then
-  echo "$VENV is ready (vllm $("$VENV/bin/python" -c 'import vllm; print(vllm.__version__)'))"
+# One import of vllm checks the venv and names its version (each import is about 4 CPU-s)
+if [ $resolve = 0 ] && [ -x "$VENV/bin/python" ] \
+  && ready=$("$VENV/bin/python" -c 'import vllm, nemotron; print(vllm.__version__)' 2>/dev/null); then
+  echo "$VENV is ready (vllm $ready)"
   exit 0
 fi
 [ $resolve = 1 ] && rm -rf "$VENV"
