@@ -210,7 +210,7 @@ def test_a_store_made_by_release_2_is_migrated_with_nothing_lost(
     assert version(root / "index.sqlite") == 2 and len(before["artifacts"]) == 5 and len(before["edges"]) == 4
     r = run_cli("artifacts", "alias", "policy:v1", "best")  # a write opens the old store first
     assert r.code == 0, r.err
-    assert version(root / "index.sqlite") == SCHEMA_VERSION == 3
+    assert version(root / "index.sqlite") == SCHEMA_VERSION == 4
     assert rows(root / "index.sqlite") == before  # every row as it was, byte for byte
     store = ArtifactStore(root)
     assert store.resolve("policy", "@best").metadata == {"step": "sft"}

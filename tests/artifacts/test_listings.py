@@ -39,7 +39,7 @@ def test_a_store_written_by_the_previous_release_opens_and_upgrades(
     assert r.code == 0, r.err
     assert [a["ref"] for a in json.loads(r.out)] == ["policy:v2", "policy:v1", "data:v1"]
     conn = sqlite3.connect(home / "artifacts" / "index.sqlite")
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert {"artifacts_type", "artifacts_step", "edges_parent"} <= {
         r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")
     }

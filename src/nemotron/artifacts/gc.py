@@ -6,6 +6,7 @@ deleted row)."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -19,19 +20,26 @@ from nemotron.artifacts.store import Artifact, ArtifactStore
 # (32,766 since 3.32, 999 before).
 BATCH = 500
 
+# Kept: the newest `keep` of each name, what an alias points at, what a running job holds (pins), and their
+# ancestors; an edge to a row gone already (a store written before pins) keeps nothing.
 _PLAN = """
 INSERT INTO gc_keep (id)
 WITH RECURSIVE
   newest(id) AS (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY name ORDER BY version DESC) AS rn
-                                 FROM artifacts) AS ranked WHERE rn <= ? UNION SELECT artifact_id FROM aliases),
+                                 FROM artifacts) AS ranked WHERE rn <= ? UNION SELECT artifact_id FROM aliases{pins}),
   kept(id) AS (SELECT id FROM newest UNION SELECT e.parent FROM edges e JOIN kept ON e.child = kept.id)
-SELECT id FROM kept
+SELECT id FROM kept WHERE id IN (SELECT id FROM artifacts)
 """
-# The aliased artifacts that only their alias keeps (older than the newest `keep` of their name): what the plan says.
-_BY_ALIAS = """
+# The artifacts only an alias, or a running job, keeps (older than the newest `keep` of their name): what the plan
+# says of them.
+_OLDER = "(SELECT COUNT(*) FROM artifacts b WHERE b.name = a.name AND b.version > a.version) >= ?"
+_BY_ALIAS = f"""
 SELECT al.name, a.version, al.alias FROM aliases al JOIN artifacts a ON a.id = al.artifact_id
-WHERE (SELECT COUNT(*) FROM artifacts b WHERE b.name = a.name AND b.version > a.version) >= ?
-ORDER BY al.name, a.version, al.alias
+WHERE {_OLDER} ORDER BY al.name, a.version, al.alias
+"""
+_BY_JOB = f"""
+SELECT DISTINCT a.name, a.version, p.job_id FROM pins p JOIN artifacts a ON a.id = p.artifact_id
+WHERE {_OLDER} ORDER BY a.name, a.version, p.job_id
 """
 
 
@@ -50,14 +58,32 @@ class GcRun(AbstractContextManager["GcRun"]):
     """One gc over one connection: `with GcRun(store, keep, write) as run:` computes the plan into temporary
     tables; `summary`, `removable` and `delete` read them. A dry run (write=False) writes nothing to the store."""
 
-    def __init__(self, store: ArtifactStore, keep: int, write: bool = False) -> None:
-        self.store, self.keep, self.write = store, keep, write
+    def __init__(
+        self, store: ArtifactStore, keep: int, write: bool = False, ended: Callable[[str], bool] | None = None
+    ) -> None:
+        """`ended(job_id)`: whether a job that pinned artifacts is known to have ended (its pins are dropped first,
+        when writing); a job it does not know keeps what it pinned."""
+        self.store, self.keep, self.write, self.ended = store, keep, write, ended
         self._cm = store._connect(write=write)
         self.conn: Connection
+        self.by_job: list[tuple[str, int, str]] = []
+        self.pins = True  # the store has pins (a store written before them, read as it is, has none)
+
+    def _pinning_jobs(self) -> list[str] | None:
+        """The jobs holding pins; None for a store written before pins that this user cannot bring up to date."""
+        try:
+            return [r[0] for r in self.conn.execute("SELECT DISTINCT job_id FROM pins ORDER BY job_id")]
+        except sqlite3.OperationalError:
+            return None
 
     def __enter__(self) -> GcRun:
         self.conn = self._cm.__enter__()
         c = self.conn
+        jobs = self._pinning_jobs()
+        self.pins = jobs is not None
+        if jobs and self.write and self.ended is not None:
+            # one statement, its own transaction: a job found ended holds nothing any more
+            self.store.unpin([j for j in jobs if self.ended(j)])
         c.execute("CREATE TEMP TABLE gc_keep (id BIGINT PRIMARY KEY)")
         c.execute(
             "CREATE TEMP TABLE gc_gone (id BIGINT PRIMARY KEY, name TEXT, version INTEGER, bytes BIGINT)"
@@ -65,11 +91,15 @@ class GcRun(AbstractContextManager["GcRun"]):
         # One read transaction: the plan sees one state of the store, and artifacts registered later are newer.
         self.store.index.begin_snapshot(c)
         self.max_id = int(c.execute("SELECT COALESCE(MAX(id), 0) FROM artifacts").fetchone()[0])
-        c.execute(_PLAN, (self.keep,))
+        c.execute(
+            _PLAN.format(pins="" if jobs is None else " UNION SELECT artifact_id FROM pins"), (self.keep,)
+        )
         c.execute(f"INSERT INTO gc_gone SELECT a.id, a.name, a.version, {self.store.index.files_bytes_sql}"
                   " FROM artifacts a WHERE a.id NOT IN (SELECT id FROM gc_keep) AND a.id <= ?", (self.max_id,))  # fmt: skip
         c.execute("COMMIT")
         self.by_alias: list[tuple[str, int, str]] = c.execute(_BY_ALIAS, (self.keep,)).fetchall()
+        if jobs is not None:
+            self.by_job = c.execute(_BY_JOB, (self.keep,)).fetchall()
         self.kept = int(c.execute("SELECT COUNT(*) FROM gc_keep").fetchone()[0])
         self.gone, self.gone_bytes = (int(x) for x in c.execute(
             "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM gc_gone").fetchone())  # fmt: skip
@@ -98,8 +128,9 @@ class GcRun(AbstractContextManager["GcRun"]):
 
     def delete(self, remove_files: Callable[[list[str]], None]) -> int:
         """Delete the plan batch by batch, each batch one transaction, then its files (`remove_files(paths)`).
-        An artifact registered since the plan keeps its ancestors, and so does one an alias was pointed at since:
-        an alias never points at a deleted artifact. Returns how many artifacts were deleted."""
+        An artifact registered since the plan keeps its ancestors, and so do one an alias was pointed at since and
+        one a job pinned since: an alias never points at a deleted artifact, nor a job's input at a missing one.
+        Returns how many artifacts this gc deleted (another gc at once deletes each artifact only once)."""
         c, last, done = self.conn, 0, 0
         while True:
             batch = c.execute("SELECT g.id, a.path FROM gc_gone g JOIN artifacts a ON a.id = g.id WHERE g.id > ?"
@@ -111,12 +142,14 @@ class GcRun(AbstractContextManager["GcRun"]):
             with committed(c):
                 ids = [r[0] for r in batch]
                 marks = ",".join("?" * len(ids))
+                pins = " UNION SELECT artifact_id FROM pins" if self.pins else ""
                 protected = {r[0] for r in c.execute(
-                    f"""WITH RECURSIVE p(id) AS (SELECT id FROM artifacts WHERE id > ? UNION SELECT artifact_id FROM aliases
+                    f"""WITH RECURSIVE p(id) AS (SELECT id FROM artifacts WHERE id > ? UNION SELECT artifact_id FROM aliases{pins}
                         UNION SELECT e.parent FROM edges e JOIN p ON e.child = p.id) SELECT id FROM p WHERE id IN ({marks})""",
                     [self.max_id, *ids])}  # fmt: skip
-                if protected:
-                    batch = [r for r in batch if r[0] not in protected]
+                present = {r[0] for r in c.execute(f"SELECT id FROM artifacts WHERE id IN ({marks})", ids)}
+                if protected or len(present) < len(ids):  # kept since the plan, or deleted by another gc
+                    batch = [r for r in batch if r[0] in present and r[0] not in protected]
                     ids = [r[0] for r in batch]
                     marks = ",".join("?" * len(ids))
                 for table, column in (("edges", "child"), ("edges", "parent"), ("artifacts", "id")):

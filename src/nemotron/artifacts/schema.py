@@ -5,7 +5,7 @@ at N-1 up to N in place, inside one transaction."""
 from __future__ import annotations
 
 # PRAGMA user_version of a SQLite store with this schema; the `schema_version` row on PostgreSQL
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Each version's DDL, written once: {id} is a row id column, {ref} a column that refers to one, {step} the
 # expression the step filter indexes (metadata stays JSON text on both, byte for byte the same).
 _DDL: dict[int, str] = {}
@@ -61,6 +61,17 @@ CREATE TABLE IF NOT EXISTS alias_history (
   host TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS alias_history_name ON alias_history(name, alias, id);
+"""
+# 4: pins: the artifacts a submitted job resolved as its inputs, held from its submit until it registers its
+# outputs (the same transaction drops them) or is found ended; gc keeps a pinned artifact and its ancestors.
+_DDL[4] = """
+CREATE TABLE IF NOT EXISTS pins (
+  artifact_id {ref} NOT NULL REFERENCES artifacts(id),
+  job_id TEXT NOT NULL,
+  pinned_at TEXT NOT NULL,
+  PRIMARY KEY (artifact_id, job_id)
+);
+CREATE INDEX IF NOT EXISTS pins_job ON pins(job_id);
 """
 assert max(_DDL) == SCHEMA_VERSION, "each schema version has its DDL"
 _SQLITE = {"id": "INTEGER PRIMARY KEY", "ref": "INTEGER", "step": "json_extract(metadata, '$.step')"}

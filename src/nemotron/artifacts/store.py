@@ -144,11 +144,41 @@ class ArtifactStore:
                             "INSERT INTO edges VALUES (?,?,?) ON CONFLICT DO NOTHING",
                             (new_id, parent, input_name),
                         )
+                if job_id is not None:  # the job's inputs are held by its edges from now on
+                    conn.execute("DELETE FROM pins WHERE job_id=?", (job_id,))
             rows = conn.execute(
                 f"SELECT {self._COLS} FROM artifacts WHERE id IN ({','.join('?' * len(ids))}) ORDER BY id",
                 ids,
             )
             return [self._row(r) for r in rows]
+
+    def pin(self, job_id: str, artifact_ids: Sequence[int]) -> list[int]:
+        """Hold `artifact_ids` (a submitted job's resolved inputs) for `job_id` until the job registers its outputs
+        or gc finds it ended: gc removes neither a pinned artifact nor its ancestors. Returns the ids removed since
+        they were resolved (none is pinned then); in one transaction, so a gc deletes them first or keeps them."""
+        ids = sorted(set(artifact_ids))
+        if not ids:
+            return []
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        with self._connect(write=True) as conn:
+            self.index.begin_write(conn)
+            with committed(conn):
+                present = {r[0] for r in conn.execute(
+                    f"SELECT id FROM artifacts WHERE id IN ({','.join('?' * len(ids))})", ids)}  # fmt: skip
+                gone = [i for i in ids if i not in present]
+                for i in [] if gone else ids:
+                    conn.execute("INSERT INTO pins VALUES (?,?,?) ON CONFLICT DO NOTHING", (i, job_id, now))
+        return gone
+
+    def unpin(self, job_ids: Sequence[str]) -> None:
+        """Let go of what the ended jobs `job_ids` held."""
+        if job_ids:
+            with self._connect(write=True) as conn:
+                self.index.begin_write(conn)
+                with committed(conn):
+                    conn.execute(
+                        f"DELETE FROM pins WHERE job_id IN ({','.join('?' * len(job_ids))})", list(job_ids)
+                    )
 
     def register_external(self, type_: str, path: Path) -> Artifact:
         """A plain path used as an input: registered once per content hash, named after the file."""
@@ -340,6 +370,14 @@ class ArtifactStore:
                     name, alias, version = held[0]
                     raise UserError(f"cannot delete {name}:v{version}: alias {name}@{alias} points at it (move it"
                                     f" or remove it first: nemotron artifacts unalias {name}@{alias})")  # fmt: skip
+                used = conn.execute(
+                    f"SELECT a.name, a.version, p.job_id FROM pins p JOIN artifacts a ON a.id = p.artifact_id"
+                    f" WHERE p.artifact_id IN ({marks}) ORDER BY a.name, a.version, p.job_id",
+                    list(artifact_ids),
+                ).fetchall()
+                if used:
+                    name, version, job_id = used[0]
+                    raise UserError(f"cannot delete {name}:v{version}: job {job_id} uses it as an input")
                 conn.execute(
                     f"DELETE FROM edges WHERE child IN ({marks}) OR parent IN ({marks})",
                     [*artifact_ids, *artifact_ids],

@@ -171,6 +171,22 @@ def _node(a: Artifact, depth: int) -> dict[str, Any]:
     }
 
 
+def _deleted_ref(child: Artifact, input_name: str, parent: int) -> str:
+    """What an edge to a removed artifact names: the ref the child's job recorded for that input, else its id."""
+    from nemotron.core.paths import jobs_dir
+    from nemotron.jobs.record import load_record
+
+    job_dir = jobs_dir() / (child.job_id or "")
+    if child.job_id and (job_dir / "job.yaml").is_file():
+        try:
+            found = [b.artifact for b in load_record(job_dir).inputs if b.name == input_name and b.artifact]
+        except UserError:  # an unreadable record: the id is what is left
+            found = []
+        if found:
+            return str(found[0])
+    return f"artifact #{parent}"
+
+
 def lineage_lines(root: int, edges: list[tuple[int, int, str]], dist: dict[int, int],
                   depth: int | None = None) -> list[tuple[int, str, int, str]]:  # fmt: skip
     """The ancestry as printed lines (level, input name, artifact id, how): each ancestor is expanded once, where it
@@ -188,7 +204,9 @@ def lineage_lines(root: int, edges: list[tuple[int, int, str]], dist: dict[int, 
             stack.pop()
             continue
         input_name, parent = step
-        if parent in expanded:
+        if parent not in dist:  # an edge to a row that is gone (registered while a gc removed its input)
+            lines.append((level + 1, input_name, parent, "deleted"))
+        elif parent in expanded:
             lines.append((level + 1, input_name, parent, "above"))
         elif dist.get(parent) == level + 1:
             expanded.add(parent)
@@ -215,9 +233,14 @@ def lineage(
     store = _store()
     top = _resolve(store, ref)
     nodes, edges, dist = store.lineage_graph(top.id, depth)
+
+    def parent_ref(child: int, parent: int, input_name: str) -> str:
+        return nodes[parent].ref if parent in nodes else _deleted_ref(nodes[child], input_name, parent)
+
     if as_json:
         print(json.dumps({"root": top.ref, "nodes": [_node(nodes[i], dist[i]) for i in sorted(nodes, key=lambda i: (dist[i], i))],
-                          "edges": [{"child": nodes[c].ref, "parent": nodes[p].ref, "input": n} for c, p, n in edges]}, indent=2))  # fmt: skip
+                          "edges": [{"child": nodes[c].ref, "parent": parent_ref(c, p, n), "input": n}
+                                    | ({} if p in nodes else {"deleted": True}) for c, p, n in edges]}, indent=2))  # fmt: skip
         return
 
     def label(a: Artifact, via: str) -> str:
@@ -231,7 +254,13 @@ def lineage(
     branches: list[Tree] = [tree]
     for level, input_name, art_id, how in lines[1:]:
         via = f"[cyan]{escape(input_name)}[/]: "
-        text = label(nodes[art_id], via) if how == "node" else f"{via}[dim]↳ {nodes[art_id].ref} ({how})[/]"
+        if how == "deleted":
+            child = next(c for c, p, n in edges if p == art_id and n == input_name)
+            text = f"{via}[dim]{escape(parent_ref(child, art_id, input_name))} (deleted)[/]"
+        else:
+            text = (
+                label(nodes[art_id], via) if how == "node" else f"{via}[dim]↳ {nodes[art_id].ref} ({how})[/]"
+            )
         del branches[level:]
         branches.append(branches[level - 1].add(text))
     out.print(tree)
@@ -307,6 +336,16 @@ def verify(ref: str) -> None:
     raise typer.Exit(1)
 
 
+def _job_ended(job_id: str) -> bool:
+    """Whether a job that pinned artifacts has ended, as this home recorded it (a job of another home, or one
+    whose record is gone, keeps its pins: `nemotron jobs status JOB` records a remote job's end)."""
+    from nemotron.core.paths import jobs_dir
+    from nemotron.jobs.record import read_status
+
+    job_dir = jobs_dir() / job_id
+    return job_dir.is_dir() and read_status(job_dir).get("state") in ("succeeded", "failed", "cancelled")
+
+
 @app.command("gc", epilog=epilog("nemotron artifacts gc --keep 2 (add --yes to delete)"))
 def gc(
     keep: Annotated[
@@ -316,7 +355,7 @@ def gc(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="one line per removable artifact")] = False,
 ) -> None:
     """Remove old, unreferenced artifact versions. A dry run unless --yes; never removes an artifact an alias points
-    at, nor an ancestor of a kept one.
+    at, one a job that has not ended uses as an input, nor an ancestor of a kept one.
     Reports per name (versions, bytes); deletes in batches, each its own transaction, so Ctrl-C leaves a
     consistent store (run gc again to finish)."""
     from nemotron.artifacts.gc import GcRun, remove_owned
@@ -324,7 +363,7 @@ def gc(
 
     home = nemotron_home().resolve()
     doing = "removing" if yes else "would remove"
-    with GcRun(_store(), keep, write=yes and _store().exists()) as run:
+    with GcRun(_store(), keep, write=yes and _store().exists(), ended=_job_ended) as run:
         if verbose:
             for a in run.removable():
                 owned = Path(a.path).is_relative_to(home)
@@ -351,6 +390,12 @@ def gc(
             )
         if len(run.by_alias) > 50:
             out.print(f"... and {len(run.by_alias) - 50} more artifacts kept by an alias", markup=False)
+        for name, version, job_id in run.by_job[:50]:
+            out.print(
+                f"keeping {name}:v{version}: job {job_id} uses it as an input", markup=False, highlight=False
+            )
+        if len(run.by_job) > 50:
+            out.print(f"... and {len(run.by_job) - 50} more artifacts kept by running jobs", markup=False)
         summary = f"{run.kept} kept, {run.gone} {'removed' if yes else 'removable'} ({_size(run.gone_bytes)})"
         if not yes:
             out.print(summary + (" — run with --yes to remove" if run.gone else ""), markup=False)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nemotron.artifacts.store import ArtifactStore
 from nemotron.compile import Job
 from nemotron.core.paths import jobs_dir
 from nemotron.core.redact import redact_text, secret_values
@@ -80,6 +81,26 @@ def submit(job: Job) -> int:
     for group in planned.overflows():  # plan.on_no_fit=warn: the user knows better
         print(f"warning: {refusal(group)}", file=sys.stderr, flush=True)
     root = job.profile.artifacts_root
-    job = register_path_inputs(job, open_store(Path(root).expanduser() if root else artifacts_dir()))
-    job_dir = create_job_dir(job, text, {"plan.json": json.dumps(planned.as_json(), indent=2) + "\n"})
+    store = open_store(Path(root).expanduser() if root else artifacts_dir())
+    pin_inputs(job, store)
+    try:
+        job = register_path_inputs(job, store)
+        store.pin(job.job_id, [b.artifact_id for b in job.bindings if b.artifact_id is not None])
+        job_dir = create_job_dir(job, text, {"plan.json": json.dumps(planned.as_json(), indent=2) + "\n"})
+    except BaseException:  # no job dir records the job: nothing would ever let go of its pins
+        store.unpin([job.job_id])
+        raise
     return executor.submit(job, job_dir, where, launch)
+
+
+def pin_inputs(job: Job, store: ArtifactStore) -> None:
+    """Hold the store artifacts the job's inputs resolved to until it registers its outputs or ends, so that no
+    `artifacts gc` removes them under it. One removed since this command resolved it is bad input (exit 2), and
+    nothing is written."""
+    resolved = [b for b in job.bindings if b.artifact_id is not None]
+    gone = set(store.pin(job.job_id, [b.artifact_id for b in resolved if b.artifact_id is not None]))
+    if gone:
+        names = ", ".join(f"inputs.{b.name} ({b.artifact})" for b in resolved if b.artifact_id in gone)
+        raise UserError(
+            f"{names}: removed by `nemotron artifacts gc` since this command resolved it; run the command again"
+        )
