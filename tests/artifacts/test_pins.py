@@ -56,7 +56,9 @@ def test_gc_beside_a_running_step_keeps_its_input_and_lineage_stays_whole(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     try:
-        running = _wait_for("a step logging", lambda: [m.parent for m in (home / "jobs").glob("*/metrics.jsonl")])
+        running = _wait_for(
+            "a step logging", lambda: [m.parent for m in (home / "jobs").glob("*/metrics.jsonl")]
+        )
         job_id = running[0].name
         dry = run_cli("artifacts", "gc")  # v1 is older than the newest numbers: only the step keeps it
         assert dry.code == 0 and f"keeping numbers:v1: job {job_id} uses it as an input" in dry.out, dry.out
@@ -131,3 +133,25 @@ def test_lineage_of_an_edge_to_a_removed_row_names_it_deleted(
     ]
     gc = run_cli("artifacts", "gc")
     assert gc.code == 0 and "2 kept, 0 removable" in gc.out, gc.out  # numbers:v2 and count_result:v1
+
+
+def test_a_failed_run_registers_no_external_input_and_a_finished_one_registers_it_with_its_output(
+    home: Path, tmp_path: Path, fixture_steps: Path, run_cli: Any, store_backend: str
+) -> None:
+    """A plain-path input becomes `external.FILE:vN` in the transaction that registers the job's outputs: a run
+    that fails leaves the store as it was (issue 42: it was registered when the job started)."""
+    numbers = tmp_path / "numbers.jsonl"
+    numbers.write_text(json.dumps({"prompt": "1"}) + "\n")
+    failed = run_cli(
+        "steps", "run", "test/count", "-c", "tiny", f"inputs.numbers={numbers}", "trainer.fail_at=1"
+    )
+    assert failed.code != 0
+    store = open_store(home / "artifacts")
+    assert not store.exists() or store.list_artifacts() == []
+    done = run_cli("steps", "run", "test/count", "-c", "tiny", f"inputs.numbers={numbers}")
+    assert done.code == 0, done.err
+    lineage = json.loads(run_cli("artifacts", "lineage", "count_result:latest", "--json").out)
+    assert lineage["edges"] == [
+        {"child": "count_result:v1", "parent": "external.numbers.jsonl:v1", "input": "numbers"}
+    ]
+    assert sorted(a.ref for a in store.list_artifacts()) == ["count_result:v1", "external.numbers.jsonl:v1"]

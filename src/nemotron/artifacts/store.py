@@ -181,7 +181,8 @@ class ArtifactStore:
                     )
 
     def register_external(self, type_: str, path: Path) -> Artifact:
-        """A plain path used as an input: registered once per content hash, named after the file."""
+        """A plain path used as an input: registered once per content hash, named after the file (when the job that
+        read it registers its outputs)."""
         sha, _ = content_hash(path)
         with self._connect() as conn:
             row = conn.execute(

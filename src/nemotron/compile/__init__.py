@@ -7,7 +7,6 @@ a frozen Job.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import secrets
@@ -380,15 +379,3 @@ def _refuse_mismatched_resume(step_id: str, config: dict[str, Any], bindings: li
     if policy is not None and policy.path is not None:
         expect["model"] = model_fingerprint(policy.path)
     check_compatible(source, expect, bool(ck.get("force")))
-
-
-def register_path_inputs(job: Job, store: ArtifactStore) -> Job:
-    """Register every plain-path input as an external artifact (once per content hash) so lineage edges point at
-    something with a hash. Called when a job is submitted, never on --dry-run."""
-    bound = []
-    for b in job.bindings:
-        if b.kind == "path" and b.artifact_id is None and b.path and Path(b.path).exists():
-            art = store.register_external(b.actual_type or b.expected_type, Path(b.path))
-            b = dataclasses.replace(b, artifact_id=art.id, artifact=art.ref)
-        bound.append(b)
-    return dataclasses.replace(job, bindings=tuple(bound))

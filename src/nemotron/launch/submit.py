@@ -72,7 +72,6 @@ def dry_run_json(job: Job) -> dict[str, Any]:
 
 def submit(job: Job) -> int:
     from nemotron.artifacts.store import open_store
-    from nemotron.compile import register_path_inputs
     from nemotron.core.paths import artifacts_dir
     from nemotron.launch.job_dir import create_job_dir
 
@@ -82,10 +81,10 @@ def submit(job: Job) -> int:
         print(f"warning: {refusal(group)}", file=sys.stderr, flush=True)
     root = job.profile.artifacts_root
     store = open_store(Path(root).expanduser() if root else artifacts_dir())
+    # a plain-path input is registered (as external.NAME) with the job's outputs, in their transaction: a run that
+    # fails registers nothing (nemotron.artifacts.lineage)
     pin_inputs(job, store)
     try:
-        job = register_path_inputs(job, store)
-        store.pin(job.job_id, [b.artifact_id for b in job.bindings if b.artifact_id is not None])
         job_dir = create_job_dir(job, text, {"plan.json": json.dumps(planned.as_json(), indent=2) + "\n"})
     except BaseException:  # no job dir records the job: nothing would ever let go of its pins
         store.unpin([job.job_id])

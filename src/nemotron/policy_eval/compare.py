@@ -129,11 +129,18 @@ def load_job_config(job_id: str | None, jobs_root: Path, store: ArtifactStore) -
     inputs = config.get("inputs")
     identity = {}
     if isinstance(inputs, dict):
+        # a plain-path input became an artifact (external.NAME:vN) when the job registered its outputs: its
+        # lineage edge names it
+        made = store.by_job(job_id)
+        registered = dict(store.parents(made[0].id)) if made else {}
         for binding in record.inputs:
             if binding.name not in inputs:
                 continue
-            inputs[binding.name] = binding.artifact or binding.ref
-            if binding.artifact_id is not None:
+            parent = registered.get(binding.name) if binding.artifact_id is None else None
+            inputs[binding.name] = binding.artifact or (parent.ref if parent else binding.ref)
+            if parent is not None:
+                identity[f"inputs.{binding.name}"] = parent.sha256
+            elif binding.artifact_id is not None:
                 try:
                     identity[f"inputs.{binding.name}"] = store.get(binding.artifact_id).sha256
                 except NotFound:  # removed by gc since: compared by its name
