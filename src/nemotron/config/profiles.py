@@ -16,7 +16,7 @@ from nemotron.errors import NotFound, UserError, did_you_mean
 
 class _ProfileBase(BaseModel):
     # defer_build: a command reads one profile, so only its executor's schema is built (load_profile), not all three
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
 
     name: str = ""
     description: str = ""

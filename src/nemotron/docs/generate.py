@@ -355,7 +355,8 @@ def config_reference(catalog: Catalog, mappings: dict[str, dict[str, dict[str, s
              "error, with a suggestion.", "",
              "- **default**: the schema default; a preset (`-c tiny`) overrides some (`nemotron steps run ID -c PRESET "
              "--dry-run` prints the result and where each value came from).",
-             "- **allowed**: the choices of an enum, or the numeric bounds; `null` means unset.",
+             "- **allowed**: the choices of an enum, or the numeric bounds; `null` means unset. A float is always "
+             "finite: `nan` and `inf` are refused for every key.",
              "- **builtin**: whether the built-in torch engine reads the key.",
              *[f"- **{backend}**: what `backend={backend}` makes of the key, from the per-step tables of "
                f"[docs/{page}](../{page}): a {runs} key, *refused* (the compile fails "
