@@ -92,15 +92,65 @@ def new_job_id(step_id: str) -> str:
 # libyaml's parser where PyYAML has it (the same safe constructor and resolver, in C): a preset parses in a tenth of
 # the time. A file it refuses is parsed again by PyYAML's own parser, whose line, column and problem are the message.
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# How many values a preset may hold once its aliases are expanded (a few MB): `*a` repeated nine times a level
+# for nine levels is a few hundred bytes of YAML and a billion values, which merging the config would expand.
+MAX_YAML_VALUES = 100_000
+
+
+def _unique_keys(loader: type[Any]) -> type[Any]:
+    """`loader` that refuses a key given twice in one mapping (YAML would keep the last silently): the error names
+    the line of both. Keys merged in with `<<` may repeat, as YAML means them to."""
+
+    class UniqueKeys(loader):  # type: ignore[misc]
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, str | int | float | bool) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"key {key!r} given twice (first on line {seen[key]})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line + 1
+            return dict(super().construct_mapping(node, deep=deep))
+
+    return UniqueKeys
+
+
+_LOADERS = (_unique_keys(_FAST_LOADER), _unique_keys(yaml.SafeLoader))
+
+
+def _expanded_values(data: Any, limit: int) -> int:
+    """How many values `data` holds with every alias expanded, counting up to just past `limit` (shared objects are
+    counted once per use, without walking them again)."""
+    sizes: dict[int, int] = {}
+
+    def size(obj: Any) -> int:
+        if id(obj) in sizes:
+            return sizes[id(obj)]
+        children = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list) else ()
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > limit:
+                break
+        sizes[id(obj)] = total
+        return total
+
+    return size(data)
 
 
 def _yaml_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text()
         try:
-            data = yaml.load(text, Loader=_FAST_LOADER)
+            data = yaml.load(text, Loader=_LOADERS[0])
         except yaml.YAMLError:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_LOADERS[1])  # a SafeLoader
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
@@ -113,6 +163,10 @@ def _yaml_file(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise UserError(f"{path}: a preset must be a mapping of config keys, got {type(data).__name__}")
+    if _expanded_values(data, MAX_YAML_VALUES) > MAX_YAML_VALUES:
+        raise UserError(
+            f"{path}: its aliases expand to more than {MAX_YAML_VALUES:,} values; a preset is a few keys"
+        )
     return data
 
 
@@ -225,17 +279,24 @@ def validate_config(
                 hint = did_you_mean(loc[-1], owner.model_fields if owner else [])
                 hint = hint.replace("'", "'" + ".".join(loc[:-1]) + ".", 1) if hint and len(loc) > 1 else hint
                 shown = (
-                    MASK if is_secret_name(loc[-1]) else repr(err["input"])
+                    MASK if is_secret_name(loc[-1]) else cut(repr(err["input"]))
                 )  # a token typed where none belongs
                 problems.append(f"{key}: unknown key (value {shown}){origin}{hint}")
             elif not loc:  # a rule across groups: its message names the keys; the input is the whole config
                 problems.append(str(err["msg"]).removeprefix("Value error, "))
             else:
                 value = (
-                    "" if err["type"] == "missing" else f" (got {redact_url_passwords(repr(err['input']))})"
+                    ""
+                    if err["type"] == "missing"
+                    else f" (got {cut(redact_url_passwords(repr(err['input'])))})"
                 )
                 problems.append(f"{key}: {err['msg']}{value}{origin}")
         raise UserError(f"invalid config for step '{step_id}':", problems) from None
+
+
+def cut(text: str, most: int = 200) -> str:
+    """A value as an error message shows it: its first `most` characters and how many more there are."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text) - most:,} more characters)"
 
 
 # ----------------------------------------------------------------------------- the job
