@@ -121,6 +121,28 @@ def test_names_that_only_mention_tokens_are_shown(name: str) -> None:
         ("see https://u:p4ssw0rd@h/x and sqlite:///a:b@c", "see https://u:***@h/x and sqlite:///a:b@c"),
         ("postgresql://bob@db/team", "postgresql://bob@db/team"),  # no password: nothing to mask
         ("user:pass@host", "user:pass@host"),  # not a URL
+        (
+            "postgresql://db/team?sslmode=require&password=s3cret",
+            "postgresql://db/team?sslmode=require&password=***",
+        ),
+        (
+            "postgresql://bob:pw@db/t?sslpassword=k3y&application_name=x",
+            "postgresql://bob:***@db/t?sslpassword=***&application_name=x",
+        ),
+        (
+            "http://mlflow:5000/api?token=abc123&tokenizer=gpt2",
+            "http://mlflow:5000/api?token=***&tokenizer=gpt2",
+        ),
+        (
+            "'https://s3/b/o?X-Amz-Credential=AK/x&X-Amz-Signature=ff00&X-Amz-Expires=60'",
+            "'https://s3/b/o?X-Amz-Credential=***&X-Amz-Signature=***&X-Amz-Expires=60'",
+        ),
+        ("https://h/cb#access_token=tok9&state=1", "https://h/cb#access_token=***&state=1"),
+        ("https://h/search?q=password=1&max_new_tokens=8", "https://h/search?q=password=1&max_new_tokens=8"),
+        (
+            "key=value&token=x",
+            "key=value&token=x",
+        ),  # not a URL: a config line is redacted by its key elsewhere
     ],
 )
 def test_the_password_of_a_url_is_masked_and_nothing_else(text: str, shown: str) -> None:
@@ -138,3 +160,14 @@ def test_a_tracking_uri_with_a_password_is_refused_without_showing_it(home: Path
     )
     assert "s3cret-pw" not in r.out + r.err and "http://bob:***@mlflow:5000" in r.err
     assert not home.exists() or not any(home.iterdir())  # nothing written
+
+
+def test_a_token_in_a_url_query_is_masked_in_the_dry_run(home: Path, run_cli: Any) -> None:
+    uri = "http://127.0.0.1:5999/?token=abcdef123&experiment=7"
+    r = run_cli("steps", "run", "rl/ppo", "-c", "tiny", "tracking.mlflow.enabled=true",
+                f"tracking.mlflow.tracking_uri={uri}", "--dry-run")  # fmt: skip
+    assert r.code == 0, r.err
+    assert (
+        "abcdef123" not in r.out + r.err
+        and "tracking_uri: http://127.0.0.1:5999/?token=***&experiment=7" in r.out
+    )

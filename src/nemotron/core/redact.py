@@ -97,13 +97,38 @@ def redact_values(tree: Any, values: Iterable[str]) -> Any:
 _URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^:/@\s'\"]+):[^@/\s'\"]*@")
 
 
+# A URL's query (and a fragment's parameters, as OAuth's implicit flow puts tokens there), parameter by parameter
+_URL_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^?#\s'\"]*)([?#][^\s'\"]*)")
+_PARAM = re.compile(r"([?#&;])([^=&;#\s'\"]+)=([^&;#\s'\"]*)")
+# parameter names that hold a secret though no part of them is a secret word (libpq's sslpassword, signed URLs)
+_SECRET_PARAMS = frozenset({"sslpassword", "pwd", "sig", "signature", "x-amz-signature", "x-amz-credential"})
+
+
+def _secret_param(name: str) -> bool:
+    return name.lower() in _SECRET_PARAMS or is_secret_name(name.replace("-", "_"))
+
+
 def redact_url_passwords(text: str) -> str:
-    """`text` with the password of every URL in it masked: postgresql://bob:***@db/team."""
-    return _URL_PASSWORD.sub(rf"\1:{MASK}@", text)
+    """`text` with the secrets of every URL in it masked: the password of its user info
+    (postgresql://bob:***@db/team) and each query parameter whose name holds a secret
+    (?sslmode=require&password=***, ?token=***, &X-Amz-Signature=***); the rest of the URL is shown."""
+    text = _URL_PASSWORD.sub(rf"\1:{MASK}@", text)
+
+    def query(m: re.Match[str]) -> str:
+        return m.group(1) + _PARAM.sub(
+            lambda p: (
+                f"{p.group(1)}{p.group(2)}={MASK}" if p.group(3) and _secret_param(p.group(2)) else p.group(0)
+            ),
+            m.group(2),
+        )
+
+    return _URL_QUERY.sub(query, text)
 
 
 def redact_text(text: str, values: Iterable[str]) -> str:
-    """Mask every occurrence of a known secret value (longest first, so overlapping secrets both vanish)."""
+    """Mask every occurrence of a known secret value (longest first, so overlapping secrets both vanish), and the
+    secrets of every URL in the text (redact_url_passwords)."""
+    text = redact_url_passwords(text)
     for v in sorted(set(values), key=len, reverse=True):
         if len(v) >= _MIN_VALUE_LEN:
             text = text.replace(v, MASK)
