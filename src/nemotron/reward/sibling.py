@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nemotron.core.procs import child_process
+from nemotron.errors import UserError
 from nemotron.reward.client import RewardServerError, wait_ready
 from nemotron.reward.server import TOKEN_ENV
 
@@ -191,6 +192,9 @@ def _own_server(
             deadline = time.monotonic() + startup_timeout
             while not ready.is_file():
                 if proc.poll() is not None:
+                    reason = _refusal(log_path) if proc.returncode == 2 else None
+                    if reason:  # the server's own bad input (a model it cannot load): the step's, exit 2
+                        raise UserError(f"the reward model cannot be served: {reason}")
                     raise RewardServerError(
                         f"the reward server (python -m {module}) exited with code {proc.returncode} before it was ready"
                         + (f"; see {log_path}" if log_path else "")
@@ -202,6 +206,16 @@ def _own_server(
             wait_ready(url, timeout=startup_timeout, token=token)
             log.info("reward server (pid %d) ready at %s", proc.pid, url)
             yield url, token
+
+
+def _refusal(log_path: Path | None) -> str | None:
+    """The one-line reason a server that exited 2 (bad input) gave: the last `error: ...` line of its log."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines() if log_path else []
+    except OSError:
+        return None
+    found = [line.removeprefix("error: ").strip() for line in lines if line.startswith("error: ")]
+    return found[-1] if found else None
 
 
 def external_url(configured: str | None) -> str | None:
