@@ -108,3 +108,42 @@ def test_a_broken_checkpoint_is_one_line_and_leaves_no_record(
     )
     assert r.out == ""
     assert _files(home) == []
+
+
+def _edited_copy(tmp: Path, shipped: str, name: str, **changes: Any) -> Path:
+    """A copy of a shipped tiny checkpoint with config.json keys changed."""
+    import json
+    import shutil
+
+    from nemotron.core.paths import shipped_root
+
+    path = tmp / name
+    shutil.copytree(shipped_root() / "tiny" / shipped, path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, **changes}))
+    return path
+
+
+@pytest.mark.parametrize(("args", "expect"), [
+    (("rl/reinforce", "inputs.policy={vocab}"),
+     "input 'policy' ({vocab}) cannot load: tensor transformer.wte.weight has 476 rows (shape [476, 64]) but"
+     " config.json says vocab_size 400"),
+    (("rl/rlhf", "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model={labels}"),
+     "input 'judge' ({labels}) cannot load: a reward model gives one score, and config.json gives it 2 labels"
+     " (num_labels)"),
+    (("rl/ppo", "inputs.reward_model={labels}"), "input 'reward_model' ({labels}) cannot load: a reward model gives one"),
+])  # fmt: skip
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry_run", "submit"])
+def test_a_checkpoint_whose_shapes_cannot_load_is_refused_from_its_headers(
+    args: tuple[str, str], expect: str, dry_run: bool, home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    """config.json against the safetensors headers, before anything is written (issue 42: both ran, registered an
+    input and failed with exit 2 or 3 later)."""
+    paths = {"vocab": _edited_copy(tmp_path, "sft_policy", "vocab400", vocab_size=400),
+             "labels": _edited_copy(tmp_path, "reward_model", "labels2", num_labels=2)}  # fmt: skip
+    step, override = args
+    r = run_cli(
+        "steps", "run", step, "-c", "tiny", override.format(**paths), *(["--dry-run"] if dry_run else [])
+    )
+    assert r.code == 2 and expect.format(**paths) in r.err, r.err[-2000:]
+    assert "Traceback" not in r.err and _files(home) == []

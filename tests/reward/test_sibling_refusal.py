@@ -14,10 +14,12 @@ from nemotron.core.paths import shipped_root
 def test_a_reward_model_the_server_refuses_is_exit_2_with_its_reason(
     home: Path, tmp_path: Path, run_cli: Any
 ) -> None:
-    rm = tmp_path / "two_labels"
+    """The checkpoint's headers and shapes pass the dry run's checks (tests/bad_inputs/test_preflight.py); its
+    config does not build (64 dimensions over 3 heads), which only loading it finds."""
+    rm = tmp_path / "three_heads"
     shutil.copytree(shipped_root() / "tiny" / "reward_model", rm)
     config = json.loads((rm / "config.json").read_text())
-    config.update(num_labels=2, id2label={"0": "bad", "1": "good"}, label2id={"bad": 0, "good": 1})
+    config.update(n_head=3)
     (rm / "config.json").write_text(json.dumps(config))
     r = run_cli("steps", "run", "rl/rlhf", "-c", "tiny", "grpo.max_num_steps=1",
                 f"env.nemo_gym.genrm_model.responses_api_models.vllm_model.model={rm}", timeout=300)  # fmt: skip

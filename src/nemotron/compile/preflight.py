@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from nemotron.config.backends import PREFLIGHT_RULES, READS_TOKENIZER_JSON_ONLY
 from nemotron.config.stepconfig import engine_name
 from nemotron.errors import UserError
-from nemotron.models.layout import CheckpointError, parameter_count, read_config
+from nemotron.models.layout import CheckpointError, parameter_count, read_config, shape_problems
 from nemotron.tracking.checks import tracking_problems
 
 if TYPE_CHECKING:
@@ -283,8 +283,12 @@ def unloadable_inputs(catalog: Catalog, config: BaseModel, bindings: Sequence[Bi
         path = Path(b.path)
         try:
             if catalog.is_a(b.expected_type, "checkpoint_hf") and path.is_dir():
-                read_config(path)
+                checkpoint_config = read_config(path)
                 parameter_count(path)  # every shard the index names is there, and every header reads
+                reward_model = catalog.is_a(b.actual_type or b.expected_type, "reward_model_hf")
+                shapes = shape_problems(path, checkpoint_config, reward_model)
+                if shapes:
+                    raise CheckpointError(f"{path}: {'; '.join(shapes)}")
                 # a critic's tokenizer is the policy's: NeMo-RL's value model and our PPO tokenize with the policy
                 if not catalog.is_a(b.expected_type, "critic_hf"):
                     wanted = TOKENIZER_FILES[:1] if json_only else TOKENIZER_FILES

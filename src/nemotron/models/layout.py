@@ -107,6 +107,36 @@ def _header(file: Path) -> dict[str, Any]:
     return {name: meta for name, meta in header.items() if name != "__metadata__"}
 
 
+# Tensor names (their ends) of an input embedding and of a sequence classifier's score head, across the families
+_EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight")
+_SCORE_HEADS = ("score.weight", "classifier.weight")
+
+
+def shape_problems(path: Path, config: dict[str, Any], reward_model: bool) -> list[str]:
+    """What would stop the checkpoint loading, read from config.json and the safetensors headers (no weight is
+    read): an embedding whose rows are not config.json's vocab_size; for a reward model, more than one label or a
+    score head of more than one row. Each names the tensor and both shapes."""
+    shapes = {name: shape for file in weight_files(path) for name, shape in safetensors_shapes(file).items()}
+    vocab = config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size"))
+    problems = [
+        f"tensor {name} has {shape[0]} rows (shape {shape}) but config.json says vocab_size {vocab}"
+        for name, shape in sorted(shapes.items())
+        if name.endswith(_EMBEDDINGS) and type(vocab) is int and shape and shape[0] != vocab
+    ]
+    if reward_model:
+        labels = config.get("num_labels") or len(config.get("id2label") or {}) or 1
+        if labels != 1:
+            problems.append(
+                f"a reward model gives one score, and config.json gives it {labels} labels (num_labels)"
+            )
+        problems += [
+            f"tensor {name} has shape {shape}, a reward model's score head has shape [1, {shape[-1]}]"
+            for name, shape in sorted(shapes.items())
+            if name.endswith(_SCORE_HEADS) and shape and shape[0] != 1
+        ]
+    return problems
+
+
 def parameter_count(path: Path) -> int:
     """Parameters stored in the checkpoint (a tied embedding is stored, and counted, once)."""
     return sum(math.prod(shape) for file in weight_files(path) for shape in safetensors_shapes(file).values())
