@@ -3,15 +3,38 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from nemotron.config.configtree import deep_merge, unflatten
 from nemotron.core.paths import bundled_root
 from nemotron.errors import NotFound, UserError, did_you_mean
+
+# sbatch's --time formats (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) and its words for no limit; --mem's
+# SIZE[K|M|G|T] (0: all of a node's memory)
+_SLURM_TIME = re.compile(r"\d+(:\d\d?){0,2}|\d+-\d+(:\d\d?){0,2}|unlimited|infinite", re.IGNORECASE)
+_SLURM_MEM = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
+
+
+def _slurm_time(value: str) -> str:
+    if not _SLURM_TIME.fullmatch(value.strip()):
+        raise ValueError(
+            f"{value!r} is not a Slurm time limit: sbatch --time takes MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"
+            " or UNLIMITED"
+        )
+    return value.strip()
+
+
+def _slurm_mem(value: str | None) -> str | None:
+    if value is not None and not _SLURM_MEM.fullmatch(value.strip()):
+        raise ValueError(
+            f"{value!r} is not a Slurm memory size: sbatch --mem takes a number with K, M, G or T (64G)"
+        )
+    return value.strip() if value is not None else None
 
 
 class _ProfileBase(BaseModel):
@@ -54,8 +77,8 @@ class SlurmProfile(_ProfileBase):
     gpu_memory_gb: float | None = Field(None, gt=0)
     ntasks_per_node: int = Field(1, ge=1)
     cpus_per_task: int | None = Field(None, ge=1)
-    mem: str | None = None
-    time: str = "01:00:00"
+    mem: Annotated[str | None, AfterValidator(_slurm_mem)] = None
+    time: Annotated[str, AfterValidator(_slurm_time)] = "01:00:00"
     # seconds before `time` runs out at which Slurm warns the job (`#SBATCH --signal=USR1@N`): a built-in step
     # saves a checkpoint at the end of its current training step and requeues the job, which resumes from it
     # (docs/cluster.md, "Preemption and resume"); 0: no warning
@@ -229,7 +252,10 @@ def load_profile(name: str) -> AnyProfile:
             loc = [str(p) for p in err["loc"] if p not in ("local", "slurm", "lepton")]
             # numbers only: a mistyped env_vars value may be a secret
             got = f" (got {err['input']!r})" if type(err["input"]) in (int, float) else ""
-            problems.append(f"{'.'.join(loc) or '(profile)'}: {err['msg']}{got}")
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden" and kind is not None and len(loc) == 1:
+                msg = f"unknown key{did_you_mean(loc[0], kind.model_fields)}"
+            problems.append(f"{'.'.join(loc) or '(profile)'}: {msg}{got}")
         if len(problems) == 1:
             raise UserError(f"profile '{name}' in {source} is invalid: {problems[0]}") from None
         raise UserError(f"profile '{name}' in {source} is invalid:", problems) from None
