@@ -152,6 +152,18 @@ def test_an_unreachable_store_is_exit_3_in_one_line_naming_the_host(home: Path, 
     assert r.code == 2 and "no SQLite store" in r.err  # an empty home has nothing to migrate
 
 
+def test_a_step_whose_team_store_is_unreachable_is_refused_before_it_trains(home: Path, run_cli: Any) -> None:
+    """Issue 42: the run trained, then failed registering (exit 3 after the work); now it is refused at submit,
+    in the seconds of the store's retries, with nothing written."""
+    url = f"postgresql://nemotron@127.0.0.1:{_closed_port()}/team"
+    started = time.monotonic()
+    r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", env={"NEMOTRON_STORE_URL": url})
+    assert r.code == 3 and "is unreachable after 4 tries" in r.err.strip().splitlines()[-1], r.err[-2000:]
+    assert time.monotonic() - started < 30 and not home.exists()  # no job dir, no training
+    dry = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", "--dry-run", env={"NEMOTRON_STORE_URL": url})
+    assert dry.code == 0, dry.err  # a dry run asks no service
+
+
 def test_migrate_refuses_a_password_in_the_url(home: Path, run_cli: Any) -> None:
     r = run_cli("artifacts", "migrate", "--to", "postgresql://nemotron:hunter2@db.example.com/team")
     assert r.code == 2 and "a password in the URL" in r.err.splitlines()[0] and "PGPASSWORD" in r.err

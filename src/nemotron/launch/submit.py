@@ -10,6 +10,7 @@ from typing import Any
 
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.compile import Job
+from nemotron.config.profiles import runs_here
 from nemotron.core.paths import jobs_dir
 from nemotron.core.redact import redact_text, secret_values
 from nemotron.engines.base import Launch, Placement, engine_for
@@ -81,6 +82,10 @@ def submit(job: Job) -> int:
         print(f"warning: {refusal(group)}", file=sys.stderr, flush=True)
     root = job.profile.artifacts_root
     store = open_store(Path(root).expanduser() if root else artifacts_dir())
+    if runs_here(job.profile):
+        # the store the step registers into answers now, or the run is refused here (exit 3, in seconds) instead of
+        # failing after its training: a team store (PostgreSQL) is asked, with its retries; a local one is a file
+        store.exists()
     # a plain-path input is registered (as external.NAME) with the job's outputs, in their transaction: a run that
     # fails registers nothing (nemotron.artifacts.lineage)
     pin_inputs(job, store)
