@@ -98,6 +98,7 @@ def main() -> None:
     # ---- loop: update, then report (with the validation loss every log_interval steps)
     policy.train()
     total = cfg.trainer.max_steps
+    run.rewind_metrics(-1)  # a requeued run starts over (no resume here): its lost run's rows go
     for step in range(1, total + 1):
         t0 = time.perf_counter()
         batch = sft_batch(tokenizer, batches.next(), cfg.trainer.max_length)

@@ -78,6 +78,23 @@ def submitted(home: Path) -> Iterator[list[str]]:
         subprocess.run(["scancel", slurm_id], capture_output=True)
 
 
+@pytest.mark.slurm(group="single")
+def test_a_job_requeued_before_its_first_checkpoint_starts_over_and_logs_each_step_once(
+    home: Path, slurm_cluster: Any, uninterrupted_sha: str, submitted: list[str]
+) -> None:
+    """Issue 43: requeued at step 2 (the first checkpoint is step 3's), the restart trains from step 1 again, and
+    metrics.jsonl held steps 1-2 twice; it now starts over with the file."""
+    env = {**os.environ, "NEMOTRON_FAULT": "stall@3", "NEMOTRON_FAULT_STALL_S": "300"}
+    _, job_dir, slurm_id = _submit(env, home, submitted)
+    wait_for(lambda: 2 in steps_logged(job_dir), 240, "the run reaching step 2")
+    requeue_now(slurm_id)
+    assert slurm_cluster.final_state(slurm_id, timeout_s=240) == "COMPLETED"
+    assert steps_logged(job_dir) == list(range(1, 9))  # each step once, the lost run's 1-2 gone
+    assert (
+        policy_sha({k: v for k, v in env.items() if not k.startswith("NEMOTRON_FAULT")}) == uninterrupted_sha
+    )
+
+
 @pytest.mark.slurm(group="single")  # the built-in engine: one one-CPU task
 def test_a_requeued_job_resumes_from_its_checkpoint_and_a_finished_one_is_not_retrained(
     home: Path, slurm_cluster: Any, uninterrupted_sha: str, submitted: list[str]

@@ -340,7 +340,8 @@ class Checkpoints:
 
     def resume(self) -> tuple[int, int]:
         """(start step, data position): (0, 0) for a fresh run. A restarted job (requeued, preempted) continues
-        from its own newest checkpoint, and its metrics.jsonl drops the rows the lost run wrote after it."""
+        from its own newest checkpoint, and its metrics.jsonl drops the rows the lost run wrote after it; one
+        restarted before its first checkpoint starts over, and drops them all."""
         start, position = trainstate.maybe_resume(
             self.run.job_dir,
             self.run.record.step,
@@ -352,8 +353,7 @@ class Checkpoints:
             self.world,
         )
         self.started_at = start
-        if start:
-            self.run.rewind_metrics(start)
+        self.run.rewind_metrics(start if start else -1)
         return start, position
 
     def maybe_save(self, step: int, position: int) -> Path | None:

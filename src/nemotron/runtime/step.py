@@ -128,7 +128,7 @@ class StepRun(Generic[C]):
 
     def rewind_metrics(self, step: int) -> None:
         """Drop metrics.jsonl rows after `step`: a restarted job resumes there, and the rows its lost run wrote
-        after that checkpoint would otherwise appear twice."""
+        after that checkpoint would otherwise appear twice. -1 drops every row: a restart that starts over."""
         if not self.is_main:
             return
         path = self.job_dir / "metrics.jsonl"

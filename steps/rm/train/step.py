@@ -107,6 +107,7 @@ def main() -> None:
     # ---- loop: update, then report (with the held-out accuracy every log_interval steps)
     model.train()
     total = cfg.trainer.max_steps
+    run.rewind_metrics(-1)  # a requeued run starts over (no resume here): its lost run's rows go
     for step in range(1, total + 1):
         t0 = time.perf_counter()
         batch = preference_batch(tokenizer, batches.next(), cfg.trainer.max_length)
