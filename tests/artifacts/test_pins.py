@@ -8,11 +8,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.slurm.jobs import wait_for
 
 from nemotron.artifacts.gc import GcRun
 from nemotron.artifacts.store import ArtifactStore, open_store
@@ -34,16 +34,6 @@ def _pins(store: ArtifactStore) -> list[tuple[int, str]]:
         return [tuple(r) for r in conn.execute("SELECT artifact_id, job_id FROM pins ORDER BY artifact_id")]
 
 
-def _wait_for(what: str, check: Any, timeout_s: float = 120) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} within {timeout_s} s")
-
-
 def test_gc_beside_a_running_step_keeps_its_input_and_lineage_stays_whole(
     home: Path, fixture_steps: Path, run_cli: Any, store_backend: str
 ) -> None:
@@ -56,10 +46,8 @@ def test_gc_beside_a_running_step_keeps_its_input_and_lineage_stays_whole(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     try:
-        running = _wait_for(
-            "a step logging", lambda: [m.parent for m in (home / "jobs").glob("*/metrics.jsonl")]
-        )
-        job_id = running[0].name
+        wait_for(lambda: list((home / "jobs").glob("*/metrics.jsonl")), 120, "a step logging")
+        job_id = next((home / "jobs").glob("*/metrics.jsonl")).parent.name
         dry = run_cli("artifacts", "gc")  # v1 is older than the newest numbers: only the step keeps it
         assert dry.code == 0 and f"keeping numbers:v1: job {job_id} uses it as an input" in dry.out, dry.out
         r = run_cli("artifacts", "gc", "--yes")

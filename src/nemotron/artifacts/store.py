@@ -355,35 +355,34 @@ class ArtifactStore:
 
     def delete(self, artifact_ids: Sequence[int]) -> None:
         """Drop index rows (and their edges) in one transaction. Files are the caller's business. An artifact an
-        alias points at is refused (exit 2, naming the alias): an alias never points at a deleted artifact."""
+        alias points at, or a job that has not ended uses, is refused (exit 2, naming the alias or the job): an
+        alias never points at a deleted artifact, nor a job's input at a missing one."""
         if not artifact_ids:
             return
         marks = ",".join("?" * len(artifact_ids))
         with self._connect(write=True) as conn:
             self.index.begin_write(conn, exclusive=True)
             with committed(conn):
-                held = conn.execute(
-                    f"SELECT al.name, al.alias, a.version FROM aliases al JOIN artifacts a ON a.id = al.artifact_id"
-                    f" WHERE al.artifact_id IN ({marks}) ORDER BY al.name, al.alias",
-                    list(artifact_ids),
-                ).fetchall()
-                if held:
-                    name, alias, version = held[0]
-                    raise UserError(f"cannot delete {name}:v{version}: alias {name}@{alias} points at it (move it"
-                                    f" or remove it first: nemotron artifacts unalias {name}@{alias})")  # fmt: skip
-                used = conn.execute(
-                    f"SELECT a.name, a.version, p.job_id FROM pins p JOIN artifacts a ON a.id = p.artifact_id"
-                    f" WHERE p.artifact_id IN ({marks}) ORDER BY a.name, a.version, p.job_id",
-                    list(artifact_ids),
-                ).fetchall()
-                if used:
-                    name, version, job_id = used[0]
-                    raise UserError(f"cannot delete {name}:v{version}: job {job_id} uses it as an input")
+                for sql, why in _HELD:  # an alias or a job that has not ended holds it
+                    held = conn.execute(sql.format(marks=marks), list(artifact_ids)).fetchone()
+                    if held:
+                        raise UserError(f"cannot delete {held[0]}:v{held[1]}: " + why.format(*held))
                 conn.execute(
                     f"DELETE FROM edges WHERE child IN ({marks}) OR parent IN ({marks})",
                     [*artifact_ids, *artifact_ids],
                 )
                 conn.execute(f"DELETE FROM artifacts WHERE id IN ({marks})", list(artifact_ids))
+
+
+# What refuses ArtifactStore.delete: (name, version, holder) of a held artifact among {marks}, and the reason
+_HELD = (
+    ("SELECT al.name, a.version, al.alias FROM aliases al JOIN artifacts a ON a.id = al.artifact_id"
+     " WHERE al.artifact_id IN ({marks}) ORDER BY al.name, al.alias",
+     "alias {0}@{2} points at it (move it or remove it first: nemotron artifacts unalias {0}@{2})"),
+    ("SELECT a.name, a.version, p.job_id FROM pins p JOIN artifacts a ON a.id = p.artifact_id"
+     " WHERE p.artifact_id IN ({marks}) ORDER BY a.name, a.version, p.job_id",
+     "job {2} uses it as an input"),
+)  # fmt: skip
 
 
 def open_store(root: Path | None = None) -> ArtifactStore:
