@@ -313,10 +313,16 @@ def cancel(job_dir: Path, record: Reader, wait_s: float = 30.0) -> dict[str, Any
         raise UserError(f"job {job_dir.name} was never submitted (no scheduler handle in status.json)")
     record(status, job_dir).cancel()
     deadline = time.monotonic() + wait_s
+    asked = time.monotonic()
     while time.monotonic() < deadline:
         status = refresh_status(job_dir, record)
         if status.get("state") in FINAL:
             break
+        if time.monotonic() - asked > 3.0:
+            # a cancel that did not take: NeMo-Run (torchx) cancels only a job its scheduler query finds, and a job
+            # submitted a moment ago may not be in Slurm's accounting yet (seen under load: the job ran to its end)
+            record(status, job_dir).cancel()
+            asked = time.monotonic()
         time.sleep(0.5)
     if status.get("state") not in FINAL:
         status = update_status(job_dir, state="cancelled", ended_at=now())
