@@ -340,10 +340,10 @@ def _job_ended(job_id: str) -> bool:
     """Whether a job that pinned artifacts has ended, as this home recorded it (a job of another home, or one
     whose record is gone, keeps its pins: `nemotron jobs status JOB` records a remote job's end)."""
     from nemotron.core.paths import jobs_dir
-    from nemotron.jobs.record import read_status
+    from nemotron.jobs.record import FINAL, read_status
 
     job_dir = jobs_dir() / job_id
-    return job_dir.is_dir() and read_status(job_dir).get("state") in ("succeeded", "failed", "cancelled")
+    return job_dir.is_dir() and read_status(job_dir).get("state") in FINAL
 
 
 @app.command("gc", epilog=epilog("nemotron artifacts gc --keep 2 (add --yes to delete)"))

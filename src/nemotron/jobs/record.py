@@ -88,6 +88,10 @@ def load_record(job_dir: Path) -> JobRecord:
     return parse_record(data, path)
 
 
+# The states a job ends in: status.json never changes after one
+FINAL = ("succeeded", "failed", "cancelled")
+
+
 def read_status(job_dir: Path) -> dict[str, Any]:
     """status.json, the record that changes while a job runs (state, times, scheduler ids): {"state": "unknown"}
     when it is absent or unreadable, e.g. half-written by an executor right now."""

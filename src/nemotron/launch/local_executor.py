@@ -23,8 +23,6 @@ from nemotron.launch import render
 if TYPE_CHECKING:
     from rich.console import Console
 
-FINAL = ("succeeded", "failed", "cancelled")
-
 
 @cache
 def err() -> Console:
@@ -98,7 +96,7 @@ class LocalExecutor:
         a reboot) is recorded as failed here, instead of staying `running` forever."""
         from nemotron.core.procs import is_alive
         from nemotron.jobs.dirs import now, update_status
-        from nemotron.jobs.record import read_status
+        from nemotron.jobs.record import FINAL, read_status
 
         status = read_status(job_dir)
         if status.get("state") in FINAL:
@@ -118,7 +116,7 @@ class LocalExecutor:
         )
 
     def print_logs(self, job_dir: Path, follow: bool) -> None:
-        from nemotron.jobs.record import read_status
+        from nemotron.jobs.record import FINAL, read_status
 
         path = job_dir / "logs" / "step.log"
         pos = 0

@@ -23,11 +23,10 @@ from typing import Any
 from nemotron.core.paths import nemotron_home
 from nemotron.errors import UserError
 from nemotron.jobs.dirs import now, read_record, update_status
-from nemotron.jobs.record import read_status
+from nemotron.jobs.record import FINAL, read_status
 from nemotron.launch.records import RemoteRecord
 
 log = logging.getLogger("nemotron")
-FINAL = ("succeeded", "failed", "cancelled")
 # sacct lags squeue by up to a second or two and knows nothing of a job in that time: pending, not lost.
 UNKNOWN_GRACE_S = 120.0
 _EXIT_LINE = re.compile(r"job exited with code (\d+)")
