@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -169,6 +169,18 @@ class ArtifactStore:
                 for i in [] if gone else ids:
                     conn.execute("INSERT INTO pins VALUES (?,?,?) ON CONFLICT DO NOTHING", (i, job_id, now))
         return gone
+
+    @contextmanager
+    def pinned(self, job_id: str, artifact_ids: Sequence[int]) -> Iterator[list[int]]:
+        """`pin`, let go again if the body raises (no job record came to let go of them later). Yields the ids
+        removed since they were resolved (none is pinned then)."""
+        gone = self.pin(job_id, artifact_ids)
+        try:
+            yield gone
+        except BaseException:
+            if not gone:
+                self.unpin([job_id])
+            raise
 
     def unpin(self, job_ids: Sequence[str]) -> None:
         """Let go of what the ended jobs `job_ids` held."""

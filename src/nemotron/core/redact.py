@@ -81,6 +81,20 @@ def secret_values(*trees: Any, environ: Mapping[str, str] | None = None) -> set[
     return found
 
 
+def secret_overrides(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """dotted key -> value of every non-empty value held under a secret-looking name: what a step is handed
+    apart from its masked config."""
+    out: dict[str, Any] = {}
+    if isinstance(tree, Mapping):
+        for k, v in tree.items():
+            key = f"{prefix}{k}"
+            if is_secret_name(str(k)) and v not in (None, ""):
+                out[key] = v
+            else:
+                out.update(secret_overrides(v, key + "."))
+    return out
+
+
 def redact_values(tree: Any, values: Iterable[str]) -> Any:
     """A copy with every known secret value masked inside any string, at any depth (structure stays valid)."""
     values = sorted(set(values), key=len, reverse=True)

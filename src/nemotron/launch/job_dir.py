@@ -19,9 +19,9 @@ import yaml
 
 from nemotron.core.atomic import write_atomic
 from nemotron.core.paths import jobs_dir, writable_dir
-from nemotron.core.redact import redact_tree, redact_values, secret_values
+from nemotron.core.redact import redact_tree, redact_values, secret_overrides, secret_values
 from nemotron.jobs.dirs import index_job, now
-from nemotron.jobs.record import JobRecord, parse_record
+from nemotron.jobs.record import parse_record
 
 if TYPE_CHECKING:
     from nemotron.compile import Job
@@ -70,68 +70,58 @@ def git_info(path: Path) -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def job_record(job: Job, rendered: str) -> JobRecord:
-    """What job.yaml holds. Secrets are masked by name here; values are masked again by the caller's text pass."""
-    return parse_record(
-        {
-            "job_id": job.job_id,
-            "step": job.step_id,
-            "preset": job.preset,
-            "created_at": now(),
-            "argv": list(job.argv),
-            "mode": job.mode,
-            "executor": job.profile.executor,
-            "profile": redact_tree(job.profile.model_dump(mode="json", by_alias=True)),
-            "config": redact_tree(job.config),
-            "config_hash": job.config_hash,
-            "sources": job.sources,
-            "inputs": [asdict(b) for b in job.bindings],
-            "outputs": {k: {"artifact": v[0], "type": v[1]} for k, v in job.outputs.items()},
-            "resources": job.resources._asdict(),
-            "launch": rendered,
-            "git": git_info(Path(job.entry)),
-            "versions": package_versions(),
-        },
-        Path("job.yaml"),
-    )
+def job_files(job: Job, rendered: str) -> dict[str, tuple[str, int]]:
+    """name -> (text, mode) of every file a new job dir holds: job.yaml (the record) and config.yaml with secrets
+    masked by name and by value, .secrets.json with the real values for the step alone (owner-readable, never
+    printed), status.json. Pure but for the clock, git and the installed versions."""
+    secrets = secret_values(job.config, job.profile.model_dump(mode="json"))
+    overrides = secret_overrides(job.step_config)
+    record = {
+        "job_id": job.job_id,
+        "step": job.step_id,
+        "preset": job.preset,
+        "created_at": now(),
+        "argv": list(job.argv),
+        "mode": job.mode,
+        "executor": job.profile.executor,
+        "profile": redact_tree(job.profile.model_dump(mode="json", by_alias=True)),
+        "config": redact_tree(job.config),
+        "config_hash": job.config_hash,
+        "sources": job.sources,
+        "inputs": [asdict(b) for b in job.bindings],
+        "outputs": {k: {"artifact": v[0], "type": v[1]} for k, v in job.outputs.items()},
+        "resources": job.resources._asdict(),
+        "launch": rendered,
+        "git": git_info(Path(job.entry)),
+        "versions": package_versions(),
+    }
+    masked, step_config = redact_values([record, redact_tree(job.step_config)], secrets)
+    return {
+        "job.yaml": (
+            yaml.safe_dump(parse_record(masked, Path("job.yaml")).model_dump(mode="json"), sort_keys=False),
+            0o644,
+        ),
+        "config.yaml": (yaml.safe_dump(step_config, sort_keys=False), 0o644),
+        ".secrets.json": (json.dumps(overrides), 0o600),
+        "status.json": (json.dumps({"state": "pending", "created_at": now()}), 0o644),
+    }
 
 
 def create_job_dir(job: Job, rendered: str, files: dict[str, str] | None = None) -> Path:
-    """Write the record (and `files`: name -> text, e.g. the resource plan's plan.json) into a temporary dir,
+    """Write the job's files (and `files`: name -> text, e.g. the resource plan's plan.json) into a temporary dir,
     then rename: a job dir is either complete or absent."""
+    written = job_files(job, rendered) | {name: (text, 0o644) for name, text in (files or {}).items()}
     root = writable_dir(jobs_dir(), "jobs directory")
     final = root / job.job_id
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{job.job_id}."))
     try:
-        secrets = secret_values(job.config, job.profile.model_dump(mode="json"))
-        record = redact_values(job_record(job, rendered).model_dump(mode="json"), secrets)
-        write_atomic(tmp / "job.yaml", yaml.safe_dump(record, sort_keys=False))
-        step_config = redact_values(redact_tree(job.step_config), secrets)
-        write_atomic(tmp / "config.yaml", yaml.safe_dump(step_config, sort_keys=False))
-        # The real secret values, for the step only: owner-readable, never printed.
-        write_atomic(tmp / ".secrets.json", json.dumps(_secret_overrides(job.step_config)), mode=0o600)
+        for name, (text, mode) in written.items():
+            write_atomic(tmp / name, text, mode=mode)
         (tmp / "logs").mkdir()
         (tmp / "checkpoints").mkdir()
-        write_atomic(tmp / "status.json", json.dumps({"state": "pending", "created_at": now()}))
-        for name, text in (files or {}).items():
-            write_atomic(tmp / name, text)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     index_job(final)
     return final
-
-
-def _secret_overrides(tree: Any, prefix: str = "") -> dict[str, Any]:
-    from nemotron.core.redact import is_secret_name
-
-    out: dict[str, Any] = {}
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            key = f"{prefix}{k}"
-            if is_secret_name(str(k)) and v not in (None, ""):
-                out[key] = v
-            else:
-                out.update(_secret_overrides(v, key + "."))
-    return out

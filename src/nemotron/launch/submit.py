@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemotron.artifacts.store import ArtifactStore
 from nemotron.compile import Job
 from nemotron.config.profiles import runs_here
 from nemotron.core.paths import jobs_dir
@@ -17,8 +16,9 @@ from nemotron.engines.base import Launch, Placement, engine_for
 from nemotron.errors import UserError
 from nemotron.launch import render
 from nemotron.launch.executor import Executor, executor_for
-from nemotron.plan.terms import Plan, refusal
-from nemotron.plan.terms import render as render_plan
+from nemotron.plan import terms
+from nemotron.plan.groups import fitting_plan
+from nemotron.plan.terms import refusal
 
 
 def _secrets(job: Job) -> set[str]:
@@ -38,23 +38,11 @@ def rendered_launch(job: Job) -> str:
     return plan(job)[3]
 
 
-def resource_plan(job: Job, where: Placement) -> Plan:
-    """The job's resource plan on its placement; a plan that cannot fit is refused here (exit 2, naming the
-    process group, the device, the memory and the keys that would make it fit) unless plan.on_no_fit=warn."""
-    from nemotron.plan.groups import plan_job
-
-    planned = plan_job(job, where.nodes, where.gpus_per_node)
-    refused = planned.refused()
-    if refused:
-        raise UserError(refusal(refused[0]))
-    return planned
-
-
 def dry_run(job: Job) -> str:
     _, where, _, text = plan(job)
-    planned = resource_plan(job, where)
+    planned = fitting_plan(job, where.nodes, where.gpus_per_node)
     warnings = [f"warning: {refusal(g)}" for g in planned.overflows()]
-    table = "\n".join([render_plan(planned), *warnings])
+    table = "\n".join([terms.render(planned), *warnings])
     return render.dry_run_text(job, text, str(jobs_dir() / job.job_id), _secrets(job), table)
 
 
@@ -66,7 +54,7 @@ def dry_run_json(job: Job) -> dict[str, Any]:
         "preset": job.preset,
         "profile": job.profile.name,
         "job_dir": str(jobs_dir() / job.job_id),
-        "resource_plan": resource_plan(job, where).as_json(),
+        "resource_plan": fitting_plan(job, where.nodes, where.gpus_per_node).as_json(),
         "launch": redact_text(text, _secrets(job)),
     }
 
@@ -77,34 +65,25 @@ def submit(job: Job) -> int:
     from nemotron.launch.job_dir import create_job_dir
 
     executor, where, launch, text = plan(job)  # every refusal happens here, before anything is written
-    planned = resource_plan(job, where)
+    planned = fitting_plan(job, where.nodes, where.gpus_per_node)
     for group in planned.overflows():  # plan.on_no_fit=warn: the user knows better
         print(f"warning: {refusal(group)}", file=sys.stderr, flush=True)
-    root = job.profile.artifacts_root
+    files = {"plan.json": json.dumps(planned.as_json(), indent=2) + "\n"}
+    here, root = runs_here(job.profile), job.profile.artifacts_root
     store = open_store(Path(root).expanduser() if root else artifacts_dir())
-    if runs_here(job.profile):
+    if here:
         # the store the step registers into answers now, or the run is refused here (exit 3, in seconds) instead of
         # failing after its training: a team store (PostgreSQL) is asked, with its retries; a local one is a file
         store.exists()
-    # a plain-path input is registered (as external.NAME) with the job's outputs, in their transaction: a run that
-    # fails registers nothing (nemotron.artifacts.lineage)
-    pin_inputs(job, store)
-    try:
-        job_dir = create_job_dir(job, text, {"plan.json": json.dumps(planned.as_json(), indent=2) + "\n"})
-    except BaseException:  # no job dir records the job: nothing would ever let go of its pins
-        store.unpin([job.job_id])
-        raise
-    return executor.submit(job, job_dir, where, launch)
-
-
-def pin_inputs(job: Job, store: ArtifactStore) -> None:
-    """Hold the store artifacts the job's inputs resolved to until it registers its outputs or ends, so that no
-    `artifacts gc` removes them under it. One removed since this command resolved it is bad input (exit 2), and
-    nothing is written."""
+    # the store versions the inputs resolved to are held until the job registers its outputs or ends, so that no
+    # `artifacts gc` removes them under it; let go if no job dir comes to record the job. A plain-path input is
+    # registered (as external.NAME) with the job's outputs, in their transaction: a failed run registers nothing.
     resolved = [b for b in job.bindings if b.artifact_id is not None]
-    gone = set(store.pin(job.job_id, [b.artifact_id for b in resolved if b.artifact_id is not None]))
-    if gone:
-        names = ", ".join(f"inputs.{b.name} ({b.artifact})" for b in resolved if b.artifact_id in gone)
-        raise UserError(
-            f"{names}: removed by `nemotron artifacts gc` since this command resolved it; run the command again"
-        )
+    with store.pinned(job.job_id, [b.artifact_id for b in resolved if b.artifact_id is not None]) as gone:
+        if gone:  # removed since this command resolved it: bad input (exit 2), nothing written
+            names = ", ".join(f"inputs.{b.name} ({b.artifact})" for b in resolved if b.artifact_id in gone)
+            raise UserError(
+                f"{names}: removed by `nemotron artifacts gc` since this command resolved it; run the command again"
+            )
+        job_dir = create_job_dir(job, text, files)
+    return executor.submit(job, job_dir, where, launch)

@@ -23,12 +23,13 @@ from nemotron.plan.shapes import ModelShape, known_shape, shape_from_checkpoint
 from nemotron.plan.terms import (
     CPU_RUNTIME_MB,
     GPU_RUNTIME_MB,
+    GPU_TYPES,
     Group,
     Plan,
     activations_mb,
-    device_memory,
     heap_slack_mb,
     model_entry,
+    refusal,
     training_peak,
 )
 
@@ -105,6 +106,53 @@ def plan_job(job: Job, nodes: int, gpus_per_node: int) -> Plan:
             + ", ".join(sorted(ctx.roles))
         )
     return Plan(groups, config.plan.on_no_fit, shapes.unknown)
+
+
+def fitting_plan(job: Job, nodes: int, gpus_per_node: int) -> Plan:
+    """`plan_job`, refused here when it cannot fit (exit 2, naming the process group, the device, the memory and
+    the keys that would make it fit) unless plan.on_no_fit=warn: dry run and submit plan through this."""
+    planned = plan_job(job, nodes, gpus_per_node)
+    refused = planned.refused()
+    if refused:
+        raise UserError(refusal(refused[0]))
+    return planned
+
+
+def device_memory(profile: Any, runtime_device: str = "auto") -> tuple[str, float | None, bool]:
+    """(the device's name, its memory in MiB or None when unknown, whether it is a GPU).
+
+    A local job trains on a GPU when its `runtime.device` is `cuda`, or `auto` on a machine whose NVIDIA driver
+    lists a GPU (/proc/driver/nvidia/gpus: read, not torch, which dry-run never imports)."""
+    gpus = int(getattr(profile, "gpus_per_node", 0) or 0)
+    gpu_type, gpu_gb = getattr(profile, "gpu_type", None), getattr(profile, "gpu_memory_gb", None)
+    local = runs_here(profile)
+    local_gpu = local and (runtime_device == "cuda" or (runtime_device == "auto" and _nvidia_gpu_here()))
+    if gpus > 0 or gpu_type or gpu_gb or local_gpu:
+        if gpu_gb:
+            return f"GPU (gpu_memory_gb = {gpu_gb:g})", float(gpu_gb) * 1024, True
+        if gpu_type:
+            return f"{gpu_type} ({GPU_TYPES[gpu_type] / 1024:.0f} GiB)", float(GPU_TYPES[gpu_type]), True
+        return "GPU (memory unknown: set the profile's gpu_type or gpu_memory_gb)", None, True
+    if local:
+        return "RAM", _ram_mb(), False
+    return "RAM of a node (unknown)", None, False
+
+
+def _nvidia_gpu_here() -> bool:
+    try:
+        return any(Path("/proc/driver/nvidia/gpus").iterdir())
+    except OSError:
+        return False
+
+
+def _ram_mb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
 
 
 class PlanContext:

@@ -10,10 +10,8 @@ after each optimizer step (`zero_grad(set_to_none=True)`), so the two are not he
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from nemotron.config.profiles import runs_here
 from nemotron.plan.shapes import ModelShape
 
 MiB = 2**20
@@ -33,43 +31,6 @@ GPU_RUNTIME_MB = 1024.0
 # A CPU step process's resident set before its models: Python, torch, transformers, tokenizers and the data,
 # measured as the peak_memory_mb of a tiny (0.13M-parameter) sft run (bench/memory_plan.py).
 CPU_RUNTIME_MB = 430.0
-
-
-def device_memory(profile: Any, runtime_device: str = "auto") -> tuple[str, float | None, bool]:
-    """(the device's name, its memory in MiB or None when unknown, whether it is a GPU).
-
-    A local job trains on a GPU when its `runtime.device` is `cuda`, or `auto` on a machine whose NVIDIA driver
-    lists a GPU (/proc/driver/nvidia/gpus: read, not torch, which dry-run never imports)."""
-    gpus = int(getattr(profile, "gpus_per_node", 0) or 0)
-    gpu_type, gpu_gb = getattr(profile, "gpu_type", None), getattr(profile, "gpu_memory_gb", None)
-    local = runs_here(profile)
-    local_gpu = local and (runtime_device == "cuda" or (runtime_device == "auto" and _nvidia_gpu_here()))
-    if gpus > 0 or gpu_type or gpu_gb or local_gpu:
-        if gpu_gb:
-            return f"GPU (gpu_memory_gb = {gpu_gb:g})", float(gpu_gb) * 1024, True
-        if gpu_type:
-            return f"{gpu_type} ({GPU_TYPES[gpu_type] / 1024:.0f} GiB)", float(GPU_TYPES[gpu_type]), True
-        return "GPU (memory unknown: set the profile's gpu_type or gpu_memory_gb)", None, True
-    if local:
-        return "RAM", _ram_mb(), False
-    return "RAM of a node (unknown)", None, False
-
-
-def _nvidia_gpu_here() -> bool:
-    try:
-        return any(Path("/proc/driver/nvidia/gpus").iterdir())
-    except OSError:
-        return False
-
-
-def _ram_mb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def dtype_bytes(precision: str) -> int:
