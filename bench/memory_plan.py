@@ -83,12 +83,13 @@ def replan(root: Path, result: dict[str, object]) -> dict[str, object]:
     """`result` with the plan of the code here (no run): the measured peak does not depend on the plan's code."""
     from nemotron.catalog import Catalog
     from nemotron.compile import compile_job
+    from nemotron.engines.base import Placement
     from nemotron.plan.groups import plan_job
 
     args = sft_args(root, str(result["family"]), str(result["size"]), str(result["precision"]),
                     bool(result["checkpointing"]), str(result.get("device", "cpu")))  # fmt: skip
     job = compile_job(Catalog(), "sft", "tiny", overrides=args[5:], dry_run=True)
-    group = plan_job(job, 1, 0).groups[0]
+    group = plan_job(job, Placement("", 1, 0, here=True)).groups[0]
     terms = {k: round(v, 1) for k, v in group.terms_mb.items()}
     return {**result, "predicted_mb": comparable(group.peak_mb, group.terms_mb, str(result.get("device", "cpu"))),
             "terms_mb": terms}  # fmt: skip

@@ -20,11 +20,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the executor puts the job: the job dir as the nodes see it, and the resources of the profile."""
+    """Where the executor puts the job: the job dir as the nodes see it, the resources of the profile, and whether
+    that is this machine (its paths, RAM and store are this machine's: the local executor's jobs)."""
 
     job_dir: str
     nodes: int = 1
     gpus_per_node: int = 0
+    here: bool = False
 
 
 @dataclass(frozen=True)

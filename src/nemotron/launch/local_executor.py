@@ -39,7 +39,7 @@ class LocalExecutor:
     profile = LocalProfile
 
     def placement(self, job: Job[LocalProfile]) -> Placement:
-        return Placement(str(jobs_dir() / job.job_id), 1, 0)
+        return Placement(str(jobs_dir() / job.job_id), 1, 0, here=True)
 
     def render(self, job: Job[LocalProfile], where: Placement, launch: Launch) -> str:
         if isinstance(launch, RayDriver):

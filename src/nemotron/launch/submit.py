@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.compile import Job
-from nemotron.config.profiles import runs_here
 from nemotron.core.paths import jobs_dir
 from nemotron.core.redact import redact_text, secret_values
 from nemotron.engines.base import Launch, Placement, engine_for
@@ -40,7 +39,7 @@ def rendered_launch(job: Job) -> str:
 
 def dry_run(job: Job) -> str:
     _, where, _, text = plan(job)
-    planned = fitting_plan(job, where.nodes, where.gpus_per_node)
+    planned = fitting_plan(job, where)
     warnings = [f"warning: {refusal(g)}" for g in planned.overflows()]
     table = "\n".join([terms.render(planned), *warnings])
     return render.dry_run_text(job, text, str(jobs_dir() / job.job_id), _secrets(job), table)
@@ -54,7 +53,7 @@ def dry_run_json(job: Job) -> dict[str, Any]:
         "preset": job.preset,
         "profile": job.profile.name,
         "job_dir": str(jobs_dir() / job.job_id),
-        "resource_plan": fitting_plan(job, where.nodes, where.gpus_per_node).as_json(),
+        "resource_plan": fitting_plan(job, where).as_json(),
         "launch": redact_text(text, _secrets(job)),
     }
 
@@ -65,13 +64,13 @@ def submit(job: Job) -> int:
     from nemotron.launch.job_dir import create_job_dir
 
     executor, where, launch, text = plan(job)  # every refusal happens here, before anything is written
-    planned = fitting_plan(job, where.nodes, where.gpus_per_node)
+    planned = fitting_plan(job, where)
     for group in planned.overflows():  # plan.on_no_fit=warn: the user knows better
         print(f"warning: {refusal(group)}", file=sys.stderr, flush=True)
     files = {"plan.json": json.dumps(planned.as_json(), indent=2) + "\n"}
-    here, root = runs_here(job.profile), job.profile.artifacts_root
+    root = job.profile.artifacts_root
     store = open_store(Path(root).expanduser() if root else artifacts_dir())
-    if here:
+    if where.here:
         # the store the step registers into answers now, or the run is refused here (exit 3, in seconds) instead of
         # failing after its training: a team store (PostgreSQL) is asked, with its retries; a local one is a file
         store.exists()

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from nemotron.config.backends import PLAN_GROUPS
-from nemotron.config.profiles import runs_here
 from nemotron.config.stepconfig import ResourcePlan, Runtime, ServeRuntime, TrainRuntime
 from nemotron.config.workload import JobModel, Workload
 from nemotron.errors import UserError
@@ -35,6 +34,7 @@ from nemotron.plan.terms import (
 
 if TYPE_CHECKING:
     from nemotron.compile import Job
+    from nemotron.engines.base import Placement
 
 
 class PlannedConfig(Protocol):
@@ -87,17 +87,17 @@ class Shapes:
         return None
 
 
-def plan_job(job: Job, nodes: int, gpus_per_node: int) -> Plan:
-    """The resource plan of a compiled job on `nodes` nodes of `gpus_per_node` GPUs (0: CPU): the models its
-    manifest declares, sized by the work its schema's `workload()` gives."""
+def plan_job(job: Job, where: Placement) -> Plan:
+    """The resource plan of a compiled job where its executor places it (nodes of gpus_per_node GPUs, 0: CPU): the
+    models its manifest declares, sized by the work its schema's `workload()` gives."""
     if not job.models or not callable(getattr(job.validated, "workload", None)):
         plan = getattr(job.validated, "plan", None)  # a step of no declared models may have no plan group
         return Plan([], plan.on_no_fit if isinstance(plan, ResourcePlan) else "refuse")
     # the model refs come from Job.models (resolved paths); the rest of the config reads as validated
     config = cast("PlannedConfig", job.validated)
     shapes = Shapes(config.plan.models)
-    name, memory, gpu = device_memory(job.profile, config.runtime.device)
-    ctx = PlanContext(job, config, shapes, name, memory, gpu, nodes, max(gpus_per_node, 1))
+    name, memory, gpu = device_memory(job.profile, config.runtime.device, where.here)
+    ctx = PlanContext(job, config, shapes, name, memory, gpu, where)
     groups = groups_of(job.backend)(ctx, config, config.workload())
     unused = set(shapes.hints) - ctx.roles
     if unused:
@@ -108,24 +108,23 @@ def plan_job(job: Job, nodes: int, gpus_per_node: int) -> Plan:
     return Plan(groups, config.plan.on_no_fit, shapes.unknown)
 
 
-def fitting_plan(job: Job, nodes: int, gpus_per_node: int) -> Plan:
+def fitting_plan(job: Job, where: Placement) -> Plan:
     """`plan_job`, refused here when it cannot fit (exit 2, naming the process group, the device, the memory and
     the keys that would make it fit) unless plan.on_no_fit=warn: dry run and submit plan through this."""
-    planned = plan_job(job, nodes, gpus_per_node)
+    planned = plan_job(job, where)
     refused = planned.refused()
     if refused:
         raise UserError(refusal(refused[0]))
     return planned
 
 
-def device_memory(profile: Any, runtime_device: str = "auto") -> tuple[str, float | None, bool]:
+def device_memory(profile: Any, runtime_device: str, local: bool) -> tuple[str, float | None, bool]:
     """(the device's name, its memory in MiB or None when unknown, whether it is a GPU).
 
-    A local job trains on a GPU when its `runtime.device` is `cuda`, or `auto` on a machine whose NVIDIA driver
+    A job on this machine (`local`) trains on a GPU when its `runtime.device` is `cuda`, or `auto` on a machine whose NVIDIA driver
     lists a GPU (/proc/driver/nvidia/gpus: read, not torch, which dry-run never imports)."""
     gpus = int(getattr(profile, "gpus_per_node", 0) or 0)
     gpu_type, gpu_gb = getattr(profile, "gpu_type", None), getattr(profile, "gpu_memory_gb", None)
-    local = runs_here(profile)
     local_gpu = local and (runtime_device == "cuda" or (runtime_device == "auto" and _nvidia_gpu_here()))
     if gpus > 0 or gpu_type or gpu_gb or local_gpu:
         if gpu_gb:
@@ -156,13 +155,14 @@ def _ram_mb() -> float | None:
 
 
 class PlanContext:
-    """What an engine's plan groups read: the job, its models and their shapes, the device, the nodes."""
+    """What an engine's plan groups read: the job, its models and their shapes, the device, the nodes (and whether
+    they are this machine)."""
 
     def __init__(self, job: Job, config: PlannedConfig, shapes: Shapes, device: str, memory: float | None,
-                 gpu: bool, nodes: int, per_node: int) -> None:  # fmt: skip
+                 gpu: bool, where: Placement) -> None:  # fmt: skip
         self.job, self.shapes, self.device, self.memory, self.gpu = job, shapes, device, memory, gpu
         self.models = job.models
-        self.nodes, self.per_node = nodes, per_node
+        self.nodes, self.per_node, self.here = where.nodes, max(where.gpus_per_node, 1), where.here
         self.roles: set[str] = set()
         runtime = config.runtime
         self.precision: str = runtime.precision
@@ -224,7 +224,7 @@ class PlanContext:
 
     def where(self, first: int = 0, count: int | None = None) -> str:
         count = self.nodes if count is None else count
-        if runs_here(self.job.profile):
+        if self.here:
             return "this machine"
         return f"node {first}" if count == 1 else f"nodes {first}-{first + count - 1}"
 

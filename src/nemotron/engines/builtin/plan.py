@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemotron.config.profiles import runs_here, serves_beside_rank0
+from nemotron.config.profiles import serves_beside_rank0
 from nemotron.config.stepconfig import ModelArch
 from nemotron.config.workload import Rollouts, Serving, Training, Workload
 from nemotron.plan.groups import (
@@ -135,8 +135,7 @@ def _builtin_rl(ctx: PlanContext, r: Rollouts, world: int, ddp: str) -> list[Gro
                          "server (one per node): the peak is that device's")  # fmt: skip
         groups.append(ctx.group("policy training", terms, models, ddp, notes=notes, suggestions=sugg))
     if server and rm is not None and not beside_rank0:
-        local = runs_here(ctx.job.profile)
-        where = "this machine" if local else f"node {ctx.nodes} (a node of its own)"
+        where = "this machine" if ctx.here else f"node {ctx.nodes} (a node of its own)"
         groups.append(ctx.group("reward model" if judge_role == "reward_model" else "judge", server,
                                 [(rm, judge_role)], "one server", peak=sum(server.values()) + ctx.runtime_mb,
                                 where=where))  # fmt: skip
