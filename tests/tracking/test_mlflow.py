@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -123,6 +124,8 @@ def test_a_down_tracker_never_fails_the_job_and_sync_fills_the_run(
         "jobs", "sync", job_dir.name, "--mlflow-uri", mlflow_server, env=tracked_home, timeout=300
     )
     assert synced.code == 0, synced.err[-3000:]
+    sent = re.search(r"synced to mlflow \((\d+) metric rows sent;", synced.out)
+    assert sent and int(sent[1]) > 0, synced.out  # every row: the run had none
     client = MlflowClient(mlflow_server)
     run = the_run(client, job_dir.name)
     assert run.info.status == "FINISHED"
@@ -146,6 +149,10 @@ def test_a_down_tracker_never_fails_the_job_and_sync_fills_the_run(
         )
         assert again.code == 0, again.err[-3000:]
         assert logged_state(client, the_run(client, target.name).info.run_id) == before
+        # and it says so: it counts what it sent, not what the job has
+        assert re.search(
+            r"synced to mlflow \(0 of \d+ metric rows sent: the run had the others;", again.out
+        ), again.out
 
 
 def test_mlflow_without_a_server_is_refused_before_anything_is_written(

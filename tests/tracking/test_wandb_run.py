@@ -6,6 +6,7 @@ shows. Then `nemotron jobs sync` of the finished job adds no point twice."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,9 @@ def test_sync_of_the_finished_job_adds_no_point_twice(
     points = rec.points(live) + rec.points(replay)
     assert [p for p, n in Counter(points).items() if n > 1] == []
     assert set(points) == expected_points(offline_run)
+    # what it says it sent is what the replay's file holds: one row per step it added
+    said = re.search(r"synced to wandb \((\d+)(?: of \d+)? metric rows sent", r.out)
+    assert said and int(said[1]) == len({step for step, _ in rec.points(replay)}), r.out
 
     # the replay's outputs have the live run's digests: W&B takes them as the same versions, not new ones
     first = {a.name: a.digest for a in rec.of_type(live, "artifact")}

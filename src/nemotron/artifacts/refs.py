@@ -19,18 +19,18 @@ ALIAS_PATTERN = r"[A-Za-z][A-Za-z0-9_\-]*"
 _STORE_REF = re.compile(
     rf"^(?:art://)?(?P<name>{NAME_PATTERN})(?::(?P<version>latest|v\d+)|@(?P<alias>[^@:/]+))$"
 )
-_NAME = re.compile(rf"^{NAME_PATTERN}$")
-_ALIAS = re.compile(rf"^{ALIAS_PATTERN}$")
-_VERSION_LIKE = re.compile(r"^(?:latest|v\d+)$", re.IGNORECASE)
+_NAME = re.compile(NAME_PATTERN)  # fullmatch: `$` would let a trailing newline through
+_ALIAS = re.compile(ALIAS_PATTERN)
+_VERSION_LIKE = re.compile(r"latest|v\d+", re.IGNORECASE)
 
 
 def check_artifact_name(name: str) -> str | None:
     """Why `name` cannot be an artifact name (None if it can): letters, digits, `_`, `.` and `-`, starting with a
     letter or digit, at most 128 characters."""
     if len(name) > 128:
-        return f"'{name[:40]}...' is longer than 128 characters"
-    if not _NAME.match(name):
-        return f"'{name}' is not an artifact name (letters, digits, _ . -, starting with a letter or digit)"
+        return f"{name[:40] + '...'!r} is longer than 128 characters"
+    if not _NAME.fullmatch(name):
+        return f"{name!r} is not an artifact name (letters, digits, _ . -, starting with a letter or digit)"
     return None
 
 
@@ -38,12 +38,12 @@ def check_alias_name(alias: str) -> str | None:
     """Why `alias` cannot be an alias (None if it can): letters, digits, `_` and `-`, starting with a letter, at
     most 64 characters, and nothing a version is written as (`latest` is every name's implicit alias, `v3` a
     version)."""
-    if _VERSION_LIKE.match(alias):
-        return f"'{alias}' is reserved: `latest` and vN name versions, not aliases"
+    if _VERSION_LIKE.fullmatch(alias):
+        return f"{alias!r} is reserved: `latest` and vN name versions, not aliases"
     if len(alias) > 64:
-        return f"alias '{alias[:40]}...' is longer than 64 characters"
-    if not _ALIAS.match(alias):
-        return f"'{alias}' is not an alias name (letters, digits, _ -, starting with a letter)"
+        return f"alias {alias[:40] + '...'!r} is longer than 64 characters"
+    if not _ALIAS.fullmatch(alias):
+        return f"{alias!r} is not an alias name (letters, digits, _ -, starting with a letter)"
     return None
 
 
@@ -82,16 +82,16 @@ def parse_ref(text: str, base_dir: Path | None = None) -> ArtifactRef:
         if m["alias"] == "latest":  # every name's implicit alias
             return ArtifactRef("store", text, name=m["name"], version="latest")
         if re.fullmatch(r"v\d+", m["alias"]):
-            raise UserError(f"bad artifact reference '{text}': a version is written {m['name']}:{m['alias']}")
+            raise UserError(f"bad artifact reference {text!r}: a version is written {m['name']}:{m['alias']}")
         why = check_alias_name(m["alias"])
         if why is not None:
-            raise UserError(f"bad artifact reference '{text}': {why}")
+            raise UserError(f"bad artifact reference {text!r}: {why}")
         return ArtifactRef("store", text, name=m["name"], version="@" + m["alias"])
     if m:
         return ArtifactRef("store", text, name=m["name"], version=m["version"])
     if text.startswith("art://"):
         raise UserError(
-            f"bad artifact reference '{text}': expected art://NAME:vN, art://NAME:latest or art://NAME@ALIAS"
+            f"bad artifact reference {text!r}: expected art://NAME:vN, art://NAME:latest or art://NAME@ALIAS"
         )
     if _HUB_ID.match(text) and not text.startswith((".", "/")):
         return ArtifactRef("hub", text, name=text.removeprefix("hf://"))
@@ -105,6 +105,6 @@ def store_ref(text: str) -> ArtifactRef:
     ref = parse_ref(f"{text}:latest" if bare else text)
     if ref.kind != "store":
         raise UserError(
-            f"'{text}' is not an artifact reference (NAME:vN, NAME:latest, NAME@ALIAS or art://NAME:vN)"
+            f"{text!r} is not an artifact reference (NAME:vN, NAME:latest, NAME@ALIAS or art://NAME:vN)"
         )
     return ref

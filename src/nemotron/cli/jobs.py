@@ -252,5 +252,7 @@ def sync(
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(ServiceError.exit_code) from None
     for s in done:
-        out.print(f"{d.name}: synced to {s.tracker} ({s.metric_rows} metric rows, artifacts: "
-                  f"{', '.join(s.artifacts) or 'none'})", markup=False, highlight=False)  # fmt: skip
+        rows = (f"{s.metric_rows} metric rows sent" if s.metric_rows == s.of_rows else
+                f"{s.metric_rows} of {s.of_rows} metric rows sent: the run had the others")  # fmt: skip
+        out.print(f"{d.name}: synced to {s.tracker} ({rows}; artifacts: {', '.join(s.artifacts) or 'none'})",
+                  markup=False, highlight=False)  # fmt: skip

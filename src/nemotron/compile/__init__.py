@@ -288,6 +288,9 @@ def validate_config(
                 value = (
                     ""
                     if err["type"] == "missing"
+                    # `key=` on the command line is YAML's null, not an empty string: say what the user typed
+                    else f" (got nothing: `{key}=` with no value)"
+                    if err["input"] is None and src == "cli"
                     else f" (got {cut(redact_url_passwords(repr(err['input'])))})"
                 )
                 problems.append(f"{key}: {err['msg']}{value}{origin}")

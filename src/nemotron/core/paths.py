@@ -27,8 +27,16 @@ def step_roots() -> list[Path]:
 
 
 def nemotron_home() -> Path:
-    """$NEMOTRON_HOME, default ./.nemotron in the working directory."""
-    return Path(os.environ.get("NEMOTRON_HOME", ".nemotron")).expanduser().resolve()
+    """$NEMOTRON_HOME, default ./.nemotron in the working directory. One that exists as anything but a directory
+    is bad input (exit 2): every listing would show it empty and every write fail."""
+    home = Path(os.environ.get("NEMOTRON_HOME", ".nemotron")).expanduser().resolve()
+    if home.exists() and not home.is_dir():
+        from nemotron.errors import UserError
+
+        raise UserError(
+            f"NEMOTRON_HOME {home} is a file, not a directory", hint="Point $NEMOTRON_HOME at a directory."
+        )
+    return home
 
 
 def check_writable(path: Path, what: str) -> None:

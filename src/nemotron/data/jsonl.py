@@ -61,6 +61,12 @@ def read_jsonl(
                 problem: str | None = f"line is longer than {max_line_bytes} bytes"
             else:
                 if line_number == 1:
+                    encoding = _wide_encoding(raw)
+                    if encoding:  # every line would be "not UTF-8": one line that names the encoding instead
+                        raise DataError(
+                            f"{path}: encoded as {encoding}, not UTF-8: convert it, e.g. "
+                            f"`iconv -f {encoding.split()[0]} -t UTF-8 {path.name} > {path.stem}.utf8{path.suffix}`"
+                        )
                     raw = raw.removeprefix(b"\xef\xbb\xbf")
                 problem = _parse_line(raw, record_type, records)
             if problem is not None:
@@ -104,6 +110,31 @@ def write_jsonl_atomic(path: str | os.PathLike[str], records: Iterable[BaseModel
         tmp.unlink(missing_ok=True)
         raise
     return count
+
+
+# byte order marks of the encodings a Windows editor or PowerShell's `>` saves text in; UTF-32's first, as its
+# little-endian mark begins with UTF-16's
+_WIDE_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32LE"),
+    (b"\x00\x00\xfe\xff", "UTF-32BE"),
+    (b"\xff\xfe", "UTF-16LE"),
+    (b"\xfe\xff", "UTF-16BE"),
+)
+
+
+def _wide_encoding(head: bytes) -> str | None:
+    """The UTF-16/32 encoding a file's first line is in, by its byte order mark or, without one, by ASCII text's
+    zero bytes (`{"` is 7B 00 22 00 in UTF-16LE); None for UTF-8 and anything else."""
+    for bom, name in _WIDE_BOMS:
+        if head.startswith(bom):
+            return f"{name} (byte order mark {bom.hex(' ').upper()})"
+    sample = head[:64].rstrip(b"\r\n")
+    if len(sample) >= 4 and b"\x00" in sample:
+        if not any(sample[1::2]):
+            return "UTF-16LE (no byte order mark)"
+        if not any(sample[0::2]):
+            return "UTF-16BE (no byte order mark)"
+    return None
 
 
 def _lines(handle: BinaryIO, max_line_bytes: int) -> Iterable[bytes | None]:

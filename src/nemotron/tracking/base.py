@@ -40,8 +40,9 @@ class Tracker(Protocol):
     def start(self, run: RunInfo) -> None:
         """Open (or, for a job already logged, reopen) the job's run and log its config as params."""
 
-    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        """One row of metrics.jsonl: the same names, at the same step."""
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> bool:
+        """One row of metrics.jsonl: the same names, at the same step. False when nothing was sent: the run has
+        the row already (a requeued job's earlier attempt, an earlier `jobs sync`)."""
 
     def log_artifacts(self, artifacts: list[LoggedArtifact]) -> None:
         """The job's registered outputs, each referencing our artifact (name:vN, sha256, path) and its inputs."""

@@ -90,7 +90,7 @@ def sync_hint(job_id: str) -> str:
 @dataclass
 class _Call:
     what: str  # "start", "log_metrics", ...: named in the warning
-    fn: Callable[[Tracker], None]
+    fn: Callable[[Tracker], object]
 
 
 class TrackerLane:
@@ -112,7 +112,7 @@ class TrackerLane:
         self._thread = threading.Thread(target=self._run, name=f"tracker-{name}", daemon=True)
         self._thread.start()
 
-    def send(self, what: str, fn: Callable[[Tracker], None]) -> None:
+    def send(self, what: str, fn: Callable[[Tracker], object]) -> None:
         """Queue `fn(tracker)`; nothing once the tracker is skipped."""
         if self.failed is None:
             self._queue.put(_Call(what, fn))

@@ -96,7 +96,7 @@ class MlflowTracker:
         if self.system_metrics:
             self._start_system_metrics()
 
-    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> bool:
         assert self.run_id is not None, "start() first"
         at = int(time.time() * 1000)
         points = [Metric(k, float(v), at, step) for k, v in metrics.items() if step > self._have_until(k)]
@@ -104,6 +104,7 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, metrics=points)
             for p in points:
                 self._last_step[p.key] = step
+        return bool(points)
 
     def _have_until(self, key: str) -> int:
         """The highest step of `key` the run already has (-1: none). Asked of the server once per key, and only

@@ -29,7 +29,8 @@ ENDED = ("succeeded", "failed", "cancelled")
 @dataclass(frozen=True)
 class Synced:
     tracker: str
-    metric_rows: int
+    metric_rows: int  # the rows this sync sent: a row the run had already is not sent again
+    of_rows: int  # the job's rows
     artifacts: list[str]
 
 
@@ -52,14 +53,15 @@ def replay(
     outputs: list[LoggedArtifact],
     ok: bool,
     retries: int,
-) -> None:
-    """One tracker's whole replay, each call retried; the first call that still fails ends it."""
+) -> int:
+    """One tracker's whole replay, each call retried; the first call that still fails ends it. Returns how many
+    of `rows` it sent (those the run lacked)."""
     retried(partial(tracker.start, info), retries)
-    for step, metrics in rows:
-        retried(partial(tracker.log_metrics, step, metrics), retries)
+    sent = sum(retried(partial(tracker.log_metrics, step, metrics), retries) for step, metrics in rows)
     if outputs:
         retried(partial(tracker.log_artifacts, outputs), retries)
     retried(partial(tracker.finish, ok), retries)
+    return sent
 
 
 def sync_job(job_dir: Path, to: str | None = None, mlflow_uri: str | None = None) -> list[Synced]:
@@ -98,12 +100,12 @@ def sync_job(job_dir: Path, to: str | None = None, mlflow_uri: str | None = None
     done, failed = [], []
     for name, make in makers.items():
         try:
-            replay(make(), info, rows, outputs, state == "succeeded", tracking.retries)
+            sent = replay(make(), info, rows, outputs, state == "succeeded", tracking.retries)
         except Exception as e:  # the tracker's own failure, after the retries
             first = str(e).strip().splitlines()
             failed.append(f"{name}: {type(e).__name__}: {first[0][:200] if first else ''}")
             continue
-        done.append(Synced(name, len(rows), [o.artifact.ref for o in outputs]))
+        done.append(Synced(name, sent, len(rows), [o.artifact.ref for o in outputs]))
     if failed:
         raise ServiceError(
             f"could not sync {record.job_id} after {tracking.retries} retries: " + "; ".join(failed)

@@ -117,18 +117,19 @@ class WandbTracker:
             self._first_new_step = last + 1 if last is not None else 0
         self._last_step = None
 
-    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> bool:
         """One metrics.jsonl row at its step. W&B drops (with a warning) a row below the run's current step, and
         a run resumed by a requeued job or `jobs sync` already holds the rows it was sent before: such a row is
         skipped here, so a replay adds no point twice. Rows at the same step merge into one W&B step."""
         run = self._require_run()
         if step < self._first_new_step or (self._last_step is not None and step < self._last_step):
-            return
+            return False
         run.log(dict(metrics), step=step)
         if step != self._last_step:
             self._last_step = step
             if self.settings.mode == "offline":
                 self._write_last_step(step)
+        return True
 
     def log_artifacts(self, artifacts: list[LoggedArtifact]) -> None:
         """Each output as a reference artifact (nothing uploaded: it points at our path), after the run has used
