@@ -67,22 +67,18 @@ def run_gc(store: ArtifactStore, keep: int, *, yes: bool, verbose: bool, out: Co
                 out.print(f"{doing} {what}, {size_text(n.bytes)}", markup=False, highlight=False)
             if more:
                 out.print(f"... and {more} more names (--verbose lists every artifact)", markup=False)
-        for name, version, alias in run.by_alias[:SHOWN_KEPT]:
-            out.print(
-                f"keeping {name}:v{version}: alias {name}@{alias} points at it", markup=False, highlight=False
-            )
-        if len(run.by_alias) > SHOWN_KEPT:
-            out.print(
-                f"... and {len(run.by_alias) - SHOWN_KEPT} more artifacts kept by an alias", markup=False
-            )
-        for name, version, job_id in run.by_job[:SHOWN_KEPT]:
-            out.print(
-                f"keeping {name}:v{version}: job {job_id} uses it as an input", markup=False, highlight=False
-            )
-        if len(run.by_job) > SHOWN_KEPT:
-            out.print(
-                f"... and {len(run.by_job) - SHOWN_KEPT} more artifacts kept by running jobs", markup=False
-            )
+        _print_kept(
+            out,
+            [f"keeping {n}:v{v}: alias {n}@{al} points at it" for n, v, al in run.by_alias[:SHOWN_KEPT]],
+            len(run.by_alias),
+            "an alias",
+        )
+        _print_kept(
+            out,
+            [f"keeping {n}:v{v}: job {j} uses it as an input" for n, v, j in run.by_job[:SHOWN_KEPT]],
+            len(run.by_job),
+            "running jobs",
+        )
         summary = (
             f"{run.kept} kept, {run.gone} {'removed' if yes else 'removable'} ({size_text(run.gone_bytes)})"
         )
@@ -102,3 +98,11 @@ def run_gc(store: ArtifactStore, keep: int, *, yes: bool, verbose: bool, out: Co
         else f"{run.kept} kept, {done} removed ({run.gone - done} kept: an artifact registered or aliased meanwhile uses them)",
         markup=False,
     )
+
+
+def _print_kept(out: Console, lines: list[str], total: int, kept_by: str) -> None:
+    """The first SHOWN_KEPT of `total` artifacts kept by an alias or by a running job, and how many more."""
+    for line in lines:
+        out.print(line, markup=False, highlight=False)
+    if total > SHOWN_KEPT:
+        out.print(f"... and {total - SHOWN_KEPT} more artifacts kept by {kept_by}", markup=False)
