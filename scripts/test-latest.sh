@@ -8,4 +8,7 @@ VENV=$(mktemp -d)/venv
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
 "$VENV/bin/python" -m pip install -q --upgrade -e '.[dev]'
 export PATH="$VENV/bin:$PATH"
-pytest -q tests/foundation "$@"
+# the unit tests of the CLI and what it calls first (catalog, compile, config, jobs), its docs, its rendering and
+# the whole-repo checks
+pytest -q tests/catalog tests/cli tests/compile tests/config tests/jobs tests/repo tests/docs/test_docs.py \
+    tests/docs/test_docs_listings.py tests/launch/test_render.py tests/launch/test_pipeline_verdict.py "$@"

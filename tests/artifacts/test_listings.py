@@ -113,7 +113,7 @@ def test_lineage_of_a_self_rewarding_loop_prints_each_ancestor_once(
 
 
 def test_lineage_back_references_point_below_when_the_ancestor_is_expanded_later() -> None:
-    from nemotron.cli.artifacts import lineage_lines
+    from nemotron.cli.lineage_view import lineage_lines
 
     # 1 <- a: 2 <- x: 3 ; 1 <- b: 3   (3 is nearest through b, so under a it is a reference to below)
     edges = [(1, 2, "a"), (1, 3, "b"), (2, 3, "x")]

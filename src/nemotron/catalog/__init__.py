@@ -50,7 +50,8 @@ class StepInfo(NamedTuple):
     launch: Literal["python", "torchrun", "server"] = "python"
     # Steps this one needs running beside it (e.g. the reward server). Executors read this, never the step id.
     services: list[str] = []
-    # The names the step logs to metrics.jsonl: the one list docs are checked against (tests/foundation).
+    # The names the step logs to metrics.jsonl: the one list docs are checked against
+    # (tests/catalog/test_metric_names.py).
     metrics: list[str] = []
     # The engines that can run the step (its config's `backend` values): engine -> the engine's own recipe for it
     # (nemo_rl = "grpo"; the built-in engine's is the step's own step.py). Engines look up their per-step

@@ -12,7 +12,6 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 from rich.table import Table
-from rich.tree import Tree
 
 from nemotron.artifacts.refs import store_ref
 from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash, open_store
@@ -158,66 +157,6 @@ def show(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> 
             out.print(f"  ... and {more} older moves", markup=False)
 
 
-def _node(a: Artifact, depth: int) -> dict[str, Any]:
-    return {
-        "ref": a.ref,
-        "id": a.id,
-        "type": a.type,
-        "job_id": a.job_id,
-        "step": a.metadata.get("step"),
-        "preset": a.metadata.get("preset"),
-        "config_hash": a.metadata.get("config_hash"),
-        "depth": depth,
-    }
-
-
-def _deleted_ref(child: Artifact, input_name: str, parent: int) -> str:
-    """What an edge to a removed artifact names: the ref the child's job recorded for that input, else its id."""
-    from nemotron.core.paths import jobs_dir
-    from nemotron.jobs.record import load_record
-
-    job_dir = jobs_dir() / (child.job_id or "")
-    if child.job_id and (job_dir / "job.yaml").is_file():
-        try:
-            found = [b.artifact for b in load_record(job_dir).inputs if b.name == input_name and b.artifact]
-        except UserError:  # an unreadable record: the id is what is left
-            found = []
-        if found:
-            return str(found[0])
-    return f"artifact #{parent}"
-
-
-def lineage_lines(root: int, edges: list[tuple[int, int, str]], dist: dict[int, int],
-                  depth: int | None = None) -> list[tuple[int, str, int, str]]:  # fmt: skip
-    """The ancestry as printed lines (level, input name, artifact id, how): each ancestor is expanded once, where it
-    is nearest to the root ("node"); every other path to it is a back-reference ("above" or "below")."""
-    parents: dict[int, list[tuple[str, int]]] = {}
-    for child, parent, input_name in edges:
-        parents.setdefault(child, []).append((input_name, parent))
-    lines: list[tuple[int, str, int, str]] = [(0, "", root, "node")]
-    expanded = {root}
-    stack = [(root, 0, iter(parents.get(root, [])))]
-    while stack:  # depth first without recursion: a long chain must not hit Python's recursion limit
-        _, level, todo = stack[-1]
-        step = next(todo, None)
-        if step is None:
-            stack.pop()
-            continue
-        input_name, parent = step
-        if parent not in dist:  # an edge to a row that is gone (registered while a gc removed its input)
-            lines.append((level + 1, input_name, parent, "deleted"))
-        elif parent in expanded:
-            lines.append((level + 1, input_name, parent, "above"))
-        elif dist.get(parent) == level + 1:
-            expanded.add(parent)
-            lines.append((level + 1, input_name, parent, "node"))
-            if depth is None or level + 1 < depth:
-                stack.append((parent, level + 1, iter(parents.get(parent, []))))
-        else:
-            lines.append((level + 1, input_name, parent, "below"))
-    return lines
-
-
 @app.command(
     "lineage",
     short_help="Which job made an artifact, from which inputs.",
@@ -230,40 +169,19 @@ def lineage(
 ) -> None:
     """The ancestry of an artifact: which job made it, from which inputs, with which config. Each ancestor is
     printed once; another path to it is a line that points back to it (↳ policy:v3 (above))."""
+    from nemotron.cli.lineage_view import deleted_ref, lineage_json, lineage_tree
+
     store = _store()
     top = _resolve(store, ref)
     nodes, edges, dist = store.lineage_graph(top.id, depth)
 
     def parent_ref(child: int, parent: int, input_name: str) -> str:
-        return nodes[parent].ref if parent in nodes else _deleted_ref(nodes[child], input_name, parent)
+        return nodes[parent].ref if parent in nodes else deleted_ref(nodes[child], input_name, parent)
 
     if as_json:
-        print(json.dumps({"root": top.ref, "nodes": [_node(nodes[i], dist[i]) for i in sorted(nodes, key=lambda i: (dist[i], i))],
-                          "edges": [{"child": nodes[c].ref, "parent": parent_ref(c, p, n), "input": n}
-                                    | ({} if p in nodes else {"deleted": True}) for c, p, n in edges]}, indent=2))  # fmt: skip
+        print(json.dumps(lineage_json(top, nodes, edges, dist, parent_ref), indent=2))
         return
-
-    def label(a: Artifact, via: str) -> str:
-        step = a.metadata.get("step")
-        made = (f"[dim]← {step} -c {a.metadata.get('preset')} job {a.job_id} config {a.metadata.get('config_hash')}[/]"
-                if a.job_id else "[dim](external)[/]")  # fmt: skip
-        return f"{via}[bold]{escape(a.ref)}[/] ({escape(a.type)}) {made}"
-
-    lines = lineage_lines(top.id, edges, dist, depth)
-    tree = Tree(label(top, ""))
-    branches: list[Tree] = [tree]
-    for level, input_name, art_id, how in lines[1:]:
-        via = f"[cyan]{escape(input_name)}[/]: "
-        if how == "deleted":
-            child = next(c for c, p, n in edges if p == art_id and n == input_name)
-            text = f"{via}[dim]{escape(parent_ref(child, art_id, input_name))} (deleted)[/]"
-        else:
-            text = (
-                label(nodes[art_id], via) if how == "node" else f"{via}[dim]↳ {nodes[art_id].ref} ({how})[/]"
-            )
-        del branches[level:]
-        branches.append(branches[level - 1].add(text))
-    out.print(tree)
+    out.print(lineage_tree(top, nodes, edges, dist, depth, parent_ref))
 
 
 @app.command(
@@ -336,16 +254,6 @@ def verify(ref: str) -> None:
     raise typer.Exit(1)
 
 
-def _job_ended(job_id: str) -> bool:
-    """Whether a job that pinned artifacts has ended, as this home recorded it (a job of another home, or one
-    whose record is gone, keeps its pins: `nemotron jobs status JOB` records a remote job's end)."""
-    from nemotron.core.paths import jobs_dir
-    from nemotron.jobs.record import FINAL, read_status
-
-    job_dir = jobs_dir() / job_id
-    return job_dir.is_dir() and read_status(job_dir).get("state") in FINAL
-
-
 @app.command("gc", epilog=epilog("nemotron artifacts gc --keep 2 (add --yes to delete)"))
 def gc(
     keep: Annotated[
@@ -358,72 +266,9 @@ def gc(
     at, one a job that has not ended uses as an input, nor an ancestor of a kept one.
     Reports per name (versions, bytes); deletes in batches, each its own transaction, so Ctrl-C leaves a
     consistent store (run gc again to finish)."""
-    from nemotron.artifacts.gc import GcRun, remove_owned
-    from nemotron.core.paths import nemotron_home
+    from nemotron.cli.artifacts_gc import run_gc
 
-    home = nemotron_home().resolve()
-    doing = "removing" if yes else "would remove"
-    with GcRun(_store(), keep, write=yes and _store().exists(), ended=_job_ended) as run:
-        if verbose:
-            for a in run.removable():
-                owned = Path(a.path).is_relative_to(home)
-                what = (
-                    "delete files + index entry"
-                    if owned
-                    else "drop index entry (files outside $NEMOTRON_HOME are left alone)"
-                )
-                out.print(f"{doing} {a.ref} ({a.type}): {what}", markup=False, highlight=False)
-        else:
-            names, more = run.summary()
-            for n in names:
-                what = (
-                    f"{n.name}:v{n.first}"
-                    if n.count == 1
-                    else f"{n.count} versions of {n.name} (v{n.first}..v{n.last})"
-                )
-                out.print(f"{doing} {what}, {_size(n.bytes)}", markup=False, highlight=False)
-            if more:
-                out.print(f"... and {more} more names (--verbose lists every artifact)", markup=False)
-        for name, version, alias in run.by_alias[:50]:
-            out.print(
-                f"keeping {name}:v{version}: alias {name}@{alias} points at it", markup=False, highlight=False
-            )
-        if len(run.by_alias) > 50:
-            out.print(f"... and {len(run.by_alias) - 50} more artifacts kept by an alias", markup=False)
-        for name, version, job_id in run.by_job[:50]:
-            out.print(
-                f"keeping {name}:v{version}: job {job_id} uses it as an input", markup=False, highlight=False
-            )
-        if len(run.by_job) > 50:
-            out.print(f"... and {len(run.by_job) - 50} more artifacts kept by running jobs", markup=False)
-        summary = f"{run.kept} kept, {run.gone} {'removed' if yes else 'removable'} ({_size(run.gone_bytes)})"
-        if not yes:
-            out.print(summary + (" — run with --yes to remove" if run.gone else ""), markup=False)
-            return
-        try:
-            done = run.delete(lambda paths: remove_owned(paths, home))
-        except KeyboardInterrupt:
-            out.print(
-                "gc interrupted: the batches already deleted are gone, the store is consistent; run gc again to finish"
-            )
-            raise typer.Exit(130) from None
-    out.print(
-        summary
-        if done == run.gone
-        else f"{run.kept} kept, {done} removed ({run.gone - done} kept: an artifact registered or aliased meanwhile uses them)",
-        markup=False,
-    )
-
-
-def _size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "TB":
-            break
-        size /= 1024
-    else:
-        unit = "TB"
-    return f"{n} B" if n < 1024 else f"{size:.1f} {unit}"
+    run_gc(_store(), keep, yes=yes, verbose=verbose, out=out)
 
 
 @app.command(

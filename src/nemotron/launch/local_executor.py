@@ -2,7 +2,7 @@
 behind a small launcher). It runs our own step processes only; a Ray launch needs a cluster profile.
 
 A dry run needs only `placement` and `render`: the job records, the process launcher and importlib.metadata
-are imported by the methods that run, watch or cancel a job (tests/foundation/test_cli.py keeps them off a dry run)."""
+are imported by the methods that run, watch or cancel a job (tests/cli/test_cli.py keeps them off a dry run)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
 def _scalar(value: Any) -> str:
     """`value` as PyYAML's flow style writes it. The values a config holds most (None, bools, ints, floats, plain
     words and paths, empty groups) are written here as PyYAML would, without a yaml.safe_dump each (a few ms of a
-    dry run); anything else goes through yaml (tests/foundation/test_render.py compares the two)."""
+    dry run); anything else goes through yaml (tests/launch/test_render.py compares the two)."""
     if value is None:
         return "null"
     if value is True or value is False:

@@ -1,6 +1,6 @@
 """Rendering is a pure function of the Job: the dry-run text is pinned by a golden file.
 
-Regenerate after an intended change with: NEMOTRON_UPDATE_GOLDENS=1 pytest tests/foundation/test_render.py
+Regenerate after an intended change with: NEMOTRON_UPDATE_GOLDENS=1 pytest tests/launch/test_render.py
 """
 
 from __future__ import annotations
