@@ -80,6 +80,21 @@ def test_one_report_is_refused(two_reports: tuple[str, str], home: Path, run_cli
     assert _files(home) == before
 
 
+def test_a_report_compared_with_itself_is_refused(
+    two_reports: tuple[str, str], home: Path, run_cli: Any
+) -> None:
+    before = _files(home)
+    refused(
+        run_cli("artifacts", "compare", two_reports[0], two_reports[0]), f"{two_reports[0]} is given twice"
+    )
+    # the same version under two references: `report_b:latest` is report_b:v1
+    refused(
+        run_cli("artifacts", "compare", two_reports[0], "report_b:latest", two_reports[1]),
+        f"{two_reports[1]} and report_b:latest are the same report, report_b:v1",
+    )
+    assert _files(home) == before
+
+
 def test_an_artifact_of_another_type_is_refused_and_no_plot_written(
     two_reports: tuple[str, str], home: Path, tmp_path: Path, run_cli: Any
 ) -> None:

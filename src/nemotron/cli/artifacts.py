@@ -98,10 +98,10 @@ def ls(
         shown = len(cells)
         if shown > TABLE_ROWS:
             print_columns(
-                out, f"artifacts in {artifacts_dir()}", headers, cells, ["bold"] + [""] * (len(headers) - 1)
+                out, f"artifacts in {store.index.where}", headers, cells, ["bold"] + [""] * (len(headers) - 1)
             )
         else:
-            table = Table(title=f"artifacts in {artifacts_dir()}", title_justify="left")
+            table = Table(title=f"artifacts in {store.index.where}", title_justify="left")
             # the reference is what users copy: never cut; a narrow terminal folds the job id onto a second line
             table.add_column("ref", no_wrap=True, min_width=max((len(c[0]) for c in cells), default=3))
             for col in headers[1:]:
@@ -213,8 +213,20 @@ def compare(
     if plot is not None and not plot.parent.resolve().is_dir():
         raise UserError(f"--plot {plot}: {plot.parent} is not a directory")
     store = _store()
+    resolved = [_resolve(store, r) for r in refs]
+    given: dict[int, str] = {}
+    for ref, artifact in zip(refs, resolved, strict=True):
+        if (
+            artifact.id in given
+        ):  # `report:v1 report:latest` included: a report compared with itself says nothing
+            raise UserError(
+                f"{ref} and {given[artifact.id]} are the same report, {artifact.ref}: compare it with another one"
+                if ref != given[artifact.id]
+                else f"{ref} is given twice: compare a report with another one"
+            )
+        given[artifact.id] = ref
     comparison, reports = compare_artifacts(
-        store, [_resolve(store, r) for r in refs], jobs_dir(), allow_different_prompts=allow_different_prompts
+        store, resolved, jobs_dir(), allow_different_prompts=allow_different_prompts
     )
     if plot is not None:
         from nemotron.cli.plotting import plot_distributions

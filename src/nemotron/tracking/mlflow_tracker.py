@@ -26,6 +26,20 @@ REF_TAG = "nemotron.ref"  # name:vN of our artifact on its logged model
 TRUNCATED = "...[truncated]"
 # System metrics are sampled this often (seconds) unless $MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL says otherwise.
 SYSTEM_METRICS_INTERVAL_S = 10.0
+MONITOR_LOGGER = "mlflow.system_metrics.system_metrics_monitor"
+
+
+class ServerGone(logging.Filter):
+    """Drops MLflow's system-metrics monitor's own warning that the server stopped answering ("Failed to get mlflow
+    run", "Failed to log system metrics"): the monitor then stops by itself, and the job's one warning about the
+    tracker (tracking.fanout, with the `jobs sync` that fills the run) is already said, or is about to be."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not message.startswith(("Failed to get mlflow run", "Failed to log system metrics"))
+
+
+_SERVER_GONE = ServerGone()
 
 
 def flat_params(tree: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
@@ -184,6 +198,7 @@ class MlflowTracker:
         except ImportError as e:  # psutil is not in mlflow-skinny's requirements
             log.warning("tracking: no system metrics in MLflow (%s is not installed)", e.name)
             return
+        logging.getLogger(MONITOR_LOGGER).addFilter(_SERVER_GONE)  # a filter is added once, however often
         self._system = SystemMetricsMonitor(
             self.run_id,
             sampling_interval=SYSTEM_METRICS_INTERVAL_S,
