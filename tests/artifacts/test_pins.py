@@ -71,9 +71,14 @@ def test_a_failed_job_lets_go_of_its_inputs_at_the_next_gc(
         "steps", "run", "test/count", "-c", "tiny", f"inputs.numbers={v1.ref}", "trainer.fail_at=1"
     )
     assert failed.code != 0 and [a for a, _ in _pins(store)] == [v1.id]  # held until someone sees the end
+    (job_id,) = [d.name for d in (home / "jobs").iterdir() if d.is_dir()]
+    assert json.loads(run_cli("jobs", "show", job_id, "--json").out)["consumed"] == ["numbers: numbers:v1"]
     r = run_cli("artifacts", "gc", "--yes")
     assert r.code == 0 and "removing numbers:v1" in r.out and "1 removed" in r.out, r.out
     assert _pins(store) == [] and not Path(v1.path).exists()
+    # the job's record still names the version it read, marked as gone
+    shown = run_cli("jobs", "show", job_id, "--json")
+    assert json.loads(shown.out)["consumed"] == ["numbers: numbers:v1 (deleted)"], shown.out
 
 
 def test_an_input_removed_before_its_job_pinned_it_is_bad_input_and_nothing_is_written(

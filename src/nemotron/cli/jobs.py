@@ -155,11 +155,24 @@ def status(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
 def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """A job's record, its last metrics, and the artifacts it consumed and produced."""
     from nemotron.artifacts.store import open_store
+    from nemotron.errors import NotFound
 
     d = records.resolve_job_dir(job_id)
     rec, st = records.read_record(d), _live_status(d)
     metrics = records.read_metrics(d)
-    produced = [a.ref for a in open_store().by_job(d.name)]
+    store = open_store()
+    produced = [a.ref for a in store.by_job(d.name)]
+
+    def removed(artifact_id: int | None) -> bool:
+        """An input version that gc removed since (a failed job lets go of its inputs)."""
+        if artifact_id is None or not store.exists():
+            return False
+        try:
+            store.get(artifact_id)
+        except NotFound:
+            return True
+        return False
+
     info = {
         "job_id": d.name,
         "step": rec.step,
@@ -167,7 +180,10 @@ def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) 
         "state": st.get("state"),
         "exit_code": st.get("exit_code"),
         "dir": str(d),
-        "consumed": [f"{i.name}: {i.artifact or i.path or i.ref}" for i in rec.inputs],
+        "consumed": [
+            f"{i.name}: {i.artifact or i.path or i.ref}{' (deleted)' if removed(i.artifact_id) else ''}"
+            for i in rec.inputs
+        ],
         "produced": produced,
         "last_metrics": metrics[-1] if metrics else None,
         "git": rec.git.model_dump(),
