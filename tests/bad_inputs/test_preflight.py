@@ -132,6 +132,9 @@ def _edited_copy(tmp: Path, shipped: str, name: str, **changes: Any) -> Path:
      "input 'judge' ({labels}) cannot load: a reward model gives one score, and config.json gives it 2 labels"
      " (num_labels)"),
     (("rl/ppo", "inputs.reward_model={labels}"), "input 'reward_model' ({labels}) cannot load: a reward model gives one"),
+    (("rl/reinforce", "inputs.policy={layers}"),
+     "input 'policy' ({layers}) cannot load: config.json says 4 layers (n_layer), and the weights hold no tensor of"
+     " layers 2-3"),
 ])  # fmt: skip
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry_run", "submit"])
 def test_a_checkpoint_whose_shapes_cannot_load_is_refused_from_its_headers(
@@ -140,7 +143,8 @@ def test_a_checkpoint_whose_shapes_cannot_load_is_refused_from_its_headers(
     """config.json against the safetensors headers, before anything is written (issue 42: both ran, registered an
     input and failed with exit 2 or 3 later)."""
     paths = {"vocab": _edited_copy(tmp_path, "sft_policy", "vocab400", vocab_size=400),
-             "labels": _edited_copy(tmp_path, "reward_model", "labels2", num_labels=2)}  # fmt: skip
+             "labels": _edited_copy(tmp_path, "reward_model", "labels2", num_labels=2),
+             "layers": _edited_copy(tmp_path, "sft_policy", "layers4", n_layer=4)}  # fmt: skip
     step, override = args
     r = run_cli(
         "steps", "run", step, "-c", "tiny", override.format(**paths), *(["--dry-run"] if dry_run else [])

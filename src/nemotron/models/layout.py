@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -112,10 +113,62 @@ _EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight")
 _SCORE_HEADS = ("score.weight", "classifier.weight")
 
 
+# A transformer block's tensors, across the families: `model.layers.3.self_attn.q_proj.weight` (Llama, Qwen2,
+# Mistral), `transformer.h.3.attn.c_attn.weight` (GPT-2); (prefix, layer, the tensor's name within the layer)
+_LAYER = re.compile(r"^(.*?\.(?:layers|h))\.(\d+)\.(.+)$")
+_LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer")
+
+
+def layer_problems(shapes: dict[str, list[int]], config: dict[str, Any]) -> list[str]:
+    """Blocks config.json and the weights disagree on: layers config.json counts that hold no tensor (missing),
+    layers past its count (extra), and a tensor most layers hold that one lacks. transformers would start the
+    missing ones from random weights with a warning in a log, and drop the extra ones."""
+    key = next((k for k in _LAYER_COUNT_KEYS if type(config.get(k)) is int), None)
+    layers: dict[int, set[str]] = {}
+    for name in shapes:
+        m = _LAYER.match(name)
+        if m:
+            layers.setdefault(int(m[2]), set()).add(m[3])
+    if key is None or not layers:
+        return []
+    count: int = config[key]
+    problems = []
+    missing = [i for i in range(count) if i not in layers]
+    if missing:
+        problems.append(
+            f"config.json says {count} layers ({key}), and the weights hold no tensor of {_layers(missing)}"
+        )
+    extra = [i for i in sorted(layers) if i >= count]
+    if extra:
+        problems.append(
+            f"the weights hold {_layers(extra)}, past the {count} layers config.json says ({key})"
+        )
+    every = set().union(*layers.values())
+    for i in sorted(layers):
+        lacking = sorted(every - layers[i])
+        if lacking and i < count:
+            shown = ", ".join(lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
+            problems.append(f"layer {i} has no {shown}, which other layers have")
+    return problems
+
+
+def _layers(indices: list[int]) -> str:
+    """[2, 3, 4, 7] -> "layers 2-4, 7"."""
+    spans: list[list[int]] = []
+    for i in indices:
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+    return ("layer " if len(indices) == 1 else "layers ") + text
+
+
 def shape_problems(path: Path, config: dict[str, Any], reward_model: bool) -> list[str]:
     """What would stop the checkpoint loading, read from config.json and the safetensors headers (no weight is
-    read): an embedding whose rows are not config.json's vocab_size; for a reward model, more than one label or a
-    score head of more than one row. Each names the tensor and both shapes."""
+    read): an embedding whose rows are not config.json's vocab_size; blocks missing, extra or lacking a tensor
+    (layer_problems); for a reward model, more than one label or a score head of more than one row. Each names the
+    tensor and both shapes, or the layers."""
     shapes = {name: shape for file in weight_files(path) for name, shape in safetensors_shapes(file).items()}
     vocab = config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size"))
     problems = [
@@ -123,6 +176,7 @@ def shape_problems(path: Path, config: dict[str, Any], reward_model: bool) -> li
         for name, shape in sorted(shapes.items())
         if name.endswith(_EMBEDDINGS) and type(vocab) is int and shape and shape[0] != vocab
     ]
+    problems += layer_problems(shapes, config)
     if reward_model:
         labels = config.get("num_labels") or len(config.get("id2label") or {}) or 1
         if labels != 1:
