@@ -464,5 +464,8 @@ class SupervisedConfig(Strict):
     def workload(self) -> Workload:
         t = self.trainer
         return Training(
-            "trainer.global_batch_size", t.global_batch_size, t.max_length, rows_per_record=self.rows_per_record
+            "trainer.global_batch_size",
+            t.global_batch_size,
+            t.max_length,
+            rows_per_record=self.rows_per_record,
         )
