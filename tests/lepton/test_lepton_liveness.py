@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,15 +115,14 @@ def _resume(proc: subprocess.Popen[bytes]) -> None:
 def test_a_lost_node_fails_the_lepton_ray_job_within_the_bound(
     how: str,
     nemotron: Any,
+    submitted: Callable[..., str],
     profiles: None,
     home: Path,
     lepton_api: Any,
     tmp_path: Path,
     ray_cluster: tuple[str, subprocess.Popen[bytes], int],
 ) -> None:
-    done = nemotron("steps", "run", "rl/rlhf", "-c", "default", "-b", "lep2")
-    assert done.code == 0, done.err[-4000:]
-    job_id = done.out.strip().splitlines()[-1]
+    job_id = submitted("rl/rlhf", "-c", "default", "-b", "lep2")
     (ray_job,) = lepton_api.ray_jobs.values()
     entry = ray_job["entrypoint"]
     assert (

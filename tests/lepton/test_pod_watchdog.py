@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -254,13 +254,11 @@ def test_the_watchdog_wraps_torchrun_on_several_pods_only(nemotron: Any, lep2: P
 
 
 def test_a_hung_pod_fails_the_lepton_job_and_stops_it(
-    nemotron: Any, lep2: Path, home: Path, lepton_api: Any, pods: Pods
+    nemotron: Any, submitted: Callable[..., str], lep2: Path, home: Path, lepton_api: Any, pods: Pods
 ) -> None:
     """Frozen: the case only the watchdog can end (a killed pod is the same to it, tested above)."""
     how = "frozen"
-    done = nemotron("steps", "run", "test/ranks", "-c", "tiny", "-b", "lep2")
-    assert done.code == 0, done.err[-3000:]
-    job_id = done.out.strip().splitlines()[-1]
+    job_id = submitted("test/ranks", "-c", "tiny", "-b", "lep2")
     name = lepton.lepton_name(job_id)
     files = _launch_files(lepton_api)
     (line,) = [x for x in files["launch_script.sh"].splitlines() if "-m nemotron.launch.pod_watchdog" in x]
