@@ -26,6 +26,7 @@ from typing import Any
 import psutil
 import pytest
 
+from nemotron.core.procs import free_port
 from nemotron.launch import lepton
 from nemotron.launch.ray_watchdog import PREFIX
 
@@ -313,9 +314,7 @@ def test_real_torchrun_on_a_hung_pod_s_peer_is_stopped_within_the_bound(pods: Po
     all_reduce that would wait for 30 minutes; its watchdog stops the agent and the worker within the bound."""
     script = pods.tmp_path / "ranks.py"
     script.write_text(RANKS)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     for rank in range(2):
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
         torchrun += ["--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port)]
