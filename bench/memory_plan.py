@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,22 +62,26 @@ def write_checkpoint(root: Path, family: str, size: str) -> Path:
     return out
 
 
-def sft_args(
-    root: Path,
-    family: str,
-    size: str,
-    precision: str,
-    checkpointing: bool,
-    device: str = "cpu",
-    max_length: int = MAX_LENGTH,
-) -> list[str]:
-    return [
-        "steps", "run", "sft", "-c", "tiny", f"inputs.init_from={write_checkpoint(root, family, size)}",
-        f"inputs.data={root / 'long_sft.jsonl'}", "trainer.max_steps=2", "trainer.log_interval=2",
-        f"trainer.global_batch_size={BATCH}", f"trainer.max_length={max_length}", "trainer.validation_fraction=0.02",
-        f"runtime.precision={precision}", f"runtime.gradient_checkpointing={str(checkpointing).lower()}",
-        f"runtime.device={device}",
-    ]  # fmt: skip
+@dataclass(frozen=True)
+class Case:
+    """One configuration of the table: a model, how it trains, and where."""
+
+    family: str
+    size: str  # a key of SIZES
+    precision: str
+    checkpointing: bool
+    device: str = "cpu"
+    max_length: int = MAX_LENGTH
+
+    def sft_args(self, root: Path) -> list[str]:
+        """The `nemotron` arguments of its sft run (2 steps, from a checkpoint written under `root`)."""
+        return [
+            "steps", "run", "sft", "-c", "tiny", f"inputs.init_from={write_checkpoint(root, self.family, self.size)}",
+            f"inputs.data={root / 'long_sft.jsonl'}", "trainer.max_steps=2", "trainer.log_interval=2",
+            f"trainer.global_batch_size={BATCH}", f"trainer.max_length={self.max_length}",
+            "trainer.validation_fraction=0.02", f"runtime.precision={self.precision}",
+            f"runtime.gradient_checkpointing={str(self.checkpointing).lower()}", f"runtime.device={self.device}",
+        ]  # fmt: skip
 
 
 def replan(root: Path, result: dict[str, object]) -> dict[str, object]:
@@ -86,8 +91,9 @@ def replan(root: Path, result: dict[str, object]) -> dict[str, object]:
     from nemotron.engines.base import Placement
     from nemotron.plan.groups import plan_job
 
-    args = sft_args(root, str(result["family"]), str(result["size"]), str(result["precision"]),
-                    bool(result["checkpointing"]), str(result.get("device", "cpu")))  # fmt: skip
+    case = Case(str(result["family"]), str(result["size"]), str(result["precision"]), bool(result["checkpointing"]),
+                str(result.get("device", "cpu")))  # fmt: skip
+    args = case.sft_args(root)
     job = compile_job(Catalog(), "sft", "tiny", overrides=args[5:], dry_run=True)
     group = plan_job(job, Placement("", 1, 0, here=True)).groups[0]
     terms = {k: round(v, 1) for k, v in group.terms_mb.items()}
@@ -102,20 +108,12 @@ def comparable(peak_mb: float, terms_mb: dict[str, float], device: str) -> float
     return round(peak_mb - (terms_mb.get("runtime", 0.0) if device == "cuda" else 0.0), 1)
 
 
-def measure(
-    root: Path,
-    family: str,
-    size: str,
-    precision: str,
-    checkpointing: bool,
-    device: str = "cpu",
-    max_length: int = MAX_LENGTH,
-) -> dict[str, object]:
-    """One sft run of 2 steps: the measured peak and the plan's prediction, in MiB. A shorter `max_length` than the
-    table's (every record is cut to it) keeps the same model at a fraction of the compute."""
+def measure(root: Path, case: Case) -> dict[str, object]:
+    """One sft run of 2 steps: the measured peak and the plan's prediction, in MiB. A shorter `case.max_length`
+    than the table's (every record is cut to it) keeps the same model at a fraction of the compute."""
     home = root / "home"
     before = set((home / "jobs").iterdir()) if (home / "jobs").exists() else set()
-    args = sft_args(root, family, size, precision, checkpointing, device, max_length)
+    args = case.sft_args(root)
     env = {**os.environ, "NEMOTRON_HOME": str(home)}
     proc = subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, env=env)
     if proc.returncode:
@@ -126,13 +124,13 @@ def measure(
     plan = json.loads((job / "plan.json").read_text())
     group = plan["groups"][0]
     return {
-        "family": family,
-        "size": size,
-        "device": device,
+        "family": case.family,
+        "size": case.size,
+        "device": case.device,
         "parameters": group["models"][0]["parameters"],
-        "precision": precision,
-        "checkpointing": checkpointing,
-        "predicted_mb": comparable(group["peak_mb"], group["terms_mb"], device),
+        "precision": case.precision,
+        "checkpointing": case.checkpointing,
+        "predicted_mb": comparable(group["peak_mb"], group["terms_mb"], case.device),
         "measured_mb": round(measured, 1),
         "terms_mb": {k: round(v, 1) for k, v in group["terms_mb"].items()},
     }
@@ -200,7 +198,7 @@ def run(args: argparse.Namespace) -> list[dict[str, object]]:
         for family, size, precision, ckpt in itertools.product(
             args.families, args.sizes, args.precisions, args.checkpointing
         ):
-            results.append(measure(root, family, size, precision, ckpt == "on", args.device))
+            results.append(measure(root, Case(family, size, precision, ckpt == "on", args.device)))
             print(json.dumps(results[-1]), flush=True)
     return results
 

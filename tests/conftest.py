@@ -573,13 +573,12 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real `mlflow server` for the session (SQLite backend and artifacts under a tmp dir, 127.0.0.1, a free
     port): its tracking URI. Tests query it with MlflowClient; each uses its own experiment or job ids."""
     import http.client
-    import socket
     import urllib.request
 
+    from nemotron.core.procs import free_port
+
     root = tmp_path_factory.mktemp("mlflow")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     log_path = root / "server.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from nemotron import warm
@@ -24,3 +25,15 @@ def start_module(cmd: Sequence[str], env: Mapping[str, str], output: IO[bytes] |
     if os.environ.get(CLI_ENV) == "1":
         env[warm.ENABLE_ENV] = "1"
     return procs.start(cmd, env, output if output is not None else subprocess.DEVNULL)
+
+
+def run_to_exit_0(
+    cmd: Sequence[str], env: Mapping[str, str], cwd: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """`cmd` run to its end in `cwd` with `env`, its output captured as text; it must exit 0 (the assertion shows
+    the end of its stderr)."""
+    done = subprocess.run(
+        list(cmd), capture_output=True, text=True, env=dict(env), cwd=cwd, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done

@@ -1,16 +1,7 @@
 """Config schema of sft: supervised fine-tuning of a causal LM, built from a model config (random init, with a
 tokenizer trained on the data) or started from a checkpoint."""
 
-from nemotron.config.stepconfig import (
-    ModelArch,
-    Optim,
-    ResourcePlan,
-    Strict,
-    SupervisedTrainer,
-    Tracking,
-    TrainRuntime,
-)
-from nemotron.config.workload import Training, Workload
+from nemotron.config.stepconfig import ModelArch, Optim, Strict, SupervisedConfig
 
 
 class Inputs(Strict):
@@ -30,21 +21,12 @@ class Outputs(Strict):
     """artifact name of the fine-tuned policy (checkpoint_hf)"""
 
 
-class Config(Strict):
+class Config(SupervisedConfig):
     """sft: supervised fine-tuning of a causal LM on prompt/response pairs."""
 
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
     model: ModelArch = ModelArch()
     """architecture of a random-init policy (unused with inputs.init_from)"""
-    trainer: SupervisedTrainer = SupervisedTrainer()
     optim: Optim = Optim(lr=3e-3, warmup_steps=20, min_lr_ratio=0.1)
     """the policy's optimizer"""
-    runtime: TrainRuntime = TrainRuntime()
-    tracking: Tracking = Tracking()
-    plan: ResourcePlan = ResourcePlan()
-    """the resource plan's model hints and what a plan that cannot fit does"""
-
-    def workload(self) -> Workload:
-        t = self.trainer
-        return Training("trainer.global_batch_size", t.global_batch_size, t.max_length)

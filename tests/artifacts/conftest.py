@@ -4,7 +4,11 @@ the test opens (open_store, the CLI, worker processes) then uses that back end."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+from nemotron.artifacts.store import ArtifactStore, open_store
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -14,3 +18,12 @@ def store_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     else:
         monkeypatch.delenv("NEMOTRON_STORE_URL", raising=False)
     return str(request.param)
+
+
+@pytest.fixture
+def job_outputs(home: Path, store_backend: str) -> tuple[ArtifactStore, Path]:
+    """The home's store, on each back end, and a job's outputs folder in the home: gc deletes the files of the
+    artifacts registered from there, as it does a job's outputs."""
+    owned = home / "jobs" / "j" / "outputs"
+    owned.mkdir(parents=True)
+    return open_store(home / "artifacts"), owned

@@ -162,11 +162,9 @@ def test_a_step_input_binds_through_an_alias_dry_run_without_torch(
 
 
 def test_gc_keeps_aliased_artifacts_and_says_so(
-    home: Path, tmp_path: Path, run_cli: Any, store_backend: str
+    run_cli: Any, job_outputs: tuple[ArtifactStore, Path]
 ) -> None:
-    store = open_store(home / "artifacts")
-    owned = home / "jobs" / "j" / "outputs"
-    owned.mkdir(parents=True)
+    store, owned = job_outputs
     data = _versions(store, owned, "data", 3)
     model = store.register([("model", "prompt_jsonl", Path(data[0].path), {})], "m1",
                            parents=[("data", data[0].id)])[0]  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 
 from nemotron.artifacts.gc import gc_plan
 from nemotron.artifacts.refs import parse_ref
-from nemotron.artifacts.store import content_hash, open_store
+from nemotron.artifacts.store import ArtifactStore, content_hash, open_store
 from nemotron.errors import NotFound
 
 
@@ -102,12 +102,8 @@ def test_concurrent_registration_from_processes_loses_and_duplicates_nothing(
     assert len({(a.metadata["worker"], a.metadata["i"]) for a in arts}) == workers * per  # no lost write
 
 
-def test_gc_keeps_ancestors_of_kept_artifacts(
-    home: Path, run_cli: Any, tmp_path: Path, store_backend: str
-) -> None:
-    store = open_store(home / "artifacts")
-    owned = home / "jobs" / "j" / "outputs"
-    owned.mkdir(parents=True)
+def test_gc_keeps_ancestors_of_kept_artifacts(run_cli: Any, job_outputs: tuple[ArtifactStore, Path]) -> None:
+    store, owned = job_outputs
     data_v1 = store.register([("data", "prompt_jsonl", _file(owned, "d1.jsonl", "{}"), {})], "j1")[0]
     data_v2 = store.register([("data", "prompt_jsonl", _file(owned, "d2.jsonl", "{}\n{}"), {})], "j2")[0]
     # the only model was made from data:v1, so data:v1 must survive although data:v2 is newer

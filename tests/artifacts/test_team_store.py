@@ -6,7 +6,6 @@ reads the same, and the refusals: an unreachable server (exit 3, one line), a pa
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from nemotron.artifacts.aliases import move_alias
 from nemotron.artifacts.store import ArtifactStore, open_store
+from nemotron.core.procs import free_port
 from nemotron.core.storeurl import parse_store_url
 
 WRITER = """
@@ -139,14 +139,8 @@ def test_migrate_copies_a_store_that_then_answers_every_command_alike(
     assert "late" not in run_cli("artifacts", "ls", "--json", env=team).out  # nothing written
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_an_unreachable_store_is_exit_3_in_one_line_naming_the_host(home: Path, run_cli: Any) -> None:
-    url = f"postgresql://nemotron:hunter2@127.0.0.1:{_closed_port()}/team"
+    url = f"postgresql://nemotron:hunter2@127.0.0.1:{free_port()}/team"
     started = time.monotonic()
     r = run_cli("artifacts", "ls", env={"NEMOTRON_STORE_URL": url})
     lines = r.err.strip().splitlines()
@@ -163,7 +157,7 @@ def test_an_unreachable_store_is_exit_3_in_one_line_naming_the_host(home: Path, 
 def test_a_step_whose_team_store_is_unreachable_is_refused_before_it_trains(home: Path, run_cli: Any) -> None:
     """Issue 42: the run trained, then failed registering (exit 3 after the work); now it is refused at submit,
     in the seconds of the store's retries, with nothing written."""
-    url = f"postgresql://nemotron@127.0.0.1:{_closed_port()}/team"
+    url = f"postgresql://nemotron@127.0.0.1:{free_port()}/team"
     started = time.monotonic()
     r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", env={"NEMOTRON_STORE_URL": url})
     assert r.code == 3 and "is unreachable after 4 tries" in r.err.strip().splitlines()[-1], r.err[-2000:]

@@ -17,13 +17,20 @@ def _without_job_id(out: str) -> str:
     return re.sub(r"test-count-[0-9-]+-[0-9a-f]{4}", "JOB", out)
 
 
+def _dry_run_on(records: str, tmp_path: Path, run_cli_imports: Any) -> tuple[Path, Any, set[str]]:
+    """A records file `nums.jsonl` holding `records`, test/count's dry run on it (which must pass) and the modules
+    that dry run imported."""
+    nums = tmp_path / "nums.jsonl"
+    nums.write_text(records)
+    r, read = run_cli_imports(*COUNT_DRY_RUN, f"inputs.numbers={nums}")
+    assert r.code == 0, r.err
+    return nums, r, read
+
+
 def test_a_file_is_read_again_only_when_its_content_changes(
     home: Path, fixture_steps: Path, tmp_path: Path, run_cli_imports: Any
 ) -> None:
-    nums = tmp_path / "nums.jsonl"
-    nums.write_text('{"prompt": "1"}\n{"prompt": "2"}\n')
-    first, read = run_cli_imports(*COUNT_DRY_RUN, f"inputs.numbers={nums}")
-    assert first.code == 0, first.err
+    nums, first, read = _dry_run_on('{"prompt": "1"}\n{"prompt": "2"}\n', tmp_path, run_cli_imports)
     assert READER in read  # validated line by line the first time
     again, read = run_cli_imports(*COUNT_DRY_RUN, f"inputs.numbers={nums}")
     assert again.code == 0, again.err
@@ -48,10 +55,7 @@ def test_a_file_is_read_again_only_when_its_content_changes(
 def test_the_cache_holds_digests_not_records(
     home: Path, fixture_steps: Path, tmp_path: Path, run_cli_imports: Any
 ) -> None:
-    nums = tmp_path / "nums.jsonl"
-    nums.write_text('{"prompt": "a secret-looking prompt"}\n')
-    r, _ = run_cli_imports(*COUNT_DRY_RUN, f"inputs.numbers={nums}")
-    assert r.code == 0, r.err
+    _dry_run_on('{"prompt": "a secret-looking prompt"}\n', tmp_path, run_cli_imports)
     cached = json.loads((tmp_path / "cache" / "validated_records.json").read_text())
     (key,) = [k for k in cached["keys"] if "PromptRecord" in k]
     assert "secret-looking" not in json.dumps(cached)

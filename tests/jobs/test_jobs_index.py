@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from nemotron.core.procs import free_port
 from nemotron.core.storeurl import StoreUrl
 from nemotron.jobs import dirs as jobs
 from nemotron.jobs import index as jobindex
@@ -298,12 +298,6 @@ def test_four_processes_syncing_at_once_neither_fail_nor_duplicate(
         with psycopg.connect(store) as pg:
             counted = pg.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM job_index").fetchone()
     assert counted == (n, n)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_stopped_server_lists_from_the_dirs_with_one_warning(

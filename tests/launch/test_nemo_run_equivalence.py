@@ -7,11 +7,11 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from tests.launch.checkpoints import reward_model_dir
+from tests.processes import run_to_exit_0
 
 HELPER = Path(__file__).with_name("nemo_run_render.py")
 SERVED_STEPS = Path(__file__).resolve().parents[1] / "slurm" / "steproot"
@@ -45,15 +45,7 @@ def test_rendered_sbatch_equals_what_nemo_run_writes(home: Path, tmp_path: Path)
         ["rl/rlhf", "default", "gpu_one", []],  # one group (generative judge from the hub)
     ]
     env = {**os.environ, "NEMOTRON_HOME": str(home), "NEMOTRON_STEPS_PATH": str(SERVED_STEPS)}
-    done = subprocess.run(
-        [sys.executable, str(HELPER), json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_to_exit_0([sys.executable, str(HELPER), json.dumps(cases)], env, tmp_path, timeout=300)
     results = json.loads(done.stdout)
     assert len(results) == len(cases)
     for r in results:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -233,5 +233,17 @@ def nemotron(home: Path, lepton_api: LeptonStub, run_cli: Any) -> Any:
 
     def run(*args: str) -> Any:
         return run_cli(*args, env=lepton_api.env, timeout=180)
+
+    return run
+
+
+@pytest.fixture
+def submitted(nemotron: Any) -> Callable[..., str]:
+    """`nemotron steps run ARGS` against the stub, which must succeed: the job id it printed last."""
+
+    def run(*args: str) -> str:
+        done = nemotron("steps", "run", *args)
+        assert done.code == 0, done.err[-4000:]
+        return str(done.out.strip().splitlines()[-1])
 
     return run

@@ -11,18 +11,19 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+
+from nemotron.core.procs import free_port
 
 INTERVAL_S, TIMEOUT_S = 1, 4
 PROFILES = (
@@ -31,17 +32,11 @@ PROFILES = (
 )
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _raylet(node_manager_port: int, *args: str) -> subprocess.Popen[bytes]:
     """`ray start --block` in its own session (ended by its group), ports of its own (other tests may run Ray)."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    ports = ["--node-manager-port", str(node_manager_port), "--dashboard-agent-listen-port", str(_port())]
-    ports += ["--metrics-export-port", str(_port()), "--runtime-env-agent-port", str(_port())]
+    ports = ["--node-manager-port", str(node_manager_port), "--dashboard-agent-listen-port", str(free_port())]
+    ports += ["--metrics-export-port", str(free_port()), "--runtime-env-agent-port", str(free_port())]
     return subprocess.Popen(
         ["ray", "start", "--block", "--num-cpus=1", *ports, *args],
         env=env,
@@ -65,18 +60,18 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 def ray_cluster() -> Iterator[tuple[str, subprocess.Popen[bytes], int]]:
     """A head and a worker raylet on this machine: (address, the worker's `ray start`, its node manager port)."""
     temp = tempfile.mkdtemp(prefix="/tmp/nlv")  # Ray's socket paths must stay short
-    port = _port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     head = _raylet(
-        _port(),
+        free_port(),
         "--head",
         f"--port={port}",
         "--node-ip-address=127.0.0.1",
         "--include-dashboard=false",
-        f"--ray-client-server-port={_port()}",
+        f"--ray-client-server-port={free_port()}",
         f"--temp-dir={temp}",
     )
-    worker_port = _port()
+    worker_port = free_port()
     try:
         time.sleep(3)
         worker = _raylet(
@@ -115,15 +110,14 @@ def _resume(proc: subprocess.Popen[bytes]) -> None:
 def test_a_lost_node_fails_the_lepton_ray_job_within_the_bound(
     how: str,
     nemotron: Any,
+    submitted: Callable[..., str],
     profiles: None,
     home: Path,
     lepton_api: Any,
     tmp_path: Path,
     ray_cluster: tuple[str, subprocess.Popen[bytes], int],
 ) -> None:
-    done = nemotron("steps", "run", "rl/rlhf", "-c", "default", "-b", "lep2")
-    assert done.code == 0, done.err[-4000:]
-    job_id = done.out.strip().splitlines()[-1]
+    job_id = submitted("rl/rlhf", "-c", "default", "-b", "lep2")
     (ray_job,) = lepton_api.ray_jobs.values()
     entry = ray_job["entrypoint"]
     assert (

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,9 @@ def profiles(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(
-    nemotron: Any, profiles: None, home: Path, lepton_api: Any
+    nemotron: Any, submitted: Callable[..., str], profiles: None, home: Path, lepton_api: Any
 ) -> None:
-    done = nemotron("steps", "run", "rl/rlhf", "-c", "default", "-b", "lep4")
-    assert done.code == 0, done.err[-4000:]
-    job_id = done.out.strip().splitlines()[-1]
+    job_id = submitted("rl/rlhf", "-c", "default", "-b", "lep4")
 
     (cluster,) = lepton_api.clusters.values()
     spec = cluster["spec"]

@@ -19,13 +19,14 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from nemotron.core.procs import free_port
 from nemotron.launch import lepton
 from nemotron.launch.ray_watchdog import PREFIX
 
@@ -254,13 +255,11 @@ def test_the_watchdog_wraps_torchrun_on_several_pods_only(nemotron: Any, lep2: P
 
 
 def test_a_hung_pod_fails_the_lepton_job_and_stops_it(
-    nemotron: Any, lep2: Path, home: Path, lepton_api: Any, pods: Pods
+    nemotron: Any, submitted: Callable[..., str], lep2: Path, home: Path, lepton_api: Any, pods: Pods
 ) -> None:
     """Frozen: the case only the watchdog can end (a killed pod is the same to it, tested above)."""
     how = "frozen"
-    done = nemotron("steps", "run", "test/ranks", "-c", "tiny", "-b", "lep2")
-    assert done.code == 0, done.err[-3000:]
-    job_id = done.out.strip().splitlines()[-1]
+    job_id = submitted("test/ranks", "-c", "tiny", "-b", "lep2")
     name = lepton.lepton_name(job_id)
     files = _launch_files(lepton_api)
     (line,) = [x for x in files["launch_script.sh"].splitlines() if "-m nemotron.launch.pod_watchdog" in x]
@@ -315,9 +314,7 @@ def test_real_torchrun_on_a_hung_pod_s_peer_is_stopped_within_the_bound(pods: Po
     all_reduce that would wait for 30 minutes; its watchdog stops the agent and the worker within the bound."""
     script = pods.tmp_path / "ranks.py"
     script.write_text(RANKS)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     for rank in range(2):
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
         torchrun += ["--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port)]

@@ -95,7 +95,9 @@ def test_the_predicted_peak_is_within_a_quarter_of_the_measured_one(
         sys.path.remove(str(REPO / "bench"))
     root = _memory_plan_root(memory_plan, tmp_path_factory)
     assert memory_plan.MAX_LENGTH == TABLE_LENGTH  # the fp32 cases measure the table's own shape
-    result = memory_plan.measure(root, family, size, precision, checkpointing, max_length=max_length)
+    result = memory_plan.measure(
+        root, memory_plan.Case(family, size, precision, checkpointing, max_length=max_length)
+    )
     assert int(result["parameters"]) >= 50_000_000  # type: ignore[call-overload]
     error = float(result["predicted_mb"]) / float(result["measured_mb"]) - 1  # type: ignore[arg-type]
     assert abs(error) <= memory_plan.TOLERANCE, json.dumps(result)

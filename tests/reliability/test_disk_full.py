@@ -53,6 +53,21 @@ def _env(home: Path) -> dict[str, str]:
     return {"NEMOTRON_HOME": str(home)}
 
 
+def _home_on_a_full_disk(small_disk: Callable[[int], Path], mib: int, leave: int) -> tuple[Path, Path]:
+    """A home on a fresh disk of `mib` MiB, filled until `leave` bytes are free: (the home, the filler file)."""
+    disk = small_disk(mib)
+    home = disk / "home"
+    home.mkdir()
+    return home, _fill(disk, leave)
+
+
+def _disk_full_line(run_cli: Any, run: tuple[str, ...], home: Path, timeout: float) -> str:
+    """`run` in `home` stopped by the full disk: exit 3, and the one error line it printed."""
+    r = run_cli(*run, env=_env(home), timeout=timeout)
+    assert r.code == 3, r.err[-3000:]
+    return _one_error_line(r.err)
+
+
 def _one_error_line(err: str) -> str:
     assert "Traceback" not in err, err[-3000:]
     lines = [line for line in err.splitlines() if line.startswith("error:")]
@@ -64,14 +79,10 @@ def _one_error_line(err: str) -> str:
 def test_a_run_that_fills_the_disk_is_one_line_exit_3_and_finishes_once_space_is_freed(
     small_disk: Callable[[int], Path], run_cli: Any
 ) -> None:
-    disk = small_disk(3)
-    home = disk / "home"
-    home.mkdir()
-    filler = _fill(disk, leave=400 * 1024)  # the run's records fit, its 518 KiB checkpoint does not
+    # the run's records fit, its 518 KiB checkpoint does not
+    home, filler = _home_on_a_full_disk(small_disk, 3, leave=400 * 1024)
     run = ("steps", "run", "sft", "-c", "tiny", "trainer.max_steps=5")
-    r = run_cli(*run, env=_env(home), timeout=300)
-    assert r.code == 3, r.err[-3000:]
-    line = _one_error_line(r.err)
+    line = _disk_full_line(run_cli, run, home, timeout=300)
     assert line.startswith("error: disk full: cannot write the checkpoint ") and "/outputs/policy" in line, (
         line
     )
@@ -96,14 +107,10 @@ def test_a_run_that_fills_the_disk_is_one_line_exit_3_and_finishes_once_space_is
 def test_an_rl_run_stopped_by_a_full_disk_resumes_from_its_last_whole_checkpoint(
     small_disk: Callable[[int], Path], run_cli: Any
 ) -> None:
-    disk = small_disk(8)
-    home = disk / "home"
-    home.mkdir()
-    filler = _fill(disk, leave=2400 * 1024)  # room for the step-5 checkpoint (1.6 MiB), not for step 10's
+    # room for the step-5 checkpoint (1.6 MiB), not for step 10's
+    home, filler = _home_on_a_full_disk(small_disk, 8, leave=2400 * 1024)
     run = ("steps", "run", "rl/reinforce", "-c", "tiny", "trainer.max_steps=15", "checkpoint.save_interval=5")
-    r = run_cli(*run, env=_env(home), timeout=600)
-    assert r.code == 3, r.err[-3000:]
-    line = _one_error_line(r.err)
+    line = _disk_full_line(run_cli, run, home, timeout=600)
     assert line.startswith("error: disk full: cannot write the checkpoint of step 10 "), line
     assert "/checkpoints/step_000010 (no space left, needs about 1.6 MiB; " in line, line
     job = next((home / "jobs").iterdir())

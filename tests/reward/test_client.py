@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -10,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from nemotron.core.procs import free_port
 from nemotron.errors import UserError
 from nemotron.reward.client import RequestRejected, RewardClient, RewardServerError, normalize_url, wait_ready
 from nemotron.reward.server import serve
@@ -18,12 +18,6 @@ from nemotron.reward.transport import HTTPSettings, ServerHandle
 
 def length_scorer(sentences: list[str]) -> list[float]:
     return [float(len(s)) for s in sentences]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class FakeServer:

@@ -12,13 +12,14 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from nemotron.core.procs import free_port
 
 START_TIMEOUT_S = 60
 
@@ -40,12 +41,6 @@ def pg_bindir() -> Path | None:
         if (c / "initdb").is_file() and (c / "pg_ctl").is_file():
             return c
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -81,7 +76,7 @@ class PostgresServer:
             run_as = "postgres"
             pw = pwd.getpwnam(run_as)
             os.chown(base, pw.pw_uid, pw.pw_gid)
-        server = cls(bindir, data, _free_port(), run_as)
+        server = cls(bindir, data, free_port(), run_as)
         subprocess.run(
             server._cmd(
                 str(bindir / "initdb"),

@@ -168,37 +168,39 @@ def _check_failed_in_bound(
     print(f"Slurm ended the job {took:.0f} s after the break (bound {BOUND_S} s)")
 
 
+# The jobs that span both nodes: (profile, step and overrides), the log line that says it runs on both and what
+# that waits for, and whether a frozen node2 is the watchdog's to end.
+TWO_NODE_JOBS = {
+    # NeMo-RL's driver over a Ray cluster of both nodes
+    "nemo_rl_on_ray": (
+        ("ray2_slow", "rl/rlhf", "-c", "tiny", "backend=nemo_rl", "eval.task=null"),
+        ("alive Ray nodes", "the driver to start"),
+        False,
+    ),
+    # built-in torchrun across two nodes: killed, rank 0's collective may fail by itself first (gloo sees the
+    # closed socket); frozen, it waits forever, and only the watchdog ends the job
+    "builtin_torchrun_across_two_nodes": (
+        ("watched", "test/ranks", "-c", "tiny", "rounds=100000", "sleep_s=0.2"),
+        ("2 ranks agree", "both ranks to run"),
+        True,
+    ),
+}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
-def test_nemo_rl_on_ray_fails_within_the_bound_when_node2_dies_or_hangs(
-    env: dict[str, str], home: Path, sig: signal.Signals, cleanup: list[str], slurm_cluster: Any
+@pytest.mark.parametrize("kind", list(TWO_NODE_JOBS))
+def test_a_two_node_job_fails_within_the_bound_when_node2_dies_or_hangs(
+    env: dict[str, str], home: Path, kind: str, sig: signal.Signals, cleanup: list[str], slurm_cluster: Any
 ) -> None:
-    job_id, slurm_id = _submit(
-        env, home, slurm_cluster, "ray2_slow", "rl/rlhf", "-c", "tiny", "backend=nemo_rl", "eval.task=null"
-    )
+    job, (running, waiting_for), frozen_is_the_watchdogs = TWO_NODE_JOBS[kind]
+    job_id, slurm_id = _submit(env, home, slurm_cluster, *job)
     cleanup.append(slurm_id)
-    _until_logged(home, slurm_cluster, job_id, slurm_id, "alive Ray nodes", 150, "the driver to start")
+    _until_logged(home, slurm_cluster, job_id, slurm_id, running, 150, waiting_for)
     wait_for(lambda: processes_on(slurm_id, "node2"), 30, "the job's processes on node2")
     broke_at = time.time()
     signal_all(processes_on(slurm_id, "node2"), sig)
-    _check_failed_in_bound(env, home, slurm_cluster, job_id, slurm_id, broke_at)
-
-
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
-def test_builtin_torchrun_across_two_nodes_fails_within_the_bound_when_node2_dies_or_hangs(
-    env: dict[str, str], home: Path, sig: signal.Signals, cleanup: list[str], slurm_cluster: Any
-) -> None:
-    job_id, slurm_id = _submit(
-        env, home, slurm_cluster, "watched", "test/ranks", "-c", "tiny", "rounds=100000", "sleep_s=0.2"
-    )
-    cleanup.append(slurm_id)
-    _until_logged(home, slurm_cluster, job_id, slurm_id, "2 ranks agree", 150, "both ranks to run")
-    broke_at = time.time()
-    signal_all(processes_on(slurm_id, "node2"), sig)
-    # killed, rank 0's collective may fail by itself first (gloo sees the closed socket); frozen, it waits
-    # forever, and only the watchdog ends the job
-    _check_failed_in_bound(
-        env, home, slurm_cluster, job_id, slurm_id, broke_at, watchdog=sig == signal.SIGSTOP
-    )
+    watchdog = frozen_is_the_watchdogs and sig == signal.SIGSTOP
+    _check_failed_in_bound(env, home, slurm_cluster, job_id, slurm_id, broke_at, watchdog=watchdog)
 
 
 def test_a_hetjob_fails_within_the_bound_when_node2_hangs(

@@ -13,7 +13,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 from safetensors.torch import load_file
+from tests.processes import run_to_exit_0
 
 from nemotron.core.paths import shipped_root
 from nemotron.models.checkpoint import load_tokenizer, save_checkpoint
@@ -190,15 +190,7 @@ def sft_policy(
         env.update(NEMOTRON_HOME=str(root / "home"), NEMOTRON_CACHE_DIR=str(root / "cache"))
         argv = ["steps", "run", "sft", "-c", "tiny", f"inputs.init_from={family_models[family][0]}",
                 f"trainer.max_steps={SFT_STEPS}", f"trainer.log_interval={SFT_STEPS}"]  # fmt: skip
-        done_sft = subprocess.run(
-            [sys.executable, "-m", "nemotron", *argv],
-            env=env,
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done_sft.returncode == 0, done_sft.stderr[-3000:]
+        run_to_exit_0([sys.executable, "-m", "nemotron", *argv], env, root, timeout=600)
         (job_dir,) = (root / "home" / "jobs").iterdir()
         rows = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
         (val_loss,) = [m["val_loss"] for m in rows if "val_loss" in m]

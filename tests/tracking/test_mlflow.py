@@ -19,6 +19,7 @@ import pytest
 from mlflow import MlflowClient
 
 from nemotron.config.stepconfig import Tracking
+from nemotron.core.procs import free_port
 from nemotron.tracking.base import RunInfo
 from nemotron.tracking.fanout import Trackers, build_trackers
 
@@ -100,9 +101,7 @@ def test_a_tiny_ppo_run_shows_in_mlflow(mlflow_server: str, first_run: Path) -> 
 def test_a_down_tracker_never_fails_the_job_and_sync_fills_the_run(
     mlflow_server: str, first_run: Path, tracked_home: dict[str, str], run_cli: Any
 ) -> None:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     r = run_cli(
         "steps", "run", "rl/ppo", "-c", "tiny", *SHORT, "inputs.policy=tiny_ppo_policy:v1",
         "tracking.mlflow.enabled=true", f"tracking.mlflow.tracking_uri={dead}",

@@ -7,7 +7,6 @@ real `mlflow server` and wandb offline."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from mlflow import MlflowClient
 from tests.engines import test_nemo_aligner as aligner  # its NeMo-Aligner job builders
 from tests.tracking import wandb_records as rec
 
+from nemotron.core.procs import free_port
 from nemotron.jobs.record import read_status
 from nemotron.launch import slurm, slurm_script, submit
 from nemotron.tracking.wandb_tracker import run_id
@@ -120,9 +120,7 @@ def test_registered_artifacts_join_the_engine_s_run_in_both_trackers_once(
 def test_a_down_tracker_is_one_warning_and_the_registration_stands(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with socket.socket() as s:  # a port nothing listens on: every connection refused
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there: every connection refused
     job_dir, outputs = _submitted(
         tmp_path,
         monkeypatch,

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from nemotron.core.procs import free_port
 from nemotron.reward.judge import JudgeClient
-from nemotron.reward.vllm_serve import free_port, own_vllm_server
+from nemotron.reward.vllm_serve import own_vllm_server
 
 PROMPTS = ["the movie was", "the food was", "the plot was"]
 RESPONSES = ["great fun", "awful", "fine I guess"]

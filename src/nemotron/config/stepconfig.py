@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from nemotron.config.workload import Rollouts
+from nemotron.config.workload import Rollouts, Training, Workload
 
 
 def _number_as_word(value: object) -> object:
@@ -441,4 +441,31 @@ class RLConfig(Strict):
             self.trainer.num_prompts_per_step * per_prompt,
             self.generation.max_new_tokens,
             self.generation.vllm_share(),
+        )
+
+
+class SupervisedConfig(Strict):
+    """The groups sft and rm/train share, in the order their references list them. Each step narrows `inputs` and
+    `outputs` to its own, says what `model` builds and gives its optimizer's defaults; `rows_per_record` is how
+    many rows one of its records becomes in a forward pass (2: a preference pair's two responses)."""
+
+    inputs: Strict = Strict()
+    outputs: Strict = Strict()
+    model: ModelArch = ModelArch()
+    trainer: SupervisedTrainer = SupervisedTrainer()
+    optim: Optim = Optim()
+    runtime: TrainRuntime = TrainRuntime()
+    tracking: Tracking = Tracking()
+    plan: ResourcePlan = ResourcePlan()
+    """the resource plan's model hints and what a plan that cannot fit does"""
+
+    rows_per_record: ClassVar[int] = 1
+
+    def workload(self) -> Workload:
+        t = self.trainer
+        return Training(
+            "trainer.global_batch_size",
+            t.global_batch_size,
+            t.max_length,
+            rows_per_record=self.rows_per_record,
         )

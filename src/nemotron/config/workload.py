@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nemotron.config.configtree import get_dotted
+
+if TYPE_CHECKING:
+    from nemotron.catalog import Model
 
 
 @dataclass(frozen=True)
@@ -64,34 +67,13 @@ class JobModel:
     built_from: str  # config key of the architecture it is built from when `ref` is unset
 
 
-class DeclaredModel(Protocol):
-    """A manifest's [[models]] entry (nemotron.catalog.Model) as this module reads it."""
-
-    @property
-    def role(self) -> str: ...
-    @property
-    def input(self) -> str: ...
-    @property
-    def trained(self) -> bool: ...
-    @property
-    def reference(self) -> bool: ...
-    @property
-    def served(self) -> bool: ...
-    @property
-    def served_when(self) -> Mapping[str, Any]: ...
-    @property
-    def when(self) -> Mapping[str, Any]: ...
-    @property
-    def built_from(self) -> str: ...
-
-
 def holds(conditions: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
     """Whether every `key = value` of a manifest's condition table holds in `config` (dotted keys)."""
     return all(get_dotted(config, key) == value for key, value in conditions.items())
 
 
 def job_models(
-    declared: Sequence[DeclaredModel], input_keys: Mapping[str, str], config: Mapping[str, Any]
+    declared: Sequence[Model], input_keys: Mapping[str, str], config: Mapping[str, Any]
 ) -> tuple[JobModel, ...]:
     """The models a job runs: the declared ones whose `when` holds in its resolved `config` (inputs already
     paths), each with the reference its input's config key (`input_keys`: input name -> key) holds."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -14,6 +15,13 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now, for a server a child process starts (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:

@@ -19,11 +19,14 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
 from nemotron.errors import UserError
+
+if TYPE_CHECKING:
+    from nemotron.catalog import Consumes
 
 SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 # Where an HF checkpoint keeps its vocabulary, in the order transformers prefers them.
@@ -42,17 +45,6 @@ class _Bound(Protocol):
     def ref(self) -> str: ...
     @property
     def path(self) -> str | None: ...
-
-
-class _Consumed(Protocol):
-    """What the check reads of a manifest [[consumes]] entry (nemotron.catalog.Consumes)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def reads_token_ids_of(self) -> str: ...
-    @property
-    def text_when(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -327,7 +319,7 @@ def difference(a: TokenizerFiles, b: TokenizerFiles) -> str | None:
     return None
 
 
-def _applies(consumed: _Consumed, config: Mapping[str, Any]) -> bool:
+def _applies(consumed: Consumes, config: Mapping[str, Any]) -> bool:
     """Whether this input reads another's token ids under `config`: not where the manifest says it gets text
     (e.g. backend=nemo_rl, whose reward environment re-tokenises the decoded text with the reward model's own
     tokenizer)."""
@@ -343,7 +335,7 @@ def _applies(consumed: _Consumed, config: Mapping[str, Any]) -> bool:
 
 
 def check_token_ids_meet(
-    consumes: Sequence[_Consumed], config: Mapping[str, Any], bindings: Sequence[_Bound]
+    consumes: Sequence[Consumes], config: Mapping[str, Any], bindings: Sequence[_Bound]
 ) -> None:
     """Refuse (exit 2, one line per pair) a job in which an input reads the token ids of another input whose
     tokenizer differs from its own. A hub id is read from the local Hugging Face cache when a download left it

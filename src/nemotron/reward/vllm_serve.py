@@ -14,7 +14,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from nemotron.core.procs import Child, child_process
+from nemotron.core.procs import Child, child_process, free_port
 from nemotron.reward.client import RewardServerError, wait_ready
 from nemotron.reward.sibling import sibling_server
 
@@ -67,12 +66,6 @@ def vllm_serve_command(
     if chat_template is not None:
         cmd += ["--chat-template", chat_template]
     return cmd
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

@@ -41,6 +41,18 @@ def required(value: T | None, key: str) -> T:
     return value
 
 
+def container_only(step_id: str, runner: str, where: str) -> int:
+    """The entry of a step that an engine runs as `runner` in a container (`where`: "the NeMo container
+    (backend=nemo)"), never as this process: the engine compiles the job, and every executor that cannot run the
+    container refuses it before anything is written. The entry exists for the catalog; run, it says so: exit 2."""
+    print(
+        f"{step_id}: {runner} runs it in {where}; submit it with a Slurm profile: "
+        f"nemotron steps run {step_id} -c default -b PROFILE",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     # Turn SIGTERM into an exception so `finally` blocks run: sibling servers stop, no temp files linger.
     raise KeyboardInterrupt("SIGTERM")

@@ -1,20 +1,13 @@
 """convert/hf_to_nemo runs as NeMo's own converter script in the NeMo container (backend=nemo,
-nemotron.engines.nemo.engine), never as this process: the engine compiles the job, and every executor that
-cannot run the container refuses it before anything is written. This entry exists for the catalog and says so
-if it is run."""
-
-from __future__ import annotations
+nemotron.engines.nemo.engine), never as this process: nemotron.runtime.step.container_only says why."""
 
 import sys
 
+from nemotron.runtime.step import container_only
+
 
 def main() -> int:
-    print(
-        "convert/hf_to_nemo: NeMo's converter runs it in the NeMo container (backend=nemo); submit it with a "
-        "Slurm profile: nemotron steps run convert/hf_to_nemo -c default -b PROFILE",
-        file=sys.stderr,
-    )
-    return 2
+    return container_only("convert/hf_to_nemo", "NeMo's converter", "the NeMo container (backend=nemo)")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,6 @@
 """Config schema of rm/train: a Bradley-Terry reward model trained on preference pairs."""
 
-from nemotron.config.stepconfig import (
-    ModelArch,
-    Optim,
-    ResourcePlan,
-    Strict,
-    SupervisedTrainer,
-    Tracking,
-    TrainRuntime,
-)
-from nemotron.config.workload import Training, Workload
+from nemotron.config.stepconfig import ModelArch, Optim, Strict, SupervisedConfig
 
 
 class Inputs(Strict):
@@ -29,21 +20,14 @@ class Outputs(Strict):
     """artifact name of the trained reward model (reward_model_hf)"""
 
 
-class Config(Strict):
+class Config(SupervisedConfig):
     """rm/train: a Bradley-Terry reward model trained on preference pairs."""
 
     inputs: Inputs = Inputs()
     outputs: Outputs = Outputs()
     model: ModelArch = ModelArch()
     """architecture of a random-init reward model (unused with inputs.init_from)"""
-    trainer: SupervisedTrainer = SupervisedTrainer()
     optim: Optim = Optim(lr=1e-3, warmup_steps=20, min_lr_ratio=0.1)
     """the reward model's optimizer"""
-    runtime: TrainRuntime = TrainRuntime()
-    tracking: Tracking = Tracking()
-    plan: ResourcePlan = ResourcePlan()
-    """the resource plan's model hints and what a plan that cannot fit does"""
 
-    def workload(self) -> Workload:
-        t = self.trainer
-        return Training("trainer.global_batch_size", t.global_batch_size, t.max_length, rows_per_record=2)
+    rows_per_record = 2
