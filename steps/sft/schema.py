@@ -1,6 +1,8 @@
 """Config schema of sft: supervised fine-tuning of a causal LM, built from a model config (random init, with a
 tokenizer trained on the data) or started from a checkpoint."""
 
+from pydantic import Field
+
 from nemotron.config.stepconfig import ModelArch, Optim, Strict, SupervisedConfig
 
 
@@ -24,9 +26,9 @@ class Outputs(Strict):
 class Config(SupervisedConfig):
     """sft: supervised fine-tuning of a causal LM on prompt/response pairs."""
 
-    inputs: Inputs = Inputs()
-    outputs: Outputs = Outputs()
-    model: ModelArch = ModelArch()
+    inputs: Inputs = Field(default_factory=Inputs)
+    outputs: Outputs = Field(default_factory=Outputs)
+    model: ModelArch = Field(default_factory=ModelArch)
     """architecture of a random-init policy (unused with inputs.init_from)"""
     optim: Optim = Optim(lr=3e-3, warmup_steps=20, min_lr_ratio=0.1)
     """the policy's optimizer"""

@@ -28,7 +28,7 @@ class Strict(BaseModel):
     A key's description is the docstring under it: docgen reads it from the source for the config reference
     (pydantic's use_attribute_docstrings would parse every schema's source on each run, ~30 ms of a dry-run)."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False, defer_build=True)
 
 
 class ModelArch(Strict):
@@ -227,7 +227,7 @@ class RewardSource(Strict):
     source: Literal["server", "in_process"] = "server"
     """server: ask an rm/serve over HTTP (KServe v2, as NeMo-Aligner's remote_rm); in_process: load
     inputs.reward_model into the trainer (no server; local runs only)"""
-    server: RewardServer = RewardServer()
+    server: RewardServer = Field(default_factory=RewardServer)
 
 
 Backend = Literal["builtin", "nemo_rl"]
@@ -325,8 +325,8 @@ class Tracking(Strict):
     down never fails training: its calls are retried, then it is warned about and skipped for the rest of the
     job, and `nemotron jobs sync JOB_ID` replays the finished job into it (docs/tracking.md)."""
 
-    mlflow: MlflowTracking = MlflowTracking()
-    wandb: WandbTracking = WandbTracking()
+    mlflow: MlflowTracking = Field(default_factory=MlflowTracking)
+    wandb: WandbTracking = Field(default_factory=WandbTracking)
     retries: int = Field(3, ge=0)
     """re-sends, with exponential backoff, of a tracker call that failed before the tracker is skipped"""
 
@@ -419,18 +419,18 @@ class RLConfig(Strict):
         "GRPO run as RLOO (rl/reinforce) or PPO (rl/ppo)",
         "REINFORCE (reward server + actor; rl/reinforce) or PPO (critic server, reward server + actor; rl/ppo)",
     )
-    inputs: RLInputs = RLInputs()
-    trainer: RLTrainer = RLTrainer()
-    optim: Optim = Optim()
+    inputs: RLInputs = Field(default_factory=RLInputs)
+    trainer: RLTrainer = Field(default_factory=RLTrainer)
+    optim: Optim = Field(default_factory=Optim)
     """the policy's (actor's) optimizer"""
-    generation: Generation = Generation()
-    reward: RewardSource = RewardSource()
-    checkpoint: Checkpointing = Checkpointing()
-    eval: Evaluation = Evaluation()
-    runtime: TrainRuntime = TrainRuntime()
-    tracking: Tracking = Tracking()
-    nemo_rl: NemoRL = NemoRL()
-    plan: ResourcePlan = ResourcePlan()
+    generation: Generation = Field(default_factory=Generation)
+    reward: RewardSource = Field(default_factory=RewardSource)
+    checkpoint: Checkpointing = Field(default_factory=Checkpointing)
+    eval: Evaluation = Field(default_factory=Evaluation)
+    runtime: TrainRuntime = Field(default_factory=TrainRuntime)
+    tracking: Tracking = Field(default_factory=Tracking)
+    nemo_rl: NemoRL = Field(default_factory=NemoRL)
+    plan: ResourcePlan = Field(default_factory=ResourcePlan)
     """the resource plan's model hints and what a plan that cannot fit does"""
 
     def rollouts(self, per_prompt: int) -> Rollouts:
@@ -449,14 +449,14 @@ class SupervisedConfig(Strict):
     `outputs` to its own, says what `model` builds and gives its optimizer's defaults; `rows_per_record` is how
     many rows one of its records becomes in a forward pass (2: a preference pair's two responses)."""
 
-    inputs: Strict = Strict()
-    outputs: Strict = Strict()
-    model: ModelArch = ModelArch()
-    trainer: SupervisedTrainer = SupervisedTrainer()
-    optim: Optim = Optim()
-    runtime: TrainRuntime = TrainRuntime()
-    tracking: Tracking = Tracking()
-    plan: ResourcePlan = ResourcePlan()
+    inputs: Strict = Field(default_factory=Strict)
+    outputs: Strict = Field(default_factory=Strict)
+    model: ModelArch = Field(default_factory=ModelArch)
+    trainer: SupervisedTrainer = Field(default_factory=SupervisedTrainer)
+    optim: Optim = Field(default_factory=Optim)
+    runtime: TrainRuntime = Field(default_factory=TrainRuntime)
+    tracking: Tracking = Field(default_factory=Tracking)
+    plan: ResourcePlan = Field(default_factory=ResourcePlan)
     """the resource plan's model hints and what a plan that cannot fit does"""
 
     rows_per_record: ClassVar[int] = 1

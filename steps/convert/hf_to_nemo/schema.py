@@ -3,6 +3,8 @@
 
 from typing import Literal
 
+from pydantic import Field
+
 from nemotron.config.stepconfig import NemoFamily, NemoPrecision, Strict
 
 
@@ -40,7 +42,7 @@ class Config(Strict):
 
     backend: Literal["nemo"] = "nemo"
     """who converts: NeMo's converter scripts in the NeMo container (the only converter; no CPU path)"""
-    inputs: Inputs = Inputs()
-    outputs: Outputs = Outputs()
-    convert: Convert = Convert()
+    inputs: Inputs = Field(default_factory=Inputs)
+    outputs: Outputs = Field(default_factory=Outputs)
+    convert: Convert = Field(default_factory=Convert)
     """the converter's settings"""

@@ -39,6 +39,6 @@ class Outputs(Strict):
 class Config(Strict):
     """data/prep: the tiny task's prompt, SFT and preference JSONL, generated from shipped word lists."""
 
-    task: Task = Task()
-    outputs: Outputs = Outputs()
-    runtime: DataRuntime = DataRuntime()
+    task: Task = Field(default_factory=Task)
+    outputs: Outputs = Field(default_factory=Outputs)
+    runtime: DataRuntime = Field(default_factory=DataRuntime)

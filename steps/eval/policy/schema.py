@@ -175,16 +175,16 @@ class Config(Strict):
     backend: Backend = backend_field(
         "eval entry (examples/run_eval.py): vLLM answers scored by its math environment"
     )
-    inputs: Inputs = Inputs()
-    outputs: Outputs = Outputs()
-    generation: Generation = Generation()
-    scorers: Scorers = Scorers()
-    judge: Judge = Judge()
-    summary: Summary = Summary()
+    inputs: Inputs = Field(default_factory=Inputs)
+    outputs: Outputs = Field(default_factory=Outputs)
+    generation: Generation = Field(default_factory=Generation)
+    scorers: Scorers = Field(default_factory=Scorers)
+    judge: Judge = Field(default_factory=Judge)
+    summary: Summary = Field(default_factory=Summary)
     max_prompts: int = Field(0, ge=0)
     """evaluate the first N prompts of the file; 0: all"""
-    runtime: Runtime = Runtime()
-    nemo_rl: NemoRLEval = NemoRLEval()
+    runtime: Runtime = Field(default_factory=Runtime)
+    nemo_rl: NemoRLEval = Field(default_factory=NemoRLEval)
 
     def record_fields_needed(self) -> dict[str, tuple[list[str], str, int]]:
         """Optional record fields the scorers read, checked at compile time (preflight) in the records the

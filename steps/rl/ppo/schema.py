@@ -69,9 +69,9 @@ class Critic(Strict):
 class Config(RLConfig):
     """rl/ppo: NeMo-Aligner's PPO (actor, critic from the reward model, GAE, clipped losses)."""
 
-    outputs: Outputs = Outputs()
-    ppo: PPO = PPO()
-    critic: Critic = Critic()
+    outputs: Outputs = Field(default_factory=Outputs)
+    ppo: PPO = Field(default_factory=PPO)
+    critic: Critic = Field(default_factory=Critic)
 
     def workload(self) -> Workload:
         return self.rollouts(self.ppo.num_rollouts_per_prompt)

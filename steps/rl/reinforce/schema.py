@@ -46,8 +46,8 @@ class Reinforce(Strict):
 class Config(RLConfig):
     """rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no critic)."""
 
-    outputs: Outputs = Outputs()
-    reinforce: Reinforce = Reinforce()
+    outputs: Outputs = Field(default_factory=Outputs)
+    reinforce: Reinforce = Field(default_factory=Reinforce)
 
     def workload(self) -> Workload:
         return self.rollouts(self.reinforce.num_rollouts_per_prompt)

@@ -73,7 +73,7 @@ class Policy(Strict):
     """responses per forward/backward pass; also the reward model's batch on NeMo-RL"""
     train_global_batch_size: int | None = Field(None, ge=1)
     """responses per optimizer step over all ranks (default: all of a step's, one update per step)"""
-    generation: Generation = Generation()
+    generation: Generation = Field(default_factory=Generation)
     optimizer: Optim = Optim(lr=5e-6)
     """the policy's optimizer"""
 
@@ -88,9 +88,9 @@ class DataSplit(Strict):
 class Data(Strict):
     """Prompt files (NeMo-RL: data.*)."""
 
-    train: DataSplit = DataSplit()
+    train: DataSplit = Field(default_factory=DataSplit)
     """the training prompts"""
-    validation: DataSplit = DataSplit()
+    validation: DataSplit = Field(default_factory=DataSplit)
     """the prompts evaluation and validation answer (eval_*, val_*); default: the training prompts"""
 
 
@@ -105,19 +105,19 @@ class VllmModel(Strict):
 class ResponsesApiModels(Strict):
     """NeMo-Gym's models section."""
 
-    vllm_model: VllmModel = VllmModel()
+    vllm_model: VllmModel = Field(default_factory=VllmModel)
 
 
 class GenRM(Strict):
     """NeMo-Gym's GenRM model."""
 
-    responses_api_models: ResponsesApiModels = ResponsesApiModels()
+    responses_api_models: ResponsesApiModels = Field(default_factory=ResponsesApiModels)
 
 
 class NemoGym(Strict):
     """NeMo-Gym settings, in NeMo-RL's key layout."""
 
-    genrm_model: GenRM = GenRM()
+    genrm_model: GenRM = Field(default_factory=GenRM)
 
 
 class Env(Strict):
@@ -126,7 +126,7 @@ class Env(Strict):
     should_use_nemo_gym: bool = False
     """nemo_rl only: judge through NeMo-Gym's pairwise GenRM (needs judge.kind=generative,
     judge.mode=pairwise)"""
-    nemo_gym: NemoGym = NemoGym()
+    nemo_gym: NemoGym = Field(default_factory=NemoGym)
 
 
 class Judge(Strict):
@@ -218,19 +218,19 @@ class Config(Strict):
     """rl/rlhf: GRPO scored by a judge, in NeMo-RL's key layout."""
 
     backend: Backend = backend_field("GRPO")
-    grpo: GRPO = GRPO()
-    loss_fn: LossFn = LossFn()
-    policy: Policy = Policy()
-    data: Data = Data()
-    env: Env = Env()
-    judge: Judge = Judge()
-    outputs: Outputs = Outputs()
-    checkpoint: Checkpointing = Checkpointing()
-    eval: Evaluation = Evaluation()
-    runtime: TrainRuntime = TrainRuntime()
-    tracking: Tracking = Tracking()
-    nemo_rl: NemoRL = NemoRL()
-    plan: ResourcePlan = ResourcePlan()
+    grpo: GRPO = Field(default_factory=GRPO)
+    loss_fn: LossFn = Field(default_factory=LossFn)
+    policy: Policy = Field(default_factory=Policy)
+    data: Data = Field(default_factory=Data)
+    env: Env = Field(default_factory=Env)
+    judge: Judge = Field(default_factory=Judge)
+    outputs: Outputs = Field(default_factory=Outputs)
+    checkpoint: Checkpointing = Field(default_factory=Checkpointing)
+    eval: Evaluation = Field(default_factory=Evaluation)
+    runtime: TrainRuntime = Field(default_factory=TrainRuntime)
+    tracking: Tracking = Field(default_factory=Tracking)
+    nemo_rl: NemoRL = Field(default_factory=NemoRL)
+    plan: ResourcePlan = Field(default_factory=ResourcePlan)
     """the resource plan's model hints and what a plan that cannot fit does"""
 
     def workload(self) -> Workload:

@@ -65,10 +65,10 @@ class Config(Strict):
     backend: Literal["builtin", "nemo_aligner"] = "builtin"
     """builtin: our KServe v2 server on a Hugging Face reward model; nemo_aligner: NeMo-Aligner v0.7.0's
     serve_reward_model.py (PyTriton) on a .nemo reward model, on Slurm (docs/nemo-aligner.md)"""
-    inputs: Inputs = Inputs()
-    server: Server = Server()
-    runtime: ServeRuntime = ServeRuntime()
-    plan: ResourcePlan = ResourcePlan()
+    inputs: Inputs = Field(default_factory=Inputs)
+    server: Server = Field(default_factory=Server)
+    runtime: ServeRuntime = Field(default_factory=ServeRuntime)
+    plan: ResourcePlan = Field(default_factory=ResourcePlan)
     """the resource plan's model hints and what a plan that cannot fit does"""
 
     def workload(self) -> Workload:

@@ -1,5 +1,7 @@
 """Config schema of rm/train: a Bradley-Terry reward model trained on preference pairs."""
 
+from pydantic import Field
+
 from nemotron.config.stepconfig import ModelArch, Optim, Strict, SupervisedConfig
 
 
@@ -23,9 +25,9 @@ class Outputs(Strict):
 class Config(SupervisedConfig):
     """rm/train: a Bradley-Terry reward model trained on preference pairs."""
 
-    inputs: Inputs = Inputs()
-    outputs: Outputs = Outputs()
-    model: ModelArch = ModelArch()
+    inputs: Inputs = Field(default_factory=Inputs)
+    outputs: Outputs = Field(default_factory=Outputs)
+    model: ModelArch = Field(default_factory=ModelArch)
     """architecture of a random-init reward model (unused with inputs.init_from)"""
     optim: Optim = Optim(lr=1e-3, warmup_steps=20, min_lr_ratio=0.1)
     """the reward model's optimizer"""
