@@ -82,7 +82,7 @@ def job_record(job: Job, rendered: str) -> JobRecord:
             "mode": job.mode,
             "executor": job.profile.executor,
             "profile": redact_tree(job.profile.model_dump(mode="json", by_alias=True)),
-            "config": redact_tree(job.config),
+            "config": redact_tree(job.config_tree),
             "config_hash": job.config_hash,
             "sources": job.sources,
             "inputs": [asdict(b) for b in job.bindings],
@@ -103,7 +103,7 @@ def create_job_dir(job: Job, rendered: str, files: dict[str, str] | None = None)
     final = root / job.job_id
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{job.job_id}."))
     try:
-        secrets = secret_values(job.config, job.profile.model_dump(mode="json"))
+        secrets = secret_values(job.config_tree, job.profile.model_dump(mode="json"))
         record = redact_values(job_record(job, rendered).model_dump(mode="json"), secrets)
         write_atomic(tmp / "job.yaml", yaml.safe_dump(record, sort_keys=False))
         step_config = redact_values(redact_tree(job.step_config), secrets)
