@@ -170,7 +170,7 @@ def compile_eval(c: EvalConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
 
 
 def preflight_problems(manifest: Manifest, config: BaseModel, bindings: Sequence[Binding]) -> list[str]:
-    """NeMo-RL's own preflight rule (nemotron.config.backends.PREFLIGHT_RULES), for a step it runs as its eval
+    """NeMo-RL's own preflight rule (run by nemotron.engines.nemo_rl.preflight), for a step it runs as its eval
     (eval/policy): its math processor formats each prompt as one string (NeMo-RL v0.7.0
     nemo_rl/data/processors.py, math_data_processor), so a conversation (a list of messages) cannot be expressed.
     The first one among the records it would read (the first max_prompts) is refused; paths not here are left to
