@@ -7,7 +7,7 @@ refusals are raised together as one UserError."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import yaml
 from pydantic import BaseModel
@@ -20,9 +20,6 @@ from nemotron.engines.nemo_rl.steps import RECIPES, compile_step
 from nemotron.engines.refusals import Refusals
 from nemotron.engines.remote_tracking import RunLabels, Tracked, nemo_rl_logger
 from nemotron.errors import UserError
-
-if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
-    from eval.policy.schema import Config as EvalConfig
 
 CONFIG_FILE = "nemo_rl_config.yaml"
 
@@ -70,8 +67,9 @@ def compile_run(
         hint="Change them, or run with backend=builtin. docs/nemo-rl.md lists every key's mapping.",
     )
     if recipe == evaluation.RECIPE:
-        # the catalog loaded steps/eval/policy/schema.py, whose Config mypy knows as eval.policy.schema's
-        evaluated = evaluation.compile_eval(cast("EvalConfig", config), refuse, job_dir, nodes, gpus_per_node)
+        if not isinstance(config, evaluation.EvalConfig):
+            raise TypeError(f"{step_id}: its Config lacks a group NeMo-RL's eval reads")
+        evaluated = evaluation.compile_eval(config, refuse, job_dir, nodes, gpus_per_node)
         refuse.raise_any()
         return _eval_run(step_id, evaluated, nemo_rl_dir, job_dir)
     compiled = compile_step(recipe, config, refuse, job_dir, nodes, gpus_per_node)
