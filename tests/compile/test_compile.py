@@ -180,7 +180,7 @@ def test_a_dry_run_validates_the_step_config_once(
     counted = sys.modules[catalog.get("test/count").config_schema().__module__].VALIDATED
     job = compile_job(catalog, "test/count", "tiny", ["trainer.max_steps=4"], dry_run=True)
     assert len(counted) == 2  # the schema's defaults, then the composed config
-    assert job.validated.trainer.max_steps == 4  # type: ignore[attr-defined]
+    assert job.config.trainer.max_steps == 4  # type: ignore[attr-defined]
     text = submit.dry_run(job)
     assert "max_steps: 4  # cli" in text  # the dry run did its work: preflight, plan, engine, render
     assert len(counted) == 2

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 from tests.engines import nemo_rl_v070 as tag
 from tests.engines.mirrors import git_files, git_show
 
@@ -70,6 +71,11 @@ def step_config(step_id: str, **overrides: Any) -> dict[str, Any]:
     return unflatten(flat)
 
 
+def step_model(step_id: str, **overrides: Any) -> BaseModel:
+    """`step_config` as compile hands it to an engine: validated by the step's schema (`Job.step_model`)."""
+    return Catalog().get(step_id).config_schema().model_validate(step_config(step_id, **overrides))
+
+
 def compiled(
     step_id: str,
     env: str = "reward_model",
@@ -80,7 +86,7 @@ def compiled(
 ) -> NemoRLRun:
     extra = dict(GYM) if env == "nemo_gym" else {}
     extra["nemo_rl.policy_backend"] = backend
-    cfg = step_config(step_id, **{k.replace(".", "__"): v for k, v in (extra | (overrides or {})).items()})
+    cfg = step_model(step_id, **{k.replace(".", "__"): v for k, v in (extra | (overrides or {})).items()})
     return compile_run(step_id, cfg, job_dir=JOB, nodes=nodes, gpus_per_node=8)
 
 
@@ -309,7 +315,7 @@ def test_finalize_picks_the_newest_step(tmp_path: Path) -> None:
     job = tmp_path / "a b"
     for name in ("step_2", "step_10", "tmp_step_11", "step_x"):
         (job / "checkpoints" / "nemo_rl" / name).mkdir(parents=True)
-    run = compile_run("rl/rlhf", step_config("rl/rlhf"), job_dir=str(job), nodes=1, gpus_per_node=8)
+    run = compile_run("rl/rlhf", step_model("rl/rlhf"), job_dir=str(job), nodes=1, gpus_per_node=8)
     script = run.finalize.split(" && uv run")[0].replace("cd /opt/nemo-rl && ", "") + ' && echo "$step"'
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.strip()
     assert out == f"{job}/checkpoints/nemo_rl/step_10"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 from tests.engines import nemo_rl_eval_v070 as tag
 from tests.engines import (
     test_nemo_rl_config as rl,  # NeMo-RL's loader rule and the source-reading rules, shared with the RL steps
@@ -47,8 +48,13 @@ def step_config(**overrides: Any) -> dict[str, Any]:
     return unflatten(flat | overrides)
 
 
+def step_model(**overrides: Any) -> BaseModel:
+    """`step_config` as compile hands it to an engine: validated by the step's schema (`Job.step_model`)."""
+    return Catalog().get(STEP).config_schema().model_validate(step_config(**overrides))
+
+
 def compiled(nodes: int = 1, gpus: int = 8, **overrides: Any) -> NemoRLRun:
-    return compile_run(STEP, step_config(**overrides), job_dir=JOB, nodes=nodes, gpus_per_node=gpus)
+    return compile_run(STEP, step_model(**overrides), job_dir=JOB, nodes=nodes, gpus_per_node=gpus)
 
 
 def loaded(run: NemoRLRun) -> dict[str, Any]:
@@ -176,7 +182,7 @@ def test_the_driver_prepares_the_first_prompts_then_runs_the_entry(
     source.write_text('{"prompt": "a"}\n\n  \n{"prompt": "b"}\n{"prompt": "c"}\n')
     job = tmp_path / "job $x"
     job.mkdir()
-    cfg = step_config(**{"inputs.prompts": str(source), "max_prompts": max_prompts})
+    cfg = step_model(**{"inputs.prompts": str(source), "max_prompts": max_prompts})
     run = compile_run(STEP, cfg, job_dir=str(job), nodes=1, gpus_per_node=1)
     prepare, _, entry = run.driver.partition(" && cd ")
     assert entry.endswith(f"uv run python examples/run_eval.py --config '{job}/nemo_rl_config.yaml'")

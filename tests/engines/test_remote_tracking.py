@@ -45,7 +45,7 @@ ON = {
 
 
 def _nemo_rl(step_id: str, labels: RunLabels | None = LABELS, **over: Any) -> Any:
-    cfg = rl.step_config(step_id, **{k.replace(".", "__"): v for k, v in (ON | over).items()})
+    cfg = rl.step_model(step_id, **{k.replace(".", "__"): v for k, v in (ON | over).items()})
     return rl.compile_run(step_id, cfg, job_dir="/jobs/j1", nodes=1, gpus_per_node=8, labels=labels)
 
 
@@ -55,8 +55,8 @@ def _aligner(step_id: str, labels: RunLabels | None = LABELS, **over: Any) -> An
         "inputs.prompts": "/d/p.jsonl",
         "inputs.reward_model": "/m/rm.nemo",
     }
-    cfg = rl.step_config(step_id, **{k.replace(".", "__"): v for k, v in (inputs | ON | over).items()})
-    cfg["backend"] = "nemo_aligner"
+    given = inputs | ON | over | {"backend": "nemo_aligner"}
+    cfg = rl.step_model(step_id, **{k.replace(".", "__"): v for k, v in given.items()})
     return compile_aligner(step_id, cfg, job_dir="/jobs/j1", nodes=3, gpus=8, labels=labels)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -203,6 +204,35 @@ def test_the_guard_catches_each_form_put_back(line: str, tmp_path: Path) -> None
     """Each form the guard forbids, put back into a copy of a module, is caught."""
     (tmp_path / "module.py").write_text(f'"""A module naming rl/ppo in its documentation only."""\n{line}\n')
     assert len(library_violations(tmp_path, shipped_step_ids(), _kinds(), set(LAUNCH_SHAPES))) == 1
+
+
+# The generic preflight (engines' own rules live in their folders, found through PREFLIGHT_RULES): no engine named in
+# its code, comments or documentation. "nemo" is also the word for a NeMo checkpoint's file (.nemo, checkpoint_nemo):
+# as an engine it is caught in a string constant, as the other names are anywhere.
+CENTRE_WITHOUT_ENGINES = ("compile/preflight.py",)
+ENGINE_WORDS = re.compile(r"nemo_rl|nemo_aligner|builtin|built-in|NeMo-RL|NeMo-Aligner|NeMo's")
+
+
+def engine_names_in(path: Path) -> list[str]:
+    """Where `path` names an engine: its name or product in any text, or a string constant equal to an engine's."""
+    text = path.read_text()
+    found = [
+        f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group()}"
+        for m in ENGINE_WORDS.finditer(text)
+    ]
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ENGINES:
+            found.append(f"{path.name}:{node.lineno}: {node.value!r}")
+    return found
+
+
+@pytest.mark.parametrize("module", CENTRE_WITHOUT_ENGINES)
+def test_the_centres_preflight_names_no_engine(module: str, tmp_path: Path) -> None:
+    assert engine_names_in(SRC / module) == []
+    for line in ('_GROUPS = {"nemo": None}', "# NeMo-RL's rule", "def _nemo_aligner_groups() -> None: ..."):
+        copy = tmp_path / Path(module).name
+        copy.write_text((SRC / module).read_text() + line + "\n")
+        assert len(engine_names_in(copy)) == 1, line
 
 
 def test_an_executor_may_ask_its_launch_shape_but_not_its_profile(tmp_path: Path) -> None:

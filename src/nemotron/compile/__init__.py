@@ -13,7 +13,9 @@ import secrets
 import time
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Generic, Literal
 
@@ -31,7 +33,6 @@ from nemotron.config.configtree import (
     flatten,
     get_dotted,
     resolve_interpolations,
-    set_dotted,
     unflatten,
 )
 from nemotron.config.profiles import AnyProfile, implicit_profile, load_profile, runs_here
@@ -55,15 +56,15 @@ class Job(Generic[ProfileT]):
     preset: str
     entry: str
     launch: str
-    config: dict[str, Any]  # resolved and validated; inputs as the user wrote them
-    config_schema: type[BaseModel]  # the step's Config, which validated `config`; engines read its fields
-    validated: (
-        BaseModel  # `config` as config_schema validated it, once: later stages read it, never validate again
-    )
+    # the step's config as its schema validated it, once, at compile (inputs as the user wrote them): every later
+    # stage reads it, or a form derived from it below, and none validates it again
+    config: BaseModel
     backend: str  # the engine that runs the job: config's `backend`, builtin for steps without one
-    step_config: dict[str, Any]  # what the step reads: inputs replaced by resolved paths
     sources: dict[str, str]  # dotted key -> "preset:tiny" | "profile:NAME" | "cli" (defaults omitted)
     bindings: tuple[Binding, ...]
+    input_keys: dict[
+        str, str
+    ]  # input name -> the config key holding its reference (the manifest's [[consumes]])
     outputs: dict[str, tuple[str, str]]  # output name -> (artifact name, type)
     profile: ProfileT
     resources: Resources
@@ -77,9 +78,45 @@ class Job(Generic[ProfileT]):
         str, ...
     ] = ()  # what a dry-run let through that a submit would refuse (absent input paths)
 
+    @cached_property
+    def config_tree(self) -> dict[str, Any]:
+        """`config` as plain JSON data, inputs as written: what the job record, the hash and a dry run show."""
+        return self.config.model_dump(mode="json")
+
+    @cached_property
+    def step_model(self) -> BaseModel:
+        """`config` with each bound input's reference replaced by its resolved path: what the step and the
+        external engines read. Copied field by field from the validated config, not validated again."""
+        return with_inputs(self.config, self.input_keys, self.bindings)
+
+    @cached_property
+    def step_config(self) -> dict[str, Any]:
+        """`step_model` as plain JSON data: the config.yaml the step reads."""
+        return self.step_model.model_dump(mode="json")
+
     @property
     def config_hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(self.config_tree, sort_keys=True, default=str).encode()).hexdigest()[
+            :16
+        ]
+
+
+def with_inputs(config: BaseModel, input_keys: Mapping[str, str], bindings: Sequence[Binding]) -> BaseModel:
+    """`config` with the value at each binding's config key replaced by its path (its reference when it has
+    none): nested models are copied (`model_copy`, which does not validate), nested mappings rebuilt."""
+    for b in bindings:
+        config = _replaced(config, input_keys[b.name].split("."), b.path or b.ref)
+    return config
+
+
+def _replaced(node: Any, path: list[str], value: Any) -> Any:
+    head, rest = path[0], path[1:]
+    if isinstance(node, BaseModel):
+        child = getattr(node, head)
+        return node.model_copy(update={head: _replaced(child, rest, value) if rest else value})
+    tree = dict(node) if isinstance(node, Mapping) else {}  # a mapping, or a key set under an absent one
+    tree[head] = _replaced(tree.get(head), rest, value) if rest else value
+    return tree
 
 
 def new_job_id(step_id: str) -> str:
@@ -374,10 +411,8 @@ def compile_job(
         for b in bindings
         if here and b.kind == "path" and b.path and not Path(b.path).exists()
     )
-    step_config = json.loads(json.dumps(config))
-    by_name = {c.name: c for c in step.manifest.consumes}
-    for b in bindings:
-        set_dotted(step_config, by_name[b.name].config_key, b.path or b.ref)
+    input_keys = {c.name: c.config_key for c in step.manifest.consumes}
+    step_config = with_inputs(validated, input_keys, bindings).model_dump(mode="json")
     check_token_ids_meet(step.manifest.consumes, config, bindings)
     _refuse_mismatched_resume(step.id, config, bindings)
     backend = engine_name(config)
@@ -401,13 +436,11 @@ def compile_job(
         preset=preset_name,
         entry=str(step.entry_path),
         launch=step.manifest.step.launch,
-        config=config,
-        config_schema=step.config_schema(),
-        validated=validated,
+        config=validated,
         backend=backend,
-        step_config=step_config,
         sources=sources,
         bindings=tuple(bindings),
+        input_keys=input_keys,
         outputs=outputs,
         profile=profile,
         resources=step.manifest.resources.get(preset_name, Resources()),
@@ -415,9 +448,7 @@ def compile_job(
         passthrough=tuple(passthrough or ()),
         force_squash=force_squash,
         services=tuple(step.manifest.step.services),
-        models=job_models(
-            step.manifest.models, {c.name: c.config_key for c in step.manifest.consumes}, step_config
-        ),
+        models=job_models(step.manifest.models, input_keys, step_config),
         argv=tuple(argv or ()),
         warnings=warnings,
     )

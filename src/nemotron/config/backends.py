@@ -20,8 +20,12 @@ RUNS_AS_STEP_PROCESS = (
 KEEPS_TENSORBOARD_METRICS = ("nemo_rl",)  # logs metrics as TensorBoard events under its own names, not ours
 READS_NEMO_RL_GROUP = ("nemo_rl",)  # reads a config's `nemo_rl.*` keys (the others refuse them set)
 READS_TOKENIZER_JSON_ONLY = ("builtin",)  # loads a checkpoint's tokenizer from tokenizer.json alone
-# engine -> "module:function" of its own preflight rules: (manifest, validated config, bindings) -> problems
-PREFLIGHT_RULES: dict[str, str] = {"nemo_rl": "nemotron.engines.nemo_rl.evaluation:preflight_problems"}
+# engine -> "module:function" of its own preflight (nemotron.compile.preflight.EngineRules): its rules' problems and
+# the GPU groups whose parallel sizes must divide their GPUs; an engine not here has neither (data parallel only)
+PREFLIGHT_RULES: dict[str, str] = {
+    "nemo_rl": "nemotron.engines.nemo_rl.preflight:preflight",
+    "nemo_aligner": "nemotron.engines.nemo_aligner.preflight:preflight",
+}
 # engine -> "module:function" of its resource plan's process groups: (nemotron.plan.groups.PlanContext, validated
 # config, workload) -> groups; an engine not here is planned as the built-in one (one process per device)
 PLAN_GROUPS: dict[str, str] = {

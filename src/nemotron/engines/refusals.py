@@ -7,7 +7,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from nemotron.catalog import Catalog
 from nemotron.config.backends import READS_NEMO_RL_GROUP
 from nemotron.config.configtree import flatten
 from nemotron.config.stepconfig import engine_name
@@ -24,6 +23,13 @@ class Refusals:
         self.step_id, self.flat, self.defaults = step_id, dict(flatten(config)), dict(flatten(defaults))
         self.engine, self.hint = engine, hint
         self.problems: list[str] = []
+
+    @classmethod
+    def of(cls, step_id: str, config: BaseModel, *, engine: str, hint: str) -> Refusals:
+        """The refusals of `engine` over a step config its schema validated (compile's, never validated again):
+        the defaults are its own class's."""
+        defaults = type(config)().model_dump(mode="json")
+        return cls(step_id, config.model_dump(mode="json"), defaults, engine=engine, hint=hint)
 
     def _known(self, key: str) -> bool:
         return key in self.defaults or any(k.startswith(key + ".") for k in self.defaults)
@@ -49,16 +55,6 @@ class Refusals:
             raise UserError(
                 f"{self.step_id}: {self.engine} cannot express these settings", self.problems, hint=self.hint
             )
-
-
-def validated(
-    step_id: str, step_config: dict[str, Any], *, engine: str, hint: str
-) -> tuple[BaseModel, Refusals]:
-    """The step config validated by the step's own schema, and the refusals of `engine` over it."""
-    schema = Catalog().get(step_id).config_schema()
-    config = schema.model_validate(step_config)
-    defaults = schema().model_dump(mode="json")
-    return config, Refusals(step_id, config.model_dump(mode="json"), defaults, engine=engine, hint=hint)
 
 
 def builtin_refusals(config: BaseModel, who: str = "the built-in backend") -> list[str]:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from nemotron.compile import Job
@@ -41,6 +41,7 @@ _RETRIES_WANDB_ONLY = (
 )
 
 
+@runtime_checkable
 class Tracked(Protocol):
     """A training step's config: its schema has the tracking group."""
 

@@ -74,7 +74,7 @@ def job_files(job: Job, rendered: str) -> dict[str, tuple[str, int]]:
     """name -> (text, mode) of every file a new job dir holds: job.yaml (the record) and config.yaml with secrets
     masked by name and by value, .secrets.json with the real values for the step alone (owner-readable, never
     printed), status.json. Pure but for the clock, git and the installed versions."""
-    secrets = secret_values(job.config, job.profile.model_dump(mode="json"))
+    secrets = secret_values(job.config_tree, job.profile.model_dump(mode="json"))
     overrides = secret_overrides(job.step_config)
     record = {
         "job_id": job.job_id,
@@ -85,7 +85,7 @@ def job_files(job: Job, rendered: str) -> dict[str, tuple[str, int]]:
         "mode": job.mode,
         "executor": job.profile.executor,
         "profile": redact_tree(job.profile.model_dump(mode="json", by_alias=True)),
-        "config": redact_tree(job.config),
+        "config": redact_tree(job.config_tree),
         "config_hash": job.config_hash,
         "sources": job.sources,
         "inputs": [asdict(b) for b in job.bindings],

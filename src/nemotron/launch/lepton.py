@@ -97,7 +97,7 @@ def _no_hetjob(job: Job[LeptonProfile], launch: HetJob) -> UserError:
         f", or {launch.elsewhere} on Lepton" if launch.elsewhere else f": {job.step_id} runs on Slurm only"
     )
     return UserError(
-        f"backend={job.config.get('backend')} runs as a heterogeneous Slurm job, which Lepton cannot place: use a "
+        f"backend={job.config_tree.get('backend')} runs as a heterogeneous Slurm job, which Lepton cannot place: use a "
         f"Slurm profile{instead}"
     )
 

@@ -44,15 +44,15 @@ class LocalExecutor:
     def render(self, job: Job[LocalProfile], where: Placement, launch: Launch) -> str:
         if isinstance(launch, RayDriver):
             raise UserError(
-                f"backend={job.config.get('backend')} runs on a Ray cluster in its container ({launch.image}): use a Slurm "
+                f"backend={job.config_tree.get('backend')} runs on a Ray cluster in its container ({launch.image}): use a Slurm "
                 "or Lepton profile (-r/-b PROFILE); on this machine use backend=builtin"
             )
         if isinstance(launch, HetJob):
             raise UserError(
-                f"backend={job.config.get('backend')} runs as a heterogeneous Slurm job: use a Slurm profile "
+                f"backend={job.config_tree.get('backend')} runs as a heterogeneous Slurm job: use a Slurm profile "
                 f"(-r/-b PROFILE); {launch.local_hint}"
             )
-        refusal = cuda_refusal(job.config)
+        refusal = cuda_refusal(job.config_tree)
         if refusal:
             raise UserError(refusal)
         return render.local_launch(job, where.job_dir, python=sys.executable)

@@ -112,7 +112,7 @@ def dry_run_text(
             header,
             "",
             "## config (keys marked with where they were set; unmarked = schema default)",
-            config_yaml(redact_tree(job.config), job.sources),
+            config_yaml(redact_tree(job.config_tree), job.sources),
             "",
             "## inputs",
             bindings_table(job.bindings),

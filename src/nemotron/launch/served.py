@@ -38,7 +38,7 @@ def served_model(job: Job) -> ServedModel | None:
 def vllm_judge(job: Job) -> ServedModel | None:
     """A generative judge for `vllm serve`: the `judge` input, when the job's config asks vLLM to serve it and gives
     no URL of a running server."""
-    judge: dict[str, Any] = job.config.get("judge") or {}
+    judge: dict[str, Any] = job.config_tree.get("judge") or {}
     if judge.get("kind") != "generative" or judge.get("server") != "vllm" or judge.get("url"):
         return None
     for b in job.bindings:

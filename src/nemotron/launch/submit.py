@@ -21,7 +21,7 @@ from nemotron.plan.terms import refusal
 
 
 def _secrets(job: Job) -> set[str]:
-    return secret_values(job.config, job.profile.model_dump(mode="json"), environ=job.profile.env_vars)
+    return secret_values(job.config_tree, job.profile.model_dump(mode="json"), environ=job.profile.env_vars)
 
 
 def plan(job: Job) -> tuple[Executor[Any], Placement, Launch, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from nemotron.config.backends import PLAN_GROUPS
 from nemotron.config.stepconfig import ResourcePlan, Runtime, ServeRuntime, TrainRuntime
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from nemotron.engines.base import Placement
 
 
+@runtime_checkable
 class PlannedConfig(Protocol):
     """A step Config the plan can size: its plan hints, its runtime and the work of one step."""
 
@@ -90,11 +91,11 @@ class Shapes:
 def plan_job(job: Job, where: Placement) -> Plan:
     """The resource plan of a compiled job where its executor places it (nodes of gpus_per_node GPUs, 0: CPU): the
     models its manifest declares, sized by the work its schema's `workload()` gives."""
-    if not job.models or not callable(getattr(job.validated, "workload", None)):
-        plan = getattr(job.validated, "plan", None)  # a step of no declared models may have no plan group
+    config = job.config
+    if not job.models or not isinstance(config, PlannedConfig):
+        plan = getattr(config, "plan", None)  # a step of no declared models may have no plan group
         return Plan([], plan.on_no_fit if isinstance(plan, ResourcePlan) else "refuse")
     # the model refs come from Job.models (resolved paths); the rest of the config reads as validated
-    config = cast("PlannedConfig", job.validated)
     shapes = Shapes(config.plan.models)
     name, memory, gpu = device_memory(job.profile, config.runtime.device, where.here)
     ctx = PlanContext(job, config, shapes, name, memory, gpu, where)

@@ -13,7 +13,7 @@ class BuiltinEngine:
     def launch(self, job: Job, where: Placement) -> Launch:
         from nemotron.engines.refusals import builtin_refusals
 
-        refused = builtin_refusals(job.validated)
+        refused = builtin_refusals(job.config)
         if refused:
             raise UserError(
                 f"these keys act only on backend=nemo_rl; {job.step_id} runs on backend=builtin:", refused

@@ -13,10 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from nemotron.config.stepconfig import Generation, Optim, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.config.targets import NEMO_ALIGNER_VERSION
 from nemotron.engines.base import recipe_for
-from nemotron.engines.refusals import Refusals, builtin_refusals, validated
+from nemotron.engines.refusals import Refusals, builtin_refusals
 from nemotron.engines.remote_tracking import RunLabels, aligner_exp_manager
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
@@ -406,20 +408,20 @@ RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], AlignerRun]] = {
 
 def compile_aligner(
     step_id: str,
-    step_config: dict[str, Any],
+    config: BaseModel,
     *,
     job_dir: str,
     nodes: int,
     gpus: int,
     labels: RunLabels | None = None,
 ) -> AlignerRun:
-    """Our resolved step config (input refs already paths) -> the groups of NeMo-Aligner's heterogeneous job.
-    Raises one UserError listing every setting NeMo-Aligner cannot express. `labels` name the tracker runs
-    (default: the job dir's name)."""
+    """Our resolved step config (compile's validated config, input refs already paths: `Job.step_model`) -> the
+    groups of NeMo-Aligner's heterogeneous job. Raises one UserError listing every setting NeMo-Aligner cannot
+    express. `labels` name the tracker runs (default: the job dir's name)."""
     recipe = recipe_for(step_id, "nemo_aligner", "NeMo-Aligner mapping")
-    config, refuse = validated(
+    refuse = Refusals.of(
         step_id,
-        step_config,
+        config,
         engine=f"backend=nemo_aligner (NeMo-Aligner {NEMO_ALIGNER_VERSION})",
         hint="Change them, or run with backend=builtin. docs/nemo-aligner.md lists every key's mapping.",
     )

@@ -23,7 +23,7 @@ class NemoAlignerEngine:
         checkout = pinned_or_profile(job, "nemo_aligner_dir", NEMO_ALIGNER_DIR) or NEMO_ALIGNER_DIR
         run = compile_aligner(
             job.step_id,
-            job.step_config,
+            job.step_model,
             job_dir=where.job_dir,
             nodes=where.nodes,
             gpus=where.gpus_per_node,

@@ -7,21 +7,19 @@ refusals are raised together as one UserError."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from nemotron.config.targets import NEMO_RL_DIR, NEMO_RL_VERSION
 from nemotron.engines.base import recipe_for
 from nemotron.engines.nemo_rl import evaluation
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.nemo_rl.steps import RECIPES, compile_step
-from nemotron.engines.refusals import validated
+from nemotron.engines.refusals import Refusals
 from nemotron.engines.remote_tracking import RunLabels, Tracked, nemo_rl_logger
 from nemotron.errors import UserError
-
-if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
-    from eval.policy.schema import Config as EvalConfig
 
 CONFIG_FILE = "nemo_rl_config.yaml"
 
@@ -45,7 +43,7 @@ def _yaml(tree: dict[str, Any], title: str) -> str:
 
 def compile_run(
     step_id: str,
-    step_config: dict[str, Any],
+    config: BaseModel,
     *,
     job_dir: str,
     nodes: int,
@@ -53,7 +51,8 @@ def compile_run(
     nemo_rl_dir: str = NEMO_RL_DIR,
     labels: RunLabels | None = None,
 ) -> NemoRLRun:
-    """Our resolved step config (input refs already paths) -> the NeMo-RL run. Raises one UserError listing
+    """Our resolved step config (compile's validated config, input refs already paths: `Job.step_model`) -> the
+    NeMo-RL run. Raises one UserError listing
     every setting NeMo-RL cannot express. `labels` name the tracker runs (default: the job dir's name, no
     profile variables)."""
     recipe = recipe_for(step_id, "nemo_rl", "NeMo-RL mapping")
@@ -61,21 +60,23 @@ def compile_run(
         raise UserError(
             f"{step_id}: engines.nemo_rl = {recipe!r} is no NeMo-RL recipe; it has {', '.join(RECIPES)}, {evaluation.RECIPE}"
         )
-    config, refuse = validated(
+    refuse = Refusals.of(
         step_id,
-        step_config,
+        config,
         engine=f"backend=nemo_rl (NeMo-RL {NEMO_RL_VERSION})",
         hint="Change them, or run with backend=builtin. docs/nemo-rl.md lists every key's mapping.",
     )
     if recipe == evaluation.RECIPE:
-        # the catalog loaded steps/eval/policy/schema.py, whose Config mypy knows as eval.policy.schema's
-        evaluated = evaluation.compile_eval(cast("EvalConfig", config), refuse, job_dir, nodes, gpus_per_node)
+        if not isinstance(config, evaluation.EvalConfig):
+            raise TypeError(f"{step_id}: its Config lacks a group NeMo-RL's eval reads")
+        evaluated = evaluation.compile_eval(config, refuse, job_dir, nodes, gpus_per_node)
         refuse.raise_any()
         return _eval_run(step_id, evaluated, nemo_rl_dir, job_dir)
     compiled = compile_step(recipe, config, refuse, job_dir, nodes, gpus_per_node)
     # every RL step's schema has the tracking group (stepconfig.RLConfig, rl/rlhf's Config)
-    tracking = cast("Tracked", config).tracking
-    logger, env = nemo_rl_logger(tracking, refuse, labels or RunLabels.from_job_dir(job_dir, step_id))
+    if not isinstance(config, Tracked):
+        raise TypeError(f"{step_id}: its Config has no tracking group, which every NeMo-RL recipe's has")
+    logger, env = nemo_rl_logger(config.tracking, refuse, labels or RunLabels.from_job_dir(job_dir, step_id))
     refuse.raise_any()
     tree = {"defaults": f"{nemo_rl_dir}/{compiled.base}", **compiled.config}
     tree["logger"] = {**tree["logger"], **logger}

@@ -49,7 +49,7 @@ class NemoRLEngine:
     def launch(self, job: Job, where: Placement) -> Launch:
         run = compile_run(
             job.step_id,
-            job.step_config,
+            job.step_model,
             job_dir=where.job_dir,
             nodes=where.nodes,
             gpus_per_node=where.gpus_per_node,

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -21,10 +21,33 @@ from nemotron.config.configtree import flatten
 from nemotron.engines.refusals import Refusals
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
-    from eval.policy.schema import Config as EvalConfig
+    from eval.policy.schema import Generation, Inputs, Judge, NemoRLEval, Scorers
 
     from nemotron.artifacts.binding import Binding
     from nemotron.catalog import Manifest
+    from nemotron.config.stepconfig import Runtime
+
+
+@runtime_checkable
+class EvalConfig(Protocol):
+    """What NeMo-RL's eval reads of the Config of a step it runs as its eval (eval/policy's schema.py, which the
+    catalog loads itself: its groups are typed as that schema types them)."""
+
+    @property
+    def inputs(self) -> Inputs: ...
+    @property
+    def generation(self) -> Generation: ...
+    @property
+    def scorers(self) -> Scorers: ...
+    @property
+    def judge(self) -> Judge: ...
+    @property
+    def runtime(self) -> Runtime: ...
+    @property
+    def nemo_rl(self) -> NemoRLEval: ...
+    @property
+    def max_prompts(self) -> int: ...
+
 
 RECIPE = "eval"  # a manifest's `engines.nemo_rl` for a step NeMo-RL runs as its eval entry
 ENTRY = "examples/run_eval.py"
@@ -170,7 +193,7 @@ def compile_eval(c: EvalConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
 
 
 def preflight_problems(manifest: Manifest, config: BaseModel, bindings: Sequence[Binding]) -> list[str]:
-    """NeMo-RL's own preflight rule (nemotron.config.backends.PREFLIGHT_RULES), for a step it runs as its eval
+    """NeMo-RL's own preflight rule (run by nemotron.engines.nemo_rl.preflight), for a step it runs as its eval
     (eval/policy): its math processor formats each prompt as one string (NeMo-RL v0.7.0
     nemo_rl/data/processors.py, math_data_processor), so a conversation (a list of messages) cannot be expressed.
     The first one among the records it would read (the first max_prompts) is refused; paths not here are left to

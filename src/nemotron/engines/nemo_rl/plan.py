@@ -5,7 +5,7 @@ passes."""
 
 from __future__ import annotations
 
-from typing import Protocol, cast
+from typing import Protocol, runtime_checkable
 
 from nemotron.config.stepconfig import NemoRL
 from nemotron.config.workload import Rollouts, Workload
@@ -21,6 +21,7 @@ from nemotron.plan.terms import (
 )
 
 
+@runtime_checkable
 class NemoRLConfig(PlannedConfig, Protocol):
     """A step Config NeMo-RL runs: its `nemo_rl` group sizes the plan's groups."""
 
@@ -29,9 +30,9 @@ class NemoRLConfig(PlannedConfig, Protocol):
 
 
 def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[Group]:
-    if not isinstance(r, Rollouts):
-        return []  # NeMo-RL runs the RL steps here; the engine refuses any other
-    nemo = cast("NemoRLConfig", planned).nemo_rl  # NeMo-RL's recipes' Configs have its group
+    if not isinstance(r, Rollouts) or not isinstance(planned, NemoRLConfig):
+        return []  # NeMo-RL runs the RL steps here, whose Configs have its group; the engine refuses any other
+    nemo = planned.nemo_rl
     tp, pp, cp = nemo.tensor_parallel_size, nemo.pipeline_parallel_size, nemo.context_parallel_size
     megatron = nemo.policy_backend == "megatron"
     mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens

@@ -1,0 +1,92 @@
+"""NeMo-RL's preflight (nemotron.config.backends.PREFLIGHT_RULES): the GPU groups a job runs on, whose
+model-parallel sizes the centre (nemotron.compile.preflight) divides into each group's GPUs, and the eval's own rule
+on its prompts (nemotron.engines.nemo_rl.evaluation.preflight_problems)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+from nemotron.compile.preflight import EngineChecks, Group, shape
+from nemotron.config.stepconfig import NemoRL
+from nemotron.engines.nemo_rl.evaluation import RECIPE as EVAL
+from nemotron.engines.nemo_rl.evaluation import preflight_problems
+from nemotron.engines.nemo_rl.sections import reward_model_resources
+from nemotron.engines.nemo_rl.steps import RECIPES
+
+if TYPE_CHECKING:
+    from nemotron.artifacts.binding import Binding
+    from nemotron.catalog import Manifest
+
+ENGINE = "nemo_rl"  # the manifest's `engines` key naming this engine's recipe for a step
+
+
+class _EvalSizes(Protocol):
+    """What the eval's group reads of a step's `nemo_rl` group (eval/policy's own, smaller than the RL steps')."""
+
+    generation_tensor_parallel_size: int
+
+
+@runtime_checkable
+class _RunsEval(Protocol):
+    @property
+    def nemo_rl(self) -> _EvalSizes: ...
+
+
+def preflight(
+    manifest: Manifest, config: BaseModel, bindings: Sequence[Binding], nodes: int, gpus: int
+) -> EngineChecks:
+    """The eval's prompt rule, and the job's GPU groups on `nodes` x `gpus` (none on a profile without GPUs)."""
+    groups = _groups(manifest, config, nodes, gpus) if gpus >= 1 else []
+    return EngineChecks(preflight_problems(manifest, config, bindings), groups)
+
+
+def _groups(manifest: Manifest, config: BaseModel, nodes: int, gpus: int) -> list[Group]:
+    """NeMo-RL v0.7.0's rule: the policy's (and the PPO value model's) Ray cluster must have a world size that is a
+    multiple of PP * CP * TP (nemo_rl/models/policy/lm_policy.py:174-212 at v0.7.0; DTensor has no PP, :162), and
+    vLLM's TP * PP must divide the same, colocated, cluster (nemo_rl/models/generation/vllm/vllm_generation.py:110).
+    The policy cluster is what the reward model's workers leave: a one-node job gives them reward_model_gpus of
+    its GPUs, a larger one a node of its own (nemo_rl/algorithms/grpo.py:520-590, ppo.py:380-415; our mapping:
+    nemotron.engines.nemo_rl.sections.reward_model_resources). The reward model itself runs DTensor at TP 1 CP 1
+    (nemo_rl.sections.reward_model_env)."""
+    recipe = manifest.step.engines.get(ENGINE, "")
+    if recipe == EVAL:  # NeMo-RL's eval: one vLLM engine per TP group over every GPU (eval.py setup)
+        if not isinstance(config, _RunsEval):
+            return []  # the engine refuses the step itself
+        tp = config.nemo_rl.generation_tensor_parallel_size
+        keys = "nemo_rl.generation_tensor_parallel_size"
+        return [Group("generation (vLLM)", keys, tp, 1, 1, nodes * gpus, shape(nodes, gpus))]
+    # an RL recipe's Config has the RL steps' NemoRL group
+    nemo = getattr(config, "nemo_rl", None)
+    if recipe not in RECIPES or not isinstance(nemo, NemoRL):
+        return []  # the engine refuses the step itself
+    # NeMo-Gym's judge (env.should_use_nemo_gym) replaces the reward model's workers
+    gym = bool(getattr(getattr(config, "env", None), "should_use_nemo_gym", False))
+    megatron = nemo.policy_backend == "megatron"
+    tp, cp = nemo.tensor_parallel_size, nemo.context_parallel_size
+    # DTensor takes no PP (lm_policy.py:162); dtensor with pipeline_parallel_size > 1 is refused by the engine
+    pp = nemo.pipeline_parallel_size if megatron else 1
+    groups: list[Group] = []
+    policy_gpus, where = nodes * gpus, shape(nodes, gpus)
+    if not gym:
+        rm = reward_model_resources(nodes, gpus, nemo.reward_model_gpus)
+        rm_gpus = rm["num_nodes"] * rm["gpus_per_node"]
+        if nodes == 1:
+            policy_gpus, where = gpus - rm_gpus, f"{where} less the reward model's {rm_gpus}"
+        else:
+            policy_gpus, where = (nodes - 1) * gpus, f"{where} less the reward model's node"
+        rm_where = f"nemo_rl.reward_model_gpus of {shape(nodes, gpus)}"
+        groups.append(Group("reward model", "DTensor, fixed", 1, 1, 1, rm_gpus, rm_where))
+    who = "policy and critic" if any(m.role == "critic" for m in manifest.models) else "policy"
+    pp_key = "nemo_rl.pipeline_parallel_size, " if megatron else ""
+    sizes = f"nemo_rl.tensor_parallel_size, {pp_key}nemo_rl.context_parallel_size"
+    gen_tp = nemo.generation_tensor_parallel_size
+    return [
+        Group(who, sizes, tp, pp, cp, policy_gpus, where),
+        Group(
+            "generation (vLLM)", "nemo_rl.generation_tensor_parallel_size", gen_tp, 1, 1, policy_gpus, where
+        ),
+        *groups,
+    ]
