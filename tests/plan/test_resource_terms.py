@@ -91,16 +91,13 @@ def test_kv_cache() -> None:
     assert kv_cache_mb(LLAMA, 3, 16, "bf16") * MiB == 3_072
 
 
+# a training group's terms (MiB) but its activations, which each test sets
+_TRAINING = {"runtime": 1.0, "weights": 4.0, "gradients": 4.0, "optimizer": 8.0, "logits": 1.0}
+
+
 def test_the_peak_holds_activations_or_gradients_not_both() -> None:
     # runtime 1 + weights 4 + optimizer 8 + max(activations 10 + logits 1, gradients 4) = 24
-    terms = {
-        "runtime": 1.0,
-        "weights": 4.0,
-        "gradients": 4.0,
-        "optimizer": 8.0,
-        "activations": 10.0,
-        "logits": 1.0,
-    }
+    terms = {**_TRAINING, "activations": 10.0}
     assert training_peak(terms) == 24.0
     assert training_peak({**terms, "activations": 1.0, "logits": 0.0}) == 17.0  # gradients 4 win
 
@@ -108,14 +105,7 @@ def test_the_peak_holds_activations_or_gradients_not_both() -> None:
 def test_with_checkpointing_or_on_the_cpu_every_term_adds_up() -> None:
     # runtime 1 + weights 4 + gradients 4 + optimizer 8 + activations 2 + logits 1 = 20: the backward fills the
     # gradients while the checkpointed inputs and the recomputed layer are alive
-    terms = {
-        "runtime": 1.0,
-        "weights": 4.0,
-        "gradients": 4.0,
-        "optimizer": 8.0,
-        "activations": 2.0,
-        "logits": 1.0,
-    }
+    terms = {**_TRAINING, "activations": 2.0}
     assert training_peak(terms, checkpointing=True) == 20.0
     assert training_peak(terms, cpu=True) == 20.0
     assert training_peak(terms) == 17.0  # without: max(activations 2 + logits 1, gradients 4)

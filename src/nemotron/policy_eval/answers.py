@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
 
@@ -31,16 +31,11 @@ class AnswerKeys(SamplingKeys, Protocol):
     """eval/policy's `generation` group as this module reads it (its schema lives with the step): the sampling
     keys every generation group has, and the engine, greedy and the batch."""
 
-    @property
-    def backend(self) -> str: ...
-    @property
-    def vllm_gpu_memory_utilization(self) -> float: ...
-    @property
-    def vllm_max_model_len(self) -> int: ...
-    @property
-    def greedy(self) -> bool: ...
-    @property
-    def batch_size(self) -> int: ...
+    backend: Literal["torch", "vllm"]
+    vllm_gpu_memory_utilization: float
+    vllm_max_model_len: int
+    greedy: bool
+    batch_size: int
 
 
 log = logging.getLogger("nemotron")

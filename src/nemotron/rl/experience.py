@@ -179,14 +179,10 @@ class SamplingKeys(Protocol):
     """The sampling keys of every `generation` config group: the RL steps' (`stepconfig.Generation`, which adds
     stop strings) and eval/policy's (which adds greedy)."""
 
-    @property
-    def max_new_tokens(self) -> int: ...
-    @property
-    def temperature(self) -> float: ...
-    @property
-    def top_k(self) -> int: ...
-    @property
-    def top_p(self) -> float: ...
+    max_new_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
 
 
 def sampling_params(

@@ -33,20 +33,13 @@ class EvalConfig(Protocol):
     """What NeMo-RL's eval reads of the Config of a step it runs as its eval (eval/policy's schema.py, which the
     catalog loads itself: its groups are typed as that schema types them)."""
 
-    @property
-    def inputs(self) -> Inputs: ...
-    @property
-    def generation(self) -> Generation: ...
-    @property
-    def scorers(self) -> Scorers: ...
-    @property
-    def judge(self) -> Judge: ...
-    @property
-    def runtime(self) -> Runtime: ...
-    @property
-    def nemo_rl(self) -> NemoRLEval: ...
-    @property
-    def max_prompts(self) -> int: ...
+    inputs: Inputs
+    generation: Generation
+    scorers: Scorers
+    judge: Judge
+    runtime: Runtime
+    nemo_rl: NemoRLEval
+    max_prompts: int
 
 
 RECIPE = "eval"  # a manifest's `engines.nemo_rl` for a step NeMo-RL runs as its eval entry
