@@ -34,7 +34,8 @@ def main() -> int:
     except ServiceError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         print(
-            "the step stopped; its last checkpoint can be resumed with checkpoint.resume_from=<this job id>",
+            "the step stopped; the same command again goes on from its last checkpoint if it saved one "
+            "(checkpoint.resume=auto)",
             file=sys.stderr,
             flush=True,
         )
@@ -50,7 +51,7 @@ def main() -> int:
     return 0
 
 
-RESUME = "a step with checkpoint.resume=true goes on from its last checkpoint"
+RESUME = "a step with checkpoints goes on from its last one (checkpoint.resume=auto)"
 
 
 def _job_dir() -> str | None:

@@ -1,5 +1,5 @@
-"""kill -9 during rollout, during the optimizer step and while writing a checkpoint: `resume` still finishes with
-final weights bitwise identical to an uninterrupted run, no half-written checkpoint is ever taken for a valid one,
+"""kill -9 during rollout, during the optimizer step and while writing a checkpoint: the same command again resumes
+(checkpoint.resume=auto) and finishes with final weights bitwise identical to an uninterrupted run, no half-written checkpoint is ever taken for a valid one,
 and the killed run registers nothing."""
 
 from __future__ import annotations
@@ -61,9 +61,20 @@ def test_kill_9_then_resume_is_bitwise_identical(
         )
     assert json.loads(run_cli("jobs", "show", killed.name, "--json").out)["produced"] == []
 
-    r = run_cli(*ARGS, f"checkpoint.resume_from={killed.name}", timeout=600)
+    # the same command again resumes the killed job (checkpoint.resume=auto), in one line; resume=false would not
+    note = (
+        f"note: resuming {killed.name} (failed) from its checkpoint at step {resumes_at}, as checkpoint.resume=auto"
+        " does for the same command after a crash; checkpoint.resume=false starts afresh"
+    )
+    shown = run_cli(*ARGS, "--dry-run")
+    assert note in shown.out and f"resume_from: {killed.name}  # auto" in shown.out, shown.out[:3000]
+    afresh = run_cli(*ARGS, "checkpoint.resume=false", "--dry-run")
+    assert afresh.code == 0 and "note: resuming" not in afresh.out + afresh.err, afresh.out[:3000]
+    r = run_cli(*ARGS, timeout=600)
     assert r.code == 0, r.err[-2000:]
+    assert r.err.count("resuming") == 1 and note in r.err, r.err[-3000:]
     resumed = _newest(home)
+    assert json.loads(run_cli("jobs", "show", resumed.name, "--json").out)["step"] == "rl/reinforce"
     steps = [json.loads(x)["step"] for x in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(resumes_at + 1, 9))
     final = _weights(resumed)

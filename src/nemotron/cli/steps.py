@@ -251,6 +251,8 @@ def run(
     if dry_run:
         sys.stdout.write(submit.dry_run(job))
         return
+    for note in job.notes:  # one line each, before the run's own output
+        print(f"note: {note}", file=sys.stderr, flush=True)
     code = submit.submit(job)
     if code:
         raise typer.Exit(code)

@@ -152,8 +152,11 @@ class Checkpointing(Strict):
 
     save_interval: int = Field(0, ge=0)
     """save every N steps (0 = only at the end)"""
-    resume: bool = False
-    """continue from the job's (or resume_from's) last checkpoint"""
+    resume: bool | Literal["auto"] = "auto"
+    """auto: the same command after a crash continues where it stopped (an earlier job of this step that did not
+    succeed, made from the same config and inputs, left a checkpoint: the run resumes it and says so in one line);
+    true: continue the newest earlier job of this step that has a checkpoint (or resume_from's); false: start
+    afresh"""
     resume_from: str | None = None
     """job id or checkpoint dir to resume from"""
     force: bool = False

@@ -102,5 +102,15 @@ def read_status(job_dir: Path) -> dict[str, Any]:
         return {"state": "unknown"}
 
 
+def gone_without_an_end(status: dict[str, Any]) -> bool:
+    """Whether a job not recorded as ended has lost every process it recorded (its launcher and its step): killed
+    without a word (kill -9, a reboot). False where it recorded none (a scheduler's job: its executor asks the
+    scheduler)."""
+    from nemotron.core.procs import is_alive
+
+    pids = [status.get(k) for k in ("launcher_pid", "pid") if status.get(k)]
+    return status.get("state") not in FINAL and bool(pids) and not any(is_alive(pid) for pid in pids)
+
+
 def dump_record(record: JobRecord) -> str:
     return yaml.safe_dump(record.model_dump(mode="json"), sort_keys=False)

@@ -94,16 +94,13 @@ class LocalExecutor:
     def refresh(self, job_dir: Path) -> dict[str, Any]:
         """status.json, except that a job whose launcher and step are both gone without recording an end (kill -9,
         a reboot) is recorded as failed here, instead of staying `running` forever."""
-        from nemotron.core.procs import is_alive
         from nemotron.jobs.dirs import now, update_status
-        from nemotron.jobs.record import FINAL, read_status
+        from nemotron.jobs.record import FINAL, gone_without_an_end, read_status
 
         status = read_status(job_dir)
-        if status.get("state") in FINAL:
+        if not gone_without_an_end(status):
             return status
         pids = [status.get(k) for k in ("launcher_pid", "pid") if status.get(k)]
-        if not pids or any(is_alive(pid) for pid in pids):
-            return status
         status = read_status(job_dir)  # the launcher may have recorded the end just now
         if status.get("state") in FINAL:
             return status

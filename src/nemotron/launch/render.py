@@ -117,6 +117,7 @@ def dry_run_text(
             "## inputs",
             bindings_table(job.bindings),
             *[f"warning: {w}" for w in job.warnings],
+            *[f"note: {n}" for n in job.notes],
             "",
             "## outputs",
             "\n".join(

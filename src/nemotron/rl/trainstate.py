@@ -244,7 +244,9 @@ def maybe_resume(
     source = own_checkpoint(job_dir)
     if source is not None:
         log.info("this job ran before (a requeue or restart): continuing from its own checkpoint")
-    elif not (checkpoint.resume or checkpoint.resume_from):
+    elif not (
+        checkpoint.resume is True or checkpoint.resume_from
+    ):  # auto: compile set resume_from, or nothing
         return 0, 0
     else:
         source = resume_checkpoint(job_dir, step_id, checkpoint.resume_from)

@@ -82,6 +82,34 @@ def check_compatible(path: Path, expect: dict[str, Any], force: bool = False) ->
         )
 
 
+def unfinished_twin(
+    jobs: Path, step_id: str, expect: dict[str, Any], inputs: list[tuple[str, int | None, str | None]]
+) -> tuple[str, dict[str, Any], str] | None:
+    """(job id, its checkpoint's state.json, the job's state) of the newest earlier job of `step_id` that did not
+    succeed and left a complete checkpoint made from the same config and starting model (`expect`, as
+    check_compatible compares them), having read the same inputs (name, store id, path). A job still running is
+    not one; one whose processes are gone without a recorded end (its launcher killed too) is."""
+    from nemotron.jobs.record import FINAL, gone_without_an_end, load_record, read_status
+
+    prefix = step_id.replace("/", "-") + "-"
+    if not jobs.is_dir():
+        return None
+    for other in sorted((p for p in jobs.iterdir() if p.name.startswith(prefix)), reverse=True):
+        checkpoint = latest(other / "checkpoints")
+        if checkpoint is None:
+            continue
+        status = read_status(other)
+        state = "failed" if gone_without_an_end(status) else status.get("state")
+        if state not in FINAL or state == "succeeded":
+            continue
+        info: dict[str, Any] = json.loads((checkpoint / "state.json").read_text())
+        if any(info.get(k) != v for k, v in expect.items()):
+            continue
+        if [(i.name, i.artifact_id, i.path) for i in load_record(other).inputs] == inputs:
+            return other.name, info, str(state)
+    return None
+
+
 def resume_checkpoint(job_dir: Path, step_id: str, resume_from: str | None) -> Path:
     """The checkpoint to resume: from `resume_from` (a job id, a job dir or a checkpoints dir), else from the
     newest earlier job of the same step that has one."""
