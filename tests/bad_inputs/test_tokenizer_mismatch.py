@@ -94,8 +94,50 @@ def test_other_special_tokens_are_refused(tiny_llama: Path, home: Path, run_cli:
         shutil.copytree(tiny_llama, policy)
         config = json.loads((policy / "tokenizer_config.json").read_text())
         (policy / "tokenizer_config.json").write_text(json.dumps(config | {"eos_token": "<unk>"}))
+        generation = json.loads(
+            (policy / "generation_config.json").read_text()
+        )  # the policy agrees with itself
+        (policy / "generation_config.json").write_text(json.dumps(generation | {"eos_token_id": 2}))
     r = run_cli("steps", "run", "rl/ppo", "-c", "tiny", f"inputs.policy={policy}", "--dry-run")
     _refused(r, home, policy, "special tokens eos_token '<unk>' vs '<eos>'")
+
+
+def test_an_eos_set_by_special_tokens_map_is_the_eos_transformers_loads(
+    tiny_llama: Path, home: Path, run_cli: Any
+) -> None:
+    """special_tokens_map.json beside a tokenizer_config.json without added_tokens_decoder wins, as transformers
+    reads it (tests/models/test_tokenizer_precedence.py pins the rule); issue 42's run never stopped a response."""
+    policy = tiny_llama.parent / "map_eos"
+    if not policy.exists():
+        shutil.copytree(tiny_llama, policy)
+        (policy / "generation_config.json").unlink()
+        (policy / "special_tokens_map.json").write_text(
+            json.dumps({"eos_token": "<unk>", "pad_token": "<unk>"})
+        )
+    r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", f"inputs.policy={policy}", "--dry-run")
+    _refused(r, home, policy, "special tokens eos_token '<unk>' vs '<eos>', pad_token '<unk>' vs '<pad>'")
+
+
+def test_a_generation_config_that_disagrees_with_its_tokenizer_is_refused(
+    tiny_llama: Path, home: Path, run_cli: Any
+) -> None:
+    """vLLM and transformers' generate stop at generation_config.json's eos_token_id, training reads the
+    tokenizer's: a checkpoint whose two disagree is refused before anything is written, naming both."""
+    policy = tiny_llama.parent / "generation_eos"
+    if not policy.exists():
+        shutil.copytree(tiny_llama, policy)
+        generation = json.loads((policy / "generation_config.json").read_text())
+        (policy / "generation_config.json").write_text(json.dumps(generation | {"eos_token_id": [2, 5]}))
+    for submit in ([], ["--dry-run"]):
+        r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", f"inputs.policy={policy}", *submit)
+        refused(
+            r,
+            f"error: input 'policy' ({policy}) cannot load: generation_config.json's eos_token_id is 2 ('<unk>'), "
+            "5 (",
+            lines=1,
+        )
+        assert "the tokenizer's eos_token is '<eos>' (id 1); make them agree" in r.err
+        assert not home.exists()
 
 
 def test_a_generative_judge_reads_text_so_any_tokenizer_meets_it(

@@ -32,6 +32,7 @@ from nemotron.config.stepconfig import engine_name
 from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config, shape_problems
 from nemotron.models.nemo_checkpoint import nemo_model_config
+from nemotron.models.tokenizer_match import generation_config_problem
 from nemotron.tracking.checks import tracking_problems
 
 if TYPE_CHECKING:
@@ -152,6 +153,9 @@ def unloadable_inputs(catalog: Catalog, config: BaseModel, bindings: Sequence[Bi
                         raise CheckpointError(
                             f"{path}: no tokenizer ({' or '.join(wanted)}); the checkpoint was saved without it"
                         )
+                    disagree = generation_config_problem(path)
+                    if disagree:
+                        raise CheckpointError(f"{path}: {disagree}; make them agree")
             elif catalog.is_a(b.expected_type, "checkpoint_nemo"):
                 nemo_model_config(path)
         except CheckpointError as err:

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 # Where an HF checkpoint keeps its vocabulary, in the order transformers prefers them.
 VOCAB_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "vocab.txt")
-SPECIAL_FILES = ("special_tokens_map.json", "tokenizer_config.json")
+# The files that name special and added tokens, in _specials_and_added's argument order
+SPECIAL_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 
 
 class _Bound(Protocol):
@@ -65,7 +66,8 @@ class TokenizerFiles:
     def vocabulary(self) -> tuple[str | None, ...]:
         """Token text by id (None where no token has that id)."""
         by_id = dict(_parsed(self.kind, self.digest, self.data))
-        by_id.update(self.added)
+        for i, text in self.added.items():  # an id the vocabulary file holds keeps its token there
+            by_id.setdefault(i, text)
         if not by_id:
             return ()
         out: list[str | None] = [None] * (max(by_id) + 1)
@@ -180,23 +182,34 @@ def _special_text(value: Any) -> str | None:
     return None
 
 
-def _specials_and_added(configs: Sequence[bytes]) -> tuple[dict[str, str], dict[int, str]]:
-    """Special tokens by role and added tokens by id from special_tokens_map.json then tokenizer_config.json (the
-    latter wins, as transformers reads it last)."""
+def _json_object(data: bytes | None) -> dict[str, Any]:
+    try:
+        tree = json.loads(data) if data is not None else {}
+    except ValueError:
+        return {}
+    return tree if isinstance(tree, dict) else {}
+
+
+def _specials_and_added(
+    tokenizer_config: bytes | None, special_tokens_map: bytes | None, added_tokens: bytes | None
+) -> tuple[dict[str, str], dict[int, str]]:
+    """Special tokens by role and added tokens by id, by transformers' own rule (5.24,
+    PreTrainedTokenizerBase._from_pretrained): tokenizer_config.json's roles, then, where that file has no
+    `added_tokens_decoder` (a tokenizer saved the old way), special_tokens_map.json's roles over them and
+    added_tokens.json's tokens; where it has one, special_tokens_map.json and added_tokens.json are not read at all."""
+    config = _json_object(tokenizer_config)
+    legacy = "added_tokens_decoder" not in config
     specials: dict[str, str] = {}
-    added: dict[int, str] = {}
-    for raw in configs:
-        try:
-            tree = json.loads(raw)
-        except ValueError:
-            continue
-        if not isinstance(tree, dict):
-            continue
+    for tree in (config, _json_object(special_tokens_map) if legacy else {}):
         for role in SPECIAL_ROLES:
             text = _special_text(tree.get(role))
             if text is not None:
                 specials[role] = text
-        for i, entry in (tree.get("added_tokens_decoder") or {}).items():
+    added: dict[int, str] = {}
+    if legacy:
+        added = {int(i): str(t) for t, i in _json_object(added_tokens).items() if isinstance(i, int)}
+    else:
+        for i, entry in (config.get("added_tokens_decoder") or {}).items():
             text = _special_text(entry)
             if text is not None and str(i).isdigit():
                 added[int(i)] = text
@@ -230,11 +243,12 @@ def _from_directory(path: Path) -> TokenizerFiles | None:
     vocab_file = next((path / name for name in VOCAB_FILES if (path / name).is_file()), None)
     if vocab_file is None:
         return None
-    configs = [(path / name).read_bytes() for name in SPECIAL_FILES if (path / name).is_file()]
-    specials, added = _specials_and_added(configs)
-    if vocab_file.name != "tokenizer.json" and (path / "added_tokens.json").is_file():
-        added |= {int(i): str(t) for t, i in json.loads((path / "added_tokens.json").read_bytes()).items()}
+    specials, added = _specials_and_added(*(_read(path / name) for name in SPECIAL_FILES))
     return TokenizerFiles(str(vocab_file), vocab_file.name, vocab_file.read_bytes(), specials, added)
+
+
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
 
 
 def _from_nemo(path: Path) -> TokenizerFiles | None:
@@ -271,6 +285,36 @@ def _from_nemo(path: Path) -> TokenizerFiles | None:
                 kind = kind if name.endswith(".json") else "vocab.txt"
             return TokenizerFiles(f"{path}:{name}", kind, data, {}, {})
     return None
+
+
+def generation_config_problem(path: Path) -> str | None:
+    """Where a checkpoint's generation_config.json names another EOS or pad token than its tokenizer: vLLM and
+    transformers' generate stop at generation_config's eos_token_id (an id or a list of them), the trainer and
+    the reward model read the tokenizer's, so a response would end at a token training never saw as its end. None
+    when they agree or either is absent."""
+    generation = _json_object(_read(path / "generation_config.json"))
+    tokenizer = read_tokenizer(path) if generation else None
+    if tokenizer is None:
+        return None
+    vocabulary = tokenizer.vocabulary()
+    ids: dict[str, int] = {}
+    for i, text in enumerate(vocabulary):
+        if text is not None:
+            ids.setdefault(text, i)
+    problems = []
+    for role, key in (("eos_token", "eos_token_id"), ("pad_token", "pad_token_id")):
+        given, text = generation.get(key), tokenizer.specials.get(role)
+        listed = given if isinstance(given, list) else [given]
+        if given is None or text not in ids or ids[text] in listed:
+            continue
+        named = ", ".join(
+            f"{i} ({vocabulary[i]!r})" if isinstance(i, int) and 0 <= i < len(vocabulary) else str(i)
+            for i in listed
+        )
+        problems.append(
+            f"generation_config.json's {key} is {named}, the tokenizer's {role} is {text!r} (id {ids[text]})"
+        )
+    return "; ".join(problems) or None
 
 
 def hub_snapshot(repo_id: str) -> Path | None:
