@@ -51,7 +51,7 @@ def main() -> int:
     return 0
 
 
-RESUME = "a step with checkpoints goes on from its last one (checkpoint.resume=auto)"
+RESUME = "a step with checkpoints goes on from its last one: checkpoint.resume=auto"
 
 
 def _job_dir() -> str | None:

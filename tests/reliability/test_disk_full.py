@@ -88,7 +88,7 @@ def test_a_run_that_fills_the_disk_is_one_line_exit_3_and_finishes_once_space_is
     )
     assert "needs about 518.0 KiB;" in line and "free of 3.0 MiB there" in line, line
     assert line.endswith(
-        "free space, then run it again (a step with checkpoint.resume=true goes on from its last checkpoint)"
+        "free space, then run it again (a step with checkpoints goes on from its last one: checkpoint.resume=auto)"
     )
     assert not [p for p in home.rglob("*") if ".tmp-" in p.name]  # the half-written checkpoint is gone
     listed = run_cli("artifacts", "ls", env=_env(home))
