@@ -134,5 +134,7 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any, postgres_url: str) -
         ("artifacts", "gc", "--keep", "1", "--verbose"),
     ):
         here, there = run_cli(*args), run_cli(*args, env=team)
+        if args[1] == "ls" and "--json" not in args:  # the table's title names the index that answered
+            here.out, there.out = here.out.split("┏", 1)[1], there.out.split("┏", 1)[1]
         assert here.code == there.code == 0 and there.out == here.out, (args, here.err, there.err)
     assert run_cli("artifacts", "migrate", "--to", postgres_url).code == 0  # again: a verified no-op

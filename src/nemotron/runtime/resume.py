@@ -89,8 +89,6 @@ def unfinished_twin(
     succeed and left a complete checkpoint made from the same config and starting model (`expect`, as
     check_compatible compares them), having read the same inputs (name, store id, path). A job still running is
     not one; one whose processes are gone without a recorded end (its launcher killed too) is."""
-    from nemotron.jobs.record import FINAL, gone_without_an_end, load_record, read_status
-
     prefix = step_id.replace("/", "-") + "-"
     if not jobs.is_dir():
         return None
@@ -98,6 +96,9 @@ def unfinished_twin(
         checkpoint = latest(other / "checkpoints")
         if checkpoint is None:
             continue
+        # only with a candidate: the dry run of a home without one loads nothing more (its start-up is measured)
+        from nemotron.jobs.record import FINAL, gone_without_an_end, load_record, read_status
+
         status = read_status(other)
         state = "failed" if gone_without_an_end(status) else status.get("state")
         if state not in FINAL or state == "succeeded":
