@@ -32,7 +32,7 @@ def test_one_head_workers_and_one_driver(nodes: int, home: Path, tmp_path: Path)
     )  # 8 tasks x 16 CPUs
     assert len(re.findall(r"ray start --head", script)) == 1
     assert (
-        len(re.findall(r"ray start --address", script)) == 1
+        len(re.findall(r"ray \"\$@\".* start --address", script)) == 1
         and "for ((i = 1; i < ${#nodes[@]}; i++))" in script
     )
     assert len(re.findall(r"srun --overlap .* bash .*ray_driver\.sh", script)) == 1
@@ -75,6 +75,7 @@ def _run_driver(
     delay: float,
     message: str = "Ray runtime started.",
     hint_s: int = 30,
+    worker_exits: int | None = None,
 ) -> tuple[int, str, int, float]:
     """ray_driver.sh run by bash with a `ray` whose status (after `delay` s) counts the head and each worker whose log
     exists as active; one worker's log appears after 1 s. The exit code, the output, how many times it asked Ray,
@@ -90,13 +91,22 @@ def _run_driver(
     (bin_dir / "ray").chmod(0o755)
     script = tmp_path / "ray_driver.sh"
     started = f'{logs}/ray-worker-*_"$SLURM_JOB_ID".out'
+    exited = f"{logs}/ray-worker-*{ray_slurm.EXITED}"
     script.write_text(
-        ray_slurm.driver_script("echo the driver ran", "", timeout_s, started=started, hint_s=hint_s)
+        ray_slurm.driver_script(
+            "echo the driver ran", "", timeout_s, started=started, hint_s=hint_s, exited=exited
+        )
     )
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NEMOTRON_RAY_NODES": str(want),
            "SLURM_JOB_ID": "77", "RAY_ADDRESS": "127.0.0.1:6379"}  # fmt: skip
     begun = time.monotonic()
-    worker = subprocess.Popen(["bash", "-c", f"sleep 1; echo '{message}' > {logs}/ray-worker-1_77.out"])
+    then = (
+        f"; echo '{message}' > {logs}/ray-worker-1_77.out"
+        if worker_exits is None  # else its `ray start` fails: a log line, its exit code in its .exit file
+        else f"; echo 'The current node timed out during startup.' > {logs}/ray-worker-1_77.out"
+        f"; echo {worker_exits} > {logs}/ray-worker-1{ray_slurm.EXITED}"
+    )
+    worker = subprocess.Popen(["bash", "-c", f"sleep 1{then}"])
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     took = time.monotonic() - begun
     worker.wait()
@@ -129,3 +139,30 @@ def test_a_ray_whose_start_says_it_otherwise_is_still_asked_every_hint_s(tmp_pat
     )
     assert code == 0 and "Ray cluster ready: 2 node(s)" in out, out
     assert calls == 1 and took < 30, (took, calls)
+
+
+def test_a_worker_whose_ray_start_exits_fails_the_driver_at_once_with_its_log(tmp_path: Path) -> None:
+    """Issue 43: a worker's `ray start` failed ("timed out during startup"), its srun exited, and the job sat in
+    the queue for 13 minutes. Its exit code file (written by the worker's srun line) ends the wait within a second
+    of it, however far the 600 s bound is, with the code and the node's log."""
+    code, out, calls, took = _run_driver(tmp_path, want=2, timeout_s=600, delay=0, worker_exits=1)
+    assert code == 1 and calls == 0 and took < 10, (code, calls, took, out)
+    assert "a Ray worker node left before the cluster was ready: its `ray start` exited with code 1" in out, (
+        out
+    )
+    assert "The current node timed out during startup." in out and "the driver ran" not in out, out
+
+
+def test_each_worker_line_records_its_ray_start_exit_code(home: Path, tmp_path: Path) -> None:
+    """The sbatch line of a worker runs `ray start` through a shell that writes its exit code beside its log, and
+    the script clears an earlier attempt's codes before any node starts."""
+    (tmp_path / "env.toml").write_text(PROFILES)
+    job = compile_job(Catalog(), "rl/rlhf", "default", [], profile_name="slurm_2", mode="batch")
+    _, where, launch, _ = submit.plan(job)
+    plan = ray_slurm.plan_for(job, where, launch)  # type: ignore[arg-type]
+    script = ray_slurm.render_sbatch(plan)
+    (line,) = [x for x in script.splitlines() if "--address=" in x]
+    logs = plan.cluster.logs
+    assert f"""bash -c 'ray "$@"; echo $? > "$0"' {logs}/ray-worker-"$i".exit start --address=""" in line
+    assert script.index(f"rm -f {logs}/ray-worker-*.exit") < script.index("ray start --head")
+    assert f"gone=$(ls {logs}/ray-worker-*.exit" in plan.driver_script

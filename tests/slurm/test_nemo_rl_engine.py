@@ -10,16 +10,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.slurm.jobs import fake_nemo_rl_profile, nemotron, wait_for
+from tests.slurm.jobs import FAKE_NEMO_RL_PATH, fake_nemo_rl_profile, nemotron, wait_for
 
 # our tiny presets score with a task NeMo-RL does not have, and put the KL per token: the engine refuses both
 NEMO_RL_TINY = ["backend=nemo_rl", "eval.task=null"]
 FINAL = ("succeeded", "failed", "cancelled")
+# a `ray` whose `ray start --address` fails at once, as a worker node timing out during start-up does
+WORKER_FAILS = Path(__file__).resolve().parents[1] / "fixtures" / "ray_worker_fails"
 
 pytestmark = pytest.mark.slurm
 
@@ -30,6 +33,12 @@ def env(home: Path, tmp_path: Path) -> dict[str, str]:
         fake_nemo_rl_profile("ray2")
         + fake_nemo_rl_profile("ray2_slow", "ray2", FAKE_NEMO_RL_SLEEP_S="300")
         + fake_nemo_rl_profile("ray2_crash", "ray2", FAKE_NEMO_RL_EXIT="1")
+        + fake_nemo_rl_profile(
+            "ray2_no_worker",
+            "ray2",
+            PATH=f"{WORKER_FAILS}:{FAKE_NEMO_RL_PATH}",
+            NEMOTRON_TEST_REAL_RAY=str(Path(sys.executable).parent / "ray"),
+        )
     )
     return {**os.environ, "COLUMNS": "200", "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml")}
 
@@ -141,6 +150,30 @@ def test_a_crashed_driver_fails_the_job_with_its_exit_code_and_registers_nothing
     (job_dir,) = (home / "jobs").iterdir()
     st = status(home, job_dir.name)
     assert st["state"] == "failed" and st["exit_code"] == 1 and "registered" not in st
+    assert nemotron(env, "artifacts", "ls", "--json").stdout.count("tiny_rlhf_policy") == 0
+
+
+def test_a_worker_whose_ray_start_exits_fails_the_job_at_once_with_its_log(
+    env: dict[str, str], home: Path
+) -> None:
+    """Issue 43: a worker's `ray start` failed during start-up and the job held its allocation 13+ minutes (the
+    driver waited out its 600 s bound). Its exit code, written beside its log, ends the driver's wait at once."""
+    started = time.monotonic()
+    done = nemotron(env, "steps", "run", "rl/rlhf", "-c", "tiny", *NEMO_RL_TINY, "-r", "ray2_no_worker")
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr[-4000:]
+    said = done.stdout + done.stderr
+    assert (
+        "a Ray worker node left before the cluster was ready: its `ray start` exited with code 1" in said
+    ), said[-4000:]
+    assert "The current node timed out during startup." in said  # the end of the node's own log
+    assert took < 60, took  # submit, the head's start, the worker's failure: not the 600 s bound
+    (job_dir,) = (home / "jobs").iterdir()
+    st = status(home, job_dir.name)
+    assert st["state"] == "failed" and "registered" not in st
+    slurm_id = str(st["remote_id"])
+    wait_for(lambda: sacct(slurm_id).startswith("FAILED"), 60, "Slurm to end the allocation")
+    wait_for(lambda: raylets_of(slurm_id) == [], 60, "the raylets to stop")
     assert nemotron(env, "artifacts", "ls", "--json").stdout.count("tiny_rlhf_policy") == 0
 
 

@@ -40,6 +40,11 @@ _PORT_OFFSETS = {  # within a node's block of 200; workers take [20, 199]
 }
 GCS_OFFSET, CLIENT_OFFSET, MIN_WORKER_OFFSET, MAX_WORKER_OFFSET = 6, 7, 20, 199
 HEAD, WORKER, WORKER_INDEX = '"$head"', '"${nodes[$i]}"', '"$i"'  # shell words of the script's own variables
+# A worker node's `ray start --block` writes its exit code to ray-worker-<i>.exit beside its log when it ends: the
+# driver, waiting for the nodes to join, fails the job at once with that node's log tail (a node that never
+# starts would otherwise hold the allocation until the wait's bound).
+EXITED = ".exit"
+WORKER_RAY_START = 'bash -c \'ray "$@"; echo $? > "$0"\''
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +87,7 @@ def plan_for(job: Job[SlurmProfile], where: Placement, launch: RayDriver) -> Ray
             launch.command,
             register_lines(profile.python or "python", where.job_dir, launch.outputs),
             started=f'{shlex.quote(cluster.logs)}/ray-worker-*_"$SLURM_JOB_ID".out',  # render_sbatch's names
+            exited=f"{shlex.quote(cluster.logs)}/ray-worker-*{EXITED}",
         ),
         files=launch.files,
         liveness=liveness.for_job(profile, where.job_dir, (where.nodes,)),
@@ -109,20 +115,42 @@ def register_lines(python: str, job_dir: str, outputs: tuple[tuple[str, str], ..
 
 
 def driver_script(
-    command: str, register: str = "", timeout_s: int = READY_TIMEOUT_S, started: str = "", hint_s: int = 30
+    command: str,
+    register: str = "",
+    timeout_s: int = READY_TIMEOUT_S,
+    started: str = "",
+    hint_s: int = 30,
+    exited: str = "",
 ) -> str:
     """<job dir>/ray_driver.sh: wait until all $NEMOTRON_RAY_NODES nodes joined, then the engine's command, then
     the outputs registered (`register`, shell lines). `started` (a shell glob: the worker nodes' `ray start` logs,
     where there are such) is read between the calls: each `ray status` is a Python process of about 4 CPU-seconds,
     so Ray is asked once every worker said "Ray runtime started", else every `hint_s` seconds (a Ray whose
     `ray start` says it otherwise is still seen), where it was asked every 2 s from the first. The bound is the
-    clock's, however long each call takes."""
+    clock's, however long each call takes. `exited` (a shell glob: the worker nodes' exit-code files) ends the wait
+    at once, exit 1, with the first such node's code and the tail of its `ray start` log."""
     active = "awk '/^Active:/{a=1;next} /^[A-Z][a-z]+:/{a=0} a && /node_/{n++} END{print n+0}'"
+    # a worker node whose `ray start` exited (its code in a file `exited` matches): fail now, with its log's end
+    left = (
+        "left() {\n"
+        f"    gone=$(ls {exited} 2>/dev/null | head -n 1)\n"
+        '    [ -z "$gone" ] && return 0\n'
+        '    echo "nemotron: a Ray worker node left before the cluster was ready: its \\`ray start\\` exited with code'
+        ' $(cat "$gone") ($gone); the end of its log:" >&2\n'
+        '    tail -n 20 "${gone%.exit}_$SLURM_JOB_ID.out" >&2\n'
+        "    exit 1\n"
+        "}\n"
+        if exited
+        else ""
+    )
+    check = "left\n" if exited else ""
     wait_logs = (
         "    asked=$SECONDS\n"
         "    while [ $SECONDS -lt $deadline ] && [ $SECONDS -lt $((asked + "
         f"{hint_s})) ] && [ \"$(grep -ls 'Ray runtime started' {started} | wc -l)\" -lt $((want - 1)) ]; do\n"
-        "        sleep 1\n"
+        + "        " * bool(check)
+        + check
+        + "        sleep 1\n"
         "    done\n"
         if started
         else ""
@@ -133,8 +161,8 @@ set -uo pipefail
 want=$NEMOTRON_RAY_NODES
 deadline=$((SECONDS + {timeout_s}))
 n=0
-while :; do
-{wait_logs}    n=$(ray status --address "$RAY_ADDRESS" 2>/dev/null | {active})
+{left}while :; do
+{"    " * bool(check)}{check}{wait_logs}    n=$(ray status --address "$RAY_ADDRESS" 2>/dev/null | {active})
     [ "$n" -ge "$want" ] || [ $SECONDS -ge $deadline ] && break
     sleep 2
 done
@@ -216,6 +244,7 @@ def render_sbatch(plan: RayPlan) -> str:
         f"export NEMOTRON_RAY_NODES={plan.nodes}",
         *plan.setup,
         f"mkdir -p {logs}",
+        f"rm -f {logs}/ray-worker-*{EXITED}  # an earlier attempt's (a requeue): the driver reads them as this one's",
         'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
         "head=${nodes[0]}",
         "head_ip=$(srun --nodes=1 --ntasks=1 -w \"$head\" hostname --ip-address | awk '{print $1}')",
@@ -232,7 +261,8 @@ def render_sbatch(plan: RayPlan) -> str:
         "for ((i = 1; i < ${#nodes[@]}; i++)); do",
         *("    " + line for line in _ports("i").splitlines()),
         f"    {_srun(plan, WORKER, q(f'{plan.cluster.logs}/ray-worker-') + WORKER_INDEX + '_%j.out')} "
-        f'ray start --address="$RAY_ADDRESS" {common} &',
+        f"{WORKER_RAY_START} {q(f'{plan.cluster.logs}/ray-worker-')}{WORKER_INDEX}{EXITED} "
+        f'start --address="$RAY_ADDRESS" {common} &',
         "    raylets+=($!)",
         "done",
         "",
