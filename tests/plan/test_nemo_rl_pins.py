@@ -84,7 +84,9 @@ def test_the_8b_example_on_one_gpu_is_refused(home: Path, tmp_path: Path) -> Non
         plan("h100_1x1", *LLAMA_8B, tmp_path=tmp_path)
     line = str(refused.value)
     assert "policy training" in line and "the largest term is optimizer (59.8 GiB)" in line
-    assert "more GPUs" in line and "nemo_rl.tensor_parallel_size=2" in line
+    # issue 43: TP 2 is refused on one GPU by the engine's own rule, and checkpointing leaves 128 GiB: each remedy
+    # is re-planned before it is named, and only more GPUs is left
+    assert "To fit: more GPUs (the profile's nodes, now 1) (or plan.on_no_fit=warn" in line, line
 
 
 def test_the_70b_example_without_pipeline_parallelism_on_one_node_is_refused(
@@ -96,8 +98,9 @@ def test_the_70b_example_without_pipeline_parallelism_on_one_node_is_refused(
         plan("h100_1x8", "policy.model_name=meta-llama/Llama-3.3-70B-Instruct", "policy.train_micro_batch_size=1",
              *sequence(4096), "nemo_rl.generation_tensor_parallel_size=8", tmp_path=tmp_path)  # fmt: skip
     line = str(refused.value)
-    assert "the largest term is activations" in line and "runtime.gradient_checkpointing=true" in line
-    assert "needs 2" in line  # over 200 GiB per GPU
+    assert "the largest term is activations" in line and "needs 2" in line  # over 200 GiB per GPU
+    # checkpointing alone leaves 132 GiB of weights, gradients and optimizer per GPU: not named
+    assert "To fit: more GPUs (the profile's nodes, now 1) (or" in line, line
 
 
 def test_a_colocated_vllm_share_too_small_for_the_weights_is_refused(home: Path, tmp_path: Path) -> None:

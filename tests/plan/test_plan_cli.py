@@ -42,10 +42,31 @@ def test_a_plan_that_cannot_fit_is_exit_2_in_one_line_and_writes_nothing(
         assert r.code == 2, r.err
         (line,) = r.err.strip().splitlines()
         for words in ("policy training", "GPU (gpu_memory_gb = 24)", "which has 24.0 GiB", "largest term is",
-                      "runtime.gradient_checkpointing=true", "trainer.micro_batch_size=1", "plan.on_no_fit=warn"):  # fmt: skip
+                      "To fit: backend=nemo_rl (FSDP shards", "plan.on_no_fit=warn"):  # fmt: skip
             assert words in line, line
         assert "Traceback" not in r.err
         assert not home.exists()
+
+
+def test_each_remedy_named_makes_the_plan_fit_and_the_dropped_ones_do_not(
+    home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    """Issue 43: a refusal named remedies that did not fit. Each one is now re-planned before it is named: the named
+    one, applied, passes the dry run; each the engine suggested and the refusal dropped is still refused."""
+    (tmp_path / "env.toml").write_text(SMALL_GPUS)
+    base = ("steps", "run", "rl/ppo", "-c", "default", "-b", "small_gpus", "--dry-run")
+    line = run_cli(*base).err
+    assert (
+        "To fit: backend=nemo_rl (FSDP shards weights, gradients and optimizer over the GPUs) (or" in line
+    ), line
+    assert run_cli(*base, "backend=nemo_rl").code == 0
+    for dropped in (
+        "runtime.gradient_checkpointing=true",
+        "trainer.micro_batch_size=1",
+        "runtime.precision=bf16",
+    ):
+        r = run_cli(*base, dropped)
+        assert r.code == 2 and "resource plan: policy training" in r.err, (dropped, r.err)
 
 
 def test_on_no_fit_warn_turns_the_refusal_into_a_warning(home: Path, tmp_path: Path, run_cli: Any) -> None:

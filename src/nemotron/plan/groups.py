@@ -9,10 +9,15 @@ from its schema's `workload()` (nemotron.config.workload): the plan names no ste
 
 from __future__ import annotations
 
+import copy
 import importlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import yaml
+from pydantic import ValidationError
 
 from nemotron.config.backends import PLAN_GROUPS
 from nemotron.config.stepconfig import ResourcePlan, Runtime, ServeRuntime, TrainRuntime
@@ -115,8 +120,45 @@ def fitting_plan(job: Job, where: Placement) -> Plan:
     planned = plan_job(job, where)
     refused = planned.refused()
     if refused:
-        raise UserError(refusal(refused[0]))
+        group = refused[0]
+        fit = remedies_that_fit(job, where, group.suggestions) or [
+            f"none of {', '.join(r.split(' (', 1)[0] for r in group.suggestions)} is enough on its own; a device "
+            "with more memory (the profile's gpu_type or gpu_memory_gb) or a smaller model"
+        ]
+        raise UserError(refusal(replace(group, suggestions=fit)))
     return planned
+
+
+def remedies_that_fit(job: Job, where: Placement, suggestions: list[str]) -> list[str]:
+    """The engine's remedies for a plan that cannot fit, each `KEY=VALUE` one re-planned on its own (the job's
+    config with that key set, its engine the one the config then names: that engine's own preflight, then the whole
+    plan) and kept only if the job then passes both; one that is not a key (more GPUs, more nodes) is kept as said,
+    after them. Asked only of a plan that cannot fit."""
+    from nemotron.catalog import Catalog
+    from nemotron.compile.preflight import engine_checks
+    from nemotron.config.configtree import set_dotted
+    from nemotron.config.stepconfig import engine_name
+
+    manifest = Catalog().get(job.step_id).manifest
+
+    keys, said = [], []
+    for remedy in suggestions:
+        key, eq, rest = remedy.partition("=")
+        if not eq or " " in key:
+            said.append(remedy)
+            continue
+        tree = copy.deepcopy(job.config_tree)  # the job's own stays as compiled
+        set_dotted(tree, key, yaml.safe_load(rest.split(" (", 1)[0]))
+        try:
+            config = type(job.config).model_validate(tree)
+            own = engine_checks(manifest, config, job.bindings, where.nodes, where.gpus_per_node)
+            if own.problems or any(g.problem(job.profile.name) for g in own.groups):
+                continue  # the engine refuses the job so changed (e.g. sizes that do not divide its GPUs)
+            if not plan_job(replace(job, config=config, backend=engine_name(config)), where).refused():
+                keys.append(remedy)
+        except (ValidationError, UserError):
+            continue  # a value the schema refuses, or a plan that cannot be made: no remedy
+    return [*keys, *said]
 
 
 def device_memory(profile: Any, runtime_device: str, local: bool) -> tuple[str, float | None, bool]:

@@ -9,6 +9,7 @@ from typing import Protocol, runtime_checkable
 
 from nemotron.config.stepconfig import NemoRL
 from nemotron.config.workload import Rollouts, Workload
+from nemotron.errors import UserError
 from nemotron.plan.groups import PlanContext, PlannedConfig, inference_mb, suggest
 from nemotron.plan.shapes import ModelShape
 from nemotron.plan.terms import (
@@ -41,6 +42,10 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
     rm_gpus = nemo.reward_model_gpus if rm is not None and judge_role == "reward_model" else 0
     own_node = ctx.nodes > 1 and rm_gpus > 0
     world = total - (ctx.per_node if own_node else rm_gpus)
+    if (
+        world < 1
+    ):  # the engine's compile refuses such a job first; a remedy re-planned on it (groups.py) lands here
+        raise UserError(f"NeMo-RL's policy has no GPU left: the reward model takes {rm_gpus} of {total}")
     if megatron:
         sharding = Sharding("megatron", tp * pp, world, tp, cp, pp)
         par = f"Megatron TP {tp} x PP {pp} x CP {cp}, distributed optimizer over {world} GPUs"
