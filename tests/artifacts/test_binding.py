@@ -111,3 +111,22 @@ def test_every_problem_of_a_step_is_reported_at_once(catalog: Catalog, tmp_path:
         "input 'policy'",
         "input 'reward_model' (reward_model_hf) is not set",
     ]
+
+
+def test_a_megatron_checkpoint_is_told_by_its_metadata_and_a_config_alone_is_none(tmp_path: Path) -> None:
+    """Megatron-Core's dist_checkpointing writes metadata.json in every checkpoint (at the path, or in a save dir's
+    iter_NNNNNNN/); a directory holding only an HF config.json was taken for one (issue 43)."""
+    from nemotron.artifacts.typecheck import detect_type
+    from nemotron.catalog import Catalog
+
+    catalog = Catalog()
+    save = tmp_path / "save" / "iter_0000010"
+    save.mkdir(parents=True)
+    (save / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
+    (save / "__0_0.distcp").write_bytes(b"")
+    assert detect_type(tmp_path / "save", catalog) == "checkpoint_megatron"
+    assert detect_type(save, catalog) == "checkpoint_megatron"
+    config_only = tmp_path / "config_only"
+    config_only.mkdir()
+    (config_only / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    assert detect_type(config_only, catalog) is None
