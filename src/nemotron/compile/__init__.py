@@ -421,7 +421,11 @@ def compile_job(
     notes = _resume(step.id, validated, config, sources, bindings, here)
     backend = engine_name(config)
     outputs = {
-        p.name: (str(get_dotted(config, p.config_key) or p.name), p.type_on(backend))
+        # a step whose config has no such key registers the output under its own name; an empty one is refused below
+        p.name: (
+            str(p.name if (named := get_dotted(config, p.config_key)) is None else named),
+            p.type_on(backend),
+        )
         for p in step.manifest.produces
     }
     bad_names = [
