@@ -485,15 +485,18 @@ def _resume(
         unfinished_twin,
     )
 
+    explicit = ck.get("resume") is True or bool(ck.get("resume_from"))
+    if not explicit and (
+        ck.get("resume") != "auto" or not here or engine_name(config) not in RUNS_AS_STEP_PROCESS
+    ):
+        return ()
     expect = {"config": config_fingerprint(redact_tree(config))}
     policy = next((b for b in bindings if b.name == "policy" and b.path and Path(b.path).exists()), None)
     if policy is not None and policy.path is not None:
         expect["model"] = model_fingerprint(policy.path)
-    if ck.get("resume") is True or ck.get("resume_from"):
+    if explicit:
         source = resume_checkpoint(jobs_dir() / "(new job)", step_id, ck.get("resume_from"))
         check_compatible(source, expect, bool(ck.get("force")))
-        return ()
-    if ck.get("resume") != "auto" or not here or engine_name(config) not in RUNS_AS_STEP_PROCESS:
         return ()
     inputs = [(b.name, b.artifact_id, b.path) for b in bindings]
     twin = unfinished_twin(jobs_dir(), step_id, expect, inputs)
