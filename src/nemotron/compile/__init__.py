@@ -28,7 +28,6 @@ from nemotron.artifacts.refs import check_artifact_name
 from nemotron.artifacts.store import ArtifactStore, open_store
 from nemotron.catalog import Catalog, Resources, Step
 from nemotron.compile import preflight
-from nemotron.config.backends import RUNS_AS_STEP_PROCESS
 from nemotron.config.configtree import (
     deep_merge,
     flatten,
@@ -44,6 +43,7 @@ from nemotron.core.redact import MASK, is_secret_name, redact_url_passwords
 from nemotron.errors import NotFound, UserError, did_you_mean
 from nemotron.models.tokenizer_match import check_token_ids_meet
 from nemotron.reward.bind import refuse_open_servers
+from nemotron.runtime.resume import choose_resume
 
 # The profile class a Job runs on: each executor takes Job[its own profile class], which its registry
 # (nemotron.launch.executor) hands it; a bare `Job` is any profile's. (typing_extensions: TypeVar's default before 3.13)
@@ -418,7 +418,7 @@ def compile_job(
     input_keys = {c.name: c.config_key for c in step.manifest.consumes}
     step_config = with_inputs(validated, input_keys, bindings).model_dump(mode="json")
     check_token_ids_meet(step.manifest.consumes, config, bindings)
-    notes = _resume(step.id, validated, config, sources, bindings, here)
+    notes = choose_resume(step.id, validated, config, sources, bindings, here)
     backend = engine_name(config)
     outputs = {
         # a step whose config has no such key registers the output under its own name; an empty one is refused below
@@ -460,53 +460,4 @@ def compile_job(
         argv=tuple(argv or ()),
         warnings=warnings,
         notes=notes,
-    )
-
-
-def _resume(
-    step_id: str, validated: BaseModel, config: dict[str, Any], sources: dict[str, str], bindings: list[Binding],
-    here: bool,
-) -> tuple[str, ...]:  # fmt: skip
-    """Where the run continues from, decided before a job exists. A resume that names (or finds) a checkpoint of
-    another model or config fails here. With `checkpoint.resume=auto` (the default) on the built-in engine of a
-    job that runs here, an earlier job of the same step, config and inputs that did not succeed and left a
-    checkpoint is resumed: `resume_from` is set to it (in `validated`, `config` and `sources`) and the returned
-    note says so."""
-    ck = config.get("checkpoint")
-    if not isinstance(ck, dict):
-        return ()
-    from nemotron.core.paths import jobs_dir
-    from nemotron.core.redact import redact_tree
-    from nemotron.runtime.resume import (
-        check_compatible,
-        config_fingerprint,
-        model_fingerprint,
-        resume_checkpoint,
-        unfinished_twin,
-    )
-
-    explicit = ck.get("resume") is True or bool(ck.get("resume_from"))
-    if not explicit and (
-        ck.get("resume") != "auto" or not here or engine_name(config) not in RUNS_AS_STEP_PROCESS
-    ):
-        return ()
-    expect = {"config": config_fingerprint(redact_tree(config))}
-    policy = next((b for b in bindings if b.name == "policy" and b.path and Path(b.path).exists()), None)
-    if policy is not None and policy.path is not None:
-        expect["model"] = model_fingerprint(policy.path)
-    if explicit:
-        source = resume_checkpoint(jobs_dir() / "(new job)", step_id, ck.get("resume_from"))
-        check_compatible(source, expect, bool(ck.get("force")))
-        return ()
-    inputs = [(b.name, b.artifact_id, b.path) for b in bindings]
-    twin = unfinished_twin(jobs_dir(), step_id, expect, inputs)
-    if twin is None:
-        return ()
-    job_id, checkpoint, state = twin
-    ck["resume_from"] = job_id
-    validated.checkpoint.resume_from = job_id  # type: ignore[attr-defined]  # a config with a checkpoint group
-    sources["checkpoint.resume_from"] = "auto"
-    return (
-        f"resuming {job_id} ({state}) from its checkpoint at step {checkpoint.get('step')}, as checkpoint.resume=auto "
-        "does for the same command after a crash; checkpoint.resume=false starts afresh",
     )

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.errors import UserError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from nemotron.artifacts.binding import Binding
 
 PREFIX = "step_"
 # Keys a resumed run may change without training a different model.
@@ -142,4 +148,48 @@ def resume_checkpoint(job_dir: Path, step_id: str, resume_from: str | None) -> P
     raise UserError(
         f"checkpoint.resume=true but no earlier {step_id} job in {jobs} has a checkpoint",
         hint="Name one with checkpoint.resume_from=JOB_ID",
+    )
+
+
+def choose_resume(
+    step_id: str, validated: BaseModel, config: dict[str, Any], sources: dict[str, str], bindings: Sequence[Binding],
+    here: bool,
+) -> tuple[str, ...]:  # fmt: skip
+    """Where the run continues from, decided before a job exists. A resume that names (or finds) a checkpoint of
+    another model or config fails here. With `checkpoint.resume=auto` (the default) on the built-in engine of a
+    job that runs here, an earlier job of the same step, config and inputs that did not succeed and left a
+    checkpoint is resumed: `resume_from` is set to it (in `validated`, `config` and `sources`) and the returned
+    note says so."""
+    ck = config.get("checkpoint")
+    if not isinstance(ck, dict):
+        return ()
+    from nemotron.config.backends import RUNS_AS_STEP_PROCESS
+    from nemotron.config.stepconfig import engine_name
+    from nemotron.core.paths import jobs_dir
+    from nemotron.core.redact import redact_tree
+
+    explicit = ck.get("resume") is True or bool(ck.get("resume_from"))
+    if not explicit and (
+        ck.get("resume") != "auto" or not here or engine_name(config) not in RUNS_AS_STEP_PROCESS
+    ):
+        return ()
+    expect = {"config": config_fingerprint(redact_tree(config))}
+    policy = next((b for b in bindings if b.name == "policy" and b.path and Path(b.path).exists()), None)
+    if policy is not None and policy.path is not None:
+        expect["model"] = model_fingerprint(policy.path)
+    if explicit:
+        source = resume_checkpoint(jobs_dir() / "(new job)", step_id, ck.get("resume_from"))
+        check_compatible(source, expect, bool(ck.get("force")))
+        return ()
+    inputs = [(b.name, b.artifact_id, b.path) for b in bindings]
+    twin = unfinished_twin(jobs_dir(), step_id, expect, inputs)
+    if twin is None:
+        return ()
+    job_id, checkpoint, state = twin
+    ck["resume_from"] = job_id
+    validated.checkpoint.resume_from = job_id  # type: ignore[attr-defined]  # a config with a checkpoint group
+    sources["checkpoint.resume_from"] = "auto"
+    return (
+        f"resuming {job_id} ({state}) from its checkpoint at step {checkpoint.get('step')}, as checkpoint.resume=auto "
+        "does for the same command after a crash; checkpoint.resume=false starts afresh",
     )
