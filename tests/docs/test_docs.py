@@ -71,7 +71,7 @@ def test_every_schema_field_has_a_description(step_id: str) -> None:
     [
         (
             "nemo-rl.md",
-            ["eval/policy", "rl/ppo", "rl/reinforce", "rl/rlhf"],
+            ["eval/policy", "rl/ppo", "rl/reinforce", "rl/rlhf", "rm/train", "sft"],
             "trainer.log_interval",
             "NeMo-RL logs every step",
         ),

@@ -16,9 +16,16 @@ ENTRIES = {
     "examples/run_grpo.py",  # GRPO with data-driven environments (reward_model)
     "examples/nemo_gym/run_grpo_nemo_gym.py",  # GRPO whose rollouts and rewards go through NeMo-Gym
     "examples/run_ppo.py",  # PPO with a value model
+    "examples/run_sft.py",  # SFT of a pretrained model
+    "examples/run_rm.py",  # Bradley-Terry reward-model training
 }
 CONVERTERS = {"examples/converters/convert_dcp_to_hf.py", "examples/converters/convert_megatron_to_hf.py"}
-BASES = {"grpo": "examples/configs/grpo_math_1B.yaml", "ppo": "examples/configs/ppo_math_1B.yaml"}
+BASES = {
+    "grpo": "examples/configs/grpo_math_1B.yaml",
+    "ppo": "examples/configs/ppo_math_1B.yaml",
+    "sft": "examples/configs/sft.yaml",
+    "rm": "examples/configs/rm.yaml",
+}
 
 # Keys of the base YAMLs that our compiled configs leave to the base (so the merged config has them).
 # Values as written in the YAML; interpolations kept as text.
@@ -67,6 +74,25 @@ BASE_KEYS: dict[str, dict[str, Any]] = {
         "ppo.skip_reference_policy_logprobs_calculation": True,
         "data.train.dataset_name": "DAPOMath17K",
         "env.math.math_verify_impl": "dapo_math_verify",
+    },
+    "sft": {
+        "policy.train_micro_batch_size": 1,  # left to the base: one record per micro-batch (the plan's too)
+        "policy.dtensor_cfg._v2": True,
+        "policy.sequence_packing.algorithm": "modified_first_fit_decreasing",  # lm_policy.py:314
+        "checkpointing.checkpoint_must_save_by": None,  # sft.py:388
+        # an interpolation our owned data section must still resolve (OmegaConf resolve=True, run_sft.py:174)
+        "logger.wandb.name": "sft-dev-${data.train.dataset_name}",
+        "logger.mlflow.tracking_uri": "http://localhost:5000",
+        "data.train.dataset_name": "squad",  # what must NOT survive into our runs
+        "data.default.processor": "sft_processor",
+    },
+    "rm": {
+        "policy.train_micro_batch_size": 1,
+        "policy.reward_model_cfg.enabled": True,  # run_rm.py:65 asserts it
+        "policy.reward_model_cfg.reward_model_type": "bradley_terry",
+        "checkpointing.checkpoint_must_save_by": None,  # rm.py:466
+        "logger.wandb.name": "rm-dev-${data.train.dataset_name}",
+        "data.train.dataset_name": "HelpSteer3",  # what must NOT survive into our runs
     },
 }
 
@@ -247,7 +273,89 @@ _GRPO_ADV = _in(
     ("grpo.adv_estimator.normalize_rewards", 51),
 )
 
+# run_sft.py / run_rm.py build the same Policy (lm_policy.py) from policy.*; the vLLM lines are the RL steps' only.
+_TRAIN_POLICY = [r for r in _POLICY if r[1] == "nemo_rl/models/policy/lm_policy.py"]
+_SFT = (
+    _in(
+        "examples/run_sft.py",
+        ("data.train", 72),
+        ("data.default", 77),
+        ("data.add_bos", 84),
+        ("data.add_eos", 85),
+        ("data.add_generation_prompt", 86),
+        ("data.max_input_seq_length", 99),
+        ("logger.log_dir", 185),
+        ("checkpointing.enabled", 187),
+        ("policy.tokenizer", 195),
+    )
+    + _in(
+        "nemo_rl/algorithms/sft.py",
+        # SFTConfig (a pydantic model with defaults): every field is set, none left to its default
+        ("sft.max_num_steps", 66),
+        ("sft.max_num_epochs", 67),
+        ("sft.val_period", 68),
+        ("sft.val_batches", 69),
+        ("sft.val_global_batch_size", 70),
+        ("sft.val_micro_batch_size", 71),
+        ("sft.val_at_start", 72),
+        ("sft.val_at_end", 75),
+        ("sft.seed", 76),
+        ("sft.only_unmask_final", 77),
+        ("policy.train_global_batch_size", 156),
+        ("data.shuffle", 157),
+        ("data.num_workers", 160),
+        ("cluster.num_nodes", 182),
+        ("cluster.gpus_per_node", 187),
+        ("policy.megatron_cfg.enabled", 230),
+        ("checkpointing.checkpoint_must_save_by", 388),
+        ("checkpointing.save_period", 525),
+        ("checkpointing.metric_name", 540),
+    )
+    + _TRAIN_POLICY
+)
+_RM = (
+    _in(
+        "examples/run_rm.py",
+        ("policy.reward_model_cfg.enabled", 65),
+        ("logger.log_dir", 67),
+        ("checkpointing.enabled", 69),
+        ("policy.tokenizer", 77),
+    )
+    + _in(
+        "nemo_rl/algorithms/rm.py",
+        ("rm.seed", 120),
+        ("policy.dtensor_cfg.enabled", 128),
+        ("policy.dtensor_cfg.context_parallel_size", 129),
+        ("policy.train_global_batch_size", 169),
+        ("data.shuffle", 170),
+        ("data.num_workers", 180),
+        ("rm.val_global_batch_size", 189),
+        ("cluster.num_nodes", 209),
+        ("cluster.gpus_per_node", 214),
+        ("checkpointing.checkpoint_must_save_by", 466),
+        ("rm.val_period", 486),
+        ("rm.val_at_start", 487),
+        ("rm.val_at_end", 488),
+        ("rm.max_num_epochs", 489),
+        ("rm.val_batches", 501),
+        ("rm.val_micro_batch_size", 503),
+        ("rm.max_num_steps", 511),
+        ("policy.train_micro_batch_size", 533),
+        ("checkpointing.save_period", 582),
+    )
+    + _in(
+        "nemo_rl/data/utils.py",  # setup_preference_data
+        ("data.train", 315),
+        ("data.max_input_seq_length", 328),
+        ("data.validation", 368),
+    )
+    # rm.yaml has no sequence_packing.algorithm: lm_policy.py reads it only with packing on, which rm/train refuses
+    + [r for r in _TRAIN_POLICY if r[0] != "policy.sequence_packing.algorithm"]
+)
+
 REQUIRED: dict[str, list[tuple[str, str, int]]] = {
+    "sft": _SFT,
+    "rm": _RM,
     "grpo+reward_model": _RUN + _GRPO_SETUP + _GRPO_ADV + _POLICY + _RM_ENV,
     "grpo+nemo_gym": [r for r in _RUN if r[0] != "grpo.async_grpo.enabled"]
     + _GRPO_SETUP
@@ -314,4 +422,118 @@ LOGGER_SECTIONS = {  # LoggerConfig's key -> the TypedDict of its section
     "tensorboard": "TensorboardConfig",
     "swanlab": "SwanlabConfig",
     "gpu_monitoring": "GPUMonitoringConfig",
+}
+
+
+# The TypedDicts (nemo_rl/data/__init__.py, nemo_rl/algorithms/rm.py) the supervised entries' MasterConfig validates
+# our data and rm sections against (pydantic validates a TypedDict field: its required keys must be there), and
+# the pydantic SFTConfig (algorithms/sft.py) whose fields sft.* sets: {class: (file, required keys, all keys)}.
+TYPED_DICTS: dict[str, tuple[str, set[str], set[str]]] = {
+    "DataConfig": (
+        "nemo_rl/data/__init__.py",
+        {"max_input_seq_length", "shuffle", "train"},
+        {
+            "max_input_seq_length",
+            "add_bos",
+            "add_eos",
+            "add_generation_prompt",
+            "add_system_prompt",
+            "shuffle",
+            "num_workers",
+            "use_multiple_dataloader",
+            "num_prompts_per_dataloader",
+            "custom_dataloader",
+            "train",
+            "validation",
+            "default",
+        },
+    ),
+    "ResponseDatasetConfig": (
+        "nemo_rl/data/__init__.py",
+        set(),
+        {
+            "dataset_name",
+            "data_path",
+            "input_key",
+            "output_key",
+            "subset",
+            "split",
+            "prompt_file",
+            "system_prompt_file",
+            "env_name",
+            "processor",
+            "download_dir",
+            "split_validation_size",
+            "seed",
+        },
+    ),
+    "PreferenceDatasetConfig": (
+        "nemo_rl/data/__init__.py",
+        set(),
+        {
+            "dataset_name",
+            "data_path",
+            "prompt_key",
+            "chosen_key",
+            "rejected_key",
+            "subset",
+            "split",
+            "prompt_file",
+            "system_prompt_file",
+        },
+    ),
+    "RMConfig": (
+        "nemo_rl/algorithms/rm.py",
+        {
+            "max_num_steps",
+            "max_num_epochs",
+            "val_period",
+            "val_batches",
+            "val_global_batch_size",
+            "val_micro_batch_size",
+            "val_at_start",
+            "val_at_end",
+            "seed",
+        },
+        {
+            "max_num_steps",
+            "max_num_epochs",
+            "val_period",
+            "val_batches",
+            "val_global_batch_size",
+            "val_micro_batch_size",
+            "val_at_start",
+            "val_at_end",
+            "seed",
+        },
+    ),
+    "SFTConfig": (
+        "nemo_rl/algorithms/sft.py",
+        set(),  # every field has a default
+        {
+            "max_num_steps",
+            "max_num_epochs",
+            "val_period",
+            "val_batches",
+            "val_global_batch_size",
+            "val_micro_batch_size",
+            "val_at_start",
+            "val_at_end",
+            "seed",
+            "only_unmask_final",
+        },
+    ),
+}
+# The loaders our data reach, by data.*.dataset_name: (file, class, the keyword arguments its __init__ takes).
+LOADERS: dict[str, tuple[str, str, set[str]]] = {
+    "ResponseDataset": (
+        "nemo_rl/data/datasets/response_datasets/response_dataset.py",
+        "ResponseDataset",
+        {"data_path", "input_key", "output_key", "subset", "split", "split_validation_size", "seed"},
+    ),
+    "BinaryPreferenceDataset": (
+        "nemo_rl/data/datasets/preference_datasets/binary_preference_dataset.py",
+        "BinaryPreferenceDataset",
+        {"data_path", "prompt_key", "chosen_key", "rejected_key", "subset", "split"},
+    ),
 }

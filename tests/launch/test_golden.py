@@ -84,6 +84,9 @@ CASES = [
     # tracking on the external engines: NeMo-RL's logger keys and the driver's variables; the actor's exp_manager
     ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_rl", *TRACKING)),
     ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_aligner", *TRACKING)),
+    # sft and rm/train on NeMo-RL (run_sft.py, run_rm.py): the models RL starts from, fine-tuned on 2 nodes
+    ("slurm_rlhf", "sft", "default", ("backend=nemo_rl", "inputs.init_from=meta-llama/Llama-3.1-8B")),
+    ("slurm_rlhf", "rm/train", "default", ("backend=nemo_rl", "inputs.init_from=meta-llama/Llama-3.1-8B")),
     # eval/policy on NeMo-RL's own eval entry: the prompts prepared in the job dir, then run_eval.py on the Ray head
     ("slurm_rlhf", "eval/policy", "nemo_rl", ("inputs.policy=/models/policy", f"inputs.prompts={MATH}")),
     # eval/policy on the built-in engine: torchrun ranks sharing the prompt batches, on Slurm and on Lepton

@@ -414,6 +414,23 @@ class NemoRL(Strict):
     the reward model gets a node of its own"""
 
 
+class NemoRLTraining(Strict):
+    """Settings only `backend: nemo_rl` reads in a step that trains one model on a dataset (NeMo-RL v0.7.0's
+    run_sft.py, run_rm.py). The built-in backend refuses non-default values here, because there they would do
+    nothing."""
+
+    policy_backend: Literal["dtensor", "megatron"] = "dtensor"
+    """NeMo-RL's training backend: PyTorch DTensor (FSDP2) or Megatron-Core"""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """tensor-parallel size of the training"""
+    pipeline_parallel_size: int = Field(1, ge=1)
+    """pipeline-parallel size; Megatron-Core only"""
+    context_parallel_size: int = Field(1, ge=1)
+    """context-parallel size of the training"""
+    sequence_packing: bool = False
+    """pack several sequences into one row (NeMo-RL: policy.sequence_packing.enabled)"""
+
+
 class RLConfig(Strict):
     """The groups rl/reinforce and rl/ppo share, in NeMo-Aligner's layout; each step adds its outputs and its
     algorithm's group."""
@@ -452,6 +469,10 @@ class SupervisedConfig(Strict):
     `outputs` to its own, says what `model` builds and gives its optimizer's defaults; `rows_per_record` is how
     many rows one of its records becomes in a forward pass (2: a preference pair's two responses)."""
 
+    backend: AlignerBackend = backend_field(
+        "SFT (run_sft.py) or Bradley-Terry reward-model training (run_rm.py), from a pretrained model",
+        "SFT (train_gpt_sft.py) or reward-model training (train_reward_model.py) on .nemo checkpoints",
+    )
     inputs: Strict = Field(default_factory=Strict)
     outputs: Strict = Field(default_factory=Strict)
     model: ModelArch = Field(default_factory=ModelArch)
@@ -459,6 +480,7 @@ class SupervisedConfig(Strict):
     optim: Optim = Field(default_factory=Optim)
     runtime: TrainRuntime = Field(default_factory=TrainRuntime)
     tracking: Tracking = Field(default_factory=Tracking)
+    nemo_rl: NemoRLTraining = Field(default_factory=NemoRLTraining)
     plan: ResourcePlan = Field(default_factory=ResourcePlan)
     """the resource plan's model hints and what a plan that cannot fit does"""
 

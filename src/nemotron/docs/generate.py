@@ -283,7 +283,7 @@ def engine_mapping(doc_name: str, doc: Path | None = None) -> dict[str, dict[str
     for section in re.split(r"^## ", text, flags=re.M)[1:]:
         title, _, body = section.partition("\n")
         rows = re.findall(r"^\| `([^`]+)` \| (.+) \|$", body, flags=re.M)
-        if rows and re.fullmatch(r"[a-z]+/[a-z]+", title.strip()):
+        if rows and re.fullmatch(r"[a-z]+(/[a-z]+)?", title.strip()):
             out[title.strip()] = dict(rows)
     return out
 

@@ -97,7 +97,12 @@ def compile_run(
         config=tree,
         config_file=CONFIG_FILE,
         files=files,
-        driver=sec.driver_command(nemo_rl_dir, compiled.entry, config_path, env),
+        driver=" && ".join(
+            [
+                *([compiled.prepare] if compiled.prepare else []),
+                sec.driver_command(nemo_rl_dir, compiled.entry, config_path, env),
+            ]
+        ),
         finalize=sec.finalize_command(nemo_rl_dir, checkpoint_dir, compiled.megatron, conversions),
         outputs=outputs,
     )

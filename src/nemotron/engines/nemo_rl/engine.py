@@ -12,6 +12,7 @@ from nemotron.config.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
 from nemotron.engines.base import Launch, Placement, RayDriver, pinned_or_profile
 from nemotron.engines.nemo_rl.config import compile_run
 from nemotron.engines.nemo_rl.evaluation import RECIPE, REPORT
+from nemotron.engines.nemo_rl.supervised import RM_OUTPUT, RM_RECIPE, adopt_reward_model
 from nemotron.engines.remote_tracking import RunLabels
 
 if TYPE_CHECKING:
@@ -35,12 +36,17 @@ class NemoRLEngine:
 
     def adopt_outputs(self, record: JobRecord, paths: dict[str, Path]) -> dict[str, Any]:
         """Before registration: eval/policy's report is NeMo-RL's evaluation_data.json, turned into our
-        eval_report in place (nemotron.engines.nemo_rl.evaluation_report); the RL steps' outputs are HF checkpoints
-        already. Returns the registration metadata."""
+        eval_report in place (nemotron.engines.nemo_rl.evaluation_report); a trained reward model's HF config is
+        made to name its sequence-classification architecture (supervised.adopt_reward_model); the other outputs
+        are HF checkpoints already. Returns the registration metadata."""
         from nemotron.catalog import Catalog
 
         step = Catalog().steps.get(record.step)  # a step gone from the search path adopts nothing
-        if step is None or step.manifest.step.engines.get(self.name) != RECIPE:
+        recipe = step.manifest.step.engines.get(self.name) if step is not None else None
+        if recipe == RM_RECIPE:
+            adopt_reward_model(paths[RM_OUTPUT])
+            return {}
+        if recipe != RECIPE:
             return {}
         from nemotron.engines.nemo_rl.evaluation_report import adopt_report
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from nemotron.config.stepconfig import NemoRL
-from nemotron.config.workload import Rollouts, Workload
+from nemotron.config.stepconfig import NemoRL, NemoRLTraining
+from nemotron.config.workload import Rollouts, Training, Workload
 from nemotron.errors import UserError
-from nemotron.plan.groups import PlanContext, PlannedConfig, inference_mb, suggest
+from nemotron.plan.groups import SCALAR_HEAD_ROLES, PlanContext, PlannedConfig, inference_mb, suggest
 from nemotron.plan.shapes import ModelShape
 from nemotron.plan.terms import (
     Group,
@@ -27,13 +27,17 @@ class NemoRLConfig(PlannedConfig, Protocol):
     """A step Config NeMo-RL runs: its `nemo_rl` group sizes the plan's groups."""
 
     @property
-    def nemo_rl(self) -> NemoRL: ...
+    def nemo_rl(self) -> NemoRL | NemoRLTraining: ...
 
 
 def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[Group]:
-    if not isinstance(r, Rollouts) or not isinstance(planned, NemoRLConfig):
-        return []  # NeMo-RL runs the RL steps here, whose Configs have its group; the engine refuses any other
+    if not isinstance(planned, NemoRLConfig):
+        return []  # NeMo-RL runs steps whose Configs have its group; the engine refuses any other
     nemo = planned.nemo_rl
+    if isinstance(r, Training):
+        return _training(ctx, nemo, r)
+    if not isinstance(r, Rollouts) or not isinstance(nemo, NemoRL):
+        return []
     tp, pp, cp = nemo.tensor_parallel_size, nemo.pipeline_parallel_size, nemo.context_parallel_size
     megatron = nemo.policy_backend == "megatron"
     mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens
@@ -122,6 +126,44 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
         groups.append(ctx.group("reward model", terms, [(rm, "reward_model")], f"FSDP over {rm_gpus} GPUs",
                                 peak=sum(terms.values()) + ctx.runtime_mb, where=rm_where))  # fmt: skip
     return groups
+
+
+def _training(ctx: PlanContext, nemo: NemoRL | NemoRLTraining, t: Training) -> list[Group]:
+    """run_sft.py / run_rm.py: one model trained on every GPU of the job (DTensor FSDP, or Megatron with its
+    distributed optimizer), one record per micro-batch (the bases' train_micro_batch_size 1; a preference pair is
+    its two rows)."""
+    m = ctx.trained()
+    shape = ctx.shape(m.role, m.ref)
+    if shape is None:
+        return []
+    tp, pp, cp = nemo.tensor_parallel_size, nemo.pipeline_parallel_size, nemo.context_parallel_size
+    megatron = nemo.policy_backend == "megatron"
+    world = ctx.nodes * ctx.per_node
+    if megatron:
+        sharding = Sharding("megatron", tp * pp, world, tp, cp, pp)
+        par = f"Megatron TP {tp} x PP {pp} x CP {cp}, distributed optimizer over {world} GPUs"
+    else:
+        sharding = Sharding("fsdp", world, world, tp, cp)
+        par = f"DTensor FSDP over {world} GPUs, TP {tp}, CP {cp}"
+    p = "bf16-mixed" if ctx.precision != "fp32" else "fp32"
+    state = train_state_mb(shape.parameters, p, sharding)
+    if not megatron:
+        state["bf16 weight copies"] = _gathered_layers_mb(shape)
+    terms = {
+        **state,
+        **activations_mb(shape, t.rows_per_record, t.max_length, "bf16", ctx.checkpointing, sharding),
+    }
+    if m.role in SCALAR_HEAD_ROLES:
+        terms["logits"] = 0.0  # a scalar head, no vocabulary
+    more = [
+        f"more GPUs (the profile's nodes, now {ctx.nodes})",
+        f"nemo_rl.tensor_parallel_size={tp * 2} (now {tp})",
+    ]
+    if megatron:
+        more.append(f"nemo_rl.pipeline_parallel_size={pp * 2} (now {pp})")
+    name = f"{m.role.replace('_', ' ')} training"
+    return [ctx.group(name, terms, [(shape, m.role)], par, where=ctx.where(0, ctx.nodes),
+                      suggestions=suggest(ctx, t.batch_key, 1, *more))]  # fmt: skip
 
 
 def _gathered_layers_mb(shape: ModelShape) -> float:

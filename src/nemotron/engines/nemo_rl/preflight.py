@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from nemotron.compile.preflight import EngineChecks, Group, shape
-from nemotron.config.stepconfig import NemoRL
+from nemotron.config.stepconfig import NemoRL, NemoRLTraining
 from nemotron.engines.nemo_rl.evaluation import RECIPE as EVAL
 from nemotron.engines.nemo_rl.evaluation import preflight_problems
 from nemotron.engines.nemo_rl.sections import reward_model_resources
@@ -58,8 +58,18 @@ def _groups(manifest: Manifest, config: BaseModel, nodes: int, gpus: int) -> lis
         tp = config.nemo_rl.generation_tensor_parallel_size
         keys = "nemo_rl.generation_tensor_parallel_size"
         return [Group("generation (vLLM)", keys, tp, 1, 1, nodes * gpus, shape(nodes, gpus))]
-    # an RL recipe's Config has the RL steps' NemoRL group
     nemo = getattr(config, "nemo_rl", None)
+    if recipe in RECIPES and isinstance(
+        nemo, NemoRLTraining
+    ):  # run_sft.py / run_rm.py: one model on every GPU
+        megatron = nemo.policy_backend == "megatron"
+        pp = nemo.pipeline_parallel_size if megatron else 1
+        pp_key = "nemo_rl.pipeline_parallel_size, " if megatron else ""
+        sizes = f"nemo_rl.tensor_parallel_size, {pp_key}nemo_rl.context_parallel_size"
+        trained = next((m.role.replace("_", " ") for m in manifest.models if m.trained), "policy")
+        tp, cp = nemo.tensor_parallel_size, nemo.context_parallel_size
+        return [Group(trained, sizes, tp, pp, cp, nodes * gpus, shape(nodes, gpus))]
+    # an RL recipe's Config has the RL steps' NemoRL group
     if recipe not in RECIPES or not isinstance(nemo, NemoRL):
         return []  # the engine refuses the step itself
     # NeMo-Gym's judge (env.should_use_nemo_gym) replaces the reward model's workers

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from nemotron.config.stepconfig import Generation, NemoRL, Optim, TrainRuntime
+from nemotron.config.stepconfig import Generation, NemoRL, NemoRLTraining, Optim, TrainRuntime
 
 if (
     TYPE_CHECKING
@@ -107,7 +107,7 @@ PRECISION = {"fp32": "float32", "bf16-mixed": "bfloat16"}
 
 
 def trainer(
-    nemo: NemoRL, optim: Optim, max_steps: int, *, packing: bool, runtime: TrainRuntime
+    nemo: NemoRL | NemoRLTraining, optim: Optim, max_steps: int, *, packing: bool, runtime: TrainRuntime
 ) -> dict[str, Any]:
     """The training backend keys shared by policy.* and value.*: DTensor or Megatron-Core, parallel sizes,
     precision, activation checkpointing, optimizer, schedule. NeMo-RL reads the keys of the enabled backend only."""

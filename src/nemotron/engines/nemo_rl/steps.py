@@ -6,7 +6,6 @@ it maps. Every refusal goes to the shared `Refusals` collector, so the user sees
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -14,6 +13,8 @@ from pydantic import BaseModel
 from nemotron.config.stepconfig import RLConfig
 from nemotron.config.targets import NEMO_RL_VERSION
 from nemotron.engines.nemo_rl import sections as sec
+from nemotron.engines.nemo_rl.compiled import Compiled
+from nemotron.engines.nemo_rl.supervised import compile_rm, compile_sft
 from nemotron.engines.refusals import Refusals
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
@@ -201,18 +202,6 @@ def _reward_model_step(c: RLConfig, refuse: Refusals, nodes: int, gpus: int) -> 
         "reward.server.url", "NeMo-RL scores with its own reward-model workers, not a server"
     )
     return model, prompts, rm
-
-
-@dataclass(frozen=True)
-class Compiled:
-    entry: str
-    base: str
-    config: dict[str, Any]
-    conversions: list[
-        tuple[str, str | None, str]
-    ]  # (component, converter config file or None, our output name)
-    extra_files: dict[str, dict[str, Any]]
-    megatron: bool  # nemo_rl.policy_backend: which converter turns the checkpoints into HF ones
 
 
 def compile_step(
@@ -460,4 +449,6 @@ RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], Compiled]] = {
     "grpo": compile_rlhf,
     "grpo_rloo": compile_reinforce,
     "ppo": compile_ppo,
+    "sft": compile_sft,
+    "rm": compile_rm,
 }

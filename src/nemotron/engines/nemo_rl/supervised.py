@@ -1,0 +1,184 @@
+"""How the supervised steps map onto NeMo-RL v0.7.0: SFT (examples/run_sft.py over examples/configs/sft.yaml) and
+Bradley-Terry reward-model training (examples/run_rm.py over rm.yaml), from a pretrained model.
+
+The recipes are the manifests' `engines.nemo_rl` ("sft", "rm"); each reads the attributes of the step's pydantic
+Config (the schema's SupervisedConfig groups), so mypy checks every key it maps. Our data files are read by NeMo-RL's
+own loaders: sft_jsonl by ResponseDataset (input_key prompt, output_key response), preference_jsonl by
+BinaryPreferenceDataset (its default keys are ours). The reward model's held-out pairs are split off into the job
+dir before the entry runs, because run_rm.py takes its validation set from a file only."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nemotron.config.stepconfig import SupervisedConfig
+from nemotron.engines.nemo_rl import sections as sec
+from nemotron.engines.nemo_rl.compiled import Compiled
+from nemotron.engines.refusals import Refusals
+
+if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
+    from rm.train.schema import Config as RMConfig
+    from sft.schema import Config as SFTConfig
+
+SFT_ENTRY = "examples/run_sft.py"
+SFT_BASE = "examples/configs/sft.yaml"
+RM_ENTRY = "examples/run_rm.py"
+RM_BASE = "examples/configs/rm.yaml"
+RM_RECIPE = "rm"  # the manifests' `engines.nemo_rl` of reward-model training
+RM_OUTPUT = "reward_model"  # its converted checkpoint (rm/train's [[produces]] name)
+RM_TRAIN_FILE = "nemo_rl_rm_train.jsonl"  # in the job dir: the pairs trained on
+RM_VALIDATION_FILE = "nemo_rl_rm_validation.jsonl"  # in the job dir: the held-out pairs
+
+
+def _refusals(c: SupervisedConfig, refuse: Refusals) -> tuple[str, str]:
+    """What both steps refuse; returns (the pretrained model, the data file)."""
+    nemo = c.nemo_rl
+    if c.runtime.device == "cpu":
+        refuse("runtime.device", "NeMo-RL trains on GPUs only")
+    if c.runtime.precision not in sec.PRECISION:
+        refuse(
+            "runtime.precision",
+            "NeMo-RL keeps fp32 master weights: use bf16-mixed (its policy.precision bfloat16)",
+        )
+    if nemo.policy_backend == "dtensor" and nemo.pipeline_parallel_size > 1:
+        refuse("nemo_rl.pipeline_parallel_size", "pipeline parallelism needs nemo_rl.policy_backend=megatron")
+    model = getattr(c.inputs, "init_from", None)
+    if not model:
+        refuse(
+            "inputs.init_from",
+            "NeMo-RL fine-tunes a pretrained model (an HF id or checkpoint_hf), it builds none from model.*",
+        )
+    data = getattr(c.inputs, "data", None)
+    if not data:
+        refuse("inputs.data", "NeMo-RL needs it set (an artifact ref or a path)")
+    return str(model or ""), str(data or "")
+
+
+def _policy(c: SupervisedConfig, model: str) -> dict[str, Any]:
+    """policy.*: the pretrained model, its tokenizer, the batch, the sequence budget and the trainer."""
+    t = c.trainer
+    return {
+        "model_name": model,
+        # chat_template null = NeMo-RL's passthrough template: prompt and response text as they are, as the
+        # built-in engine reads them (the bases' own templates would wrap them in "Question: ... Answer:")
+        "tokenizer": {"name": model, "chat_template": None, "chat_template_kwargs": None},
+        "train_global_batch_size": t.global_batch_size,
+        "max_total_sequence_length": t.max_length,
+        **sec.trainer(c.nemo_rl, c.optim, t.max_steps, packing=c.nemo_rl.sequence_packing, runtime=c.runtime),
+    }
+
+
+def _loop(c: SupervisedConfig, validates: bool) -> dict[str, Any]:
+    """sft.* / rm.*: our steps end on trainer.max_steps (the epochs never do), validate every log_interval steps
+    and at the end on every held-out record."""
+    t = c.trainer
+    return {
+        "max_num_steps": t.max_steps,
+        "max_num_epochs": t.max_steps,  # an epoch is at least one step: max_num_steps ends the run
+        "val_period": t.log_interval if validates else 0,
+        "val_batches": -1,
+        "val_global_batch_size": t.global_batch_size,
+        "val_at_start": False,
+        "val_at_end": validates,
+        "seed": c.runtime.seed,
+    }
+
+
+def _data(max_length: int, train: dict[str, Any], validation: dict[str, Any] | None) -> dict[str, Any]:
+    """data.*, owned whole (`_override_`): the bases' datasets (squad, HelpSteer3) must not survive. Each dataset
+    names its dataset_name itself: the bases' logger names interpolate ${data.train.dataset_name}."""
+    return {
+        "_override_": True,
+        "max_input_seq_length": max_length,
+        "shuffle": True,
+        "num_workers": 1,
+        "train": train,
+        "validation": validation,
+    }
+
+
+def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
+    model, data = _refusals(c, refuse)
+    fraction = c.trainer.validation_fraction
+    # ResponseDataset holds out split_validation_size of the file itself (datasets' train_test_split, seeded)
+    train = {"dataset_name": "ResponseDataset", "data_path": data, "input_key": "prompt", "output_key": "response",
+             "split_validation_size": fraction, "seed": c.runtime.seed}  # fmt: skip
+    config: dict[str, Any] = {
+        "sft": {**_loop(c, fraction > 0), "val_micro_batch_size": 1, "only_unmask_final": False},
+        "policy": _policy(c, model),
+        "data": {
+            **_data(c.trainer.max_length, train, None),
+            # the built-in engine's SFT rows: prompt + response + EOS, the loss on the response only
+            "add_bos": True,
+            "add_eos": True,
+            "add_generation_prompt": False,
+            "default": {"processor": "sft_processor", "prompt_file": None, "system_prompt_file": None},
+        },
+        **sec.runtime(job_dir, nodes, gpus, c.trainer.max_steps),
+    }
+    megatron = c.nemo_rl.policy_backend == "megatron"
+    return Compiled(SFT_ENTRY, SFT_BASE, config, [("policy", None, "policy")], {}, megatron)
+
+
+def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
+    model, data = _refusals(c, refuse)
+    nemo = c.nemo_rl
+    # NeMo-RL v0.7.0's reward models: DTensor only (models/megatron/setup.py:258), no packing
+    # (models/automodel/setup.py:350), no context parallelism (algorithms/rm.py:126)
+    if nemo.policy_backend == "megatron":
+        refuse("nemo_rl.policy_backend", "NeMo-RL trains reward models on DTensor only")
+    if nemo.sequence_packing:
+        refuse("nemo_rl.sequence_packing", "NeMo-RL packs no reward-model sequences")
+    if nemo.context_parallel_size > 1:
+        refuse("nemo_rl.context_parallel_size", "NeMo-RL's reward-model loss takes no context parallelism")
+    fraction = c.trainer.validation_fraction
+    train_file, val_file = f"{job_dir}/{RM_TRAIN_FILE}", f"{job_dir}/{RM_VALIDATION_FILE}"
+    dataset = {"dataset_name": "BinaryPreferenceDataset", "prompt_key": "prompt", "chosen_key": "chosen",
+               "rejected_key": "rejected", "prompt_file": None, "system_prompt_file": None}  # fmt: skip
+    config: dict[str, Any] = {
+        "rm": {**_loop(c, fraction > 0), "val_micro_batch_size": 1},
+        "policy": {
+            **_policy(c, model),
+            "reward_model_cfg": {"enabled": True, "reward_model_type": "bradley_terry"},
+        },
+        "data": _data(
+            c.trainer.max_length,
+            {**dataset, "data_path": train_file},
+            {**dataset, "data_path": val_file} if fraction > 0 else None,
+        ),
+        **sec.runtime(job_dir, nodes, gpus, c.trainer.max_steps),
+    }
+    prepare = held_out_split(data, train_file, val_file, fraction)
+    return Compiled(RM_ENTRY, RM_BASE, config, [("policy", None, RM_OUTPUT)], {}, False, prepare)
+
+
+def held_out_split(data: str, train: str, validation: str, fraction: float) -> str:
+    """Shell: every n-th non-blank record of `data` (n = round(1 / fraction), at least 2) to `validation`, the
+    rest to `train`; with fraction 0 every record trains. Deterministic, so a requeued job splits alike."""
+    q = shlex.quote
+    if fraction <= 0:
+        return f"grep '[^[:space:]]' {q(data)} > {q(train)}"
+    every = max(2, round(1 / fraction))
+    program = f"NF {{ i++; if (i % {every} == 0) print > v; else print > t }}"
+    split = f"awk -v t={q(train)} -v v={q(validation)} {q(program)} {q(data)}"
+    # emptied first: awk writes a file only when a record goes there, and a requeued job must not read old ones
+    return f": > {q(train)} && : > {q(validation)} && {split} && test -s {q(validation)}"
+
+
+def adopt_reward_model(checkpoint: Path) -> None:
+    """NeMo-RL's DCP converter writes the HF config of policy.model_name, the causal LM the reward model started
+    from (nemo_rl/utils/native_checkpoint.py convert_dcp_to_hf: AutoConfig.from_pretrained), beside the weights of
+    the AutoModelForSequenceClassification NeMo-RL trained (models/automodel/setup.py:357, its one label): the
+    config is made to name the architecture the weights have, so the checkpoint loads as the reward model it is."""
+    path = checkpoint / "config.json"
+    config = json.loads(path.read_text())
+    config["architectures"] = [
+        re.sub(r"For[A-Za-z]+$", "ForSequenceClassification", name)
+        for name in config.get("architectures") or []
+    ]
+    config["id2label"], config["label2id"] = {"0": "LABEL_0"}, {"LABEL_0": 0}
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,231 @@
+"""sft and rm/train on NeMo-RL v0.7.0 (run_sft.py, run_rm.py), checked against what the tag reads
+(tests/engines/nemo_rl_v070.py): the keys its code reads, the TypedDicts its MasterConfig validates, its loader's
+merge rule, and the data loaders our files reach."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.engines import nemo_rl_v070 as tag
+from tests.engines.mirrors import git_show
+from tests.engines.test_nemo_rl_config import has, load_config
+
+from nemotron.catalog import Catalog
+from nemotron.config.configtree import flatten, get_dotted, unflatten
+from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
+from nemotron.engines.nemo_rl.supervised import adopt_reward_model, held_out_split
+from nemotron.errors import UserError
+
+JOB = "/jobs/run 1"
+STEPS = {"sft": "sft", "rm/train": "rm"}  # step -> its recipe (the manifests' engines.nemo_rl)
+INPUTS = {"inputs.init_from": "/models/base", "inputs.data": "/data/train pairs.jsonl"}
+
+
+def compiled(step_id: str, nodes: int = 1, **overrides: Any) -> NemoRLRun:
+    schema = Catalog().get(step_id).config_schema()
+    flat = dict(flatten(schema().model_dump(mode="json"))) | {"backend": "nemo_rl"} | INPUTS
+    flat |= {k.replace("__", "."): v for k, v in overrides.items()}
+    return compile_run(
+        step_id, schema.model_validate(unflatten(flat)), job_dir=JOB, nodes=nodes, gpus_per_node=8
+    )
+
+
+def loaded(run: NemoRLRun, alg: str) -> dict[str, Any]:
+    """The run's config as NeMo-RL's loader would merge it over the base keys we encoded (tag.BASE_KEYS)."""
+    parent = run.config["defaults"]
+    assert parent == f"/opt/nemo-rl/{tag.BASES[alg]}"
+    return load_config(run.config, {parent: unflatten(tag.BASE_KEYS[alg])})
+
+
+@pytest.mark.parametrize("backend", ["dtensor", "megatron"])
+@pytest.mark.parametrize("step_id", list(STEPS))
+def test_every_key_the_tag_reads_is_present(step_id: str, backend: str) -> None:
+    if step_id == "rm/train" and backend == "megatron":
+        pytest.skip("refused: test_inexpressible_settings_are_refused")
+    alg = STEPS[step_id]
+    run = compiled(step_id, nemo_rl__policy_backend=backend)
+    assert run.entry in tag.ENTRIES and run.entry == f"examples/run_{alg}.py"
+    cfg = loaded(run, alg)
+    missing = [(k, f"{f}:{n}") for k, f, n in tag.REQUIRED[alg] if not has(cfg, k)]
+    assert missing == []
+
+
+@pytest.mark.parametrize("step_id", list(STEPS))
+def test_sections_meet_the_typed_dicts_and_the_loaders(step_id: str) -> None:
+    alg = STEPS[step_id]
+    cfg = loaded(compiled(step_id), alg)
+    data = cfg["data"]
+    _, required, declared = tag.TYPED_DICTS["DataConfig"]
+    assert required <= set(data) <= declared
+    dataset_dict = "ResponseDatasetConfig" if alg == "sft" else "PreferenceDatasetConfig"
+    for entry in (data["train"], data.get("validation"), data.get("default")):
+        if entry is not None:
+            assert set(entry) <= tag.TYPED_DICTS[dataset_dict][2]
+    _, _, kwargs = tag.LOADERS[data["train"]["dataset_name"]]
+    own = set(data["train"]) - {
+        "dataset_name",
+        "prompt_file",
+        "system_prompt_file",
+    }  # set_task_spec reads these
+    assert own <= kwargs
+    loop = "SFTConfig" if alg == "sft" else "RMConfig"
+    assert set(cfg[alg]) == tag.TYPED_DICTS[loop][2]  # every field set: none left to a base default
+
+
+@pytest.mark.parametrize("step_id", list(STEPS))
+def test_user_data_survives_the_loader_and_no_base_dataset_leaks(step_id: str) -> None:
+    alg = STEPS[step_id]
+    cfg = loaded(compiled(step_id), alg)
+    assert "squad" not in str(cfg["data"]) and "HelpSteer3" not in str(cfg["data"])
+    assert "_override_" not in str(cfg)
+    # the base's logger names interpolate ${data.train.dataset_name}: OmegaConf resolves it (run_*.py resolve=True)
+    assert "${data.train.dataset_name}" in cfg["logger"]["wandb"]["name"]
+    assert get_dotted(cfg, "data.train.dataset_name") in tag.LOADERS
+    if alg == "sft":
+        assert cfg["data"]["train"]["data_path"] == "/data/train pairs.jsonl"
+        assert (cfg["data"]["train"]["input_key"], cfg["data"]["train"]["output_key"]) == (
+            "prompt",
+            "response",
+        )
+        assert cfg["data"]["train"]["split_validation_size"] == 0.05
+    else:  # the held-out pairs are split into the job dir before run_rm.py reads them
+        assert cfg["data"]["train"]["data_path"] == f"{JOB}/nemo_rl_rm_train.jsonl"
+        assert cfg["data"]["validation"]["data_path"] == f"{JOB}/nemo_rl_rm_validation.jsonl"
+
+
+def test_hand_checked_values() -> None:
+    run = compiled(
+        "sft",
+        trainer__max_steps=40,
+        trainer__global_batch_size=16,
+        trainer__max_length=512,
+        trainer__log_interval=10,
+        runtime__precision="bf16-mixed",
+        nemo_rl__tensor_parallel_size=2,
+    )
+    cfg = run.config
+    assert cfg["sft"]["max_num_steps"] == 40 and cfg["sft"]["max_num_epochs"] == 40
+    assert cfg["sft"]["val_period"] == 10 and cfg["sft"]["val_at_end"] is True
+    pol = cfg["policy"]
+    assert pol["model_name"] == "/models/base" and pol["tokenizer"]["chat_template"] is None
+    assert pol["train_global_batch_size"] == 16 and pol["max_total_sequence_length"] == 512
+    assert pol["precision"] == "bfloat16" and pol["dtensor_cfg"]["tensor_parallel_size"] == 2
+    assert cfg["data"]["max_input_seq_length"] == 512
+    assert cfg["checkpointing"]["save_period"] == 40 and cfg["cluster"] == {
+        "num_nodes": 1,
+        "gpus_per_node": 8,
+    }
+    assert run.outputs == {"policy": f"{JOB}/outputs/policy"}
+    assert "convert_dcp_to_hf.py" in run.finalize
+    assert "--megatron-ckpt-path" in compiled("sft", nemo_rl__policy_backend="megatron").finalize
+    # no held-out share: no validation at all (sft.py:268 asserts val_period <= 0 without a validation set)
+    assert compiled("sft", trainer__validation_fraction=0).config["sft"]["val_period"] == 0
+    rm = compiled("rm/train").config
+    assert rm["policy"]["reward_model_cfg"] == {"enabled": True, "reward_model_type": "bradley_terry"}
+    assert compiled("rm/train").outputs == {"reward_model": f"{JOB}/outputs/reward_model"}
+
+
+@pytest.mark.parametrize(
+    ("step_id", "overrides", "key"),
+    [
+        ("sft", {"inputs__init_from": None}, "inputs.init_from"),
+        ("sft", {"inputs__data": None}, "inputs.data"),
+        ("sft", {"runtime__device": "cpu"}, "runtime.device"),
+        ("sft", {"runtime__precision": "bf16"}, "runtime.precision"),
+        ("sft", {"nemo_rl__pipeline_parallel_size": 2}, "nemo_rl.pipeline_parallel_size"),
+        ("rm/train", {"nemo_rl__policy_backend": "megatron"}, "nemo_rl.policy_backend"),
+        ("rm/train", {"nemo_rl__sequence_packing": True}, "nemo_rl.sequence_packing"),
+        ("rm/train", {"nemo_rl__context_parallel_size": 2}, "nemo_rl.context_parallel_size"),
+    ],
+)
+def test_inexpressible_settings_are_refused(step_id: str, overrides: dict[str, Any], key: str) -> None:
+    with pytest.raises(UserError) as err:
+        compiled(step_id, **overrides)
+    assert [p.split("=")[0] for p in err.value.problems] == [key]
+
+
+def test_held_out_split_runs(tmp_path: Path) -> None:
+    data = tmp_path / "pairs.jsonl"
+    rows = [json.dumps({"prompt": f"p{i}", "chosen": "a", "rejected": "b"}) for i in range(1, 22)]
+    data.write_text("\n".join(rows[:10]) + "\n\n" + "\n".join(rows[10:]) + "\n")
+    train, val = tmp_path / "t.jsonl", tmp_path / "v.jsonl"
+    subprocess.run(["sh", "-c", held_out_split(str(data), str(train), str(val), 0.1)], check=True)
+    # every 10th non-blank record is held out: the 10th and the 20th of 21
+    assert [json.loads(r)["prompt"] for r in val.read_text().splitlines()] == ["p10", "p20"]
+    assert len(train.read_text().splitlines()) == 19
+    too_few = tmp_path / "few.jsonl"
+    too_few.write_text("\n".join(rows[:3]) + "\n")
+    done = subprocess.run(["sh", "-c", held_out_split(str(too_few), str(train), str(val), 0.1)])
+    assert done.returncode != 0  # no pair held out: the job fails before run_rm.py, not in its validation
+
+
+def test_adopted_reward_model_names_its_architecture(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 8})
+    )
+    adopt_reward_model(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForSequenceClassification"] and config["hidden_size"] == 8
+    assert config["id2label"] == {"0": "LABEL_0"}
+
+
+def _fields(source: str, cls: str) -> set[str]:
+    node = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == cls)
+    return {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+
+
+def _required(source: str, cls: str) -> set[str]:
+    node = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == cls)
+    return {
+        s.target.id
+        for s in node.body
+        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.value is None
+        and "NotRequired" not in ast.unparse(s.annotation)
+    }  # fmt: skip
+
+
+def test_typed_dicts_and_loaders_match_the_tag() -> None:
+    if not tag.MIRROR.exists():
+        pytest.skip("no NeMo-RL mirror on this machine; the data-encoded tests above still ran")
+    for cls, (path, required, declared) in tag.TYPED_DICTS.items():
+        source = git_show(tag.MIRROR, tag.TAG, path)
+        assert _fields(source, cls) == declared, cls
+        assert _required(source, cls) == required, cls
+    for path, cls, kwargs in tag.LOADERS.values():
+        tree = ast.parse(git_show(tag.MIRROR, tag.TAG, path))
+        node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
+        init = next(f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+        assert {a.arg for a in init.args.args[1:]} == kwargs, cls
+    # the bases' loggers name their runs after data.train.dataset_name, which our owned data keeps
+    for alg in ("sft", "rm"):
+        base = yaml.safe_load(git_show(tag.MIRROR, tag.TAG, tag.BASES[alg]))
+        assert "${data.train.dataset_name}" in base["logger"]["wandb"]["name"]
+
+
+@pytest.mark.parametrize("step_id", list(STEPS))
+def test_every_schema_key_is_in_the_mapping_table(step_id: str) -> None:
+    from nemotron.docs.generate import nemo_rl_mapping
+
+    rows = set(nemo_rl_mapping()[step_id])
+    keys = set(dict(flatten(Catalog().get(step_id).config_schema()().model_dump(mode="json"))))
+    assert sorted(keys - rows) == [] and sorted(rows - keys) == []
+
+
+@pytest.mark.parametrize("step_id", list(STEPS))
+def test_cli_dry_run_prints_the_entry_and_writes_nothing(
+    home: Path, run_cli: Callable[..., Any], step_id: str
+) -> None:
+    base = ["steps", "run", step_id, "-c", "default", "-b", "slurm_rlhf", "backend=nemo_rl"]
+    result = run_cli(*base, "inputs.init_from=meta-llama/Llama-3.1-8B", "--dry-run")
+    assert result.code == 0, result.err
+    assert f"examples/run_{STEPS[step_id]}.py --config" in result.out and "convert_dcp_to_hf.py" in result.out
+    refused = run_cli(*base, "inputs.init_from=meta-llama/Llama-3.1-8B", "runtime.device=cpu", "--dry-run")
+    assert refused.code == 2 and "runtime.device='cpu': NeMo-RL trains on GPUs only" in refused.err
+    assert not (home / "jobs").exists()
