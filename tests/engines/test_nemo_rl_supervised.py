@@ -174,6 +174,11 @@ def test_adopted_reward_model_names_its_architecture(tmp_path: Path) -> None:
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["architectures"] == ["LlamaForSequenceClassification"] and config["hidden_size"] == 8
     assert config["id2label"] == {"0": "LABEL_0"}
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
+    adopt_reward_model(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [
+        "GPT2ForSequenceClassification"
+    ]
 
 
 def _fields(source: str, cls: str) -> set[str]:

@@ -23,6 +23,7 @@ NEMO_RL_TINY = ["backend=nemo_rl", "eval.task=null"]
 FINAL = ("succeeded", "failed", "cancelled")
 # a `ray` whose `ray start --address` fails at once, as a worker node timing out during start-up does
 WORKER_FAILS = Path(__file__).resolve().parents[1] / "fixtures" / "ray_worker_fails"
+TINY = Path(__file__).resolve().parents[2] / "src" / "nemotron" / "shipped" / "tiny"
 
 pytestmark = pytest.mark.slurm
 
@@ -115,6 +116,39 @@ def test_ppo_in_batch_registers_policy_and_critic_and_its_logs_show(env: dict[st
         and ":node2:" in logs.stdout
         and "converted " in logs.stdout
     )
+
+
+def test_sft_then_rm_train_run_on_two_ray_nodes_and_register_with_lineage(
+    env: dict[str, str], home: Path
+) -> None:
+    """run_sft.py, then run_rm.py from the SFT policy it registered: each driver runs once across both nodes, reads
+    its data in the columns NeMo-RL's loaders index (the reward model's pairs split into the job dir first), and
+    the converted outputs are registered, the reward model as reward_model_hf (its config renamed from the causal
+    LM's it was converted with)."""
+    started = time.monotonic()
+    sft = nemotron(env, "steps", "run", "sft", "-c", "tiny", "backend=nemo_rl",
+                   "inputs.init_from=pkg://tiny/sft_policy", "trainer.max_steps=3", "-r", "ray2")  # fmt: skip
+    assert sft.returncode == 0, sft.stderr[-4000:]
+    assert sft.stderr.count("fake NeMo-RL sft: 2 alive Ray nodes (cluster.num_nodes=2)") == 1
+    assert "sft.jsonl has " in sft.stderr and "['prompt', 'response']" in sft.stderr
+    rm = nemotron(env, "steps", "run", "rm/train", "-c", "tiny", "backend=nemo_rl",
+                  "inputs.init_from=tiny_sft_policy:v1", "trainer.max_steps=3", "-r", "ray2")  # fmt: skip
+    took = time.monotonic() - started
+    assert rm.returncode == 0, rm.stderr[-4000:]
+    seen = rm.stderr.split("ran one task on each node: ")[1].splitlines()[0]
+    assert ":node1:" in seen and ":node2:" in seen
+    # the tiny file's pairs, every 10th held out (trainer.validation_fraction 0.1)
+    pairs = sum(1 for line in (TINY / "preferences.jsonl").read_text().splitlines() if line.strip())
+    assert f"nemo_rl_rm_validation.jsonl has {pairs // 10} rows" in rm.stderr
+    assert f"nemo_rl_rm_train.jsonl has {pairs - pairs // 10} rows" in rm.stderr
+    jobs = {d.name.rsplit("-", 3)[0]: d for d in (home / "jobs").iterdir()}  # <step>-<date>-<time>-<hex>
+    assert status(home, jobs["sft"].name)["registered"] == ["tiny_sft_policy:v1"]
+    assert status(home, jobs["rm-train"].name)["registered"] == ["tiny_reward_model:v1"]
+    config = json.loads((jobs["rm-train"] / "outputs" / "reward_model" / "config.json").read_text())
+    assert config["architectures"] == ["GPT2ForSequenceClassification"]
+    lineage = nemotron(env, "artifacts", "lineage", "tiny_reward_model:v1")
+    assert lineage.returncode == 0 and "tiny_sft_policy:v1" in lineage.stdout, lineage.stdout
+    print(f"sft and rm/train, submit to registered: {took:.1f} s")
 
 
 def test_cancel_stops_the_ray_cluster_and_registers_nothing(

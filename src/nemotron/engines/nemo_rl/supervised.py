@@ -177,7 +177,7 @@ def adopt_reward_model(checkpoint: Path) -> None:
     path = checkpoint / "config.json"
     config = json.loads(path.read_text())
     config["architectures"] = [
-        re.sub(r"For[A-Za-z]+$", "ForSequenceClassification", name)
+        re.sub(r"(LMHeadModel|For[A-Za-z]+)$", "ForSequenceClassification", name)  # GPT2LMHeadModel too
         for name in config.get("architectures") or []
     ]
     config["id2label"], config["label2id"] = {"0": "LABEL_0"}, {"LABEL_0": 0}
