@@ -77,7 +77,7 @@ def test_every_schema_field_has_a_description(step_id: str) -> None:
         ),
         (
             "nemo-aligner.md",
-            ["rl/ppo", "rl/reinforce", "rm/serve"],
+            ["rl/ppo", "rl/reinforce", "rm/serve", "rm/train", "sft"],
             "trainer.max_steps",
             "trainer.ppo.max_steps",
         ),

@@ -22,6 +22,8 @@ SCRIPTS = {
     "examples/nlp/gpt/train_gpt_reinforce_actor.py": "gpt_reinforce_actor.yaml",
     "examples/nlp/gpt/serve_ppo_critic.py": "gpt_ppo_critic.yaml",
     "examples/nlp/gpt/train_gpt_ppo_actor.py": "gpt_ppo_actor.yaml",
+    "examples/nlp/gpt/train_gpt_sft.py": "gpt_sft.yaml",
+    "examples/nlp/gpt/train_reward_model.py": "training_rm.yaml",
 }
 
 # The keys and values both actor YAMLs (gpt_reinforce_actor.yaml, gpt_ppo_actor.yaml) carry at the tag.
@@ -135,6 +137,73 @@ KEYS: dict[str, dict[str, Any]] = {
         "trainer.ppo.val_check_interval": 10,
         "trainer.precision": "bf16",
     },
+}
+
+
+KEYS["gpt_sft.yaml"] = {
+    "name": "megatron_gpt_sft",  # exp_manager.name, the final .nemo's file name
+    "exp_manager.name": "${name}",
+    "exp_manager.checkpoint_callback_params.save_nemo_on_train_end": False,  # we set it: the .nemo we register
+    "exp_manager.create_wandb_logger": False,
+    "exp_manager.explicit_log_dir": None,
+    "exp_manager.wandb_logger_kwargs.name": None,
+    "exp_manager.wandb_logger_kwargs.project": None,
+    "model.data.sample": False,
+    "model.data.train_ds.file_path": "???",
+    "model.data.train_ds.global_batch_size": 128,
+    "model.data.train_ds.label_key": "output",
+    "model.data.train_ds.max_seq_length": "${model.encoder_seq_length}",
+    "model.data.train_ds.prompt_template": "{input} {output}",
+    "model.data.train_ds.truncation_field": "input",
+    "model.data.validation_ds.file_path": "???",
+    # validation_ds follows train_ds's columns and lengths
+    "model.data.validation_ds.label_key": "${model.data.train_ds.label_key}",
+    "model.data.validation_ds.prompt_template": "${model.data.train_ds.prompt_template}",
+    "model.data.validation_ds.truncation_field": "${model.data.train_ds.truncation_field}",
+    "model.data.validation_ds.max_seq_length": "${model.data.train_ds.max_seq_length}",
+    "model.megatron_amp_O2": False,
+    "model.optim.betas": [0.9, 0.98],
+    "model.optim.lr": "3e-5",
+    "model.optim.sched.min_lr": "9e-7",
+    "model.optim.sched.warmup_steps": 10,
+    "model.optim.weight_decay": 0.01,
+    "model.restore_from_path": "???",
+    "model.seed": 1234,
+    "trainer.devices": 1,
+    "trainer.num_nodes": 1,
+    "trainer.precision": "bf16",
+    "trainer.sft.gradient_clip_val": 1.0,
+    "trainer.sft.max_steps": -1,
+    "trainer.sft.save_interval": "${.val_check_interval}",
+    "trainer.sft.val_check_interval": 100,
+}
+KEYS["training_rm.yaml"] = {
+    "exp_manager.name": "megatron_gpt",  # the final .nemo's file name
+    "exp_manager.checkpoint_callback_params.save_nemo_on_train_end": True,
+    "exp_manager.create_wandb_logger": False,
+    "exp_manager.explicit_log_dir": "/results",
+    "exp_manager.wandb_logger_kwargs.name": "rlhf_gpt3_rm_2b",
+    "exp_manager.wandb_logger_kwargs.project": "nemo_aligner_rm",
+    "model.reward_model_type": "binary_ranking",  # RewardModelDataset: chosen, rejected, chosen, ...
+    "model.data.data_impl": "jsonl",
+    "model.data.data_prefix": None,
+    "model.data.seq_length": "${model.encoder_seq_length}",
+    "model.global_batch_size": 64,
+    "model.megatron_amp_O2": True,
+    "model.optim.betas": [0.9, 0.98],
+    "model.optim.lr": "9e-6",
+    "model.optim.sched.min_lr": "9e-7",
+    "model.optim.sched.warmup_steps": 10,
+    "model.optim.weight_decay": 0.1,
+    "model.seed": 1234,
+    "pretrained_checkpoint.restore_from_path": None,
+    "trainer.devices": 8,
+    "trainer.num_nodes": 8,
+    "trainer.precision": "bf16",
+    "trainer.rm.gradient_clip_val": 1.0,
+    "trainer.rm.max_steps": -1,
+    "trainer.rm.save_interval": 100,
+    "trainer.rm.val_check_interval": 100,
 }
 
 

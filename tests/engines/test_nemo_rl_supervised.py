@@ -19,8 +19,9 @@ from tests.engines.test_nemo_rl_config import has, load_config
 
 from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten, get_dotted, unflatten
+from nemotron.engines.held_out import held_out_split
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
-from nemotron.engines.nemo_rl.supervised import adopt_reward_model, held_out_split
+from nemotron.engines.nemo_rl.supervised import adopt_reward_model
 from nemotron.errors import UserError
 
 JOB = "/jobs/run 1"

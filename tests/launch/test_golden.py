@@ -87,6 +87,19 @@ CASES = [
     # sft and rm/train on NeMo-RL (run_sft.py, run_rm.py): the models RL starts from, fine-tuned on 2 nodes
     ("slurm_rlhf", "sft", "default", ("backend=nemo_rl", "inputs.init_from=meta-llama/Llama-3.1-8B")),
     ("slurm_rlhf", "rm/train", "default", ("backend=nemo_rl", "inputs.init_from=meta-llama/Llama-3.1-8B")),
+    # ... and on NeMo-Aligner (train_gpt_sft.py, train_reward_model.py): the .nemo files its RL steps take
+    (
+        "slurm_rlhf",
+        "sft",
+        "default",
+        ("backend=nemo_aligner", "inputs.init_from=/models/base.nemo", "optim.min_lr_ratio=1"),
+    ),
+    (
+        "slurm_rlhf",
+        "rm/train",
+        "default",
+        ("backend=nemo_aligner", "inputs.init_from=/models/sft.nemo", "optim.min_lr_ratio=1"),
+    ),
     # eval/policy on NeMo-RL's own eval entry: the prompts prepared in the job dir, then run_eval.py on the Ray head
     ("slurm_rlhf", "eval/policy", "nemo_rl", ("inputs.policy=/models/policy", f"inputs.prompts={MATH}")),
     # eval/policy on the built-in engine: torchrun ranks sharing the prompt batches, on Slurm and on Lepton

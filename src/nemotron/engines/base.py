@@ -90,6 +90,9 @@ class HetJob:
     shown: str = ""  # what --dry-run prints before the executor's text (the engine's compiled commands)
     # shell run by the last group's first task once it succeeded, before the outputs are registered
     finalize: str = ""
+    # shell run once by the last group's first task before its script (the data files the script reads, made in the
+    # job dir); the group's other tasks wait for it, and the job fails when it fails
+    prepare: str = ""
     # why the job cannot run on this machine's local executor, and what to do instead
     local_hint: str = "on this machine use backend=builtin"
     # the backends that run the step off Slurm (on Lepton); "" when there is none

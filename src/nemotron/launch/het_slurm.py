@@ -33,6 +33,18 @@ def _finalize_on_rank_0(launch: HetJob, paths: slurm.ClusterPaths, python: str) 
     return f'if [ "${{SLURM_PROCID:-0}}" = 0 ]; then\n{lines}fi\n' if lines else ""
 
 
+def _after_prepare(command: slurm.Command, prepare: str, job_dir: str) -> slurm.Command:
+    """`command` on every task once the first task ran `prepare` (the engine's data files): the others wait for
+    its marker, one per Slurm run of the job (a requeue prepares afresh), at most 10 minutes."""
+    mark = f"{shlex.quote(job_dir)}/.prepared.$SLURM_JOB_ID.${{SLURM_RESTART_COUNT:-0}}"
+    run = " ".join(command.words())
+    inner = (
+        f'if [ "${{SLURM_PROCID:-0}}" = 0 ]; then ({prepare}) && touch {mark} || exit 1; '
+        f"else n=0; until [ -e {mark} ]; do n=$((n + 1)); [ $n -gt 600 ] && exit 1; sleep 1; done; fi; exec {run}"
+    )
+    return slurm.Command("bash", "-c", (shlex.quote(inner),))
+
+
 def _then_on_success(command: slurm.Command, then: str) -> slurm.Command:
     """`command`, then the shell `then` once it succeeded; the exit code stays the command's."""
     run = " ".join(command.words())
@@ -51,6 +63,8 @@ def plan_het(job: Job[SlurmProfile], launch: HetJob) -> slurm.SlurmPlan:
     groups = []
     for i, group in enumerate(launch.groups):
         command = _command(group)
+        if launch.prepare and i == len(launch.groups) - 1:
+            command = _after_prepare(command, launch.prepare, paths.job_dir)
         group_env = [(k, shlex.quote(v)) for k, v in group.env]
         last = i == len(launch.groups) - 1
         then = _finalize_on_rank_0(launch, paths, python) if last else ""

@@ -63,6 +63,8 @@ class AlignerRun:
     outputs: dict[str, str]  # our output name -> the .nemo the run leaves
     ports: dict[str, int]  # port variable -> its offset from the job's port, which the executor picks per job
     notes: list[str]
+    # the words after the interpreter of a module run once before the trainer (its data files, in the job dir)
+    prepare: tuple[str, ...] = ()
 
 
 # ----------------------------------------------------------------------------- Hydra values
@@ -427,7 +429,9 @@ def compile_aligner(
     )
     for problem in builtin_refusals(config, who="backend=nemo_aligner"):
         refuse.problems.append(problem)
-    run = RECIPES[recipe](config, refuse, job_dir, nodes, gpus)
+    from nemotron.engines.nemo_aligner.supervised import RECIPES as SUPERVISED  # it builds on this module
+
+    run = {**RECIPES, **SUPERVISED}[recipe](config, refuse, job_dir, nodes, gpus)
     tracking = getattr(config, "tracking", None)  # the trainers' schemas have it; rm/serve's has not
     if tracking is not None:
         overrides, env = aligner_exp_manager(

@@ -52,11 +52,15 @@ class NemoAlignerEngine:
                 "# note: the profile gives no GPUs per node; NeMo-Aligner needs GPUs (gpus_per_node)"
             )
         shown += [f"# note: {note}" for note in run.notes]
+        prepare = " ".join(shlex.quote(w) for w in (python, *run.prepare)) if run.prepare else ""
+        if prepare:
+            shown.append(f"# ---- first, once (its data files in the job dir)\n{prepare}")
         for i, (s, g) in enumerate(zip(run.groups, groups, strict=True)):
             shown.append(f"# ---- group {i}: {s.role} on {s.nodes} node(s), config conf/{s.yaml}")
             shown.append(" \\\n    ".join(shlex.quote(w) for w in g.argv))
         shown += [f"# ---- registered after success: {n} <- {p}" for n, p in sorted(run.outputs.items())]
         return HetJob(
+            prepare=prepare,
             image=image,
             groups=groups,
             outputs=tuple(sorted(run.outputs.items())),

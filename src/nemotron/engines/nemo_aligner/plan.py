@@ -3,8 +3,8 @@ TP = PP = 1."""
 
 from __future__ import annotations
 
-from nemotron.config.workload import Rollouts, Serving, Workload
-from nemotron.plan.groups import DEFAULT_PROMPT_TOKENS, PlanContext, PlannedConfig, suggest
+from nemotron.config.workload import Rollouts, Serving, Training, Workload
+from nemotron.plan.groups import DEFAULT_PROMPT_TOKENS, SCALAR_HEAD_ROLES, PlanContext, PlannedConfig, suggest
 from nemotron.plan.terms import (
     Group,
     Sharding,
@@ -23,6 +23,21 @@ def plan_groups(ctx: PlanContext, _config: PlannedConfig, r: Workload) -> list[G
             terms = {"weights": frozen_weights_mb(shape.parameters, "bf16", Sharding("megatron"))}
             groups.append(ctx.group(f"{m.role.replace('_', ' ')} (server)", terms, [(shape, m.role)],
                                     "Megatron TP 1 x PP 1", peak=sum(terms.values()) + ctx.runtime_mb))  # fmt: skip
+        return groups
+    if isinstance(r, Training):  # train_gpt_sft.py / train_reward_model.py: one trainer over every GPU
+        m = ctx.trained()
+        shape = ctx.shape(m.role, m.ref)
+        if shape is None:
+            return groups
+        world = ctx.nodes * ctx.per_node
+        sharding = Sharding("megatron", 1, world)
+        terms = {**train_state_mb(shape.parameters, "bf16-mixed", sharding),
+                 **activations_mb(shape, r.rows_per_record, r.max_length, "bf16", ctx.checkpointing, sharding)}  # fmt: skip
+        if m.role in SCALAR_HEAD_ROLES:
+            terms["logits"] = 0.0  # a scalar head, no vocabulary
+        par = f"Megatron TP 1 x PP 1 (the .nemo's), distributed optimizer over {world} GPUs"
+        groups.append(ctx.group(f"{m.role.replace('_', ' ')} training", terms, [(shape, m.role)], par,
+                                suggestions=["more nodes (the profile's nodes)"]))  # fmt: skip
         return groups
     if not isinstance(r, Rollouts):
         return (

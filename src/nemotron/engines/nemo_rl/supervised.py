@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nemotron.config.stepconfig import SupervisedConfig
+from nemotron.engines.held_out import held_out_split
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.nemo_rl.compiled import Compiled
 from nemotron.engines.refusals import Refusals
@@ -154,19 +154,6 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
     }
     prepare = held_out_split(data, train_file, val_file, fraction)
     return Compiled(RM_ENTRY, RM_BASE, config, [("policy", None, RM_OUTPUT)], {}, False, prepare)
-
-
-def held_out_split(data: str, train: str, validation: str, fraction: float) -> str:
-    """Shell: every n-th non-blank record of `data` (n = round(1 / fraction), at least 2) to `validation`, the
-    rest to `train`; with fraction 0 every record trains. Deterministic, so a requeued job splits alike."""
-    q = shlex.quote
-    if fraction <= 0:
-        return f"grep '[^[:space:]]' {q(data)} > {q(train)}"
-    every = max(2, round(1 / fraction))
-    program = f"NF {{ i++; if (i % {every} == 0) print > v; else print > t }}"
-    split = f"awk -v t={q(train)} -v v={q(validation)} {q(program)} {q(data)}"
-    # emptied first: awk writes a file only when a record goes there, and a requeued job must not read old ones
-    return f": > {q(train)} && : > {q(validation)} && {split} && test -s {q(validation)}"
 
 
 def adopt_reward_model(checkpoint: Path) -> None:
