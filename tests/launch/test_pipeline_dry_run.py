@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.assertions import matches_golden
 
 from nemotron.artifacts.store import ArtifactStore
@@ -22,7 +23,7 @@ from nemotron.launch.pipeline import load_pipeline, plan_pipeline, planned_outpu
 
 GOLDEN = Path(__file__).parent / "golden" / "pipeline__cross_engine__slurm_rlhf.txt"
 REPO = Path(__file__).resolve().parents[2]
-JOB_ID = re.compile(r"\b([a-z0-9_-]+)-\d{8}-\d{6}-[0-9a-f]{4}\b")  # compile.new_job_id: a time and 4 hex
+JOB_ID = re.compile(r"\b([a-z0-9_-]+)-\d{8}-\d{6}-[0-9a-f]{4}(?![0-9a-z])")  # new_job_id: a time, 4 hex
 
 
 def _normalised(text: str, home: Path) -> str:
@@ -48,6 +49,49 @@ def test_cross_engine_dry_run_matches_golden(home: Path, run_cli: Callable[..., 
     scripts = ("convert_llama_hf_to_nemo.py", "train_gpt_ppo_actor.py", "convert_llama_nemo_to_hf.py")
     assert all(f"/{script} " in text for script in scripts)
     assert not (home / "jobs").exists()  # nothing written
+
+
+AT_SCALE = {
+    # pipeline -> (step id, step, the engine's script it compiles to) in order
+    "cluster": [
+        ("sft", "sft", "examples/run_sft.py"),
+        ("rm", "rm/train", "examples/run_rm.py"),
+        ("rlhf", "rl/rlhf", "examples/run_grpo.py"),
+        ("eval", "eval/policy", "examples/run_eval.py"),
+    ],
+    "aligner": [
+        ("sft", "sft", "train_gpt_sft.py"),
+        ("rm", "rm/train", "train_reward_model.py"),
+        ("reinforce", "rl/reinforce", "train_gpt_reinforce_actor.py"),
+        ("ppo", "rl/ppo", "train_gpt_ppo_actor.py"),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(AT_SCALE))
+def test_pipelines_at_scale_compile_in_one_dry_run(
+    home: Path, run_cli: Callable[..., Any], name: str
+) -> None:
+    """The models RL starts from and the RL on one external engine: NeMo-RL (`cluster`) or NeMo-Aligner's .nemo
+    chain (`aligner`), every step compiled and planned, each input its upstream step's planned output."""
+    result = run_cli("pipeline", "run", name, "--dry-run", "-b", "slurm_rlhf")
+    assert result.code == 0, result.err
+    text = _normalised(result.out, home)
+    matches_golden(text, GOLDEN.with_name(f"pipeline__{name}__slurm_rlhf.txt"))
+    headers = re.findall(rf"^# ==== pipeline {name}, step (\S+): (\S+)$", text, re.M)
+    assert headers == [(i, s) for i, s, _ in AT_SCALE[name]]
+    parts = re.split(r"^# ==== pipeline .*$", text, flags=re.M)[1:]
+    for part, (_, _, script) in zip(parts, AT_SCALE[name], strict=True):
+        assert (f"{script} " in part and "fits  " in part) or "no model to plan for" in part
+    catalog = Catalog()
+    pipe = load_pipeline(name, catalog)
+    planned = {p.id: p for p in plan_pipeline(pipe, catalog, "slurm_rlhf")}
+    for s in pipe.steps:
+        keys = {c.name: c.config_key for c in catalog.get(s.step).manifest.consumes}
+        for inp, src in s.inputs.items():
+            up, _, out = src.partition(".")
+            assert get_dotted(planned[s.id].job.step_config, keys[inp]) == planned[up].outputs[out]
+    assert not (home / "jobs").exists()
 
 
 def test_each_input_is_its_upstream_steps_planned_output(home: Path) -> None:

@@ -13,20 +13,26 @@ import pytest
 pytestmark = pytest.mark.slurm(group="single")  # one job of one or two one-CPU tasks at a time
 
 
+# sft and rm/train start from a .nemo and decay no learning rate (NeMo-Aligner's schedule is cosine)
+SUPERVISED = ("inputs.init_from=/models/base.nemo", "optim.min_lr_ratio=1")
+
+
 @pytest.mark.parametrize(
-    ("step", "scripts"),
+    ("step", "scripts", "extra"),
     [
-        ("rl/ppo", ["serve_ppo_critic.py", "serve_reward_model.py", "train_gpt_ppo_actor.py"]),
-        ("rl/reinforce", ["serve_reward_model.py", "train_gpt_reinforce_actor.py"]),
-        ("rm/serve", ["serve_reward_model.py"]),
+        ("rl/ppo", ["serve_ppo_critic.py", "serve_reward_model.py", "train_gpt_ppo_actor.py"], ()),
+        ("rl/reinforce", ["serve_reward_model.py", "train_gpt_reinforce_actor.py"], ()),
+        ("rm/serve", ["serve_reward_model.py"], ()),
+        ("sft", ["train_gpt_sft.py"], SUPERVISED),
+        ("rm/train", ["train_reward_model.py"], SUPERVISED),
     ],
 )
 def test_the_local_slurm_accepts_the_hetjob(
-    home: Path, tmp_path: Path, step: str, scripts: list[str]
+    home: Path, tmp_path: Path, step: str, scripts: list[str], extra: tuple[str, ...]
 ) -> None:
     cmd = [sys.executable, "-m", "nemotron", "steps", "run", step, "-c", "default", "-b", "local_slurm"]
     done = subprocess.run(
-        [*cmd, "backend=nemo_aligner", "--dry-run"],
+        [*cmd, "backend=nemo_aligner", *extra, "--dry-run"],
         capture_output=True,
         text=True,
         env={**os.environ, "COLUMNS": "200"},
