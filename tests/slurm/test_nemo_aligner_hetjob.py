@@ -3,9 +3,12 @@ it, passes `sbatch --test-only` (NeMo-Aligner itself needs GPUs and its containe
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +56,61 @@ def test_the_local_slurm_accepts_the_hetjob(
     (tmp_path / "job.sh").write_text(script)
     test = subprocess.run(["sbatch", "--test-only", str(tmp_path / "job.sh")], capture_output=True, text=True)
     assert test.returncode == 0 and "to start" in test.stderr, test.stderr
+
+
+FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fake_nemo_aligner"
+TINY = Path(__file__).resolve().parents[2] / "src" / "nemotron" / "shipped" / "tiny"
+
+
+def test_sft_then_rm_train_run_their_data_step_once_and_register_the_nemo_chain(
+    home: Path, tmp_path: Path
+) -> None:
+    """The real launch path on 2 nodes with tests/fixtures/fake_nemo_aligner as the checkout: the first task writes
+    the data files (sft: rows kept; rm: chosen/rejected text lines), the other task starts only once they are
+    there, and the .nemo each leaves is registered; rm/train starts from the SFT .nemo it registered."""
+    base = tmp_path / "base.nemo"
+    (tmp_path / "model_config.yaml").write_text(
+        "tensor_model_parallel_size: 1\npipeline_model_parallel_size: 1\n"
+    )
+    with tarfile.open(base, "w") as tar:
+        tar.add(tmp_path / "model_config.yaml", arcname="./model_config.yaml")
+    path = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+    (tmp_path / "env.toml").write_text(f"""
+[aligner2]
+extends = "local_slurm"
+nodes = 2
+nemo_aligner_image = ""
+nemo_aligner_dir = "{FAKE}"
+env_vars = {{ PATH = "{path}" }}
+""")
+    env = {**os.environ, "COLUMNS": "200", "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "nemotron", *args, "backend=nemo_aligner", "optim.min_lr_ratio=1"]
+        return subprocess.run([*cmd, "-r", "aligner2"], capture_output=True, text=True, env=env, timeout=300)
+
+    started = time.monotonic()
+    sft = run("steps", "run", "sft", "-c", "tiny", f"inputs.init_from={base}")
+    assert sft.returncode == 0, sft.stderr[-4000:]
+    records = sum(1 for line in (TINY / "sft.jsonl").read_text().splitlines() if line.strip())
+    held = records // 20  # trainer.validation_fraction 0.05: every 20th record
+    for task in ("0", "1"):
+        assert (
+            f"sft: task {task} of 2 read {records - held} train and {held} validation records" in sft.stderr
+        )
+    rm = run("steps", "run", "rm/train", "-c", "tiny", "inputs.init_from=tiny_sft_policy:v1")
+    took = time.monotonic() - started
+    assert rm.returncode == 0, rm.stderr[-4000:]
+    pairs = sum(1 for line in (TINY / "preferences.jsonl").read_text().splitlines() if line.strip())
+    assert (
+        f"rm: task 1 of 2 read {pairs - pairs // 10} train and {pairs // 10} validation records" in rm.stderr
+    )
+    shown = json.loads(subprocess.run([sys.executable, "-m", "nemotron", "artifacts", "show", "tiny_reward_model:v1",
+                                       "--json"], capture_output=True, text=True, env=env).stdout)  # fmt: skip
+    assert shown["type"] == "reward_model_nemo" and shown["path"].endswith(
+        "rm_results/checkpoints/megatron_gpt.nemo"
+    )
+    lineage = subprocess.run([sys.executable, "-m", "nemotron", "artifacts", "lineage", "tiny_reward_model:v1"],
+                             capture_output=True, text=True, env=env)  # fmt: skip
+    assert "tiny_sft_policy:v1" in lineage.stdout, lineage.stdout
+    print(f"sft and rm/train on the fake NeMo-Aligner, submit to registered: {took:.1f} s")
