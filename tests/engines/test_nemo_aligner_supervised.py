@@ -72,9 +72,7 @@ def test_hand_checked_values(home: Path) -> None:
         "test": ["/j/nemo_aligner_rm_validation.jsonl"],
     }
     # the default preset (over tiny): trainer.validation_fraction 0.1 -> every 10th pair held out
-    assert (
-        rm.prepare[:3] == ("-m", "nemotron.engines.nemo_aligner.data_files", "rm") and rm.prepare[-1] == "10"
-    )
+    assert rm.prepare[:3] == ("-m", "nemotron.engines.data_files", "rm_text") and rm.prepare[-1] == "10"
 
 
 @pytest.mark.parametrize(
@@ -104,15 +102,15 @@ def test_data_files_are_what_the_datasets_read(tmp_path: Path) -> None:
     pairs.write_text("".join(json.dumps(r) + "\n\n" for r in rows))
     train, val = tmp_path / "t.jsonl", tmp_path / "v.jsonl"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
-    args = [sys.executable, "-m", "nemotron.engines.nemo_aligner.data_files"]
-    subprocess.run([*args, "rm", str(pairs), str(train), str(val), "2"], check=True, env=env)
+    args = [sys.executable, "-m", "nemotron.engines.data_files"]
+    subprocess.run([*args, "rm_text", str(pairs), str(train), str(val), "2"], check=True, env=env)
     lines = [json.loads(x)["text"] for x in train.read_text().splitlines()]
     assert lines == ["p0 good", "p0 bad", "p2 good", "p2 bad"]
     assert [json.loads(x)["text"] for x in val.read_text().splitlines()] == ["user: higood", "user: hibad", "p3 good",
                                                                                "p3 bad"]  # fmt: skip
     sft = tmp_path / "sft.jsonl"
     sft.write_text(json.dumps({"prompt": "q", "response": "a"}) + "\n")
-    failed = subprocess.run([*args, "sft", str(sft), str(train), str(val), "2"], env=env)
+    failed = subprocess.run([*args, "sft_text", str(sft), str(train), str(val), "2"], env=env)
     assert failed.returncode == 1  # one record: none held out, so the job fails before the trainer
     assert json.loads(train.read_text()) == {"prompt": "q", "response": "a"}
 
@@ -123,7 +121,7 @@ def test_cli_dry_run_shows_the_script_and_its_data_step(
 ) -> None:
     result = run_cli("steps", "run", step_id, "-c", "default", "-b", "slurm_rlhf", *GIVEN, "--dry-run")
     assert result.code == 0, result.err
-    assert STEPS[step_id][0] in result.out and "-m nemotron.engines.nemo_aligner.data_files" in result.out
+    assert STEPS[step_id][0] in result.out and "-m nemotron.engines.data_files" in result.out
     assert ".prepared.$SLURM_JOB_ID" in result.out  # the other tasks wait for the first task's data files
     refused = run_cli("steps", "run", step_id, "-c", "default", "-b", "slurm_rlhf", *GIVEN[:2], "--dry-run")
     assert refused.code == 2 and "optim.min_lr_ratio=0.1" in refused.err

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ast
 import json
+import shlex
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from tests.engines.test_nemo_rl_config import has, load_config
 
 from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten, get_dotted, unflatten
-from nemotron.engines.held_out import held_out_split
+from nemotron.engines import data_files
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.engines.nemo_rl.supervised import adopt_reward_model
 from nemotron.errors import UserError
@@ -89,16 +91,10 @@ def test_user_data_survives_the_loader_and_no_base_dataset_leaks(step_id: str) -
     # the base's logger names interpolate ${data.train.dataset_name}: OmegaConf resolves it (run_*.py resolve=True)
     assert "${data.train.dataset_name}" in cfg["logger"]["wandb"]["name"]
     assert get_dotted(cfg, "data.train.dataset_name") in tag.LOADERS
-    if alg == "sft":
-        assert cfg["data"]["train"]["data_path"] == "/data/train pairs.jsonl"
-        assert (cfg["data"]["train"]["input_key"], cfg["data"]["train"]["output_key"]) == (
-            "prompt",
-            "response",
-        )
-        assert cfg["data"]["train"]["split_validation_size"] == 0.05
-    else:  # the held-out pairs are split into the job dir before run_rm.py reads them
-        assert cfg["data"]["train"]["data_path"] == f"{JOB}/nemo_rl_rm_train.jsonl"
-        assert cfg["data"]["validation"]["data_path"] == f"{JOB}/nemo_rl_rm_validation.jsonl"
+    # our rows are rewritten and split into the job dir before the entry reads them
+    kind = "messages" if alg == "sft" else "pairs"
+    assert cfg["data"]["train"]["data_path"] == f"{JOB}/nemo_rl_{kind}_train.jsonl"
+    assert cfg["data"]["validation"]["data_path"] == f"{JOB}/nemo_rl_{kind}_validation.jsonl"
 
 
 def test_hand_checked_values() -> None:
@@ -127,7 +123,9 @@ def test_hand_checked_values() -> None:
     assert "convert_dcp_to_hf.py" in run.finalize
     assert "--megatron-ckpt-path" in compiled("sft", nemo_rl__policy_backend="megatron").finalize
     # no held-out share: no validation at all (sft.py:268 asserts val_period <= 0 without a validation set)
-    assert compiled("sft", trainer__validation_fraction=0).config["sft"]["val_period"] == 0
+    unvalidated = compiled("sft", trainer__validation_fraction=0)
+    assert unvalidated.config["sft"]["val_period"] == 0 and unvalidated.config["data"]["validation"] is None
+    assert unvalidated.driver.split(" && ")[1].endswith(" 0")  # every record trains
     rm = compiled("rm/train").config
     assert rm["policy"]["reward_model_cfg"] == {"enabled": True, "reward_model_type": "bradley_terry"}
     assert compiled("rm/train").outputs == {"reward_model": f"{JOB}/outputs/reward_model"}
@@ -152,19 +150,38 @@ def test_inexpressible_settings_are_refused(step_id: str, overrides: dict[str, A
     assert [p.split("=")[0] for p in err.value.problems] == [key]
 
 
-def test_held_out_split_runs(tmp_path: Path) -> None:
-    data = tmp_path / "pairs.jsonl"
-    rows = [json.dumps({"prompt": f"p{i}", "chosen": "a", "rejected": "b"}) for i in range(1, 22)]
-    data.write_text("\n".join(rows[:10]) + "\n\n" + "\n".join(rows[10:]) + "\n")
-    train, val = tmp_path / "t.jsonl", tmp_path / "v.jsonl"
-    subprocess.run(["sh", "-c", held_out_split(str(data), str(train), str(val), 0.1)], check=True)
-    # every 10th non-blank record is held out: the 10th and the 20th of 21
-    assert [json.loads(r)["prompt"] for r in val.read_text().splitlines()] == ["p10", "p20"]
-    assert len(train.read_text().splitlines()) == 19
-    too_few = tmp_path / "few.jsonl"
-    too_few.write_text("\n".join(rows[:3]) + "\n")
-    done = subprocess.run(["sh", "-c", held_out_split(str(too_few), str(train), str(val), 0.1)])
-    assert done.returncode != 0  # no pair held out: the job fails before run_rm.py, not in its validation
+@pytest.mark.parametrize("step_id", list(STEPS))
+def test_the_data_step_runs_before_the_entry_and_writes_what_the_loaders_read(
+    tmp_path: Path, step_id: str
+) -> None:
+    """The driver's first command, run for real (with `python` for NeMo-RL's `uv run python`), on rows in every form
+    our types accept: a conversation prompt, chosen/rejected under their other names, blank lines."""
+    run = compiled(step_id, trainer__validation_fraction=0.5)
+    assert run.files["nemotron_data_files.py"] == Path(data_files.__file__).read_text()
+    words = shlex.split(run.driver.split(" && ")[1])
+    assert words[:3] == ["uv", "run", "python"] and words[3] == f"{JOB}/nemotron_data_files.py"
+    kind, _data, train, val, every = words[4:]
+    assert every == "2" and train.startswith(JOB) and val.startswith(JOB)
+    data = tmp_path / "data.jsonl"
+    convo = [{"role": "user", "content": "hi"}]
+    rows = ([{"prompt": "p0", "response": "r0"}, {"prompt": convo, "response": "r1"}] if kind == "messages" else
+            [{"prompt": "p0", "chosen": "a", "rejected": "b"}, {"prompt": convo, "chosen_response": "c", "rejected_response": "d"}])  # fmt: skip
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    out = [str(tmp_path / "t.jsonl"), str(tmp_path / "v.jsonl")]
+    subprocess.run([sys.executable, data_files.__file__, kind, str(data), *out, every], check=True)
+    (kept,), (held,) = ([json.loads(x) for x in Path(p).read_text().splitlines()] for p in out)
+    if kind == "messages":  # ResponseDataset keeps a `messages` column as it is
+        assert kept == {
+            "messages": [{"role": "user", "content": "p0"}, {"role": "assistant", "content": "r0"}]
+        }
+        assert held == {"messages": [*convo, {"role": "assistant", "content": "r1"}]}
+    else:  # BinaryPreferenceDataset's default keys; a conversation prompt is its context as it is
+        assert kept == {"prompt": "p0", "chosen": "a", "rejected": "b"}
+        assert held == {"prompt": convo, "chosen": "c", "rejected": "d"}
+    failed = subprocess.run([sys.executable, data_files.__file__, kind, str(data), *out, "3"])
+    assert (
+        failed.returncode == 1
+    )  # two records, none held out: the job fails before the entry, not in its validation
 
 
 def test_adopted_reward_model_names_its_architecture(tmp_path: Path) -> None:

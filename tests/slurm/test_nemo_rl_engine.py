@@ -130,7 +130,9 @@ def test_sft_then_rm_train_run_on_two_ray_nodes_and_register_with_lineage(
                    "inputs.init_from=pkg://tiny/sft_policy", "trainer.max_steps=3", "-r", "ray2")  # fmt: skip
     assert sft.returncode == 0, sft.stderr[-4000:]
     assert sft.stderr.count("fake NeMo-RL sft: 2 alive Ray nodes (cluster.num_nodes=2)") == 1
-    assert "sft.jsonl has " in sft.stderr and "['prompt', 'response']" in sft.stderr
+    assert (
+        "nemo_rl_messages_train.jsonl has 1900 rows with ['messages']" in sft.stderr
+    )  # 2000, every 20th held out
     rm = nemotron(env, "steps", "run", "rm/train", "-c", "tiny", "backend=nemo_rl",
                   "inputs.init_from=tiny_sft_policy:v1", "trainer.max_steps=3", "-r", "ray2")  # fmt: skip
     took = time.monotonic() - started
@@ -139,8 +141,8 @@ def test_sft_then_rm_train_run_on_two_ray_nodes_and_register_with_lineage(
     assert ":node1:" in seen and ":node2:" in seen
     # the tiny file's pairs, every 10th held out (trainer.validation_fraction 0.1)
     pairs = sum(1 for line in (TINY / "preferences.jsonl").read_text().splitlines() if line.strip())
-    assert f"nemo_rl_rm_validation.jsonl has {pairs // 10} rows" in rm.stderr
-    assert f"nemo_rl_rm_train.jsonl has {pairs - pairs // 10} rows" in rm.stderr
+    assert f"nemo_rl_pairs_validation.jsonl has {pairs // 10} rows" in rm.stderr
+    assert f"nemo_rl_pairs_train.jsonl has {pairs - pairs // 10} rows" in rm.stderr
     jobs = {d.name.rsplit("-", 3)[0]: d for d in (home / "jobs").iterdir()}  # <step>-<date>-<time>-<hex>
     assert status(home, jobs["sft"].name)["registered"] == ["tiny_sft_policy:v1"]
     assert status(home, jobs["rm-train"].name)["registered"] == ["tiny_reward_model:v1"]

@@ -4,7 +4,7 @@ rl/reinforce and rl/ppo on NeMo-Aligner start from.
 
 The recipes are the manifests' `engines.nemo_aligner` ("sft", "reward_model"). Both take their validation set from
 a file: our data is split (and for the reward model, rewritten as NeMo-Aligner's chosen/rejected text lines) in the
-job dir before the trainer starts (nemotron.engines.nemo_aligner.data_files)."""
+job dir before the trainer starts (nemotron.engines.data_files)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nemotron.config.stepconfig import SupervisedConfig
-from nemotron.engines.held_out import every_nth
+from nemotron.engines.data_files import every_nth
 from nemotron.engines.nemo_aligner.config import (
     SCRIPTS,
     AlignerRun,
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalo
     from rm.train.schema import Config as RMConfig
     from sft.schema import Config as SFTConfig
 
-DATA_FILES = "nemotron.engines.nemo_aligner.data_files"
+DATA_FILES = "nemotron.engines.data_files"
 # the final .nemo: NeMo's checkpoint callback writes <explicit_log_dir>/checkpoints/<exp_manager.name>.nemo on train
 # end (save_nemo_on_train_end); the names are the YAMLs' exp_manager.name
 SFT_NAME = "megatron_gpt_sft"
@@ -56,8 +56,11 @@ def _common(
         f"{job_dir}/nemo_aligner_{kind}_train.jsonl",
         f"{job_dir}/nemo_aligner_{kind}_validation.jsonl",
     )
-    every = every_nth(t.validation_fraction) if t.validation_fraction > 0 else 2
-    prepare = ("-m", DATA_FILES, kind, str(data or ""), train, val, str(every))
+    every = (
+        every_nth(t.validation_fraction) or 2
+    )  # 0 is refused above; 2 keeps the words well-formed meanwhile
+    converts = {"sft": "sft_text", "rm": "rm_text"}[kind]
+    prepare = ("-m", DATA_FILES, converts, str(data or ""), train, val, str(every))
     return str(model or ""), prepare, train, val
 
 

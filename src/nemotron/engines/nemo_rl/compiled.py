@@ -16,4 +16,5 @@ class Compiled:
     ]  # (component, converter config file or None, our output name)
     extra_files: dict[str, dict[str, Any]]
     megatron: bool  # nemo_rl.policy_backend: which converter turns the checkpoints into HF ones
-    prepare: str = ""  # shell run on the head before the entry: the data files it reads, made in the job dir
+    # the arguments of nemotron.engines.data_files, run on the head before the entry: the data files it reads
+    prepare: tuple[str, ...] = ()

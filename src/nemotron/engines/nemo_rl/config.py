@@ -7,14 +7,16 @@ refusals are raised together as one UserError."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel
 
 from nemotron.config.targets import NEMO_RL_DIR, NEMO_RL_VERSION
+from nemotron.engines import data_files
 from nemotron.engines.base import recipe_for
-from nemotron.engines.nemo_rl import evaluation
+from nemotron.engines.nemo_rl import evaluation, supervised
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.nemo_rl.steps import RECIPES, compile_step
 from nemotron.engines.refusals import Refusals
@@ -86,6 +88,13 @@ def compile_run(
     files.update(
         {name: _yaml(t, f"converter config for {step_id}") for name, t in compiled.extra_files.items()}
     )
+    prepare = []
+    if (
+        compiled.prepare
+    ):  # the data step: nemotron.engines.data_files, shipped as a file (NeMo-RL's image has no nemotron)
+        files[supervised.DATA_FILES] = Path(data_files.__file__).read_text()
+        script = f"{job_dir}/{supervised.DATA_FILES}"
+        prepare = [sec.python_command(nemo_rl_dir, script, compiled.prepare)]
     outputs = {name: f"{job_dir}/outputs/{name}" for _, _, name in compiled.conversions}
     conversions = [
         (component, f"{job_dir}/{cfg}" if cfg else None, outputs[name])
@@ -97,12 +106,7 @@ def compile_run(
         config=tree,
         config_file=CONFIG_FILE,
         files=files,
-        driver=" && ".join(
-            [
-                *([compiled.prepare] if compiled.prepare else []),
-                sec.driver_command(nemo_rl_dir, compiled.entry, config_path, env),
-            ]
-        ),
+        driver=" && ".join([*prepare, sec.driver_command(nemo_rl_dir, compiled.entry, config_path, env)]),
         finalize=sec.finalize_command(nemo_rl_dir, checkpoint_dir, compiled.megatron, conversions),
         outputs=outputs,
     )

@@ -317,6 +317,12 @@ def driver_command(nemo_rl_dir: str, entry: str, config_path: str, env: dict[str
     return f"cd {q(nemo_rl_dir)} && {assigns}uv run python {q(entry)} --config {q(config_path)}"
 
 
+def python_command(nemo_rl_dir: str, script: str, args: tuple[str, ...]) -> str:
+    """A script of ours run with NeMo-RL's Python (the data step before the entry)."""
+    q = shlex.quote
+    return f"cd {q(nemo_rl_dir)} && uv run python {q(script)} " + " ".join(q(a) for a in args)
+
+
 def finalize_command(
     nemo_rl_dir: str, checkpoint_dir: str, megatron: bool, conversions: list[tuple[str, str | None, str]]
 ) -> str:

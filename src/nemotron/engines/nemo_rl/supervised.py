@@ -2,10 +2,10 @@
 Bradley-Terry reward-model training (examples/run_rm.py over rm.yaml), from a pretrained model.
 
 The recipes are the manifests' `engines.nemo_rl` ("sft", "rm"); each reads the attributes of the step's pydantic
-Config (the schema's SupervisedConfig groups), so mypy checks every key it maps. Our data files are read by NeMo-RL's
-own loaders: sft_jsonl by ResponseDataset (input_key prompt, output_key response), preference_jsonl by
-BinaryPreferenceDataset (its default keys are ours). The reward model's held-out pairs are split off into the job
-dir before the entry runs, because run_rm.py takes its validation set from a file only."""
+Config (the schema's SupervisedConfig groups), so mypy checks every key it maps. Both entries take their validation
+set from a file, so our data is written in the job dir before the entry runs, by nemotron.engines.data_files
+(shipped into the job dir: NeMo-RL's container has no nemotron): sft_jsonl as the `messages` column ResponseDataset
+takes as it is, preference_jsonl as BinaryPreferenceDataset's prompt/chosen/rejected rows."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nemotron.config.stepconfig import SupervisedConfig
-from nemotron.engines.held_out import held_out_split
+from nemotron.engines.data_files import every_nth
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.nemo_rl.compiled import Compiled
 from nemotron.engines.refusals import Refusals
@@ -30,8 +30,13 @@ RM_ENTRY = "examples/run_rm.py"
 RM_BASE = "examples/configs/rm.yaml"
 RM_RECIPE = "rm"  # the manifests' `engines.nemo_rl` of reward-model training
 RM_OUTPUT = "reward_model"  # its converted checkpoint (rm/train's [[produces]] name)
-RM_TRAIN_FILE = "nemo_rl_rm_train.jsonl"  # in the job dir: the pairs trained on
-RM_VALIDATION_FILE = "nemo_rl_rm_validation.jsonl"  # in the job dir: the held-out pairs
+DATA_FILES = "nemotron_data_files.py"  # nemotron.engines.data_files, written into the job dir
+
+
+def data_files(kind: str, data: str, job_dir: str, fraction: float) -> tuple[tuple[str, ...], str, str]:
+    """(the data step's arguments, the train file, the validation file), both in the job dir."""
+    train, val = f"{job_dir}/nemo_rl_{kind}_train.jsonl", f"{job_dir}/nemo_rl_{kind}_validation.jsonl"
+    return (kind, data, train, val, str(every_nth(fraction))), train, val
 
 
 def _refusals(c: SupervisedConfig, refuse: Refusals) -> tuple[str, str]:
@@ -104,14 +109,18 @@ def _data(max_length: int, train: dict[str, Any], validation: dict[str, Any] | N
 def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
     model, data = _refusals(c, refuse)
     fraction = c.trainer.validation_fraction
-    # ResponseDataset holds out split_validation_size of the file itself (datasets' train_test_split, seeded)
-    train = {"dataset_name": "ResponseDataset", "data_path": data, "input_key": "prompt", "output_key": "response",
-             "split_validation_size": fraction, "seed": c.runtime.seed}  # fmt: skip
+    prepare, train, val = data_files("messages", data, job_dir, fraction)
+    # rows carry a `messages` column, which ResponseDataset keeps as it is (its input/output keys go unread)
+    dataset = {"dataset_name": "ResponseDataset"}
     config: dict[str, Any] = {
         "sft": {**_loop(c, fraction > 0), "val_micro_batch_size": 1, "only_unmask_final": False},
         "policy": _policy(c, model),
         "data": {
-            **_data(c.trainer.max_length, train, None),
+            **_data(
+                c.trainer.max_length,
+                {**dataset, "data_path": train},
+                {**dataset, "data_path": val} if fraction > 0 else None,
+            ),
             # the built-in engine's SFT rows: prompt + response + EOS, the loss on the response only
             "add_bos": True,
             "add_eos": True,
@@ -121,7 +130,7 @@ def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         **sec.runtime(job_dir, nodes, gpus, c.trainer.max_steps),
     }
     megatron = c.nemo_rl.policy_backend == "megatron"
-    return Compiled(SFT_ENTRY, SFT_BASE, config, [("policy", None, "policy")], {}, megatron)
+    return Compiled(SFT_ENTRY, SFT_BASE, config, [("policy", None, "policy")], {}, megatron, prepare)
 
 
 def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
@@ -136,7 +145,7 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
     if nemo.context_parallel_size > 1:
         refuse("nemo_rl.context_parallel_size", "NeMo-RL's reward-model loss takes no context parallelism")
     fraction = c.trainer.validation_fraction
-    train_file, val_file = f"{job_dir}/{RM_TRAIN_FILE}", f"{job_dir}/{RM_VALIDATION_FILE}"
+    prepare, train_file, val_file = data_files("pairs", data, job_dir, fraction)
     dataset = {"dataset_name": "BinaryPreferenceDataset", "prompt_key": "prompt", "chosen_key": "chosen",
                "rejected_key": "rejected", "prompt_file": None, "system_prompt_file": None}  # fmt: skip
     config: dict[str, Any] = {
@@ -152,7 +161,6 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
         ),
         **sec.runtime(job_dir, nodes, gpus, c.trainer.max_steps),
     }
-    prepare = held_out_split(data, train_file, val_file, fraction)
     return Compiled(RM_ENTRY, RM_BASE, config, [("policy", None, RM_OUTPUT)], {}, False, prepare)
 
 
