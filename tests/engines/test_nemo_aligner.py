@@ -22,7 +22,8 @@ from tests.engines.mirrors import git_show
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
-from nemotron.engines.nemo_aligner.config import Env, compile_aligner, hydra_value
+from nemotron.engines.nemo_aligner.config import compile_aligner
+from nemotron.engines.nemo_aligner.scripts import Env, hydra_value
 from nemotron.errors import UserError
 from nemotron.launch import slurm, slurm_script, submit
 

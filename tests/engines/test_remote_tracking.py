@@ -25,7 +25,8 @@ from tests.engines import (
 )
 from tests.engines.mirrors import git_show
 
-from nemotron.engines.nemo_aligner.config import Env, compile_aligner
+from nemotron.engines.nemo_aligner.config import compile_aligner
+from nemotron.engines.nemo_aligner.scripts import Env
 from nemotron.engines.remote_tracking import RunLabels
 from nemotron.errors import UserError
 from nemotron.tracking.wandb_tracker import run_id

@@ -159,7 +159,7 @@ def test_any_printable_home_reaches_nemo_aligner_whole(
     import shlex
     import tempfile
 
-    from nemotron.engines.nemo_aligner.config import hydra_value
+    from nemotron.engines.nemo_aligner.scripts import hydra_value
 
     # NeMo-Run's `$name` macros read `$$` as an escaped `$` (in its own submission too): a home holding one never
     # gets here, since placement refuses any `$` in it (slurm.refuse_unsafe_paths)

@@ -8,16 +8,28 @@ variables the executor exports (`${oc.env:...}`), so every override is a fixed w
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from nemotron.config.stepconfig import Generation, Optim, RLConfig, ServeRuntime, TrainRuntime
+from nemotron.config.stepconfig import Generation, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.config.targets import NEMO_ALIGNER_VERSION
 from nemotron.engines.base import recipe_for
+from nemotron.engines.nemo_aligner.scripts import (
+    PRECISION,
+    SCRIPTS,
+    AlignerRun,
+    Env,
+    Script,
+    nemo_path,
+    optim_overrides,
+    placement,
+    runtime_overrides,
+    threads,
+)
+from nemotron.engines.nemo_aligner.supervised import RECIPES as SUPERVISED
 from nemotron.engines.refusals import Refusals, builtin_refusals
 from nemotron.engines.remote_tracking import RunLabels, aligner_exp_manager
 
@@ -28,7 +40,6 @@ if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalo
     from rl.reinforce.schema import Reinforce
     from rm.serve.schema import Config as ServeConfig
 
-SCRIPTS = "examples/nlp/gpt"  # under the NeMo-Aligner checkout
 REWARD_PORT_ENV = "NEMOTRON_REWARD_PORT"  # the executor exports both ports and hosts before the groups start
 CRITIC_PORT_ENV = "NEMOTRON_CRITIC_PORT"
 REWARD_HOST_ENV = "NEMOTRON_REWARD_HOST"
@@ -40,111 +51,10 @@ ACTOR_NAME = {"reinforce": "megatron_gpt_reinforce_actor", "ppo": "megatron_gpt_
 CRITIC_NAME = "megatron_gpt_critic"
 
 
-@dataclass(frozen=True)
-class Script:
-    """One group's process: `script` (under the checkout) with Hydra `overrides` (key, value) on `nodes` nodes.
-    `waits_for` names (host variable, port variable) of servers the group must reach before it starts."""
-
-    role: str
-    script: str
-    yaml: str  # the tag's config file the script loads (conf/<yaml>); every override key must exist in it
-    overrides: list[tuple[str, Any]]
-    nodes: int = 1
-    env: dict[str, str] = field(default_factory=dict)  # name -> value (exported, plain text)
-    waits_for: tuple[tuple[str, str], ...] = ()
-
-    def words(self) -> list[str]:
-        return [f"{key}={hydra_value(value)}" for key, value in self.overrides]
-
-
-@dataclass(frozen=True)
-class AlignerRun:
-    groups: list[Script]  # servers first, the actor last
-    outputs: dict[str, str]  # our output name -> the .nemo the run leaves
-    ports: dict[str, int]  # port variable -> its offset from the job's port, which the executor picks per job
-    notes: list[str]
-    # the words after the interpreter of a module run once before the trainer (its data files, in the job dir)
-    prepare: tuple[str, ...] = ()
-
-
-# ----------------------------------------------------------------------------- Hydra values
-
-
-def hydra_value(value: Any) -> str:
-    """A Hydra override value: numbers, booleans and plain paths bare, any other string single-quoted (so no
-    character of it is grammar), lists and dicts in Hydra's own syntax. `${` is an interpolation only in `Env`."""
-    if isinstance(value, Env):
-        return value.text
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
-    text = str(value)
-    return text if _BARE.match(text) and text.lower() not in _KEYWORDS else _quoted(text)
-
-
-_BARE = re.compile(r"^[A-Za-z/_][A-Za-z0-9/._+@~-]*$")  # a path or a word Hydra reads as this very string
-_KEYWORDS = {"true", "false", "null", "nan", "inf"}
-
-
-def _quoted(text: str) -> str:
-    # Hydra's quoted strings: \' is a quote, backslashes before a quote (or the closing one) are doubled, and
-    # OmegaConf's \${ keeps a literal ${ from being resolved
-    text = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text)
-    return "'" + text.replace("'", "\\'").replace("${", "\\${") + "'"
-
-
-@dataclass(frozen=True)
-class Env:
-    """An override value read from the group's environment when NeMo-Aligner resolves its config."""
-
-    name: str
-    integer: bool = False
-
-    @property
-    def text(self) -> str:
-        env = f"${{oc.env:{self.name}}}"
-        # Hydra's override grammar reads a bare interpolation only up to its first `}`: a nested one must be a
-        # quoted string (whose `${` OmegaConf still resolves; `_quoted` would escape it).
-        return f"'${{oc.decode:{env}}}'" if self.integer else env
-
-
 # ----------------------------------------------------------------------------- shared mappings
 
 
-PRECISION = {"fp32": (32, False), "bf16-mixed": ("bf16", True)}  # -> trainer.precision, model.megatron_amp_O2
 KL = {"k1": False, "abs": True}  # -> use_absolute_kl (calculate_kl_penalty: log-ratio, or its absolute value)
-
-
-def _runtime(rt: TrainRuntime, refuse: Refusals) -> list[tuple[str, Any]]:
-    if rt.device == "cpu":
-        refuse("runtime.device", "NeMo-Aligner runs on GPUs only")
-    if rt.precision not in PRECISION:
-        refuse(
-            "runtime.precision", "NeMo-Aligner trains in fp32 or bf16 with fp32 master weights (bf16-mixed)"
-        )
-    if rt.gradient_checkpointing:
-        refuse("runtime.gradient_checkpointing", "set activations checkpointing in the .nemo's model config")
-    precision, o2 = PRECISION.get(rt.precision, ("bf16", True))
-    return [("trainer.precision", precision), ("model.megatron_amp_O2", o2), ("model.seed", rt.seed)]
-
-
-def _optim(o: Optim, refuse: Refusals, key: str) -> list[tuple[str, Any]]:
-    if o.min_lr_ratio != 1.0:
-        refuse(
-            f"{key}.min_lr_ratio", "NeMo-Aligner's schedule is cosine (CosineAnnealing), not our linear decay"
-        )
-    return [
-        ("model.optim.lr", o.lr),
-        ("model.optim.weight_decay", o.weight_decay),
-        ("model.optim.betas", [o.adam_beta1, o.adam_beta2]),
-        ("model.optim.sched.warmup_steps", o.warmup_steps),
-        ("model.optim.sched.min_lr", o.lr * o.min_lr_ratio),
-    ]
 
 
 def _generation(g: Generation, refuse: Refusals, algo: str) -> list[tuple[str, Any]]:
@@ -200,9 +110,9 @@ def _actor_common(
         (f"model.{algo}.num_val_samples", max(ev.num_prompts, 1)),
         ("model.micro_batch_size", t.micro_batch_size),
         ("model.global_batch_size", batch),
-        *_optim(c.optim, refuse, "optim"),
+        *optim_overrides(c.optim, refuse, "optim"),
         *_generation(c.generation, refuse, algo),
-        *_runtime(c.runtime, refuse),
+        *runtime_overrides(c.runtime, refuse),
     ]
 
 
@@ -214,10 +124,6 @@ def _kl(a: Reinforce | PPO, refuse: Refusals, algo: str) -> list[tuple[str, Any]
         (f"trainer.{algo}.initial_policy_kl_penalty", a.initial_policy_kl_penalty),
         (f"trainer.{algo}.use_absolute_kl", KL.get(a.kl_estimator, True)),
     ]
-
-
-def _placement(nodes: int, gpus: int) -> list[tuple[str, Any]]:
-    return [("trainer.num_nodes", nodes), ("trainer.devices", max(gpus, 1))]
 
 
 def _reward_server(
@@ -238,16 +144,12 @@ def _reward_server(
             ("rm_model_file", rm),
             ("inference.port", port),
             *inference,
-            *_placement(nodes, gpus),
+            *placement(nodes, gpus),
             ("trainer.precision", precision),
         ],
         nodes,
-        _threads(runtime),
+        threads(runtime),
     )
-
-
-def _threads(runtime: TrainRuntime | ServeRuntime) -> dict[str, str]:
-    return {"OMP_NUM_THREADS": str(runtime.num_threads)}
 
 
 def _actor(
@@ -270,9 +172,9 @@ def _actor(
         "actor",
         f"{SCRIPTS}/train_gpt_{algo}_actor.py",
         f"gpt_{algo}_actor.yaml",
-        [*overrides, *_placement(actor_nodes, gpus)],
+        [*overrides, *placement(actor_nodes, gpus)],
         actor_nodes,
-        _threads(c.runtime),
+        threads(c.runtime),
         servers,
     )
 
@@ -299,7 +201,7 @@ def compile_reinforce(
     ]
     servers = ((REWARD_HOST_ENV, REWARD_PORT_ENV),)
     actor = _actor(c, refuse, "reinforce", r, job_dir, batch, nodes, gpus, wiring, servers)
-    outputs = {"policy": _nemo(job_dir, "actor_results", ACTOR_NAME["reinforce"])}
+    outputs = {"policy": nemo_path(job_dir, "actor_results", ACTOR_NAME["reinforce"])}
     return AlignerRun([rm, actor], outputs, {REWARD_PORT_ENV: 0}, [])
 
 
@@ -332,14 +234,14 @@ def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
             ("model.loss_clip_val", critic.loss_clip_val),
             ("model.micro_batch_size", t.micro_batch_size),
             ("model.global_batch_size", batch),
-            *_optim(critic.optim, refuse, "critic.optim"),
+            *optim_overrides(critic.optim, refuse, "critic.optim"),
             ("trainer.precision", precision),
             ("model.megatron_amp_O2", o2),
             ("model.seed", c.runtime.seed),
-            *_placement(1, gpus),
+            *placement(1, gpus),
         ],
         1,
-        _threads(c.runtime),
+        threads(c.runtime),
     )
     rm = _reward_server(rm_path, Env(REWARD_PORT_ENV, True), 1, gpus, c.runtime)
     wiring = [
@@ -358,8 +260,8 @@ def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
     servers = ((CRITIC_HOST_ENV, CRITIC_PORT_ENV), (REWARD_HOST_ENV, REWARD_PORT_ENV))
     actor = _actor(c, refuse, "ppo", p, job_dir, batch, nodes, gpus, wiring, servers)
     outputs = {
-        "policy": _nemo(job_dir, "actor_results", ACTOR_NAME["ppo"]),
-        "critic": _nemo(job_dir, "critic_results", CRITIC_NAME),
+        "policy": nemo_path(job_dir, "actor_results", ACTOR_NAME["ppo"]),
+        "critic": nemo_path(job_dir, "critic_results", CRITIC_NAME),
     }
     ports = {REWARD_PORT_ENV: 0, CRITIC_PORT_ENV: 1}
     return AlignerRun([critic_server, rm, actor], outputs, ports, [])
@@ -395,10 +297,6 @@ def compile_serve(c: ServeConfig, refuse: Refusals, job_dir: str, nodes: int, gp
     return AlignerRun([server], {}, {}, notes)
 
 
-def _nemo(job_dir: str, log_dir: str, name: str) -> str:
-    return f"{job_dir}/{log_dir}/checkpoints/{name}.nemo"
-
-
 # recipe (a manifest's `engines.nemo_aligner`) -> its compiler, which reads the step's own Config: the one the
 # catalog loaded from the step's schema.py, whose class mypy knows as rl.<name>.schema's or rm.serve.schema's
 RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], AlignerRun]] = {
@@ -429,8 +327,6 @@ def compile_aligner(
     )
     for problem in builtin_refusals(config, who="backend=nemo_aligner"):
         refuse.problems.append(problem)
-    from nemotron.engines.nemo_aligner.supervised import RECIPES as SUPERVISED  # it builds on this module
-
     run = {**RECIPES, **SUPERVISED}[recipe](config, refuse, job_dir, nodes, gpus)
     tracking = getattr(config, "tracking", None)  # the trainers' schemas have it; rm/serve's has not
     if tracking is not None:

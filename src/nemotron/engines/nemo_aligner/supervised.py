@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from nemotron.config.stepconfig import SupervisedConfig
 from nemotron.engines.data_files import every_nth
-from nemotron.engines.nemo_aligner.config import (
+from nemotron.engines.nemo_aligner.scripts import (
     SCRIPTS,
     AlignerRun,
     Script,
-    _nemo,
-    _optim,
-    _placement,
-    _runtime,
-    _threads,
+    nemo_path,
+    optim_overrides,
+    placement,
+    runtime_overrides,
+    threads,
 )
 from nemotron.engines.refusals import Refusals
 
@@ -86,14 +86,14 @@ def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         ("trainer.sft.gradient_clip_val", c.optim.clip_grad),
         ("exp_manager.explicit_log_dir", f"{job_dir}/{log_dir}"),
         ("exp_manager.checkpoint_callback_params.save_nemo_on_train_end", True),
-        *_optim(c.optim, refuse, "optim"),
-        *_runtime(c.runtime, refuse),
-        *_placement(nodes, gpus),
+        *optim_overrides(c.optim, refuse, "optim"),
+        *runtime_overrides(c.runtime, refuse),
+        *placement(nodes, gpus),
     ]
     trainer = Script(
-        "sft", f"{SCRIPTS}/train_gpt_sft.py", "gpt_sft.yaml", overrides, nodes, _threads(c.runtime)
+        "sft", f"{SCRIPTS}/train_gpt_sft.py", "gpt_sft.yaml", overrides, nodes, threads(c.runtime)
     )
-    return AlignerRun([trainer], {"policy": _nemo(job_dir, log_dir, SFT_NAME)}, {}, [], prepare)
+    return AlignerRun([trainer], {"policy": nemo_path(job_dir, log_dir, SFT_NAME)}, {}, [], prepare)
 
 
 def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
@@ -111,9 +111,9 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
         ("trainer.rm.save_interval", t.max_steps),
         ("trainer.rm.gradient_clip_val", c.optim.clip_grad),
         ("exp_manager.explicit_log_dir", f"{job_dir}/{log_dir}"),
-        *_optim(c.optim, refuse, "optim"),
-        *_runtime(c.runtime, refuse),
-        *_placement(nodes, gpus),
+        *optim_overrides(c.optim, refuse, "optim"),
+        *runtime_overrides(c.runtime, refuse),
+        *placement(nodes, gpus),
     ]
     trainer = Script(
         "reward_model",
@@ -121,9 +121,9 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
         "training_rm.yaml",
         overrides,
         nodes,
-        _threads(c.runtime),
+        threads(c.runtime),
     )
-    return AlignerRun([trainer], {"reward_model": _nemo(job_dir, log_dir, RM_NAME)}, {}, [], prepare)
+    return AlignerRun([trainer], {"reward_model": nemo_path(job_dir, log_dir, RM_NAME)}, {}, [], prepare)
 
 
 # recipe (a manifest's `engines.nemo_aligner`) -> its compiler
