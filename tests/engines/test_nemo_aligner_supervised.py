@@ -134,3 +134,19 @@ def test_the_docs_table_names_every_schema_key(step_id: str) -> None:
     from tests.engines.test_nemo_aligner import test_the_docs_table_names_every_schema_key as check
 
     check(step_id)
+
+
+@pytest.mark.parametrize("step_id", list(STEPS))
+def test_trackers_reach_the_trainer_through_keys_its_yaml_has(home: Path, step_id: str) -> None:
+    """tracking.* on the one trainer group: each override is a key of the tag's YAML, or `++`-added where the YAML
+    lacks it (the keys test_remote_tracking.py checks against NeMo's own exp_manager)."""
+    extra = (
+        "tracking.wandb.enabled=true",
+        "tracking.mlflow.enabled=true",
+        "tracking.mlflow.tracking_uri=http://m:5000",
+    )
+    (group,) = compiled(step_id, *extra).groups
+    keys = dict(group.overrides)
+    assert keys["exp_manager.create_wandb_logger"] is True and "++exp_manager.create_mlflow_logger" in keys
+    unknown = [k for k in keys if not k.startswith("++") and k not in tag.KEYS[group.yaml]]
+    assert unknown == []
