@@ -68,9 +68,9 @@ def test_hand_checked_values(home: Path) -> None:
         and r["model.global_batch_size"] == 32
     )
     assert r["model.data.data_prefix"] == {
-        "train": ["/j/nemo_aligner_rm_train.jsonl"],
-        "validation": ["/j/nemo_aligner_rm_validation.jsonl"],
-        "test": ["/j/nemo_aligner_rm_validation.jsonl"],
+        "train": ["/j/nemo_aligner_rm_text_train.jsonl"],
+        "validation": ["/j/nemo_aligner_rm_text_validation.jsonl"],
+        "test": ["/j/nemo_aligner_rm_text_validation.jsonl"],
     }
     # the default preset (over tiny): trainer.validation_fraction 0.1 -> every 10th pair held out
     assert rm.prepare[:3] == ("-m", "nemotron.engines.data_files", "rm_text") and rm.prepare[-1] == "10"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.engines import nemo_rl_data_v070 as data_tag
 from tests.engines import nemo_rl_v070 as tag
 from tests.engines.mirrors import git_show
 from tests.engines.test_nemo_rl_config import has, load_config
@@ -27,7 +28,10 @@ from nemotron.engines.nemo_rl.supervised import adopt_reward_model
 from nemotron.errors import UserError
 
 JOB = "/jobs/run 1"
-STEPS = {"sft": "sft", "rm/train": "rm"}  # step -> its recipe (the manifests' engines.nemo_rl)
+STEPS = {
+    "sft": "sft",
+    "rm/train": "rm",
+}  # step -> the algorithm NeMo-RL runs (examples/run_<alg>.py, section <alg>:)
 INPUTS = {"inputs.init_from": "/models/base", "inputs.data": "/data/train pairs.jsonl"}
 
 
@@ -65,13 +69,13 @@ def test_sections_meet_the_typed_dicts_and_the_loaders(step_id: str) -> None:
     alg = STEPS[step_id]
     cfg = loaded(compiled(step_id), alg)
     data = cfg["data"]
-    _, required, declared = tag.TYPED_DICTS["DataConfig"]
+    _, required, declared = data_tag.TYPED_DICTS["DataConfig"]
     assert required <= set(data) <= declared
     dataset_dict = "ResponseDatasetConfig" if alg == "sft" else "PreferenceDatasetConfig"
     for entry in (data["train"], data.get("validation"), data.get("default")):
         if entry is not None:
-            assert set(entry) <= tag.TYPED_DICTS[dataset_dict][2]
-    _, _, kwargs = tag.LOADERS[data["train"]["dataset_name"]]
+            assert set(entry) <= data_tag.TYPED_DICTS[dataset_dict][2]
+    _, _, kwargs = data_tag.LOADERS[data["train"]["dataset_name"]]
     own = set(data["train"]) - {
         "dataset_name",
         "prompt_file",
@@ -79,7 +83,7 @@ def test_sections_meet_the_typed_dicts_and_the_loaders(step_id: str) -> None:
     }  # set_task_spec reads these
     assert own <= kwargs
     loop = "SFTConfig" if alg == "sft" else "RMConfig"
-    assert set(cfg[alg]) == tag.TYPED_DICTS[loop][2]  # every field set: none left to a base default
+    assert set(cfg[alg]) == data_tag.TYPED_DICTS[loop][2]  # every field set: none left to a base default
 
 
 @pytest.mark.parametrize("step_id", list(STEPS))
@@ -90,7 +94,7 @@ def test_user_data_survives_the_loader_and_no_base_dataset_leaks(step_id: str) -
     assert "_override_" not in str(cfg)
     # the base's logger names interpolate ${data.train.dataset_name}: OmegaConf resolves it (run_*.py resolve=True)
     assert "${data.train.dataset_name}" in cfg["logger"]["wandb"]["name"]
-    assert get_dotted(cfg, "data.train.dataset_name") in tag.LOADERS
+    assert get_dotted(cfg, "data.train.dataset_name") in data_tag.LOADERS
     # our rows are rewritten and split into the job dir before the entry reads them
     kind = "messages" if alg == "sft" else "pairs"
     assert cfg["data"]["train"]["data_path"] == f"{JOB}/nemo_rl_{kind}_train.jsonl"
@@ -217,11 +221,11 @@ def _required(source: str, cls: str) -> set[str]:
 def test_typed_dicts_and_loaders_match_the_tag() -> None:
     if not tag.MIRROR.exists():
         pytest.skip("no NeMo-RL mirror on this machine; the data-encoded tests above still ran")
-    for cls, (path, required, declared) in tag.TYPED_DICTS.items():
+    for cls, (path, required, declared) in data_tag.TYPED_DICTS.items():
         source = git_show(tag.MIRROR, tag.TAG, path)
         assert _fields(source, cls) == declared, cls
         assert _required(source, cls) == required, cls
-    for path, cls, kwargs in tag.LOADERS.values():
+    for path, cls, kwargs in data_tag.LOADERS.values():
         tree = ast.parse(git_show(tag.MIRROR, tag.TAG, path))
         node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
         init = next(f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
@@ -252,3 +256,12 @@ def test_cli_dry_run_prints_the_entry_and_writes_nothing(
     refused = run_cli(*base, "inputs.init_from=meta-llama/Llama-3.1-8B", "runtime.device=cpu", "--dry-run")
     assert refused.code == 2 and "runtime.device='cpu': NeMo-RL trains on GPUs only" in refused.err
     assert not (home / "jobs").exists()
+
+
+def test_the_algorithm_section_is_the_entrys_name() -> None:
+    from nemotron.engines.nemo_rl.sections import GRPO_ENTRY, PPO_ENTRY, algorithm_section
+
+    assert [algorithm_section(e) for e in ("examples/run_sft.py", "examples/run_rm.py", GRPO_ENTRY, PPO_ENTRY)] == [
+        "sft", "rm", "grpo", "ppo"]  # fmt: skip
+    with pytest.raises(ValueError, match="no NeMo-RL example entry"):
+        algorithm_section("examples/nemo_gym/grpo_nemo_gym.py")

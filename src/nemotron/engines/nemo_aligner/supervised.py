@@ -2,7 +2,7 @@
 and reward-model training (train_reward_model.py, conf/training_rm.yaml), from a .nemo, to the .nemo checkpoints
 rl/reinforce and rl/ppo on NeMo-Aligner start from.
 
-The recipes are the manifests' `engines.nemo_aligner` ("sft", "reward_model"). Both take their validation set from
+The recipes are the manifests' `engines.nemo_aligner` ("gpt_sft", "reward_model"). Both take their validation set from
 a file: our data is split (and for the reward model, rewritten as NeMo-Aligner's chosen/rejected text lines) in the
 job dir before the trainer starts (nemotron.engines.data_files)."""
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nemotron.config.stepconfig import SupervisedConfig
 from nemotron.engines.data_files import every_nth
 from nemotron.engines.nemo_aligner.scripts import (
     SCRIPTS,
@@ -37,14 +36,14 @@ RM_NAME = "megatron_gpt"
 
 
 def _common(
-    c: SupervisedConfig, refuse: Refusals, kind: str, job_dir: str
+    c: SFTConfig | RMConfig, refuse: Refusals, kind: str, job_dir: str
 ) -> tuple[str, tuple[str, ...], str, str]:
     """What both steps refuse; returns (the .nemo to start from, the data preparation's words, train, validation)."""
     t = c.trainer
-    model = getattr(c.inputs, "init_from", None)
+    model = c.inputs.init_from
     if not model:
         refuse("inputs.init_from", "NeMo-Aligner fine-tunes a .nemo checkpoint, it builds none from model.*")
-    data = getattr(c.inputs, "data", None)
+    data = c.inputs.data
     if not data:
         refuse("inputs.data", "NeMo-Aligner needs it set (an artifact ref or a path)")
     if t.validation_fraction == 0:
@@ -59,14 +58,13 @@ def _common(
     every = (
         every_nth(t.validation_fraction) or 2
     )  # 0 is refused above; 2 keeps the words well-formed meanwhile
-    converts = {"sft": "sft_text", "rm": "rm_text"}[kind]
-    prepare = ("-m", DATA_FILES, converts, str(data or ""), train, val, str(every))
+    prepare = ("-m", DATA_FILES, kind, str(data or ""), train, val, str(every))
     return str(model or ""), prepare, train, val
 
 
 def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
     t = c.trainer
-    model, prepare, train, val = _common(c, refuse, "sft", job_dir)
+    model, prepare, train, val = _common(c, refuse, "sft_text", job_dir)
     log_dir = "sft_results"
     overrides: list[tuple[str, Any]] = [
         ("model.restore_from_path", model),
@@ -91,14 +89,14 @@ def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         *placement(nodes, gpus),
     ]
     trainer = Script(
-        "sft", f"{SCRIPTS}/train_gpt_sft.py", "gpt_sft.yaml", overrides, nodes, threads(c.runtime)
+        "trainer", f"{SCRIPTS}/train_gpt_sft.py", "gpt_sft.yaml", overrides, nodes, threads(c.runtime)
     )
     return AlignerRun([trainer], {"policy": nemo_path(job_dir, log_dir, SFT_NAME)}, {}, [], prepare)
 
 
 def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
     t = c.trainer
-    model, prepare, train, val = _common(c, refuse, "rm", job_dir)
+    model, prepare, train, val = _common(c, refuse, "rm_text", job_dir)
     log_dir = "rm_results"
     overrides: list[tuple[str, Any]] = [
         ("pretrained_checkpoint.restore_from_path", model),
@@ -116,7 +114,7 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
         *placement(nodes, gpus),
     ]
     trainer = Script(
-        "reward_model",
+        "trainer",
         f"{SCRIPTS}/train_reward_model.py",
         "training_rm.yaml",
         overrides,
@@ -128,6 +126,6 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
 
 # recipe (a manifest's `engines.nemo_aligner`) -> its compiler
 RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], AlignerRun]] = {
-    "sft": compile_sft,
+    "gpt_sft": compile_sft,
     "reward_model": compile_rm,
 }

@@ -30,6 +30,16 @@ GYM_CONFIG_PATHS = [
 NEVER = 10_000_000_000  # "total_iters" of a scheduler that never ends
 
 
+def algorithm_section(entry: str) -> str:
+    """The config section an example entry reads its loop from: NeMo-RL's examples/run_<algorithm>.py reads
+    master_config.<algorithm> (run_sft.py `sft:`, run_rm.py `rm:`, run_grpo.py `grpo:`, run_ppo.py `ppo:`; the keys
+    tests/engines/nemo_rl_v070.REQUIRED cites, checked against the tag)."""
+    name = entry.rsplit("/", 1)[-1].removesuffix(".py")
+    if not name.startswith("run_"):
+        raise ValueError(f"{entry} is no NeMo-RL example entry (examples/run_<algorithm>.py)")
+    return name.removeprefix("run_")
+
+
 def sequence_budget(prompt_tokens: int, max_new_tokens: int) -> int:
     """NeMo-RL's policy.max_total_sequence_length: the longest prompt plus the longest response."""
     return prompt_tokens + max_new_tokens

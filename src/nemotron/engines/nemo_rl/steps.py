@@ -449,6 +449,6 @@ RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], Compiled]] = {
     "grpo": compile_rlhf,
     "grpo_rloo": compile_reinforce,
     "ppo": compile_ppo,
-    "sft": compile_sft,
-    "rm": compile_rm,
+    "run_sft": compile_sft,
+    "run_rm": compile_rm,
 }

@@ -1,7 +1,7 @@
 """How the supervised steps map onto NeMo-RL v0.7.0: SFT (examples/run_sft.py over examples/configs/sft.yaml) and
 Bradley-Terry reward-model training (examples/run_rm.py over rm.yaml), from a pretrained model.
 
-The recipes are the manifests' `engines.nemo_rl` ("sft", "rm"); each reads the attributes of the step's pydantic
+The recipes are the manifests' `engines.nemo_rl` ("run_sft", "run_rm", after the entries); each reads the attributes of the step's pydantic
 Config (the schema's SupervisedConfig groups), so mypy checks every key it maps. Both entries take their validation
 set from a file, so our data is written in the job dir before the entry runs, by nemotron.engines.data_files
 (shipped into the job dir: NeMo-RL's container has no nemotron): sft_jsonl as the `messages` column ResponseDataset
@@ -28,7 +28,7 @@ SFT_ENTRY = "examples/run_sft.py"
 SFT_BASE = "examples/configs/sft.yaml"
 RM_ENTRY = "examples/run_rm.py"
 RM_BASE = "examples/configs/rm.yaml"
-RM_RECIPE = "rm"  # the manifests' `engines.nemo_rl` of reward-model training
+RM_RECIPE = "run_rm"  # the manifests' `engines.nemo_rl` of reward-model training
 RM_OUTPUT = "reward_model"  # its converted checkpoint (rm/train's [[produces]] name)
 DATA_FILES = "nemotron_data_files.py"  # nemotron.engines.data_files, written into the job dir
 
@@ -39,7 +39,7 @@ def data_files(kind: str, data: str, job_dir: str, fraction: float) -> tuple[tup
     return (kind, data, train, val, str(every_nth(fraction))), train, val
 
 
-def _refusals(c: SupervisedConfig, refuse: Refusals) -> tuple[str, str]:
+def _refusals(c: SFTConfig | RMConfig, refuse: Refusals) -> tuple[str, str]:
     """What both steps refuse; returns (the pretrained model, the data file)."""
     nemo = c.nemo_rl
     if c.runtime.device == "cpu":
@@ -51,13 +51,13 @@ def _refusals(c: SupervisedConfig, refuse: Refusals) -> tuple[str, str]:
         )
     if nemo.policy_backend == "dtensor" and nemo.pipeline_parallel_size > 1:
         refuse("nemo_rl.pipeline_parallel_size", "pipeline parallelism needs nemo_rl.policy_backend=megatron")
-    model = getattr(c.inputs, "init_from", None)
+    model = c.inputs.init_from
     if not model:
         refuse(
             "inputs.init_from",
             "NeMo-RL fine-tunes a pretrained model (an HF id or checkpoint_hf), it builds none from model.*",
         )
-    data = getattr(c.inputs, "data", None)
+    data = c.inputs.data
     if not data:
         refuse("inputs.data", "NeMo-RL needs it set (an artifact ref or a path)")
     return str(model or ""), str(data or "")
@@ -113,7 +113,11 @@ def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
     # rows carry a `messages` column, which ResponseDataset keeps as it is (its input/output keys go unread)
     dataset = {"dataset_name": "ResponseDataset"}
     config: dict[str, Any] = {
-        "sft": {**_loop(c, fraction > 0), "val_micro_batch_size": 1, "only_unmask_final": False},
+        sec.algorithm_section(SFT_ENTRY): {
+            **_loop(c, fraction > 0),
+            "val_micro_batch_size": 1,
+            "only_unmask_final": False,
+        },
         "policy": _policy(c, model),
         "data": {
             **_data(
@@ -149,7 +153,7 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
     dataset = {"dataset_name": "BinaryPreferenceDataset", "prompt_key": "prompt", "chosen_key": "chosen",
                "rejected_key": "rejected", "prompt_file": None, "system_prompt_file": None}  # fmt: skip
     config: dict[str, Any] = {
-        "rm": {**_loop(c, fraction > 0), "val_micro_batch_size": 1},
+        sec.algorithm_section(RM_ENTRY): {**_loop(c, fraction > 0), "val_micro_batch_size": 1},
         "policy": {
             **_policy(c, model),
             "reward_model_cfg": {"enabled": True, "reward_model_type": "bradley_terry"},
