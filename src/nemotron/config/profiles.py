@@ -61,7 +61,31 @@ class LocalProfile(_ProfileBase):
     cpu_threads: int | None = Field(None, ge=1)
 
 
-class SlurmProfile(_ProfileBase):
+class _Watched(_ProfileBase):
+    """The watchdog's bounds, for the executors that run a job on nodes nemotron does not see (docs/cluster.md,
+    "Liveness" and "Progress")."""
+
+    # a multi-node job's nodes each touch a heartbeat file this often (Slurm: one srun task per node; Lepton: a
+    # Ray node's heartbeat actor for NeMo-RL, the watchdog around each pod's torchrun for the built-in engine); the
+    # watchdog fails the job once one is silent longer than heartbeat_timeout_s
+    heartbeat_interval_s: int = Field(default=30, ge=1)
+    heartbeat_timeout_s: int = Field(default=90, ge=2)
+    # progress (runtime/progress.py): a multi-node job whose work stops (no training step, checkpoint or
+    # validation ends; for a Ray engine no log line from its driver, or a node Ray declares dead) fails once it is
+    # silent past its allowance: max(progress_floor_s, progress_pace_factor x its slowest step so far);
+    # 0 turns the progress watch off. The floor is NCCL's own default collective timeout (600 s).
+    progress_floor_s: int = Field(default=600, ge=0)
+    progress_pace_factor: float = Field(default=5.0, ge=1.0)
+    progress_startup_s: int = Field(
+        default=1800, ge=1
+    )  # from the start to the first step: loading, rendezvous
+    progress_checkpoint_s: int = Field(default=1800, ge=1)  # one checkpoint save (a 70B's state is minutes)
+    progress_validation_s: int = Field(
+        default=1800, ge=1
+    )  # one validation pass (generation on held-out prompts)
+
+
+class SlurmProfile(_Watched):
     executor: Literal["slurm"]
     account: str | None = None
     partition: str | None = None
@@ -83,10 +107,6 @@ class SlurmProfile(_ProfileBase):
     # saves a checkpoint at the end of its current training step and requeues the job, which resumes from it
     # (docs/cluster.md, "Preemption and resume"); 0: no warning
     time_limit_signal_s: int = Field(default=300, ge=0)
-    # a multi-node job's nodes each touch a heartbeat file this often; the sbatch script fails the job once one
-    # is silent longer than heartbeat_timeout_s (docs/cluster.md, "Liveness")
-    heartbeat_interval_s: int = Field(default=30, ge=1)
-    heartbeat_timeout_s: int = Field(default=90, ge=2)
     container_image: str | None = None
     mounts: list[str] = []
     setup: list[str] = []
@@ -120,7 +140,7 @@ class LeptonMount(BaseModel):
     mount_path: str
 
 
-class LeptonProfile(_ProfileBase):
+class LeptonProfile(_Watched):
     executor: Literal["lepton"]
     resource_shape: str = "cpu.small"
     node_group: str
@@ -134,11 +154,6 @@ class LeptonProfile(_ProfileBase):
     gpu_type: GpuType | None = None
     gpu_memory_gb: float | None = Field(None, gt=0)
     shared_memory_size: int = Field(65536, ge=1)
-    # as for Slurm, for a job on several nodes: every node (a Ray node's heartbeat actor for NeMo-RL, the watchdog
-    # around each pod's torchrun for the built-in engine) touches a file this often; a watchdog fails the job once
-    # one is silent longer (docs/cluster.md, "Liveness")
-    heartbeat_interval_s: int = Field(default=30, ge=1)
-    heartbeat_timeout_s: int = Field(default=90, ge=2)
     mounts: list[LeptonMount] = []
     workspace_url: str | None = None  # defaults to $LEPTON_WORKSPACE_URL
     # Where NeMo-Run copies the job on shared storage (default: <first mount>/nemorun); the step's job dir is there.

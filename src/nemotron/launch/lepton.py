@@ -131,11 +131,15 @@ def plan_lepton(job: Job[LeptonProfile], nemorun_home: str) -> LeptonPlan:
         "--master-port",
         "$MASTER_PORT",
     )
-    live = liveness.for_job(p, job_dir, (p.nodes,)) if step_process.distributed(job, p.nodes, nproc) else None
-    # every pod watches the others' heartbeats: a lost or hung pod fails the job (launch/pod_watchdog.py)
+    across = step_process.distributed(job, p.nodes, nproc)
+    live = liveness.for_job(p, job_dir, (p.nodes,) if across else (1,), progress=True)
+    # every pod watches the others' heartbeats (a lost or hung pod fails the job) and the ranks' progress
+    # (launch/pod_watchdog.py)
+    progress = ("--progress", live.progress.encode()) if live and live.progress else ()
     watchdog = (
-        (shlex.quote(p.python), "-m", "nemotron.launch.pod_watchdog", "--job-dir", q, "--node-rank", "$NODE_RANK",
-         "--nodes", str(p.nodes), "--interval", str(live.interval_s), "--timeout", str(live.timeout_s), "--")
+        (shlex.quote(p.python), "-m", "nemotron.launch.pod_watchdog", "--job-dir", q, "--node-rank",
+         "$NODE_RANK" if across else "0", "--nodes", str(p.nodes if across else 1), "--interval", str(live.interval_s), "--timeout",
+         str(live.timeout_s), *progress, "--")
         if live else ()
     )  # fmt: skip
     step = step_process.step_command(

@@ -282,7 +282,7 @@ class BeforeAfter:
     def _evaluate(self, score: ScoreFn) -> dict[str, float]:
         r = self.rollouts
         prompts = self.prompts.pick(list(range(min(self.eval_cfg.num_prompts, len(self.prompts.texts)))))
-        with r.plan.autocast():
+        with self.run.progress.section("validation"), r.plan.autocast():
             return evaluate(
                 r.backend,
                 r.models.policy,
@@ -363,16 +363,17 @@ class Checkpoints:
         warned = self._warned()
         if not (interval and step % interval == 0) and not warned:
             return None
-        path = trainstate.save(
-            self.run.checkpoint_dir,
-            step,
-            self.modules,
-            self.optimizers,
-            self.generators,
-            position,
-            self.expect,
-            world=self.world,
-        )
+        with self.run.progress.section("checkpoint"):
+            path = trainstate.save(
+                self.run.checkpoint_dir,
+                step,
+                self.modules,
+                self.optimizers,
+                self.generators,
+                position,
+                self.expect,
+                world=self.world,
+            )
         if warned:
             preempt.handled()
         if warned and step > self.started_at and self.world.is_main:
@@ -399,10 +400,13 @@ def save_and_register(
     metadata: dict[str, Any],
 ) -> None:
     """On the main rank, save each module in HF layout as output `name` and register them all; then leave the
-    process group."""
-    if world.is_main:
-        paths = {
-            name: save_checkpoint(module, run.output_dir(name), tokenizer) for name, module in modules.items()
-        }
-        run.register_outputs(paths, metadata)
-    distributed.close(world)
+    process group. Every rank is in a checkpoint section meanwhile (the others wait for the main one), then done."""
+    with run.progress.section("checkpoint"):
+        if world.is_main:
+            paths = {
+                name: save_checkpoint(module, run.output_dir(name), tokenizer)
+                for name, module in modules.items()
+            }
+            run.register_outputs(paths, metadata)
+        distributed.close(world)
+    run.progress.unwatched("done")
