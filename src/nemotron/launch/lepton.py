@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from nemotron.compile import Job
 from nemotron.config.profiles import LeptonProfile
@@ -312,7 +312,8 @@ class LeptonProcess(RemoteRecord):
 
 # the shapes a Lepton job's record can have (there is no heterogeneous job on Lepton)
 RECORDS: TypeAdapter[LeptonProcess | ray_lepton.LeptonRay] = TypeAdapter(
-    Annotated[LeptonProcess | ray_lepton.LeptonRay, Field(discriminator=SHAPE_FIELD)]
+    Annotated[LeptonProcess | ray_lepton.LeptonRay, Field(discriminator=SHAPE_FIELD)],
+    config=ConfigDict(defer_build=True),
 )
 
 
