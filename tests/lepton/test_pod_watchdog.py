@@ -394,3 +394,31 @@ def test_a_rank_that_stops_making_progress_fails_the_pod(pods: Pods) -> None:
     # start-up and three 0.2 s steps, the 2 s floor, one look; far from the 30 s start-up allowance
     assert took < 20, (took, log)
     assert all(_gone(pid) for pid in pods.workers(0)), "the hung rank is stopped"
+
+
+def test_a_pod_that_fails_during_start_up_stops_the_others_at_once(pods: Pods) -> None:
+    """Pod 1's torchrun exits during start-up; pod 0, whose ranks have not finished a step (no beacon past
+    start-up), stops its own at the next look rather than `--timeout` later: it could only wait out its
+    rendezvous."""
+    progress = ("--progress", "600,5,1800,1800,1800")
+    pods.start(0, 600, 0, *progress)
+    pods.start(1, 0.5, 3, *progress)
+    pods.running(range(1))
+    beat = pods.job_dir / "heartbeats" / "torchrun" / "1"
+    failed_at = ended_at = None
+    deadline = time.monotonic() + TIMEOUT_S + 30
+    while ended_at is None and time.monotonic() < deadline:
+        if failed_at is None and beat.exists() and '"exit_code": 3' in beat.read_text():
+            failed_at = time.monotonic()  # pod 1's torchrun failed
+        if pods.procs[0].poll() is not None:
+            ended_at = time.monotonic()
+        time.sleep(0.05)
+    codes = [p.wait(1) for p in pods.procs]
+    assert codes == [128 + signal.SIGTERM, 3], [pods.output(0), pods.output(1)]
+    assert "another node's torchrun failed" in pods.output(0)
+    assert not (pods.job_dir / "liveness.json").exists()
+    # at the next look, where the rule for a failure after start-up waits `--timeout` (3 s) first
+    assert failed_at is not None and ended_at is not None and ended_at - failed_at < TIMEOUT_S, (
+        failed_at,
+        ended_at,
+    )

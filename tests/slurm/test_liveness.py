@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -22,6 +23,7 @@ import pytest
 from tests.slurm.jobs import fake_nemo_rl_profile, nemotron, wait_for
 
 STEPS = Path(__file__).resolve().parent / "steproot"
+NODE_FAILS = Path(__file__).resolve().parents[1] / "fixtures" / "torchrun_node_fails"
 INTERVAL_S, TIMEOUT_S = 2, 8
 # the bound a user can count on: the silence bound, one check interval, Slurm's KillWait (5 s here) to end the
 # steps, and a margin for this loaded machine (sacct's End has whole seconds)
@@ -52,6 +54,13 @@ heartbeat_timeout_s = {TIMEOUT_S}
 progress_floor_s = {PROGRESS_FLOOR_S}
 progress_pace_factor = 3
 progress_startup_s = 120
+
+[node2_never_starts]
+extends = "local_slurm"
+nodes = 2
+cpus_per_task = 1
+python = "{NODE_FAILS}/python"
+env_vars = {{ NEMOTRON_TEST_REAL_PYTHON = "{sys.executable}" }}
 
 [watched_hetjob]
 extends = "local_slurm"
@@ -335,3 +344,25 @@ def test_a_ray_worker_frozen_on_a_live_node_fails_the_job_on_progress(
     print(
         f"progress: Slurm ended the Ray job {took:.0f} s after node2's raylet froze (floor {PROGRESS_FLOOR_S} s)"
     )
+
+
+def test_a_node_whose_torchrun_agent_exits_at_start_fails_the_job_at_once(
+    env: dict[str, str], home: Path
+) -> None:
+    """Bring-up fails fast on the built-in engine too: node2's torchrun agent exits during start-up (its rendezvous
+    unreachable); srun's --kill-on-bad-exit ends node1's agent, which would otherwise wait out its rendezvous
+    timeout (900 s) with the allocation held. The attached run shows node2's own error."""
+    started = time.monotonic()
+    done = nemotron(env, "steps", "run", "test/ranks", "-c", "tiny", "-r", "node2_never_starts")
+    took = time.monotonic() - started
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said[-4000:]
+    assert "failed to connect to the rendezvous" in said, said[-4000:]
+    assert took < 60, (
+        took,
+        said[-4000:],
+    )  # submit, node1's start, node2's failure: not the rendezvous timeout
+    (job_dir,) = (home / "jobs").iterdir()
+    shown = json.loads(nemotron(env, "jobs", "status", job_dir.name, "--json").stdout)
+    assert shown["state"] == "failed" and "registered" not in shown, shown
+    print(f"bring-up: the attached run ended {took:.0f} s after the submit")

@@ -15,7 +15,9 @@ watchdog too, so no single watcher could be trusted).
   which nemotron reads back from the Lepton API), stops torchrun with all its workers and exits 1.
 - When torchrun ends, its code goes into the beat file and the watchdog waits for the other pods to end too (a
   pod that hangs after this one finished would hold the job) before it exits with that code. A pod whose torchrun
-  failed leaves the others stuck in a collective: they stop theirs `--timeout` seconds after seeing it end.
+  failed leaves the others stuck in a collective: they stop theirs `--timeout` seconds after seeing it end, or at
+  once while no rank of theirs is past start-up (with `--progress`): a pod that never started is a rendezvous the
+  others would wait out.
 
 - Progress (`--progress`, the profile's bounds): the ranks write their beacons into `<job dir>/progress/torchrun`
   (runtime/progress.py), and every look judges them as the Slurm watchdog does: once every watched rank is past
@@ -90,9 +92,15 @@ class Beacons:
                 continue  # replaced meanwhile
         return found
 
+    def _fresh(self) -> list[str]:
+        return [text for name, text in self._read().items() if self.baseline.get(name) != text]
+
     def verdict(self, now: float) -> dict[str, Any] | None:
-        fresh = [text for name, text in self._read().items() if self.baseline.get(name) != text]
-        return overdue(fresh, now)
+        return overdue(self._fresh(), now)
+
+    def starting(self) -> bool:
+        """Whether no rank of this attempt has finished a training step yet (or left start-up otherwise)."""
+        return all(text.split()[1:2] == ["startup"] for text in self._fresh())
 
 
 class Beat:
@@ -245,8 +253,10 @@ def main(argv: list[str]) -> int:
                 stop(torchrun)
                 beat.write(exit_code=1)
             return 1
-        if code is None and any(peer.failed_for(now) > args.timeout for peer in peers):
-            # that pod's torchrun failed long enough ago for this one to have failed with it: it hangs
+        # that pod's torchrun failed long enough ago for this one to have failed with it: it hangs; during
+        # start-up (no rank past it) it cannot start without that pod, and would wait out its rendezvous
+        grace = 0.0 if progress is not None and progress.starting() else args.timeout
+        if code is None and any(peer.failed_for(now) > grace for peer in peers):
             print(
                 "nemotron: another node's torchrun failed; stopping this one's", file=sys.stderr, flush=True
             )
