@@ -23,6 +23,7 @@ from nemotron.config.backends import PLAN_GROUPS
 from nemotron.config.stepconfig import ResourcePlan, Runtime, ServeRuntime, TrainRuntime
 from nemotron.config.workload import JobModel, Workload
 from nemotron.errors import UserError
+from nemotron.plan.prompts import PromptLength, longest_prompt
 from nemotron.plan.shapes import ModelShape, known_shape, shape_from_checkpoint
 from nemotron.plan.terms import (
     CPU_RUNTIME_MB,
@@ -58,9 +59,10 @@ GroupsFn = Callable[["PlanContext", PlannedConfig, Workload], list[Group]]
 # A reward model's or critic's head is one number per sequence: no logits over a vocabulary.
 SCALAR_HEAD_ROLES = ("reward_model", "critic")
 TOKENIZER_VOCAB_CEILING = 4096  # a tokenizer trained on the data (no inputs.init_from) has at most this many
-DEFAULT_PROMPT_TOKENS = (
-    512  # the builtin engine's prompt budget for the plan (NeMo-RL: nemo_rl.max_prompt_tokens)
-)
+# The built-in engine's prompt length when no prompt file is readable here (a path on the cluster); NeMo-RL's plan
+# reads nemo_rl.max_prompt_tokens instead
+ASSUMED_PROMPT_TOKENS = 512
+PROMPT_TYPE = "prompt_jsonl"  # the artifact type (and its subtypes) of the prompts an RL step rolls out on
 
 
 class Shapes:
@@ -211,6 +213,7 @@ class PlanContext:
         self.precision: str = runtime.precision
         # a server (rm/serve's ServeRuntime) trains nothing, so it has no checkpointing to turn on
         self.checkpointing = isinstance(runtime, TrainRuntime) and runtime.gradient_checkpointing
+        self._prompts: PromptLength | None = None
 
     def trained(self) -> JobModel:
         """The model a training step trains (the policy of an RL step)."""
@@ -250,6 +253,20 @@ class PlanContext:
         if scorer is not None and critic.input == scorer.input:
             return scorer_shape
         return self.shape(critic.role, critic.ref)
+
+    def prompt_length(self) -> PromptLength:
+        """The longest prompt of the job's prompt inputs (every bound input whose type is a prompt_jsonl) that are
+        files here, counted with the trained model's tokenizer where it is a checkpoint here."""
+        if self._prompts is None:
+            from nemotron.catalog import Catalog
+
+            catalog = Catalog()
+            files = [Path(b.path) for b in self.job.bindings
+                     if b.path and catalog.is_a(b.expected_type, PROMPT_TYPE) and Path(b.path).is_file()]  # fmt: skip
+            ref = self.trained().ref
+            tokenizer = Path(ref).expanduser() if ref and Path(ref).expanduser().is_dir() else None
+            self._prompts = longest_prompt(files, tokenizer) if files else PromptLength(None, "")
+        return self._prompts
 
     def shape(self, role: str, ref: str | None) -> ModelShape | None:
         self.roles.add(role)
