@@ -88,9 +88,12 @@ def _llama(tmp_path: Path, positions: int) -> Path:
     return save_checkpoint(model, tmp_path / f"llama{positions}", tokenizer)
 
 
-def test_the_plan_sizes_the_rollouts_by_the_longest_prompt(home: Path, tmp_path: Path, run_cli: Any) -> None:
+def test_the_plan_sizes_the_rollouts_by_the_longest_prompt(
+    home: Path, tmp_path: Path, run_cli: Any, run_cli_imports: Any
+) -> None:
     """rl/reinforce planned on this machine from a dry run: its sequences are the longest prompt (counted here as
-    the step counts it) + max_new_tokens, cut to the model's positions; the activations follow them."""
+    the step counts it) + max_new_tokens, cut to the model's positions; the activations follow them. Counting text
+    prompts keeps the dry run off torch and transformers."""
     from nemotron.models.checkpoint import load_tokenizer
     from nemotron.models.tokenizer import encode_prompt
     from nemotron.plan.shapes import shape_from_checkpoint
@@ -102,11 +105,14 @@ def test_the_plan_sizes_the_rollouts_by_the_longest_prompt(home: Path, tmp_path:
     plans = {}
     for name, prompt in (("short", short), ("long", long)):
         prompts = _write(tmp_path / f"{name}.jsonl", ["the movie was", prompt])
-        r = run_cli("steps", "run", "rl/reinforce", "-c", "tiny", f"inputs.policy={policy}", f"inputs.prompts={prompts}",
-                    "generation.max_new_tokens=16", "trainer.micro_batch_size=2", "--dry-run", "--json")  # fmt: skip
+        args = ("steps", "run", "rl/reinforce", "-c", "tiny", f"inputs.policy={policy}", f"inputs.prompts={prompts}",
+                "generation.max_new_tokens=16", "trainer.micro_batch_size=2", "--dry-run", "--json")  # fmt: skip
+        r = run_cli(*args)
         assert r.code == 0, r.err
         (group,) = [g for g in json.loads(r.out)["resource_plan"]["groups"] if g["name"] == "policy training"]
         plans[name] = group
+    _, imported = run_cli_imports(*args)
+    assert "nemotron.plan.prompts" in imported and not {"torch", "transformers"} & imported
     shape = shape_from_checkpoint(policy)
     assert shape is not None
     tokens = len(encode_prompt(tokenizer, short))
@@ -129,4 +135,6 @@ def test_the_plan_sizes_the_rollouts_by_the_longest_prompt(home: Path, tmp_path:
 def test_prompts_not_readable_here_are_assumed_and_said_so(home: Path, run_cli: Any) -> None:
     r = run_cli("steps", "run", "rl/reinforce", "-c", "default", "-b", "slurm_rlhf", "--dry-run")
     assert r.code == 0, r.err
-    assert "prompts: 512 tokens (assumed: no prompt file readable here; the step cuts a longer prompt" in r.out
+    assert (
+        "prompts: 512 tokens (assumed: no prompt file readable here; the step cuts a longer prompt" in r.out
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,15 @@ class PromptLength:
 def longest_prompt(files: Sequence[Path], tokenizer_dir: Path | None) -> PromptLength:
     """The longest prompt over `files` (prompt JSON Lines), counted with the tokenizer in `tokenizer_dir` when it
     holds a tokenizer.json, else bounded by its UTF-8 bytes (a byte-level or byte-fallback tokenizer makes at most
-    one token of each byte). Lines that are not prompt records are left to the record validation that reports them."""
+    one token of each byte). Lines that are not prompt records are left to the record validation that reports them.
+    Read once per process for the same files as they are (a refusal re-plans the job once per remedy)."""
+    stamps = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+    return _longest(stamps, tokenizer_dir)
+
+
+@lru_cache(maxsize=16)
+def _longest(stamps: tuple[tuple[str, int, int], ...], tokenizer_dir: Path | None) -> PromptLength:
+    files = [Path(s[0]) for s in stamps]
     prompts: list[str | list[dict[str, Any]]] = []
     for path in files:
         prompts.extend(_prompts(path))
