@@ -9,8 +9,8 @@ Run: python bench/memory_plan.py                      (3 families x tiny/small x
      python bench/memory_plan.py --families llama --sizes small --json out.json   (a subset, no docs edit)
      python bench/memory_plan.py --families llama --sizes small --device cuda --json out.json   (on a GPU: the
                                                        measured peak is torch.cuda.max_memory_allocated; scripts/gpu-check.sh)
-     python bench/memory_plan.py --rl                 (the RL table: rl/reinforce on a 76M Llama at a long and a short
-                                                       prompt context, ~8 min on 2 cores)
+     python bench/memory_plan.py --rl                 (the RL table: rl/reinforce on a 76M Llama with prompts of
+                                                       2,201, 241 and 4 tokens, ~9 min on 2 cores)
      python bench/memory_plan.py --table-from out.json [--replan]                 (the docs table from a run;
                                                        --replan: the plan of this code against those measurements)
 """
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         "--replan", action="store_true", help="with --table-from: the predictions of this code"
     )
     parser.add_argument("--rl", action="store_true", help="the RL table instead: rl/reinforce on a 76M Llama with "
-                        "prompts that fill its 2,048 positions and with 256-token ones (~8 min on 2 cores)")  # fmt: skip
+                        "prompts that fill its 2,048 positions, 241-token and 4-token ones (~9 min on 2 cores)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.rl:
         return run_rl(args.json)
@@ -285,10 +285,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_rl(out: Path | None) -> int:
-    """The RL table: both prompt lengths on the 76M Llama, into `out` or docs/benchmarks.md."""
+    """The RL table: the three prompt lengths on the 76M Llama, into `out` or docs/benchmarks.md."""
     with tempfile.TemporaryDirectory() as tmp:
         results = []
-        for words in (2200, 240):  # cut to 2,048 - 16 tokens; 241 tokens
+        for words in (2200, 240, 3):  # cut to 2,048 - 16 tokens; 241 tokens; 4 (the tiny task's prompts' length)
             results.append(measure_rl(Path(tmp), RLCase("76m", 2048, words)))
             print(json.dumps(results[-1]), flush=True)
     if out:
