@@ -288,7 +288,11 @@ def run_rl(out: Path | None) -> int:
     """The RL table: the three prompt lengths on the 76M Llama, into `out` or docs/benchmarks.md."""
     with tempfile.TemporaryDirectory() as tmp:
         results = []
-        for words in (2200, 240, 3):  # cut to 2,048 - 16 tokens; 241 tokens; 4 (the tiny task's prompts' length)
+        for words in (
+            2200,
+            240,
+            3,
+        ):  # cut to 2,048 - 16 tokens; 241 tokens; 4 (the tiny task's prompts' length)
             results.append(measure_rl(Path(tmp), RLCase("76m", 2048, words)))
             print(json.dumps(results[-1]), flush=True)
     if out:
