@@ -134,14 +134,15 @@ def fitting_plan(job: Job, where: Placement) -> Plan:
 def remedies_that_fit(job: Job, where: Placement, suggestions: list[str]) -> list[str]:
     """The engine's remedies for a plan that cannot fit, each `KEY=VALUE` one re-planned on its own (the job's
     config with that key set, its engine the one the config then names: that engine's own preflight, then the whole
-    plan) and kept only if the job then passes both; one that is not a key (more GPUs, more nodes) is kept as said,
-    after them. Asked only of a plan that cannot fit."""
+    plan) and kept only if the job then passes both and leaves no other group without its devices (NeMo-RL's judge);
+    one that is not a key (more GPUs, more nodes) is kept as said, after them. Asked only of a plan that cannot fit."""
     from nemotron.catalog import Catalog
     from nemotron.compile.preflight import engine_checks
     from nemotron.config.configtree import set_dotted
     from nemotron.config.stepconfig import engine_name
 
     manifest = Catalog().get(job.step_id).manifest
+    short = _short(plan_job(job, where))  # groups the job itself leaves without their devices
 
     keys, said = [], []
     for remedy in suggestions:
@@ -156,11 +157,18 @@ def remedies_that_fit(job: Job, where: Placement, suggestions: list[str]) -> lis
             own = engine_checks(manifest, config, job.bindings, where.nodes, where.gpus_per_node)
             if own.problems or any(g.problem(job.profile.name) for g in own.groups):
                 continue  # the engine refuses the job so changed (e.g. sizes that do not divide its GPUs)
-            if not plan_job(replace(job, config=config, backend=engine_name(config)), where).refused():
-                keys.append(remedy)
+            replanned = plan_job(replace(job, config=config, backend=engine_name(config)), where)
+            if not replanned.refused() and _short(replanned) <= short:
+                keys.append(
+                    remedy
+                )  # fits, and leaves no other group without its devices (a judge with no GPU)
         except (ValidationError, UserError):
             continue  # a value the schema refuses, or a plan that cannot be made: no remedy
     return [*keys, *said]
+
+
+def _short(plan: Plan) -> set[str]:
+    return {g.name for g in plan.groups if g.shortfall}
 
 
 def device_memory(profile: Any, runtime_device: str, local: bool) -> tuple[str, float | None, bool]:
