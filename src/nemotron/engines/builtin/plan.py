@@ -10,8 +10,9 @@ from typing import Any
 from nemotron.config.profiles import serves_beside_rank0
 from nemotron.config.stepconfig import ModelArch
 from nemotron.config.workload import Rollouts, Serving, Training, Workload
+from nemotron.launch.served import served_model, vllm_judge
 from nemotron.plan.groups import (
-    DEFAULT_PROMPT_TOKENS,
+    ASSUMED_PROMPT_TOKENS,
     SCALAR_HEAD_ROLES,
     TOKENIZER_VOCAB_CEILING,
     PlanContext,
@@ -81,8 +82,36 @@ def _arch(ctx: PlanContext, role: str, config: PlannedConfig, key: str) -> Model
     return shape_from_arch(model, TOKENIZER_VOCAB_CEILING)
 
 
-def _seq(shape: ModelShape, max_new: int, prompt: int = DEFAULT_PROMPT_TOKENS) -> int:
+def _seq(shape: ModelShape, max_new: int, prompt: int) -> int:
+    """The longest sequence a rollout makes: the longest prompt and max_new tokens, within the model's positions
+    (the step cuts a longer prompt to its last positions - max_new tokens: nemotron.models.prompts.fit_prompts)."""
     return min(shape.context, prompt + max_new) if shape.context else prompt + max_new
+
+
+def _prompt_tokens(ctx: PlanContext, policy: ModelShape, max_new: int) -> tuple[int, str]:
+    """The prompt length the plan sizes the rollouts by, and the note that says where it comes from."""
+    found = ctx.prompt_length()
+    tokens = found.tokens if found.tokens is not None else ASSUMED_PROMPT_TOKENS
+    how = found.how or ("assumed: no prompt file readable here; the step cuts a longer prompt to the model's "
+                        "positions less max_new_tokens")  # fmt: skip
+    seq = _seq(policy, max_new, tokens)
+    cut = f", cut to the model's {policy.context:,} positions" if seq < tokens + max_new else ""
+    return (
+        tokens,
+        f"prompts: {tokens:,} tokens ({how}) + {max_new:,} new tokens{cut}: {seq:,}-token sequences",
+    )
+
+
+def _server_placement(ctx: PlanContext) -> str:
+    """Where a served reward model or judge runs: a Slurm job serves it in group 0 of a heterogeneous job, on a node
+    of its own (nemotron.launch.served); on Lepton, and wherever else the step starts the server itself
+    (reward/sibling.py: under local rank 0, on that rank's device), beside each node's local rank 0: on a GPU that
+    rank's device, on the CPU a process of its own beside the trainer."""
+    if getattr(ctx.job.profile, "executor", "local") == "slurm" and served_model(ctx.job) is not None:
+        return "a node of its own"
+    if serves_beside_rank0(ctx.job.profile) or ctx.gpu:
+        return "beside local rank 0"
+    return "a process of its own"
 
 
 def _builtin_rl(ctx: PlanContext, r: Rollouts, world: int, ddp: str) -> list[Group]:
@@ -91,16 +120,25 @@ def _builtin_rl(ctx: PlanContext, r: Rollouts, world: int, ddp: str) -> list[Gro
     scorer, judge_role, policy, rm, critic = ctx.rl_models()
     groups: list[Group] = []
     served = scorer is not None and scorer.served
+    prompt, prompt_note = (
+        _prompt_tokens(ctx, policy, max_new) if policy is not None else (ASSUMED_PROMPT_TOKENS, "")
+    )
     server: dict[str, float] = {}
+    placed = _server_placement(ctx)
     if rm is not None and served:
-        server = {
-            "weights": frozen_weights_mb(rm.parameters, p),
-            **inference_mb(rm, 64, _seq(rm, max_new), p),
-        }
-    # On Lepton the server is a sibling of each node's local rank 0 (reward/sibling.py), on that rank's device
-    beside_rank0 = bool(server) and serves_beside_rank0(ctx.job.profile)
+        vllm = vllm_judge(ctx.job)
+        if (
+            vllm is not None and vllm.memory and ctx.gpu and ctx.memory
+        ):  # `vllm serve` takes its share at start
+            server = {"vLLM share (weights + KV cache)": vllm.memory * ctx.memory}
+        else:
+            server = {
+                "weights": frozen_weights_mb(rm.parameters, p),
+                **inference_mb(rm, 64, _seq(rm, max_new, prompt), p),
+            }
+    beside_rank0 = bool(server) and placed == "beside local rank 0"
     if policy is not None:
-        seq = _seq(policy, max_new)
+        seq = _seq(policy, max_new, prompt)
         terms = {
             **train_state_mb(policy.parameters, p),
             **activations_mb(policy, mb, seq, p, ctx.checkpointing),
@@ -117,7 +155,7 @@ def _builtin_rl(ctx: PlanContext, r: Rollouts, world: int, ddp: str) -> list[Gro
         if scorer is not None and not served and rm is not None:
             terms["reward model"] = frozen_weights_mb(rm.parameters, p)
             models.append((rm, "reward_model"))
-        notes, sugg = [], suggest(ctx, mb_key, mb, "runtime.precision=bf16", "backend=nemo_rl (FSDP shards "
+        notes, sugg = [prompt_note], suggest(ctx, mb_key, mb, "runtime.precision=bf16", "backend=nemo_rl (FSDP shards "
                                     "weights, gradients and optimizer over the GPUs)")  # fmt: skip
         util = r.vllm_share
         if util is not None and ctx.memory:
@@ -132,10 +170,10 @@ def _builtin_rl(ctx: PlanContext, r: Rollouts, world: int, ddp: str) -> list[Gro
             terms[f"{judge_role.replace('_', ' ')} server"] = sum(server.values()) + ctx.runtime_mb
             models.append((rm, judge_role))
             notes.append(f"each node's local rank 0 shares its device with the node's {judge_role.replace('_', ' ')} "
-                         "server (one per node): the peak is that device's")  # fmt: skip
+                         "server (one per node, started beside it): the peak is that device's")  # fmt: skip
         groups.append(ctx.group("policy training", terms, models, ddp, notes=notes, suggestions=sugg))
     if server and rm is not None and not beside_rank0:
-        where = "this machine" if ctx.here else f"node {ctx.nodes} (a node of its own)"
+        where = f"node {ctx.nodes} (a node of its own)" if placed == "a node of its own" else ctx.where(0, 1)
         groups.append(ctx.group("reward model" if judge_role == "reward_model" else "judge", server,
                                 [(rm, judge_role)], "one server", peak=sum(server.values()) + ctx.runtime_mb,
                                 where=where))  # fmt: skip

@@ -5,6 +5,7 @@ passes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from nemotron.config.stepconfig import NemoRL
@@ -109,9 +110,7 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
         groups.append(ctx.group("critic", terms, [(critic, "critic")], par + "; swapped in for its passes", where=where,
                                 suggestions=suggest(ctx, mb_key, mb, *more)))  # fmt: skip
     if rm is not None and judge_role == "judge":
-        ctx.shapes.unknown.append(
-            f"judge: {rm.name} runs in NeMo-Gym's own vLLM server, outside the policy's GPUs"
-        )
+        groups.append(_genrm(ctx, rm, total))
     if rm is not None and judge_role == "reward_model":
         rm_sh = Sharding("fsdp", rm_gpus, rm_gpus)
         terms = {
@@ -122,6 +121,40 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
         groups.append(ctx.group("reward model", terms, [(rm, "reward_model")], f"FSDP over {rm_gpus} GPUs",
                                 peak=sum(terms.values()) + ctx.runtime_mb, where=rm_where))  # fmt: skip
     return groups
+
+
+# NeMo-Gym's GenRM server (responses_api_models/genrm_model, a local_vllm_model), as genrm_compare.yaml at the Gym
+# commit NeMo-RL v0.7.0 pins (3rdparty/Gym-workspace/Gym, d67ad661) sets it and our config leaves it: vLLM with
+# data_parallel_size 2, tensor_parallel_size 4, pipeline_parallel_size 1, gpu_memory_utilization 0.9. Each DP rank is
+# a Ray placement group of TP x PP GPUs (STRICT_PACK), and start-up waits until it is placed.
+GENRM_DP, GENRM_TP, GENRM_PP, GENRM_SHARE = 2, 4, 1, 0.9
+
+
+def _genrm(ctx: PlanContext, judge: ModelShape, total: int) -> Group:
+    """The generative judge where NeMo-RL runs it: NeMo-Gym's own vLLM on GPUs outside NeMo-RL's cluster. Our
+    config gives that cluster every GPU of the job (cluster.num_nodes = the profile's nodes; NeMo-RL's own RLHF
+    recipes leave nodes out of it with env.nemo_gym.num_gpu_nodes), so none is left for the judge: a warning, as
+    the job would wait for its placement group for ever."""
+    gpus = GENRM_DP * GENRM_TP * GENRM_PP
+    weights = judge.parameters * 2 / (GENRM_TP * GENRM_PP) / 2**20
+    terms = (
+        {"vLLM share (weights + KV cache)": GENRM_SHARE * ctx.memory} if ctx.memory else {"weights": weights}
+    )
+    group = ctx.group(
+        "judge (NeMo-Gym GenRM)", terms, [(judge, "judge")],
+        f"vLLM DP {GENRM_DP} x TP {GENRM_TP} x PP {GENRM_PP} at {GENRM_SHARE:.0%}, outside NeMo-RL's cluster",
+        peak=sum(terms.values()) + ctx.runtime_mb, where="no GPU left",
+        notes=[f"bf16 weights {weights / 1024:.2f} GiB per GPU; NeMo-Gym places {GENRM_DP} x {GENRM_TP * GENRM_PP} "
+               "GPUs (genrm_compare.yaml at the Gym commit NeMo-RL v0.7.0 pins) and waits until they are free"],
+        suggestions=[*(["judge.kind=reward_model env.should_use_nemo_gym=false (NeMo-RL serves a reward model on "
+                        "nemo_rl.reward_model_gpus of the job's GPUs)"] if total > 1 else []),
+                     "backend=builtin env.should_use_nemo_gym=false (the judge is served beside the trainer, or on a "
+                     "node of its own under Slurm with judge.server=vllm)"],
+        shortfall=f"NeMo-Gym's GenRM vLLM needs {gpus} GPUs outside NeMo-RL's cluster, which takes every one of "
+                  f"the job's {total} (cluster.num_nodes = the profile's nodes): its start-up would wait for them for "
+                  "ever",
+    )  # fmt: skip
+    return replace(group, enforced=False)  # a warning: nothing here sets the GPUs NeMo-RL leaves to NeMo-Gym
 
 
 def _gathered_layers_mb(shape: ModelShape) -> float:
