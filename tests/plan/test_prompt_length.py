@@ -138,3 +138,19 @@ def test_prompts_not_readable_here_are_assumed_and_said_so(home: Path, run_cli: 
     assert (
         "prompts: 512 tokens (assumed: no prompt file readable here; the step cuts a longer prompt" in r.out
     )
+
+
+def test_a_count_is_kept_until_its_files_change(tmp_path: Path, monkeypatch: Any) -> None:
+    """The cache dir keeps each count (a dry run stays as quick as the last): the same files give the same count
+    from the cache, a changed file is counted afresh."""
+    monkeypatch.setenv("NEMOTRON_CACHE_DIR", str(tmp_path / "cache"))
+    prompts = _write(tmp_path / "p.jsonl", PROMPTS[:2])
+    first = longest_prompt([prompts], TINY_POLICY)
+    cached = json.loads((tmp_path / "cache" / "prompt_lengths.json").read_text())
+    assert [v["tokens"] for v in cached.values()] == [first.tokens]
+    (entry,) = cached
+    cached[entry]["tokens"] = 12345  # what the cache says is what a dry run of the same files reads
+    (tmp_path / "cache" / "prompt_lengths.json").write_text(json.dumps(cached))
+    assert longest_prompt([prompts], TINY_POLICY).tokens == 12345
+    _write(prompts, PROMPTS)  # a changed file: counted again
+    assert longest_prompt([prompts], TINY_POLICY).tokens not in (None, 12345, first.tokens)

@@ -12,7 +12,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from nemotron.catalog.manifest_cache import cache_dir
+from nemotron.core.atomic import write_atomic
 from nemotron.models.prompts import format_prompt
+
+CACHE_FILE = "prompt_lengths.json"
+CACHE_ENTRIES = 64  # the newest counts kept
 
 # A chat template's markers around one message (role header, end of turn): Llama 3's take 5 tokens, Qwen2's 5;
 # the bound for a conversation counted without its tokenizer adds this many per message and the generation prompt.
@@ -31,9 +36,33 @@ def longest_prompt(files: Sequence[Path], tokenizer_dir: Path | None) -> PromptL
     """The longest prompt over `files` (prompt JSON Lines), counted with the tokenizer in `tokenizer_dir` when it
     holds a tokenizer.json, else bounded by its UTF-8 bytes (a byte-level or byte-fallback tokenizer makes at most
     one token of each byte). Lines that are not prompt records are left to the record validation that reports them.
-    Read once per process for the same files as they are (a refusal re-plans the job once per remedy)."""
+    Read once for the same files and tokenizer as they are: per process (a refusal re-plans the job once per
+    remedy), and across dry runs in the cache dir (prompt_lengths.json: a dry run stays as quick as the last)."""
     stamps = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
-    return _longest(stamps, tokenizer_dir)
+    tokenizer = tokenizer_dir / "tokenizer.json" if tokenizer_dir else None
+    key = json.dumps([stamps, _stamp(tokenizer)])
+    cache = cache_dir() / CACHE_FILE
+    try:
+        known = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known, dict) and isinstance(known.get(key), dict):
+        return PromptLength(known[key].get("tokens"), str(known[key].get("how", "")))
+    found = _longest(stamps, tokenizer_dir)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        kept = dict(list(known.items())[-(CACHE_ENTRIES - 1) :]) if isinstance(known, dict) else {}
+        write_atomic(cache, json.dumps({**kept, key: {"tokens": found.tokens, "how": found.how}}))
+    except OSError:
+        pass  # a read-only cache dir: the next dry run counts again
+    return found
+
+
+def _stamp(path: Path | None) -> list[Any] | None:
+    if path is None or not path.is_file():
+        return None
+    st = path.stat()
+    return [str(path), st.st_mtime_ns, st.st_size]
 
 
 @lru_cache(maxsize=16)
