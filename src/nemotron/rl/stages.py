@@ -160,6 +160,11 @@ class Rollouts:
         """The tokenizer and prompts, the actor and its reference, the generation backend (our torch sampler,
         or vLLM in this process) and sampling parameters of the `generation` config group, the sampler's
         stream."""
+        if plan.sharding == "fsdp" and per_step % world.size:
+            raise UserError(
+                f"runtime.sharding=fsdp: {per_step} prompts a step do not divide over {world.size} ranks; under FSDP "
+                "every rank must make the same number of training passes. Use a multiple of the ranks"
+            )
         if plan.sharding == "fsdp" and generation.backend == "vllm":
             raise UserError(
                 "runtime.sharding=fsdp with generation.backend=vllm: the colocated vLLM engine loads the whole "
