@@ -1,6 +1,7 @@
-"""runtime.sharding=fsdp against ddp, each on the same 2 local ranks (gloo on CPU), through the CLI: the same metrics
-at every step (within 1e-4), final checkpoints that transformers loads and that match, and a run killed with -9 that,
-run again, ends on the uninterrupted fsdp run's bytes."""
+"""runtime.sharding=fsdp against ddp, each on the same 2 local ranks (gloo on CPU), through the CLI, for sft, rm/train
+and rl/reinforce: the same metrics at every step (within 1e-4), final checkpoints that transformers loads and that
+match, and a run killed with -9 that, run again, resumes from its sharded state and ends on the uninterrupted fsdp
+run's bytes."""
 
 from __future__ import annotations
 
@@ -31,13 +32,17 @@ REINFORCE = (
 )
 CASES = {
     "sft": Case(
-        tuple("steps run sft -c tiny trainer.max_steps=4 trainer.log_interval=1".split()),
+        tuple(
+            "steps run sft -c tiny trainer.max_steps=4 trainer.log_interval=1 checkpoint.save_interval=2".split()
+        ),
         ("loss", "val_loss", "grad_norm"),
         "policy",
         "AutoModelForCausalLM",
     ),
     "rm/train": Case(
-        tuple("steps run rm/train -c tiny trainer.max_steps=3 trainer.log_interval=1".split()),
+        tuple(
+            "steps run rm/train -c tiny trainer.max_steps=3 trainer.log_interval=1 checkpoint.save_interval=2".split()
+        ),
         ("loss", "accuracy", "reward_margin", "grad_norm", "val_accuracy"),
         "reward_model",
         "AutoModelForSequenceClassification",
@@ -136,38 +141,27 @@ def test_fsdp_trains_as_ddp_does(name: str, runs: Runs) -> None:
 
 
 @pytest.mark.slow
-def test_sft_killed_under_fsdp_then_run_again_ends_on_the_same_bytes(runs: Runs, tmp_path: Path) -> None:
-    """sft keeps no resume state (a requeued sft starts over, under ddp too): what a restart must give is the
-    uninterrupted run's bytes, and the killed run registers nothing."""
-    case, (_, fsdp) = CASES["sft"], runs("sft")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_killed_under_fsdp_resumes_from_its_sharded_state(name: str, runs: Runs, tmp_path: Path) -> None:
+    """kill -9 in step 3, after the step-2 checkpoint (each rank's shard in sharded/): the same command again
+    resumes from it (checkpoint.resume=auto) and ends on the uninterrupted fsdp run's bytes; ddp cannot take it."""
+    case, (_, fsdp) = CASES[name], runs(name)
     home = tmp_path / "home"
     killed = _run(home, *case.args, *FSDP, env={"NEMOTRON_FAULT": "optimizer@3"})
     status = json.loads((killed / "status.json").read_text())
     assert status["state"] == "failed" and status["exit_code"] != 0  # a rank got SIGKILL; torchrun says 1
     assert not (killed / "outputs" / case.output / "model.safetensors").exists()
-    again = _run(home, *case.args, *FSDP)
-    assert _hash(again, case.output) == _hash(fsdp, case.output)
-
-
-@pytest.mark.slow
-def test_reinforce_killed_under_fsdp_resumes_from_its_sharded_state(runs: Runs, tmp_path: Path) -> None:
-    """kill -9 after the step-2 checkpoint (each rank's shard in sharded/), the same command again resumes from it
-    and ends on the uninterrupted fsdp run's bytes; ddp cannot take that checkpoint."""
-    case, (_, fsdp) = CASES["rl/reinforce"], runs("rl/reinforce")
-    home = tmp_path / "home"
-    killed = _run(home, *case.args, *FSDP, env={"NEMOTRON_FAULT": "optimizer@3"})
-    status = json.loads((killed / "status.json").read_text())
-    assert status["state"] == "failed" and status["exit_code"] != 0  # a rank got SIGKILL; torchrun says 1
     saved = killed / "checkpoints" / "step_000002"
     assert sorted(p.name for p in (saved / "sharded").iterdir()) == [
         ".metadata",
         "__0_0.distcp",
         "__1_0.distcp",
     ]
-    assert not (saved / "policy").exists()  # the weights are in the shards only
+    assert not (saved / case.output).exists()  # the weights are in the shards only
     again = _run(home, *case.args, *FSDP)
-    assert "resumed from" in (again / "logs" / "step.log").read_text()
-    assert [json.loads(x)["step"] for x in (again / "metrics.jsonl").read_text().splitlines()] == [3, 4]
+    assert f"resumed from {saved}" in (again / "logs" / "step.log").read_text()
+    steps = [json.loads(x)["step"] for x in (again / "metrics.jsonl").read_text().splitlines()]
+    assert steps[0] == 3 and steps[-1] == max(_metrics(fsdp, ()))
     assert _hash(again, case.output) == _hash(fsdp, case.output)
 
     r = subprocess.run(

@@ -477,6 +477,7 @@ class SupervisedConfig(Strict):
     model: ModelArch = Field(default_factory=ModelArch)
     trainer: SupervisedTrainer = Field(default_factory=SupervisedTrainer)
     optim: Optim = Field(default_factory=Optim)
+    checkpoint: Checkpointing = Field(default_factory=Checkpointing)
     runtime: TrainRuntime = Field(default_factory=TrainRuntime)
     tracking: Tracking = Field(default_factory=Tracking)
     plan: ResourcePlan = Field(default_factory=ResourcePlan)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -340,19 +340,33 @@ class BeforeAfter:
 @dataclass
 class Checkpoints:
     """What a checkpoint holds: resumed before the first step, saved every `checkpoint.save_interval` steps
-    (on every rank: saving gathers each rank's random streams)."""
+    (on every rank: saving gathers each rank's random streams). `start_from` is the model the run starts from,
+    which a resumed checkpoint must have started from too (None: a model built from the config)."""
 
     run: StepRun[Any]
     checkpoint_cfg: Checkpointing
-    rollouts: Rollouts
     modules: dict[str, torch.nn.Module]
     optimizers: dict[str, torch.optim.Optimizer]
+    world: World
+    start_from: str | None
+    generators: dict[str, torch.Generator] = field(default_factory=dict)
     started_at: int = 0  # the step this run resumed from (0: a fresh start)
 
     def __post_init__(self) -> None:
-        self.expect = trainstate.fingerprints(self.run.record.config, self.rollouts.policy_path)
-        self.generators = {"sampler": self.rollouts.sampler}
-        self.world = self.rollouts.world
+        self.expect = trainstate.fingerprints(self.run.record.config, self.start_from)
+
+    @classmethod
+    def of_rollouts(
+        cls,
+        run: StepRun[Any],
+        checkpoint_cfg: Checkpointing,
+        rollouts: Rollouts,
+        modules: dict[str, torch.nn.Module],
+        optimizers: dict[str, torch.optim.Optimizer],
+    ) -> Checkpoints:
+        """An RL step's: it starts from the rollouts' policy, and its sampler's stream is saved with it."""
+        return cls(run, checkpoint_cfg, modules, optimizers, rollouts.world, rollouts.policy_path,
+                   {"sampler": rollouts.sampler})  # fmt: skip
 
     def resume(self) -> tuple[int, int]:
         """(start step, data position): (0, 0) for a fresh run. A restarted job (requeued, preempted) continues

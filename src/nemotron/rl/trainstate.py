@@ -239,8 +239,11 @@ def _py_state_from(raw: list[Any]) -> tuple[Any, ...]:
     return (raw[0], tuple(raw[1]), raw[2])
 
 
-def fingerprints(record_config: dict[str, Any], policy_path: str) -> dict[str, str]:
-    """What a checkpoint must match to be resumed: the config (less resumable keys) and the starting model."""
+def fingerprints(record_config: dict[str, Any], policy_path: str | None) -> dict[str, str]:
+    """What a checkpoint must match to be resumed: the config (less resumable keys) and the starting model (none
+    for a model built from the config, which the config's fingerprint covers)."""
+    if not policy_path:
+        return {"config": config_fingerprint(record_config)}
     return {"config": config_fingerprint(record_config), "model": model_fingerprint(policy_path)}
 
 

@@ -28,7 +28,7 @@ from nemotron.models.reward import (
 from nemotron.models.supervised import RankBatches, from_architecture, held_out_split
 from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
-from nemotron.rl.stages import save_and_register
+from nemotron.rl.stages import Checkpoints, save_and_register
 from nemotron.rl.stats import as_metrics
 from nemotron.runtime.devices import DevicePlan, peak_memory_mb
 from nemotron.runtime.step import StepRun, required
@@ -103,11 +103,22 @@ def main() -> None:
     optimizer = build_optimizer(scorer.parameters(), cfg.optim)
     batches = RankBatches(train, cfg.trainer.global_batch_size, world.size, cfg.runtime.seed + world.rank)
 
-    # ---- loop: update, then report (with the held-out accuracy every log_interval steps)
+    # ---- resume: a requeued job (or checkpoint.resume) continues from its checkpoint and batch
+    checkpoints = Checkpoints(
+        run,
+        cfg.checkpoint,
+        {"reward_model": scorer},
+        {"reward_model": optimizer},
+        world,
+        cfg.inputs.init_from,
+    )
+    start_step, _ = checkpoints.resume()
+    batches.skip(start_step)
+
+    # ---- loop: update, report (the held-out accuracy every log_interval steps), checkpoint
     scorer.train()
     total = cfg.trainer.max_steps
-    run.rewind_metrics(-1)  # a requeued run starts over (no resume here): its lost run's rows go
-    for step in range(1, total + 1):
+    for step in range(start_step + 1, total + 1):
         t0 = time.perf_counter()
         batch = preference_batch(tokenizer, batches.next(), cfg.trainer.max_length)
         with plan.autocast():
@@ -129,6 +140,7 @@ def main() -> None:
         run.report(
             step, total, as_metrics(stats), ("loss", "accuracy", "val_accuracy"), cfg.trainer.log_interval
         )
+        checkpoints.maybe_save(step, step)
 
     # ---- save and register (main rank)
     metadata = {"val_accuracy": stats.val_accuracy, "validation_pairs": len(val)}
