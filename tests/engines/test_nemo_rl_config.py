@@ -376,6 +376,7 @@ def test_all_refusals_come_in_one_error() -> None:
         ("rl/reinforce", "reward_model", {"nemo_rl.reward_model_gpus": 8}, "nemo_rl.reward_model_gpus"),
         ("rl/reinforce", "reward_model", {"inputs.prompts": None}, "inputs.prompts"),
         ("rl/ppo", "reward_model", {"runtime.precision": "bf16"}, "runtime.precision"),
+        ("rl/reinforce", "reward_model", {"runtime.sharding": "fsdp"}, "runtime.sharding"),
     ],
 )
 def test_inexpressible_settings_are_refused(

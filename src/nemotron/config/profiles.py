@@ -48,6 +48,9 @@ class _ProfileBase(BaseModel):
     env_vars: dict[str, str] = {}
     artifacts_root: str | None = None  # where the artifact store lives (shared storage on clusters)
     inherits_shell_env: ClassVar[bool] = False  # whether the job sees the submitting shell's variables
+    # where a served reward model or judge runs beside the step: a process of its own, a node of its own (Slurm:
+    # group 0 of a heterogeneous job, nemotron.launch.served), or beside each node's local rank 0 (Lepton)
+    serves_on: ClassVar[Literal["process", "node", "rank0"]] = "process"
 
 
 GpuType = Literal["H100-80GB", "H200", "A100-40GB", "A100-80GB", "L40S"]
@@ -86,6 +89,7 @@ class _Watched(_ProfileBase):
 
 
 class SlurmProfile(_Watched):
+    serves_on: ClassVar[Literal["process", "node", "rank0"]] = "node"
     executor: Literal["slurm"]
     account: str | None = None
     partition: str | None = None
@@ -141,6 +145,7 @@ class LeptonMount(BaseModel):
 
 
 class LeptonProfile(_Watched):
+    serves_on: ClassVar[Literal["process", "node", "rank0"]] = "rank0"
     executor: Literal["lepton"]
     resource_shape: str = "cpu.small"
     node_group: str
@@ -189,7 +194,12 @@ def runs_here(profile: object) -> bool:
 def serves_beside_rank0(profile: object) -> bool:
     """Whether a reward server shares each node's local rank 0's device (Lepton: reward/sibling.py) instead of
     a node or process of its own."""
-    return getattr(profile, "executor", "local") == "lepton"
+    return getattr(profile, "serves_on", "process") == "rank0"
+
+
+def serves_on_a_node(profile: object) -> bool:
+    """Whether a served reward model or judge gets a node of its own (a heterogeneous job's group 0)."""
+    return getattr(profile, "serves_on", "process") == "node"
 
 
 def find_env_file(start: Path | None = None) -> Path | None:

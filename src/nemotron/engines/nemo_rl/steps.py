@@ -51,6 +51,10 @@ def _common_refusals(
     refuse.unless_default(
         f"{generation}.vllm_max_model_len", "NeMo-RL sizes vLLM to nemo_rl.max_prompt_tokens + max_new_tokens"
     )
+    for key in ("runtime.sharding", "runtime.fsdp_cpu_offload"):  # the built-in engine's; NeMo-RL has its own
+        refuse.unless_default(
+            key, "NeMo-RL shards by nemo_rl.policy_backend: DTensor (FSDP2) or Megatron-Core"
+        )
     if c.runtime.precision not in sec.PRECISION:
         refuse(
             "runtime.precision",
