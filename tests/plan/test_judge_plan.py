@@ -5,6 +5,8 @@ GPUs outside NeMo-RL's cluster: the compiled config keeps its nodes out, and a p
 
 from __future__ import annotations
 
+import json
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +119,27 @@ def test_a_profile_too_small_for_nemo_rls_judge_is_refused_naming_what_fits(
                             ("one_gpu", "backend=builtin", "env.should_use_nemo_gym=false")):  # fmt: skip
         ok = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", profile, *named, "--dry-run")
         assert ok.code == 0 and "warning: resource plan" not in ok.out, (profile, ok.err[-2000:])
+
+
+def test_a_genrm_too_large_for_its_vllm_share_is_refused(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    """NeMo-Gym's GenRM shards the judge over TP 4 at 90% of each GPU: 160B parameters are 160e9 x 2 bytes / 4 =
+    74.5 GiB of bf16 weights per GPU, over the 71.7 GiB share of an H100's 79.6: refused on the judge's node."""
+    judge = tmp_path / "judge_160b"
+    judge.mkdir()
+    rows = 160_000_000_000 // 16384  # one bf16 tensor of 160e9 parameters, declared in the header (no data)
+    header = json.dumps(
+        {"w": {"dtype": "BF16", "shape": [rows, 16384], "data_offsets": [0, rows * 16384 * 2]}}
+    )
+    (judge / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode())
+    (judge / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 16384, "num_attention_heads": 128,
+        "num_key_value_heads": 8, "num_hidden_layers": 50, "intermediate_size": 53248, "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+    }))  # fmt: skip
+    (judge / "tokenizer.json").write_text("{}")
+    key = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
+    r = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", "slurm_rlhf", f"{key}={judge}", "--dry-run")
+    assert r.code == 2, r.out[-2000:]
+    (line,) = r.err.strip().splitlines()
+    assert "resource plan: judge (NeMo-Gym GenRM) (node 1)" in line, line
+    assert "the largest term is judge weights (bf16 over TP 4) (74.5 GiB)" in line, line

@@ -147,7 +147,8 @@ def _genrm(ctx: PlanContext, judge: ModelShape, first: int) -> Group:
     notes = [f"bf16 weights {weights / 1024:.2f} GiB per GPU; NeMo-Gym places {sec.GENRM_DP} x {tp} GPUs "
              "(genrm_compare.yaml at the Gym commit NeMo-RL v0.7.0 pins) on nodes outside NeMo-RL's cluster"]  # fmt: skip
     if ctx.memory and weights > sec.GENRM_SHARE * memory:
-        peak = max(peak, memory + weights)  # vLLM cannot load the judge into its share
+        terms[f"judge weights (bf16 over TP {tp})"] = weights  # more than vLLM's share: it cannot load them
+        peak = max(peak, memory + weights)
         notes.append("vLLM's share cannot hold the judge's weights")
     nodes = ctx.nodes - first
     return ctx.group(
