@@ -45,13 +45,14 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
     own_node = ctx.nodes > 1 and rm_gpus > 0
     world = total - (ctx.per_node if own_node else rm_gpus)
     train_nodes = ctx.nodes - 1 if own_node else ctx.nodes
-    genrm = rm is not None and judge_role == "judge" and ctx.gpu
-    if (
-        genrm
-    ):  # NeMo-Gym's GenRM on nodes of its own (sections.genrm_split), as the compiled cluster leaves them
+    # NeMo-Gym's GenRM on nodes of its own (sections.genrm_split), as the compiled cluster leaves them where the
+    # profile has GPUs (the compile sets none aside on a CPU Ray cluster)
+    gpus_per_node = int(getattr(ctx.job.profile, "gpus_per_node", 0) or 0)
+    genrm = rm is not None and judge_role == "judge" and gpus_per_node >= 1
+    if genrm:
         split = sec.genrm_split(ctx.nodes, ctx.per_node)
         if split is None:
-            raise UserError(sec.genrm_shortfall(ctx.nodes, ctx.per_node, reward_model_fits=total > 1))
+            raise UserError(sec.genrm_shortfall(ctx.nodes, ctx.per_node, nemo.reward_model_gpus))
         train_nodes = split[0]
         world = train_nodes * ctx.per_node
     if (

@@ -43,8 +43,7 @@ def preflight(
     problems = preflight_problems(manifest, config, bindings)
     nemo = getattr(config, "nemo_rl", None)
     if gpus >= 1 and _gym(config) and isinstance(nemo, NemoRL) and genrm_split(nodes, gpus) is None:
-        rm_fits = nodes > 1 or gpus > nemo.reward_model_gpus
-        problems.append(genrm_shortfall(nodes, gpus, reward_model_fits=rm_fits))
+        problems.append(genrm_shortfall(nodes, gpus, nemo.reward_model_gpus))
     return EngineChecks(problems, groups)
 
 

@@ -284,8 +284,10 @@ def genrm_split(nodes: int, gpus_per_node: int) -> tuple[int, int] | None:
     return (nodes - judge, judge) if judge is not None and nodes > judge else None
 
 
-def genrm_shortfall(nodes: int, gpus_per_node: int, *, reward_model_fits: bool) -> str:
-    """One line: why `nodes` x `gpus_per_node` cannot hold NeMo-Gym's GenRM beside the policy, and what would."""
+def genrm_shortfall(nodes: int, gpus_per_node: int, reward_model_gpus: int) -> str:
+    """One line: why `nodes` x `gpus_per_node` cannot hold NeMo-Gym's GenRM beside the policy, and what would: a
+    profile that does, a reward model judge where its GPUs (nemo_rl.reward_model_gpus) leave the policy some
+    (NeMo-RL's grpo.py setup: a node of its own, or that many GPUs of a single node), the built-in engine."""
     group = GENRM_TP * GENRM_PP
     judge = genrm_nodes(gpus_per_node)
     have = f"{nodes} node{'s' * (nodes != 1)} x {gpus_per_node} GPU{'s' * (gpus_per_node != 1)}"
@@ -298,6 +300,7 @@ def genrm_shortfall(nodes: int, gpus_per_node: int, *, reward_model_fits: bool) 
         need = (f"needs {judge} node{'s' * (judge != 1)} of its own outside NeMo-RL's cluster "
                 f"(env.nemo_gym.num_gpu_nodes) and the policy at least one more, but the profile has {have}: use a "
                 f"profile of at least {judge + 1} nodes x {gpus_per_node} GPUs")  # fmt: skip
+    reward_model_fits = nodes > 1 or gpus_per_node > reward_model_gpus
     others = ["judge.kind=reward_model env.should_use_nemo_gym=false"] if reward_model_fits else []
     others.append("backend=builtin env.should_use_nemo_gym=false")
     return (f"NeMo-Gym's GenRM judge (vLLM DP {GENRM_DP} x TP {GENRM_TP} x PP {GENRM_PP}, genrm_compare.yaml at the "

@@ -248,8 +248,7 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
     if gym and gpus >= 1:
         split = sec.genrm_split(nodes, gpus)
         if split is None:
-            rm_fits = nodes > 1 or gpus > nemo.reward_model_gpus
-            refuse("env.should_use_nemo_gym", sec.genrm_shortfall(nodes, gpus, reward_model_fits=rm_fits))
+            refuse("env.should_use_nemo_gym", sec.genrm_shortfall(nodes, gpus, nemo.reward_model_gpus))
         else:
             cluster_nodes, judge_nodes = split
     if gym:
