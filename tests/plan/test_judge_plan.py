@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 ONE_GPU = """
@@ -78,12 +79,16 @@ def test_a_vllm_judge_under_slurm_is_planned_on_its_own_node_at_its_share(
     assert "judge server" not in rows["policy training"]
 
 
-def test_nemo_rls_generative_judge_runs_on_nodes_of_its_own(home: Path, tmp_path: Path, run_cli: Any) -> None:
+@pytest.mark.parametrize("profile", ["slurm_rlhf", "lepton_2nodes"])
+def test_nemo_rls_generative_judge_runs_on_nodes_of_its_own(
+    profile: str, home: Path, tmp_path: Path, run_cli: Any
+) -> None:
     """NeMo-Gym's GenRM (genrm_compare.yaml at the Gym commit NeMo-RL v0.7.0 pins: vLLM DP 2 x TP 4) is placed by Ray
     on what NeMo-RL's cluster leaves: on 2 nodes x 8 GPUs the compiled cluster is node 0 (cluster.num_nodes 1) and
     the judge node 1 (env.nemo_gym.num_gpu_nodes 1), as NeMo-RL's own 2-node RLHF recipe; the plan puts the policy
-    on node 0's 8 GPUs and the judge on node 1, and the dry run has no warning."""
-    r = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", "slurm_rlhf", "--dry-run")
+    on node 0's 8 GPUs and the judge on node 1, and the dry run has no warning. The same on Slurm and Lepton."""
+    (tmp_path / "env.toml").write_text('[lepton_2nodes]\nextends = "lepton_rl"\nnodes = 2\n')
+    r = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", profile, "--dry-run")
     assert r.code == 0, r.err
     assert "warning: resource plan" not in r.out
     rows, plan = _plan(r.out)
@@ -105,6 +110,7 @@ def test_a_profile_too_small_for_nemo_rls_judge_is_refused_naming_what_fits(
     of 4. Each is one line, exit 2; what it names then passes without a warning."""
     (tmp_path / "env.toml").write_text(ONE_GPU + ONE_NODE + TWO_NODES)
     for profile, fits in (("one_node", "use a profile of at least 2 nodes x 8 GPUs"),
+                          ("lepton_rl", "use a profile of at least 2 nodes x 8 GPUs"),
                           ("one_gpu", "use a profile whose nodes have at least 4 GPUs")):  # fmt: skip
         r = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", profile, "--dry-run")
         assert r.code == 2, r.out[-2000:]
@@ -112,7 +118,7 @@ def test_a_profile_too_small_for_nemo_rls_judge_is_refused_naming_what_fits(
         assert line.startswith("error: NeMo-Gym's GenRM judge (vLLM DP 2 x TP 4 x PP 1") and fits in line, (
             line
         )
-        assert ("judge.kind=reward_model env.should_use_nemo_gym=false" in line) == (profile == "one_node")
+        assert ("judge.kind=reward_model env.should_use_nemo_gym=false" in line) == (profile != "one_gpu")
         assert "backend=builtin env.should_use_nemo_gym=false" in line
     for profile, *named in (("two_nodes",),
                             ("one_node", "judge.kind=reward_model", "env.should_use_nemo_gym=false"),
