@@ -1,18 +1,33 @@
 """The judge planned where it runs (issue 43): a generative judge was "not planned (outside the policy's GPUs)" on a
 1-GPU profile where no other GPU exists. The built-in engine's judge server is planned on the device it starts on
 (beside local rank 0, or a node of its own in a Slurm job's group 0); NeMo-RL's is NeMo-Gym's own vLLM, which needs
-GPUs outside NeMo-RL's cluster: none are left, and the dry run says so."""
+GPUs outside NeMo-RL's cluster: the compiled config keeps its nodes out, and a profile too small for both is refused."""
 
 from __future__ import annotations
 
+import json
+import struct
 from pathlib import Path
 from typing import Any
+
+import pytest
+import yaml
 
 ONE_GPU = """
 [one_gpu]
 extends = "slurm_rlhf"
 nodes = 1
 gpus_per_node = 1
+"""
+ONE_NODE = """
+[one_node]
+extends = "slurm_rlhf"
+nodes = 1
+"""
+TWO_NODES = """
+[two_nodes]
+extends = "slurm_rlhf"
+nodes = 2
 """
 BUILTIN = ("backend=builtin", "env.should_use_nemo_gym=false", "judge.kind=generative")
 
@@ -64,33 +79,73 @@ def test_a_vllm_judge_under_slurm_is_planned_on_its_own_node_at_its_share(
     assert "judge server" not in rows["policy training"]
 
 
-def test_nemo_rls_generative_judge_has_no_gpu_left_and_the_dry_run_warns(
+@pytest.mark.parametrize("profile", ["slurm_rlhf", "lepton_2nodes"])
+def test_nemo_rls_generative_judge_runs_on_nodes_of_its_own(
+    profile: str, home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    """NeMo-Gym's GenRM (genrm_compare.yaml at the Gym commit NeMo-RL v0.7.0 pins: vLLM DP 2 x TP 4) is placed by Ray
+    on what NeMo-RL's cluster leaves: on 2 nodes x 8 GPUs the compiled cluster is node 0 (cluster.num_nodes 1) and
+    the judge node 1 (env.nemo_gym.num_gpu_nodes 1), as NeMo-RL's own 2-node RLHF recipe; the plan puts the policy
+    on node 0's 8 GPUs and the judge on node 1, and the dry run has no warning. The same on Slurm and Lepton."""
+    (tmp_path / "env.toml").write_text('[lepton_2nodes]\nextends = "lepton_rl"\nnodes = 2\n')
+    r = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", profile, "--dry-run")
+    assert r.code == 0, r.err
+    assert "warning: resource plan" not in r.out
+    rows, plan = _plan(r.out)
+    assert (
+        rows["judge (NeMo-Gym GenRM)"].split()[3:5] == ["node", "1"]
+        and " yes " in rows["judge (NeMo-Gym GenRM)"]
+    )
+    assert rows["policy training"].split()[2:4] == ["node", "0"]
+    assert "DTensor FSDP over 8 GPUs" in plan and "1 node of its own" in plan
+    compiled = yaml.safe_load(r.out.split("nemo_rl_config.yaml\n")[1].split("\n# ----")[0])
+    assert compiled["cluster"] == {"num_nodes": 1, "gpus_per_node": 8}
+    assert compiled["env"]["nemo_gym"]["num_gpu_nodes"] == 1
+
+
+def test_a_profile_too_small_for_nemo_rls_judge_is_refused_naming_what_fits(
     home: Path, tmp_path: Path, run_cli: Any
 ) -> None:
-    """NeMo-Gym's GenRM (genrm_compare.yaml at the Gym commit NeMo-RL v0.7.0 pins: vLLM DP 2 x TP 4) places 8 GPUs of
-    its own; our config gives NeMo-RL's cluster every GPU of the job. The dry run shows the judge without GPUs and
-    warns, naming the ways out that plan without the warning on that profile."""
-    (tmp_path / "env.toml").write_text(ONE_GPU)
-    r = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", "one_gpu", "--dry-run")
-    assert r.code == 0, r.err
-    rows, plan = _plan(r.out)
-    assert "no GPU left" in rows["judge (NeMo-Gym GenRM)"] and " NO " in rows["judge (NeMo-Gym GenRM)"]
-    assert "not planned" not in plan
-    (warning,) = [line for line in r.out.splitlines() if line.startswith("warning: resource plan")]
-    assert "judge (NeMo-Gym GenRM) (no GPU left): NeMo-Gym's GenRM vLLM needs 8 GPUs outside NeMo-RL's cluster, " \
-           "which takes every one of the job's 1" in warning, warning  # fmt: skip
-    # each way out it names plans without the warning; a reward model would leave the policy no GPU of one
-    assert (
-        "To fit: backend=builtin env.should_use_nemo_gym=false (" in warning and "reward_model" not in warning
+    """One node of 8 GPUs holds the judge's two ranks but leaves the policy none; nodes of 1 GPU cannot hold a rank
+    of 4. Each is one line, exit 2; what it names then passes without a warning."""
+    (tmp_path / "env.toml").write_text(ONE_GPU + ONE_NODE + TWO_NODES)
+    for profile, fits in (("one_node", "use a profile of at least 2 nodes x 8 GPUs"),
+                          ("lepton_rl", "use a profile of at least 2 nodes x 8 GPUs"),
+                          ("one_gpu", "use a profile whose nodes have at least 4 GPUs")):  # fmt: skip
+        r = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", profile, "--dry-run")
+        assert r.code == 2, r.out[-2000:]
+        (line,) = r.err.strip().splitlines()
+        assert line.startswith("error: NeMo-Gym's GenRM judge (vLLM DP 2 x TP 4 x PP 1") and fits in line, (
+            line
+        )
+        assert ("judge.kind=reward_model env.should_use_nemo_gym=false" in line) == (profile != "one_gpu")
+        assert "backend=builtin env.should_use_nemo_gym=false" in line
+    for profile, *named in (("two_nodes",),
+                            ("one_node", "judge.kind=reward_model", "env.should_use_nemo_gym=false"),
+                            ("one_gpu", "backend=builtin", "env.should_use_nemo_gym=false")):  # fmt: skip
+        ok = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", profile, *named, "--dry-run")
+        assert ok.code == 0 and "warning: resource plan" not in ok.out, (profile, ok.err[-2000:])
+
+
+def test_a_genrm_too_large_for_its_vllm_share_is_refused(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    """NeMo-Gym's GenRM shards the judge over TP 4 at 90% of each GPU: 160B parameters are 160e9 x 2 bytes / 4 =
+    74.5 GiB of bf16 weights per GPU, over the 71.7 GiB share of an H100's 79.6: refused on the judge's node."""
+    judge = tmp_path / "judge_160b"
+    judge.mkdir()
+    rows = 160_000_000_000 // 16384  # one bf16 tensor of 160e9 parameters, declared in the header (no data)
+    header = json.dumps(
+        {"w": {"dtype": "BF16", "shape": [rows, 16384], "data_offsets": [0, rows * 16384 * 2]}}
     )
-    fixed = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", "one_gpu", "backend=builtin",
-                    "env.should_use_nemo_gym=false", "--dry-run")  # fmt: skip
-    assert fixed.code == 0 and "warning: resource plan" not in fixed.out, fixed.err
-    r = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", "slurm_rlhf", "--dry-run")
-    (warning,) = [line for line in r.out.splitlines() if line.startswith("warning: resource plan")]
-    assert "every one of the job's 16 (" in warning and "To fit: judge.kind=reward_model env.should_use_nemo_gym=false (" \
-        in warning  # fmt: skip
-    fixed = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", "slurm_rlhf", "judge.kind=reward_model",
-                    "env.should_use_nemo_gym=false", "--dry-run")  # fmt: skip
-    assert fixed.code == 0 and "warning: resource plan" not in fixed.out, fixed.err
-    assert "judge (NeMo-Gym GenRM)" not in fixed.out
+    (judge / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode())
+    (judge / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 16384, "num_attention_heads": 128,
+        "num_key_value_heads": 8, "num_hidden_layers": 50, "intermediate_size": 53248, "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+    }))  # fmt: skip
+    (judge / "tokenizer.json").write_text("{}")
+    key = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"
+    r = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", "slurm_rlhf", f"{key}={judge}", "--dry-run")
+    assert r.code == 2, r.out[-2000:]
+    (line,) = r.err.strip().splitlines()
+    assert "resource plan: judge (NeMo-Gym GenRM) (node 1)" in line, line
+    assert "the largest term is judge weights (bf16 over TP 4) (74.5 GiB)" in line, line
