@@ -21,7 +21,7 @@ from nemotron.models.supervised import RankBatches, from_architecture, held_out_
 from nemotron.models.tiny import count_parameters
 from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
-from nemotron.rl.stages import save_and_register
+from nemotron.rl.stages import Checkpoints, save_and_register
 from nemotron.rl.stats import as_metrics
 from nemotron.runtime.devices import DevicePlan, peak_memory_mb
 from nemotron.runtime.step import StepRun, required
@@ -95,11 +95,17 @@ def main() -> None:
     optimizer = build_optimizer(policy.parameters(), cfg.optim)
     batches = RankBatches(train, cfg.trainer.global_batch_size, world.size, cfg.runtime.seed + world.rank)
 
-    # ---- loop: update, then report (with the validation loss every log_interval steps)
+    # ---- resume: a requeued job (or checkpoint.resume) continues from its checkpoint and batch
+    checkpoints = Checkpoints(
+        run, cfg.checkpoint, {"policy": policy}, {"policy": optimizer}, world, cfg.inputs.init_from
+    )
+    start_step, _ = checkpoints.resume()
+    batches.skip(start_step)
+
+    # ---- loop: update, report (the validation loss every log_interval steps), checkpoint
     policy.train()
     total = cfg.trainer.max_steps
-    run.rewind_metrics(-1)  # a requeued run starts over (no resume here): its lost run's rows go
-    for step in range(1, total + 1):
+    for step in range(start_step + 1, total + 1):
         t0 = time.perf_counter()
         batch = sft_batch(tokenizer, batches.next(), cfg.trainer.max_length)
         with plan.autocast():
@@ -110,6 +116,7 @@ def main() -> None:
         if step % cfg.trainer.log_interval == 0 or step == total:
             stats.val_loss = validation_loss(policy, tokenizer, val, cfg.trainer.max_length, plan)
         run.report(step, total, as_metrics(stats), ("loss", "val_loss", "lr"), cfg.trainer.log_interval)
+        checkpoints.maybe_save(step, step)
 
     # ---- save and register (main rank)
     metadata = {"val_loss": stats.val_loss, "parameters": count_parameters(policy)}

@@ -62,13 +62,15 @@ def test_parallel_sizes_that_divide_are_accepted(home: Path, tmp_path: Path, run
     r = run_cli(*_aligner_ppo(nemo, "-b", "slurm_rlhf", "--dry-run"))
     assert r.code == 0, r.err[-2000:]
     assert "trainer.devices=8" in r.out
-    (tmp_path / "env.toml").write_text("[one8]\nextends = 'slurm_rlhf'\nnodes = 1\n")
+    (tmp_path / "env.toml").write_text(
+        "[two8]\nextends = 'slurm_rlhf'\nnodes = 2\n"
+    )  # node 1: NeMo-Gym's judge
     megatron = (
         "nemo_rl.policy_backend=megatron",
         "nemo_rl.tensor_parallel_size=4",
         "nemo_rl.pipeline_parallel_size=2",
     )
-    r = run_cli("steps", "run", "rl/rlhf", *megatron, "-b", "one8", "--dry-run")
+    r = run_cli("steps", "run", "rl/rlhf", *megatron, "-b", "two8", "--dry-run")
     assert r.code == 0, r.err[-2000:]
     assert "tensor_model_parallel_size: 4" in r.out
 

@@ -146,9 +146,10 @@ def test_dry_run_prints_config_sources_bindings_and_command_without_torch(
         (["steps", "run", "eval/policy", "-c", "nemo_rl", "-b", "slurm_rlhf", "--dry-run", "inputs.policy=/models/p",
           "inputs.prompts=" + str(Path(__file__).resolve().parents[2] / "docs" / "examples" / "math_prompts.jsonl")],
          (*NEVER, "rich", "math_verify", "sympy"), "nemotron.engines.nemo_rl.evaluation"),
-        # no override and no ${...} in rl/ppo's presets: nothing for OmegaConf to do (rl/rlhf's has one)
-        (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"], (*NEVER, "rich", "omegaconf"),
-         "nemotron.plan.terms"),
+        # no override and no ${...} in rl/ppo's presets: nothing for OmegaConf to do (rl/rlhf's has one); NeMo-Run's
+        # sbatch template filled in without jinja2 (launch/nemo_run_sbatch.py), and no Ray module for a hetjob
+        (["steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run"],
+         (*NEVER, "rich", "omegaconf", "jinja2", "nemotron.launch.ray_slurm"), "nemotron.plan.terms"),
         # trackers on: preflight checks their settings, their libraries wait for the step itself
         (["steps", "run", "rl/ppo", "-c", "tiny", "--dry-run", "tracking.mlflow.enabled=true",
           "tracking.mlflow.tracking_uri=http://127.0.0.1:5000", "tracking.wandb.enabled=true"],

@@ -102,6 +102,8 @@ BASE_KEYS: dict[str, dict[str, Any]] = {
 KEY_YAMLS = {
     "env.reward_model": "examples/configs/grpo_rm_1B.yaml",  # the reward-model environment's example
     "env.nemo_gym": "examples/nemo_gym/grpo_workplace_assistant_nemotron_nano_v2_9b.yaml",  # NeMo-Gym's example
+    # NeMo-RL's own 2-node RLHF recipe: 1 node of policy (cluster.num_nodes) + 1 of NeMo-Gym's GenRM
+    "env.nemo_gym.num_gpu_nodes": "examples/configs/recipes/llm/grpo-qwen3-1.7b-2n8g-megatron-super-rlhf.yaml",
     "policy.generation.vllm_cfg.expose_http_server": "examples/nemo_gym/grpo_workplace_assistant_nemotron_nano_v2_9b.yaml",
 }
 
@@ -215,6 +217,7 @@ _GYM = _in(
     ("env.nemo_gym", 196),
 ) + _in(
     "nemo_rl/algorithms/grpo.py",
+    ("env.nemo_gym.num_gpu_nodes", 464),  # the GenRM's nodes: only the NemoGym actor's node affinity reads it
     ("policy.generation.vllm_cfg.expose_http_server", 1717),
 )
 _PPO = (
@@ -422,4 +425,31 @@ LOGGER_SECTIONS = {  # LoggerConfig's key -> the TypedDict of its section
     "tensorboard": "TensorboardConfig",
     "swanlab": "SwanlabConfig",
     "gpu_monitoring": "GPUMonitoringConfig",
+}
+
+# NeMo-Gym, as the tag pins it (a submodule) and as its GenRM judge is placed (nemotron.engines.nemo_rl.sections.GENRM_*)
+GYM_MIRROR = Path("/work/.mirror/NVIDIA-NeMo+Gym/repo")
+GYM_SUBMODULE = "3rdparty/Gym-workspace/Gym"
+GYM_COMMIT = "d67ad6611cfe21dbaeb301c59e59df32ce22ec50"
+# resources_servers/genrm_compare/configs/genrm_compare.yaml at GYM_COMMIT, genrm_model.responses_api_models.genrm_model
+GENRM_YAML = "resources_servers/genrm_compare/configs/genrm_compare.yaml"
+GENRM_SERVE = {
+    "vllm_serve_kwargs.data_parallel_size": 2,
+    "vllm_serve_kwargs.tensor_parallel_size": 4,
+    "vllm_serve_kwargs.pipeline_parallel_size": 1,
+    "vllm_serve_kwargs.gpu_memory_utilization": 0.9,
+    "vllm_serve_env_vars.VLLM_RAY_DP_PACK_STRATEGY": "strict",  # each DP rank's TP x PP GPUs packed on one node
+}
+# responses_api_models/local_vllm_model/app.py at GYM_COMMIT: the first rank's placement group, TP x PP GPUs,
+# STRICT_PACK under the "strict" strategy (_select_vllm_server_head_node)
+GENRM_PLACEMENT = (
+    "responses_api_models/local_vllm_model/app.py",
+    ('placement_strategy = "STRICT_PACK"', "pipeline_parallel_size * server_args.tensor_parallel_size"),
+)
+# NeMo-RL's own recipes with NeMo-Gym judges on nodes of their own: (file, its name's node count); their cluster.num_nodes
+# + env.nemo_gym.num_gpu_nodes is that count ("Total SLURM nodes = cluster.num_nodes (1) + env.nemo_gym.num_gpu_nodes
+# (5) = 6", grpo-qwen3-1.7b-6n8g-megatron-super-rlvr.yaml:87)
+GYM_RECIPES = {
+    "examples/configs/recipes/llm/grpo-qwen3-1.7b-2n8g-megatron-super-rlhf.yaml": 2,
+    "examples/configs/recipes/llm/grpo-qwen3-1.7b-6n8g-megatron-super-rlvr.yaml": 6,
 }

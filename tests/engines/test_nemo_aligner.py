@@ -114,6 +114,7 @@ def test_what_nemo_aligner_cannot_express_is_refused_at_once(home: Path) -> None
         "optim.min_lr_ratio=0.1",
         "runtime.device=cpu",
         "nemo_rl.tensor_parallel_size=2",
+        "runtime.sharding=fsdp",
     )
     with pytest.raises(UserError) as e:
         compile_aligner(job.step_id, job.step_model, job_dir="/j", nodes=2, gpus=8)
@@ -125,6 +126,7 @@ def test_what_nemo_aligner_cannot_express_is_refused_at_once(home: Path) -> None
         "optim.min_lr_ratio",
         "runtime.device",
         "nemo_rl.tensor_parallel_size",
+        "runtime.sharding",
     ):
         assert key in text
     serve = _job("rm/serve", "server.mode=chat")

@@ -84,6 +84,7 @@ def test_hand_checked_values(home: Path) -> None:
         ("sft", ("optim.min_lr_ratio=0.1",), "optim.min_lr_ratio"),
         ("rm/train", ("runtime.gradient_checkpointing=true",), "runtime.gradient_checkpointing"),
         ("rm/train", ("nemo_rl.tensor_parallel_size=2",), "nemo_rl.tensor_parallel_size"),
+        ("sft", ("runtime.sharding=fsdp",), "runtime.sharding"),
     ],
 )
 def test_inexpressible_settings_are_refused(

@@ -81,9 +81,11 @@ def compiled(
     env: str = "reward_model",
     backend: str = "dtensor",
     *,
-    nodes: int = 1,
+    nodes: int | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> NemoRLRun:
+    """On one node of 8 GPUs; NeMo-Gym's judge on a second node of its own (tests/engines/test_nemo_rl_judge.py)."""
+    nodes = nodes or (2 if env == "nemo_gym" else 1)
     extra = dict(GYM) if env == "nemo_gym" else {}
     extra["nemo_rl.policy_backend"] = backend
     cfg = step_model(step_id, **{k.replace(".", "__"): v for k, v in (extra | (overrides or {})).items()})
@@ -376,6 +378,7 @@ def test_all_refusals_come_in_one_error() -> None:
         ("rl/reinforce", "reward_model", {"nemo_rl.reward_model_gpus": 8}, "nemo_rl.reward_model_gpus"),
         ("rl/reinforce", "reward_model", {"inputs.prompts": None}, "inputs.prompts"),
         ("rl/ppo", "reward_model", {"runtime.precision": "bf16"}, "runtime.precision"),
+        ("rl/reinforce", "reward_model", {"runtime.sharding": "fsdp"}, "runtime.sharding"),
     ],
 )
 def test_inexpressible_settings_are_refused(

@@ -143,6 +143,7 @@ def test_hand_checked_values() -> None:
         ("sft", {"runtime__device": "cpu"}, "runtime.device"),
         ("sft", {"runtime__precision": "bf16"}, "runtime.precision"),
         ("sft", {"nemo_rl__pipeline_parallel_size": 2}, "nemo_rl.pipeline_parallel_size"),
+        ("sft", {"runtime__sharding": "fsdp"}, "runtime.sharding"),
         ("rm/train", {"nemo_rl__policy_backend": "megatron"}, "nemo_rl.policy_backend"),
         ("rm/train", {"nemo_rl__sequence_packing": True}, "nemo_rl.sequence_packing"),
         ("rm/train", {"nemo_rl__context_parallel_size": 2}, "nemo_rl.context_parallel_size"),

@@ -17,10 +17,16 @@ from nemotron.launch import ray_slurm, submit
 PROFILES = "".join(f'[slurm_{n}]\nextends = "slurm_rlhf"\nnodes = {n}\n' for n in (1, 2, 8))
 
 
+# rl/rlhf's NeMo-Gym judge takes a node of its own beside the policy's: one node runs a reward model judge instead
+RM_JUDGE = ["judge.kind=reward_model", "env.should_use_nemo_gym=false",
+            "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=/models/rm"]  # fmt: skip
+
+
 @pytest.mark.parametrize("nodes", [1, 2, 8])
 def test_one_head_workers_and_one_driver(nodes: int, home: Path, tmp_path: Path) -> None:
     (tmp_path / "env.toml").write_text(PROFILES)
-    job = compile_job(Catalog(), "rl/rlhf", "default", [], profile_name=f"slurm_{nodes}", mode="batch")
+    overrides = RM_JUDGE if nodes == 1 else []
+    job = compile_job(Catalog(), "rl/rlhf", "default", overrides, profile_name=f"slurm_{nodes}", mode="batch")
     _, where, launch, text = submit.plan(job)
     plan = ray_slurm.plan_for(job, where, launch)  # type: ignore[arg-type]
     script = ray_slurm.render_sbatch(plan)
@@ -37,10 +43,12 @@ def test_one_head_workers_and_one_driver(nodes: int, home: Path, tmp_path: Path)
     )
     assert len(re.findall(r"srun --overlap .* bash .*ray_driver\.sh", script)) == 1
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
-    assert plan.driver_script.count("uv run python examples/nemo_gym/run_grpo_nemo_gym.py") == 1
+    entry = "examples/run_grpo.py" if nodes == 1 else "examples/nemo_gym/run_grpo_nemo_gym.py"
+    assert plan.driver_script.count(f"uv run python {entry}") == 1
+    # every node joins the Ray cluster; NeMo-RL's own cluster is the policy's share, less the judge's node
     assert "NEMOTRON_RAY_NODES" in plan.driver_script and f"export NEMOTRON_RAY_NODES={nodes}" in script
     config = yaml.safe_load(dict(launch.files)["nemo_rl_config.yaml"])  # type: ignore[union-attr]
-    assert config["cluster"] == {"num_nodes": nodes, "gpus_per_node": 8}
+    assert config["cluster"] == {"num_nodes": nodes if nodes == 1 else nodes - 1, "gpus_per_node": 8}
 
 
 def test_port_blocks_never_overlap_between_the_raylets_of_one_host() -> None:

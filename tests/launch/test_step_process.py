@@ -63,9 +63,9 @@ def test_every_executor_runs_the_same_step_under_its_own_torchrun(profiles: None
 
     plan = LeptonExecutor().plan(sft("two_lepton"))
     assert list(plan.command) == [
-        # every pod under the pod watchdog (launch/pod_watchdog.py): 2 nodes, the profile's default beats
+        # every pod under the pod watchdog (launch/pod_watchdog.py): 2 nodes, the profile's default beats and progress
         "python", "-m", "nemotron.launch.pod_watchdog", "--job-dir", plan.job_dir, "--node-rank", "$NODE_RANK",
-        "--nodes", "2", "--interval", "30", "--timeout", "90", "--",
+        "--nodes", "2", "--interval", "30", "--timeout", "90", "--progress", "600,5,1800,1800,1800", "--",
         "python", "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "4",
         "--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR", "--master-port", "$MASTER_PORT",
         *TAIL, "/nemotron/code/steps/sft/step.py", "--job-dir", plan.job_dir, "--note", "'a b'", EXIT_LINE,

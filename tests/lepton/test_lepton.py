@@ -127,8 +127,8 @@ def test_a_step_s_exit_code_reaches_jobs_status_as_on_every_executor(
 def test_a_literal_secret_in_a_lepton_profile_is_refused(
     step: str, preset: str, home: Path, fixture_steps: Path, tmp_path: Path, run_cli: Any
 ) -> None:
-    (tmp_path / "env.toml").write_text(
-        '[leaky]\nextends = "lepton_rl"\nenv_vars = { HF_TOKEN = "hf_abcdefgh123456" }\n'
+    (tmp_path / "env.toml").write_text(  # 2 nodes: rl/rlhf's NeMo-Gym judge takes one beside the policy's
+        '[leaky]\nextends = "lepton_rl"\nnodes = 2\nenv_vars = { HF_TOKEN = "hf_abcdefgh123456" }\n'
     )
     r = run_cli("steps", "run", step, "-c", preset, "-b", "leaky", "--dry-run", cwd=tmp_path)
     assert (

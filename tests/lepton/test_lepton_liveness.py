@@ -122,7 +122,9 @@ def test_a_lost_node_fails_the_lepton_ray_job_within_the_bound(
     entry = ray_job["entrypoint"]
     assert (
         "ray_watchdog.py --job-dir " in entry
-        and f"--interval {INTERVAL_S} --timeout {TIMEOUT_S} -- bash " in entry
+        and f"--interval {INTERVAL_S} --timeout {TIMEOUT_S} --progress 600,5,1800,1800,1800 --step-line "
+        in entry
+        and " -- bash " in entry
     )
     assert entry.endswith("/ray_driver.sh")
     (package,) = lepton_api.packages.values()

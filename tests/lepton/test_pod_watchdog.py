@@ -238,20 +238,25 @@ def _launch_files(lepton_api: Any) -> dict[str, str]:
         }
 
 
-def test_the_watchdog_wraps_torchrun_on_several_pods_only(nemotron: Any, lep2: Path) -> None:
+def test_the_watchdog_wraps_every_pod_and_beats_on_several_only(nemotron: Any, lep2: Path) -> None:
     two = nemotron("steps", "run", "test/ranks", "-c", "tiny", "-b", "lep2", "--dry-run")
     assert two.code == 0, two.err
     watched = f"{sys.executable} -m nemotron.launch.pod_watchdog --job-dir {lep2}/nemorun/experiments/"
     assert (
         watched in two.out
         and (
-            f" --node-rank $NODE_RANK --nodes 2 --interval {INTERVAL_S} --timeout {TIMEOUT_S} -- "
-            f"{sys.executable} -m torch.distributed.run --nnodes 2 "
+            f" --node-rank $NODE_RANK --nodes 2 --interval {INTERVAL_S} --timeout {TIMEOUT_S} "
+            f"--progress 600,5,1800,1800,1800 -- {sys.executable} -m torch.distributed.run --nnodes 2 "
         )
         in two.out
     ), two.out
+    # one pod: nothing to beat with, but its rank's progress is watched all the same
     one = nemotron("steps", "run", "test/ranks", "-c", "tiny", "-b", "lep1", "--dry-run")
-    assert one.code == 0 and "pod_watchdog" not in one.out and "-m nemotron.run_step" in one.out, one.out
+    assert one.code == 0, one.err
+    assert (
+        f" --node-rank 0 --nodes 1 --interval {INTERVAL_S} --timeout {TIMEOUT_S} --progress 600,5,1800,1800,1800 "
+        f"-- {sys.executable} -m nemotron.run_step "
+    ) in one.out, one.out
 
 
 def test_a_hung_pod_fails_the_lepton_job_and_stops_it(
@@ -337,3 +342,83 @@ def test_real_torchrun_on_a_hung_pod_s_peer_is_stopped_within_the_bound(pods: Po
     assert code == 1 and took <= BOUND_S, (took, pods.output(0)[-3000:])
     assert json.loads((pods.job_dir / "liveness.json").read_text())["node_rank"] == 1
     assert all(_gone(pid) for pid in survivors), "pod 0's torchrun agent and worker are stopped"
+
+
+# a rank of a built-in step in miniature: three training steps through the beacon StepRun keeps, then a hang (as in
+# a collective whose peer stopped); its pid recorded as FAKE_TORCHRUN's are
+HUNG_RANK = """
+import os, sys, time
+from nemotron.runtime.progress import Beacon
+open(sys.argv[1] + ".tmp", "w").write(f"{os.getpid()} {os.getpid()}")
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+beacon = Beacon.from_env(rank=0)
+for step in (1, 2, 3):
+    time.sleep(0.2)
+    beacon.beat(step)
+time.sleep(600)
+"""
+
+
+def test_a_rank_that_stops_making_progress_fails_the_pod(pods: Pods) -> None:
+    """One pod (nothing to beat with) and its rank's progress: past its allowance (the floor, 2 s), the watchdog
+    fails the job naming the rank; a beacon an earlier attempt left overdue counts for nothing before that."""
+    folder = pods.job_dir / "progress" / "torchrun"
+    folder.mkdir(parents=True)
+    (folder / "old-pod.1").write_text("1000 step 9 old-pod 0 1 990\n")  # long overdue
+    rank = pods.tmp_path / "hung_rank.py"
+    rank.write_text(HUNG_RANK)
+    watchdog = [sys.executable, "-m", "nemotron.launch.pod_watchdog", "--job-dir", str(pods.job_dir)]
+    watchdog += [
+        "--node-rank",
+        "0",
+        "--nodes",
+        "1",
+        "--interval",
+        str(INTERVAL_S),
+        "--timeout",
+        str(TIMEOUT_S),
+    ]
+    watchdog += ["--progress", "2,3,30,30,30", "--", sys.executable, str(rank), str(pods.pids_file(0))]
+    started = time.monotonic()
+    pods.run(watchdog, {})
+    code = pods.procs[0].wait(60)
+    took = time.monotonic() - started
+    log = pods.output(0)
+    assert code == 1, log
+    seen = json.loads((pods.job_dir / "liveness.json").read_text())
+    assert seen["kind"] == "progress" and (seen["rank"], seen["step"], seen["section"]) == (0, 3, "step"), (
+        seen
+    )
+    assert seen["bound_s"] == 2 and seen["ranks"].startswith("rank 0 on ") and "old-pod" not in seen["ranks"]
+    assert PREFIX + json.dumps(seen) in log.splitlines(), log
+    # start-up and three 0.2 s steps, the 2 s floor, one look; far from the 30 s start-up allowance
+    assert took < 20, (took, log)
+    assert all(_gone(pid) for pid in pods.workers(0)), "the hung rank is stopped"
+
+
+def test_a_pod_that_fails_during_start_up_stops_the_others_at_once(pods: Pods) -> None:
+    """Pod 1's torchrun exits during start-up; pod 0, whose ranks have not finished a step (no beacon past
+    start-up), stops its own at the next look rather than `--timeout` later: it could only wait out its
+    rendezvous."""
+    progress = ("--progress", "600,5,1800,1800,1800")
+    pods.start(0, 600, 0, *progress)
+    pods.start(1, 0.5, 3, *progress)
+    pods.running(range(1))
+    beat = pods.job_dir / "heartbeats" / "torchrun" / "1"
+    failed_at = ended_at = None
+    deadline = time.monotonic() + TIMEOUT_S + 30
+    while ended_at is None and time.monotonic() < deadline:
+        if failed_at is None and beat.exists() and '"exit_code": 3' in beat.read_text():
+            failed_at = time.monotonic()  # pod 1's torchrun failed
+        if pods.procs[0].poll() is not None:
+            ended_at = time.monotonic()
+        time.sleep(0.05)
+    codes = [p.wait(1) for p in pods.procs]
+    assert codes == [128 + signal.SIGTERM, 3], [pods.output(0), pods.output(1)]
+    assert "another node's torchrun failed" in pods.output(0)
+    assert not (pods.job_dir / "liveness.json").exists()
+    # at the next look, where the rule for a failure after start-up waits `--timeout` (3 s) first
+    assert failed_at is not None and ended_at is not None and ended_at - failed_at < TIMEOUT_S, (
+        failed_at,
+        ended_at,
+    )

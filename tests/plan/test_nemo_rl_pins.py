@@ -15,25 +15,30 @@ from nemotron.compile import compile_job
 from nemotron.errors import UserError
 from nemotron.launch import submit
 
+# Each example's nodes plus one for rl/rlhf's judge, which NeMo-RL keeps out of the policy's cluster: a reward model
+# (one node of its own on a multi-node job, grpo.py setup), so the policy plans on exactly the example's GPUs. NeMo-Gym's
+# GenRM would need nodes of 4 GPUs (tests/plan/test_judge_plan.py).
 PROFILES = """
 [h100_1x1]
 extends = "slurm_rlhf"
-nodes = 1
+nodes = 2
 gpus_per_node = 1
 [h100_1x8]
 extends = "slurm_rlhf"
-nodes = 1
+nodes = 2
 [h100_8x8]
 extends = "slurm_rlhf"
-nodes = 8
+nodes = 9
 """
+JUDGE_APART = ("judge.kind=reward_model", "env.should_use_nemo_gym=false")
 
 
 def plan(profile: str, *overrides: str, tmp_path: Path) -> dict[str, Any]:
     (tmp_path / "env.toml").write_text(PROFILES)
-    job = compile_job(Catalog(), "rl/rlhf", "default", overrides=list(overrides), profile_name=profile,
+    job = compile_job(Catalog(), "rl/rlhf", "default", overrides=[*JUDGE_APART, *overrides], profile_name=profile,
                       mode="batch", dry_run=True)  # fmt: skip
     groups = submit.dry_run_json(job)["resource_plan"]["groups"]
+    assert groups[0]["nodes"] == ("node 0" if profile != "h100_8x8" else "nodes 0-7")  # the example's nodes
     return {g["name"]: g for g in groups}
 
 
@@ -86,7 +91,7 @@ def test_the_8b_example_on_one_gpu_is_refused(home: Path, tmp_path: Path) -> Non
     assert "policy training" in line and "the largest term is optimizer (59.8 GiB)" in line
     # issue 43: TP 2 is refused on one GPU by the engine's own rule, and checkpointing leaves 128 GiB: each remedy
     # is re-planned before it is named, and only more GPUs is left
-    assert "To fit: more GPUs (the profile's nodes, now 1) (or plan.on_no_fit=warn" in line, line
+    assert "To fit: more GPUs (the profile's nodes, now 2) (or plan.on_no_fit=warn" in line, line
 
 
 def test_the_70b_example_without_pipeline_parallelism_on_one_node_is_refused(
@@ -100,7 +105,7 @@ def test_the_70b_example_without_pipeline_parallelism_on_one_node_is_refused(
     line = str(refused.value)
     assert "the largest term is activations" in line and "needs 2" in line  # over 200 GiB per GPU
     # checkpointing alone leaves 132 GiB of weights, gradients and optimizer per GPU: not named
-    assert "To fit: more GPUs (the profile's nodes, now 1) (or" in line, line
+    assert "To fit: more GPUs (the profile's nodes, now 2) (or" in line, line
 
 
 def test_a_colocated_vllm_share_too_small_for_the_weights_is_refused(home: Path, tmp_path: Path) -> None:

@@ -84,11 +84,14 @@ def test_the_dry_run_json_holds_the_plan(home: Path, run_cli: Any) -> None:
     assert r.code == 0, r.err
     plan = json.loads(r.out)["resource_plan"]
     names = [g["name"] for g in plan["groups"]]
-    assert names == ["policy training", "reference policy", "vLLM generation"]
+    assert names == ["policy training", "reference policy", "vLLM generation", "judge (NeMo-Gym GenRM)"]
     training = plan["groups"][0]
     assert training["fits"] and training["available_mb"] == 81559
-    assert training["parallelism"] == "DTensor FSDP over 16 GPUs, TP 1, CP 1"
-    assert plan["unknown"] and "judge" in plan["unknown"][0]  # NeMo-Gym's judge server is not planned
+    # the policy's cluster is node 0's 8 GPUs: node 1 is NeMo-Gym's judge's (tests/plan/test_judge_plan.py)
+    assert training["parallelism"] == "DTensor FSDP over 8 GPUs, TP 1, CP 1" and training["nodes"] == "node 0"
+    judge = plan["groups"][3]
+    assert judge["fits"] and judge["enforced"] and not judge["shortfall"] and judge["nodes"] == "node 1"
+    assert plan["unknown"] == []
     assert run_cli("steps", "run", "sft", "-c", "tiny", "--json").code == 2  # --json only with --dry-run
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -21,10 +23,14 @@ import pytest
 from tests.slurm.jobs import fake_nemo_rl_profile, nemotron, wait_for
 
 STEPS = Path(__file__).resolve().parent / "steproot"
+NODE_FAILS = Path(__file__).resolve().parents[1] / "fixtures" / "torchrun_node_fails"
 INTERVAL_S, TIMEOUT_S = 2, 8
 # the bound a user can count on: the silence bound, one check interval, Slurm's KillWait (5 s here) to end the
 # steps, and a margin for this loaded machine (sacct's End has whole seconds)
 BOUND_S = TIMEOUT_S + INTERVAL_S + 5 + 10
+# a rank's progress allowance here: the floor (a round takes 0.2 s, so 3 x its pace stays under it)
+PROGRESS_FLOOR_S = 6
+PROGRESS_BOUND_S = PROGRESS_FLOOR_S + INTERVAL_S + 5 + 10
 
 pytestmark = pytest.mark.slurm
 
@@ -39,11 +45,32 @@ cpus_per_task = 1
 heartbeat_interval_s = {INTERVAL_S}
 heartbeat_timeout_s = {TIMEOUT_S}
 
+[watched_progress]
+extends = "local_slurm"
+nodes = 2
+cpus_per_task = 1
+heartbeat_interval_s = {INTERVAL_S}
+heartbeat_timeout_s = {TIMEOUT_S}
+progress_floor_s = {PROGRESS_FLOOR_S}
+progress_pace_factor = 3
+progress_startup_s = 120
+
+[node2_never_starts]
+extends = "local_slurm"
+nodes = 2
+cpus_per_task = 1
+python = "{NODE_FAILS}/python"
+env_vars = {{ NEMOTRON_TEST_REAL_PYTHON = "{sys.executable}" }}
+
 [watched_hetjob]
 extends = "local_slurm"
 heartbeat_interval_s = {INTERVAL_S}
 heartbeat_timeout_s = {TIMEOUT_S}
-{fake_nemo_rl_profile("ray2_slow", "watched", FAKE_NEMO_RL_SLEEP_S="300")}""")
+{fake_nemo_rl_profile("ray2_slow", "watched", FAKE_NEMO_RL_SLEEP_S="300")}
+{fake_nemo_rl_profile("ray2_stepping", "watched_progress", FAKE_NEMO_RL_STEP_S="0.5", FAKE_NEMO_RL_STEP_TASKS="1")}
+progress_checkpoint_s = {PROGRESS_FLOOR_S}
+progress_validation_s = {PROGRESS_FLOOR_S}
+""")
     return {
         **os.environ,
         "COLUMNS": "200",
@@ -82,7 +109,7 @@ def cleanup() -> Iterator[list[str]]:
     ids: list[str] = []
     yield ids
     for slurm_id in ids:
-        signal_all(processes_on(slurm_id, "node2"), signal.SIGCONT)
+        signal_all(processes_on(slurm_id, "node1") + processes_on(slurm_id, "node2"), signal.SIGCONT)
         subprocess.run(["scancel", slurm_id], capture_output=True)
 
 
@@ -218,3 +245,124 @@ def test_a_hetjob_fails_within_the_bound_when_node2_hangs(
     broke_at = time.time()
     signal_all(processes_on(slurm_id, "node2"), signal.SIGSTOP)
     _check_failed_in_bound(env, home, slurm_cluster, job_id, slurm_id, broke_at)
+
+
+def _failed_on_progress(
+    env: dict[str, str], home: Path, cluster: Any, job_id: str, slurm_id: str, frozen: list[int]
+) -> tuple[dict[str, Any], float]:
+    """Freeze `frozen`; the job must end failed on the progress watch (its record's `kind`), the nodes still
+    beating, nothing registered, the allocation released: `jobs status` and how long after the freeze Slurm
+    ended it."""
+    broke_at = time.time()
+    signal_all(frozen, signal.SIGSTOP)
+    took = slurm_end(slurm_id) - broke_at
+    cluster.final_state(slurm_id, timeout_s=120)
+    shown = json.loads(nemotron(env, "jobs", "status", job_id, "--json").stdout)
+    assert shown["state"] == "failed", shown
+    assert shown["liveness"]["kind"] == "progress" and shown["error"].startswith("no progress: "), shown
+    # the nodes kept beating: only the progress watch saw it (the log also holds the script's trace)
+    assert not re.search(r"sent no heartbeat for \d", _logs(home, job_id))
+    assert "registered" not in shown
+    squeue = ["squeue", "-h", "-j", slurm_id]
+    wait_for(
+        lambda: not subprocess.run(squeue, capture_output=True, text=True).stdout.strip(), 30, "the release"
+    )
+    return shown, took
+
+
+def _rank_process(slurm_id: str, node: str, rank: int) -> list[int]:
+    """The Python process of one rank (torchrun's worker: RANK in its environment), not its node's torchrun agent
+    nor its heartbeat."""
+    found = []
+    for pid in processes_on(slurm_id, node):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            found.append(pid)
+    return found
+
+
+def test_a_rank_frozen_on_a_live_node_fails_the_job_on_progress(
+    env: dict[str, str], home: Path, cleanup: list[str], slurm_cluster: Any
+) -> None:
+    """Rank 1's Python process stopped (continued at teardown with the rest of node2's), its node still beating (as a hung NCCL call or filesystem read leaves
+    it): no rank makes progress (rank 0 waits in the collective), and the progress watch fails the job."""
+    args = ("test/ranks", "-c", "tiny", "rounds=100000", "sleep_s=0.2")
+    job_id, slurm_id = _submit(env, home, slurm_cluster, "watched_progress", *args)
+    cleanup.append(slurm_id)
+    _until_logged(home, slurm_cluster, job_id, slurm_id, "2 ranks agree", 150, "both ranks to run")
+    # torchrun's rendezvous orders the nodes: rank 1 is on either
+    frozen: list[int] = []
+    wait_for(lambda: frozen.extend(_rank_process(slurm_id, "node1", 1) + _rank_process(slurm_id, "node2", 1))
+             or frozen, 30, "rank 1's process")  # fmt: skip
+    shown, took = _failed_on_progress(env, home, slurm_cluster, job_id, slurm_id, frozen)
+    seen = shown["liveness"]
+    assert "rank 0 on node" in seen["ranks"] and "rank 1 on node" in seen["ranks"], seen
+    assert seen["bound_s"] == PROGRESS_FLOOR_S, seen
+    assert re.search(r"nemotron: liveness: no progress from any of 2 rank\(s\) for \d", _logs(home, job_id))
+    assert took <= PROGRESS_BOUND_S, f"ended {took:.0f} s after the freeze, bound {PROGRESS_BOUND_S} s"
+    print(
+        f"progress: Slurm ended the torchrun job {took:.0f} s after rank 1 froze (floor {PROGRESS_FLOOR_S} s)"
+    )
+
+
+def _ray_processes(slurm_id: str, node: str) -> list[int]:
+    """A Ray node's raylet and its `ray::` workers: not the node's heartbeat, nor its `ray start` (which only waits)."""
+    found = []
+    for pid in processes_on(slurm_id, node):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"/raylet" in command.split(b" ")[0] or command.startswith(b"ray::"):
+            found.append(pid)
+    return found
+
+
+def test_a_ray_worker_frozen_on_a_live_node_fails_the_job_on_progress(
+    env: dict[str, str], home: Path, cleanup: list[str], slurm_cluster: Any
+) -> None:
+    """NeMo-RL's driver (the fake, one task on each node every step) with node2's raylet and Ray workers stopped,
+    its heartbeat left running: the driver's log stops, and ray_watchdog fails the job on progress within the
+    bound; nothing is registered."""
+    args = ("rl/rlhf", "-c", "tiny", "backend=nemo_rl", "eval.task=null", "grpo.max_num_steps=100000")
+    job_id, slurm_id = _submit(env, home, slurm_cluster, "ray2_stepping", *args)
+    cleanup.append(slurm_id)
+    _until_logged(home, slurm_cluster, job_id, slurm_id, "step 3/100000", 180, "the driver's third step")
+    frozen: list[int] = []
+    wait_for(lambda: frozen.extend(_ray_processes(slurm_id, "node2")) or frozen, 30, "node2's raylet")
+    shown, took = _failed_on_progress(env, home, slurm_cluster, job_id, slurm_id, frozen)
+    seen = shown["liveness"]
+    # the progress bound (6 s) comes long before Ray declares a stopped node dead (about a minute here)
+    assert seen["seen"].startswith("no log line from the driver for "), seen
+    assert re.search(r"step \d+/100000", seen["last_line"]), seen
+    assert took <= PROGRESS_BOUND_S + 10, (
+        f"ended {took:.0f} s after the freeze, bound {PROGRESS_BOUND_S + 10} s"
+    )
+    print(
+        f"progress: Slurm ended the Ray job {took:.0f} s after node2's raylet froze (floor {PROGRESS_FLOOR_S} s)"
+    )
+
+
+def test_a_node_whose_torchrun_agent_exits_at_start_fails_the_job_at_once(
+    env: dict[str, str], home: Path
+) -> None:
+    """Bring-up fails fast on the built-in engine too: node2's torchrun agent exits during start-up (its rendezvous
+    unreachable); srun's --kill-on-bad-exit ends node1's agent, which would otherwise wait out its rendezvous
+    timeout (900 s) with the allocation held. The attached run shows node2's own error."""
+    started = time.monotonic()
+    done = nemotron(env, "steps", "run", "test/ranks", "-c", "tiny", "-r", "node2_never_starts")
+    took = time.monotonic() - started
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said[-4000:]
+    assert "failed to connect to the rendezvous" in said, said[-4000:]
+    assert took < 60, (
+        took,
+        said[-4000:],
+    )  # submit, node1's start, node2's failure: not the rendezvous timeout
+    (job_dir,) = (home / "jobs").iterdir()
+    shown = json.loads(nemotron(env, "jobs", "status", job_dir.name, "--json").stdout)
+    assert shown["state"] == "failed" and "registered" not in shown, shown
+    print(f"bring-up: the attached run ended {took:.0f} s after the submit")

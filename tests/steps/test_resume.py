@@ -110,3 +110,24 @@ def test_resume_refuses_a_checkpoint_of_another_config(home: Path, run_cli: Any)
     assert len(list((home / "jobs").iterdir())) == 1  # refused before a job was written
     r = run_cli(*base, "optim.lr=0.1", "checkpoint.force=true", timeout=600)
     assert r.code == 0, r.err[-2000:]
+
+
+@pytest.mark.slow
+def test_sft_killed_then_run_again_resumes_and_ends_on_the_uninterrupted_bytes(
+    home: Path, run_cli: Any
+) -> None:
+    """sft checkpoints like the RL steps: kill -9 in step 3 after the step-2 checkpoint, the same command again
+    continues from it (checkpoint.resume=auto), and its batches pick up where they were."""
+    args = "steps run sft -c tiny trainer.max_steps=4 checkpoint.save_interval=2".split()
+    r = run_cli(*args, timeout=600)
+    assert r.code == 0, r.err[-2000:]
+    (whole,) = (home / "jobs").iterdir()
+    r = run_cli(*args, env={**os.environ, "NEMOTRON_FAULT": "optimizer@3"}, timeout=600)
+    assert r.code != 0, "the fault did not fire"
+    seen = {p.name for p in (home / "jobs").iterdir()}
+    r = run_cli(*args, timeout=600)
+    assert r.code == 0 and "resuming" in r.err, r.err[-2000:]
+    again = _job(home, seen)
+    assert [json.loads(x)["step"] for x in (again / "metrics.jsonl").read_text().splitlines()] == [3, 4]
+    weights = [(job / "outputs" / "policy" / "model.safetensors").read_bytes() for job in (whole, again)]
+    assert weights[0] == weights[1]

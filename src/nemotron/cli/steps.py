@@ -5,21 +5,25 @@ from __future__ import annotations
 import json
 import sys
 from datetime import date, time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from nemotron.catalog import Catalog, Step, plain
-from nemotron.catalog.query import FlowNode, engines_of
 from nemotron.cli.console import print_columns, stdout_console
 from nemotron.cli.help import epilog
 from nemotron.errors import UserError
+
+if TYPE_CHECKING:  # the queries load with `list` and `show`, not with a run
+    from nemotron.catalog.query import FlowNode
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # its help: cli.app.GROUPS
 PASSTHROUGH: list[str] = []  # filled by cli.app.main from everything after `--`
 
 
 def _summary(step: Step) -> dict[str, Any]:
+    from nemotron.catalog.query import engines_of
+
     m = step.manifest
     return {
         "id": step.id,
@@ -131,6 +135,8 @@ def show(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """A step's inputs, outputs, parameters, presets, strategies and known errors."""
+    from nemotron.catalog.query import engines_of
+
     step = Catalog().get(step_id)
     m = step.manifest
     if as_json:

@@ -70,6 +70,8 @@ class Job(Generic[ProfileT]):
     profile: ProfileT
     resources: Resources
     mode: Literal["attached", "batch"]
+    # the artifact store the inputs were bound in: their ids are its own, so submit holds them there
+    store: ArtifactStore = field(repr=False, compare=False)
     passthrough: tuple[str, ...] = ()
     force_squash: bool = False
     services: tuple[str, ...] = ()
@@ -453,6 +455,7 @@ def compile_job(
         profile=profile,
         resources=step.manifest.resources.get(preset_name, Resources()),
         mode=mode,
+        store=store,
         passthrough=tuple(passthrough or ()),
         force_squash=force_squash,
         services=tuple(step.manifest.step.services),

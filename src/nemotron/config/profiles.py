@@ -48,6 +48,9 @@ class _ProfileBase(BaseModel):
     env_vars: dict[str, str] = {}
     artifacts_root: str | None = None  # where the artifact store lives (shared storage on clusters)
     inherits_shell_env: ClassVar[bool] = False  # whether the job sees the submitting shell's variables
+    # where a served reward model or judge runs beside the step: a process of its own, a node of its own (Slurm:
+    # group 0 of a heterogeneous job, nemotron.launch.served), or beside each node's local rank 0 (Lepton)
+    serves_on: ClassVar[Literal["process", "node", "rank0"]] = "process"
 
 
 GpuType = Literal["H100-80GB", "H200", "A100-40GB", "A100-80GB", "L40S"]
@@ -61,7 +64,32 @@ class LocalProfile(_ProfileBase):
     cpu_threads: int | None = Field(None, ge=1)
 
 
-class SlurmProfile(_ProfileBase):
+class _Watched(_ProfileBase):
+    """The watchdog's bounds, for the executors that run a job on nodes nemotron does not see (docs/cluster.md,
+    "Liveness" and "Progress")."""
+
+    # a multi-node job's nodes each touch a heartbeat file this often (Slurm: one srun task per node; Lepton: a
+    # Ray node's heartbeat actor for NeMo-RL, the watchdog around each pod's torchrun for the built-in engine); the
+    # watchdog fails the job once one is silent longer than heartbeat_timeout_s
+    heartbeat_interval_s: int = Field(default=30, ge=1)
+    heartbeat_timeout_s: int = Field(default=90, ge=2)
+    # progress (runtime/progress.py): a multi-node job whose work stops (no training step, checkpoint or
+    # validation ends; for a Ray engine no log line from its driver, or a node Ray declares dead) fails once it is
+    # silent past its allowance: max(progress_floor_s, progress_pace_factor x its slowest step so far);
+    # 0 turns the progress watch off. The floor is NCCL's own default collective timeout (600 s).
+    progress_floor_s: int = Field(default=600, ge=0)
+    progress_pace_factor: float = Field(default=5.0, ge=1.0)
+    progress_startup_s: int = Field(
+        default=1800, ge=1
+    )  # from the start to the first step: loading, rendezvous
+    progress_checkpoint_s: int = Field(default=1800, ge=1)  # one checkpoint save (a 70B's state is minutes)
+    progress_validation_s: int = Field(
+        default=1800, ge=1
+    )  # one validation pass (generation on held-out prompts)
+
+
+class SlurmProfile(_Watched):
+    serves_on: ClassVar[Literal["process", "node", "rank0"]] = "node"
     executor: Literal["slurm"]
     account: str | None = None
     partition: str | None = None
@@ -83,10 +111,6 @@ class SlurmProfile(_ProfileBase):
     # saves a checkpoint at the end of its current training step and requeues the job, which resumes from it
     # (docs/cluster.md, "Preemption and resume"); 0: no warning
     time_limit_signal_s: int = Field(default=300, ge=0)
-    # a multi-node job's nodes each touch a heartbeat file this often; the sbatch script fails the job once one
-    # is silent longer than heartbeat_timeout_s (docs/cluster.md, "Liveness")
-    heartbeat_interval_s: int = Field(default=30, ge=1)
-    heartbeat_timeout_s: int = Field(default=90, ge=2)
     container_image: str | None = None
     mounts: list[str] = []
     setup: list[str] = []
@@ -120,7 +144,8 @@ class LeptonMount(BaseModel):
     mount_path: str
 
 
-class LeptonProfile(_ProfileBase):
+class LeptonProfile(_Watched):
+    serves_on: ClassVar[Literal["process", "node", "rank0"]] = "rank0"
     executor: Literal["lepton"]
     resource_shape: str = "cpu.small"
     node_group: str
@@ -134,11 +159,6 @@ class LeptonProfile(_ProfileBase):
     gpu_type: GpuType | None = None
     gpu_memory_gb: float | None = Field(None, gt=0)
     shared_memory_size: int = Field(65536, ge=1)
-    # as for Slurm, for a job on several nodes: every node (a Ray node's heartbeat actor for NeMo-RL, the watchdog
-    # around each pod's torchrun for the built-in engine) touches a file this often; a watchdog fails the job once
-    # one is silent longer (docs/cluster.md, "Liveness")
-    heartbeat_interval_s: int = Field(default=30, ge=1)
-    heartbeat_timeout_s: int = Field(default=90, ge=2)
     mounts: list[LeptonMount] = []
     workspace_url: str | None = None  # defaults to $LEPTON_WORKSPACE_URL
     # Where NeMo-Run copies the job on shared storage (default: <first mount>/nemorun); the step's job dir is there.
@@ -174,7 +194,12 @@ def runs_here(profile: object) -> bool:
 def serves_beside_rank0(profile: object) -> bool:
     """Whether a reward server shares each node's local rank 0's device (Lepton: reward/sibling.py) instead of
     a node or process of its own."""
-    return getattr(profile, "executor", "local") == "lepton"
+    return getattr(profile, "serves_on", "process") == "rank0"
+
+
+def serves_on_a_node(profile: object) -> bool:
+    """Whether a served reward model or judge gets a node of its own (a heterogeneous job's group 0)."""
+    return getattr(profile, "serves_on", "process") == "node"
 
 
 def find_env_file(start: Path | None = None) -> Path | None:

@@ -375,6 +375,26 @@ class TrainRuntime(Runtime):
     gradient_checkpointing: bool = False
     """recompute each block's activations in the backward pass instead of storing them: less memory, about a
     third more compute (transformers' gradient_checkpointing_enable)"""
+    sharding: Literal["ddp", "fsdp"] = "ddp"
+    """how the built-in engine spreads a trained model over its ranks: ddp (every rank holds the whole model, its
+    gradients and AdamW state; gradients summed over ranks) or fsdp (FSDP2: each decoder layer, then the root,
+    sharded over the ranks, so each holds 1/N of all three and gathers a layer at a time; mixed precision as
+    runtime.precision says). The final checkpoint is gathered into one Hugging Face checkpoint either way; fsdp's
+    resume state is sharded (torch.distributed.checkpoint). Pick fsdp when the plan refuses ddp for memory
+    (docs/cluster.md). NeMo-RL and NeMo-Aligner shard by their own settings (nemo_rl.*)"""
+    fsdp_cpu_offload: bool = False
+    """with sharding fsdp on GPUs: keep the weight shards and AdamW state in host memory between uses (FSDP2's
+    CPUOffloadPolicy; the optimizer steps on the CPU). Refused with ddp and on the CPU, where there is nothing to
+    offload from"""
+
+    @model_validator(mode="after")
+    def _offload_needs_fsdp_on_gpu(self) -> TrainRuntime:
+        """Accepted-but-ignored is refused: CPU offload acts only on FSDP shards that live on a GPU."""
+        if self.fsdp_cpu_offload and self.sharding != "fsdp":
+            raise ValueError("fsdp_cpu_offload acts only with sharding: fsdp")
+        if self.fsdp_cpu_offload and self.device == "cpu":
+            raise ValueError("fsdp_cpu_offload offloads GPU memory; with device: cpu there is none")
+        return self
 
 
 class Evaluation(Strict):
@@ -478,6 +498,7 @@ class SupervisedConfig(Strict):
     model: ModelArch = Field(default_factory=ModelArch)
     trainer: SupervisedTrainer = Field(default_factory=SupervisedTrainer)
     optim: Optim = Field(default_factory=Optim)
+    checkpoint: Checkpointing = Field(default_factory=Checkpointing)
     runtime: TrainRuntime = Field(default_factory=TrainRuntime)
     tracking: Tracking = Field(default_factory=Tracking)
     nemo_rl: NemoRLTraining = Field(default_factory=NemoRLTraining)

@@ -52,6 +52,9 @@ class RayDriver:
     files: tuple[tuple[str, str], ...] = ()  # (name, text) written into the job dir before launch
     outputs: tuple[tuple[str, str], ...] = ()
     shown: str = ""  # what --dry-run prints before the executor's text (the engine's compiled config)
+    # a regular expression matching the driver's log line at each training step: the watchdog times the steps
+    # by it (launch/ray_watchdog.py, "Progress"); "": every line is progress, and the pace is not known
+    step_line: str = ""
 
     @property
     def command(self) -> str:

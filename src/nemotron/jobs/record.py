@@ -16,7 +16,7 @@ from nemotron.errors import UserError
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class InputRecord(_Record):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from nemotron.compile import Job
 from nemotron.config.profiles import LeptonProfile
@@ -131,11 +131,15 @@ def plan_lepton(job: Job[LeptonProfile], nemorun_home: str) -> LeptonPlan:
         "--master-port",
         "$MASTER_PORT",
     )
-    live = liveness.for_job(p, job_dir, (p.nodes,)) if step_process.distributed(job, p.nodes, nproc) else None
-    # every pod watches the others' heartbeats: a lost or hung pod fails the job (launch/pod_watchdog.py)
+    across = step_process.distributed(job, p.nodes, nproc)
+    live = liveness.for_job(p, job_dir, (p.nodes,) if across else (1,), progress=True)
+    # every pod watches the others' heartbeats (a lost or hung pod fails the job) and the ranks' progress
+    # (launch/pod_watchdog.py)
+    progress = ("--progress", live.progress.encode()) if live and live.progress else ()
     watchdog = (
-        (shlex.quote(p.python), "-m", "nemotron.launch.pod_watchdog", "--job-dir", q, "--node-rank", "$NODE_RANK",
-         "--nodes", str(p.nodes), "--interval", str(live.interval_s), "--timeout", str(live.timeout_s), "--")
+        (shlex.quote(p.python), "-m", "nemotron.launch.pod_watchdog", "--job-dir", q, "--node-rank",
+         "$NODE_RANK" if across else "0", "--nodes", str(p.nodes if across else 1), "--interval", str(live.interval_s), "--timeout",
+         str(live.timeout_s), *progress, "--")
         if live else ()
     )  # fmt: skip
     step = step_process.step_command(
@@ -308,7 +312,8 @@ class LeptonProcess(RemoteRecord):
 
 # the shapes a Lepton job's record can have (there is no heterogeneous job on Lepton)
 RECORDS: TypeAdapter[LeptonProcess | ray_lepton.LeptonRay] = TypeAdapter(
-    Annotated[LeptonProcess | ray_lepton.LeptonRay, Field(discriminator=SHAPE_FIELD)]
+    Annotated[LeptonProcess | ray_lepton.LeptonRay, Field(discriminator=SHAPE_FIELD)],
+    config=ConfigDict(defer_build=True),
 )
 
 

@@ -15,10 +15,18 @@ watchdog too, so no single watcher could be trusted).
   which nemotron reads back from the Lepton API), stops torchrun with all its workers and exits 1.
 - When torchrun ends, its code goes into the beat file and the watchdog waits for the other pods to end too (a
   pod that hangs after this one finished would hold the job) before it exits with that code. A pod whose torchrun
-  failed leaves the others stuck in a collective: they stop theirs `--timeout` seconds after seeing it end.
+  failed leaves the others stuck in a collective: they stop theirs `--timeout` seconds after seeing it end, or at
+  once while no rank of theirs is past start-up (with `--progress`): a pod that never started is a rendezvous the
+  others would wait out.
+
+- Progress (`--progress`, the profile's bounds): the ranks write their beacons into `<job dir>/progress/torchrun`
+  (runtime/progress.py), and every look judges them as the Slurm watchdog does: once every watched rank is past
+  its deadline, the job made no progress and fails as above. A beacon left by an earlier attempt counts for
+  nothing until it changes.
 
 Bound: a lost pod is noticed at most `--timeout + 2 * --interval` after its last beat (one interval until a look
-sees that beat, one between looks), then its torchrun gets 10 s to stop. docs/cluster.md, "Liveness".
+sees that beat, one between looks), a stall at most `--interval` after the last rank's deadline; then its torchrun
+gets 10 s to stop. docs/cluster.md, "Liveness" and "Progress".
 """
 
 from __future__ import annotations
@@ -38,8 +46,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from nemotron.launch.liveness import HEARTBEATS
+from nemotron.launch.liveness import HEARTBEATS, PROGRESS
 from nemotron.launch.ray_watchdog import now_utc, report, stop
+from nemotron.runtime.progress import BOUNDS_ENV, DIR_ENV, overdue
 
 BEATS = "torchrun"  # <job dir>/heartbeats/torchrun/<node rank>
 JOIN_TIMEOUT_S = (
@@ -62,7 +71,36 @@ def _args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--interval", type=float, required=True)
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--join-timeout", type=float, default=JOIN_TIMEOUT_S)
+    parser.add_argument("--progress", default="", help="the ranks' progress bounds (runtime.progress.Bounds)")
     return parser.parse_args(argv[:split]), argv[split + 1 :]
+
+
+class Beacons:
+    """The ranks' progress beacons of this attempt: the files of the folder whose content changed since this
+    watchdog first looked (what an earlier attempt left stays out until a rank rewrites it)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.baseline = self._read()
+
+    def _read(self) -> dict[str, str]:
+        found = {}
+        for path in self.folder.glob("*") if self.folder.is_dir() else []:
+            try:
+                found[path.name] = path.read_text()
+            except OSError:
+                continue  # replaced meanwhile
+        return found
+
+    def _fresh(self) -> list[str]:
+        return [text for name, text in self._read().items() if self.baseline.get(name) != text]
+
+    def verdict(self, now: float) -> dict[str, Any] | None:
+        return overdue(self._fresh(), now)
+
+    def starting(self) -> bool:
+        """Whether no rank of this attempt has finished a training step yet (or left start-up otherwise)."""
+        return all(text.split()[1:2] == ["startup"] for text in self._fresh())
 
 
 class Beat:
@@ -172,7 +210,11 @@ def main(argv: list[str]) -> int:
         peer.beat_at = peer.node = peer.exit_code = peer.ended_at = None
     started = time.monotonic()
     beat = Beat(beats / str(args.node_rank), args.node_rank, args.interval)
-    torchrun = subprocess.Popen(command, start_new_session=True)  # its own group: stopped whole
+    progress = Beacons(args.job_dir / PROGRESS / BEATS) if args.progress else None
+    env = {**os.environ, DIR_ENV: str(args.job_dir / PROGRESS / BEATS), BOUNDS_ENV: args.progress}
+    torchrun = subprocess.Popen(
+        command, start_new_session=True, env=env if progress else None
+    )  # stopped whole
     cancelled = False
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -201,14 +243,20 @@ def main(argv: list[str]) -> int:
         if code is not None and (cancelled or all(peer.exit_code is not None for peer in peers)):
             return code
         seen = next((s for peer in peers if (s := peer.lost(now, started, args))), None)
+        if seen is None and code is None and progress is not None:
+            seen = progress.verdict(time.time())
+            if seen is not None:
+                seen |= {"at": now_utc(), "seen_by": socket.gethostname()}
         if seen is not None:
             report(args.job_dir, seen)
             if code is None:
                 stop(torchrun)
                 beat.write(exit_code=1)
             return 1
-        if code is None and any(peer.failed_for(now) > args.timeout for peer in peers):
-            # that pod's torchrun failed long enough ago for this one to have failed with it: it hangs
+        # that pod's torchrun failed long enough ago for this one to have failed with it: it hangs; during
+        # start-up (no rank past it) it cannot start without that pod, and would wait out its rendezvous
+        grace = 0.0 if progress is not None and progress.starting() else args.timeout
+        if code is None and any(peer.failed_for(now) > grace for peer in peers):
             print(
                 "nemotron: another node's torchrun failed; stopping this one's", file=sys.stderr, flush=True
             )

@@ -37,7 +37,7 @@ from nemotron.launch.records import LogReader, RemoteRecord, RemoteState
 
 # The state Lepton reports for a RayCluster whose head and workers all run (nemo_run's RAY_READY_STATE).
 READY_STATE = "Ready"
-WATCHDOG_FILE = "ray_watchdog.py"
+WATCHDOG_FILE = ray_watchdog.SCRIPT
 # Ray job states (ray.job_submission.JobStatus) -> ours
 STATES = {
     "PENDING": "pending",
@@ -58,7 +58,8 @@ class LeptonRayPlan:
     job_dir: str  # on the shared mount
     env: tuple[tuple[str, str], ...]
     files: tuple[tuple[str, str], ...]  # (name, text) shipped in the job's working_dir, copied into job_dir
-    live: liveness.Liveness | None = None  # heartbeats and watchdog, on several nodes
+    live: liveness.Liveness | None = None  # the watchdog: heartbeats on several nodes, Ray's view, progress
+    step_line: str = ""  # the driver's step lines (RayDriver.step_line), which the watchdog times
 
     @property
     def entrypoint(self) -> str:
@@ -68,9 +69,13 @@ class LeptonRayPlan:
         driver = f"bash {q}/{DRIVER_FILE}"
         if self.live:
             python = shlex.quote(self.profile.python)
+            timeout = self.live.timeout_s if self.live.groups else 0  # one node: nothing to beat
+            progress = f"--progress {self.live.progress.encode()} " if self.live.progress else ""
+            if self.live.progress and self.step_line:
+                progress += f"--step-line {shlex.quote(self.step_line)} "
             driver = (
                 f"{python} {WATCHDOG_FILE} --job-dir {q} --interval {self.live.interval_s} "
-                f"--timeout {self.live.timeout_s} -- {driver}"
+                f"--timeout {timeout} {progress}-- {driver}"
             )
         return f"mkdir -p {q}/logs {q}/checkpoints && cp {names} {q}/ && NEMOTRON_RAY_NODES={self.nodes} {driver}"
 
@@ -82,7 +87,7 @@ def plan_for(job: Job[LeptonProfile], where: Placement, launch: RayDriver) -> Le
     env = lepton_env(profile, where.job_dir)
     register = register_lines(profile.python, where.job_dir, launch.outputs)
     files = (*launch.files, (DRIVER_FILE, driver_script(launch.command, register)))
-    live = liveness.for_job(profile, where.job_dir, (where.nodes,))
+    live = liveness.for_job(profile, where.job_dir, (where.nodes,), progress=True)
     if live:
         files = (*files, (WATCHDOG_FILE, Path(ray_watchdog.__file__).read_text()))
     return LeptonRayPlan(
@@ -95,6 +100,7 @@ def plan_for(job: Job[LeptonProfile], where: Placement, launch: RayDriver) -> Le
         env,
         files,
         live,
+        launch.step_line,
     )
 
 
@@ -137,9 +143,17 @@ def render_text(plan: LeptonRayPlan) -> str:
     driver = dict(plan.files)[DRIVER_FILE]
     watched = ""
     if plan.live:
+        what = []
+        if plan.live.groups:
+            what.append(
+                f"every node beats every {plan.live.interval_s} s; one silent past {plan.live.timeout_s} s"
+            )
+        what.append("a node Ray declares dead")
+        if plan.live.progress:
+            what.append('a driver log silent past its allowance (docs/cluster.md, "Progress")')
         watched = (
-            f"# ---- {plan.job_dir}/{WATCHDOG_FILE} (nemotron.launch.ray_watchdog) runs the driver: every node beats "
-            f"every {plan.live.interval_s} s; one silent past {plan.live.timeout_s} s fails the job\n"
+            f"# ---- {plan.job_dir}/{WATCHDOG_FILE} (nemotron.launch.ray_watchdog) runs the driver: "
+            f"{', '.join(what)} fails the job\n"
         )
     return (
         f"# ---- {plan.job_dir}/{DRIVER_FILE}\n{driver.rstrip()}\n{watched}"

@@ -20,7 +20,7 @@ from nemotron.compile import Job
 from nemotron.config.profiles import SlurmProfile
 from nemotron.core.paths import nemotron_home
 from nemotron.engines.base import Placement, RayDriver
-from nemotron.launch import liveness, remote, slurm
+from nemotron.launch import liveness, ray_watchdog, remote, slurm
 from nemotron.launch.nemo_run_layout import RayClusterDirs
 from nemotron.launch.records import RemoteState
 from nemotron.launch.slurm_script import SlurmJob, tunnel
@@ -75,6 +75,7 @@ def plan_for(job: Job[SlurmProfile], where: Placement, launch: RayDriver) -> Ray
     profile = job.profile
     paths = slurm.cluster_paths(job, nemotron_home(), profile.python or "python")
     cluster = RayClusterDirs(paths.nemorun_jobs, job.job_id)
+    command, files = watched_driver(launch, profile, where.job_dir)
     return RayPlan(
         job_id=job.job_id,
         cluster=cluster,
@@ -84,15 +85,35 @@ def plan_for(job: Job[SlurmProfile], where: Placement, launch: RayDriver) -> Ray
         # one task per node holds the node's whole CPU share (the profile's tasks x CPUs per task)
         cpus_per_task=profile.cpus_per_task * profile.ntasks_per_node if profile.cpus_per_task else None,
         driver_script=driver_script(
-            launch.command,
+            command,
             register_lines(profile.python or "python", where.job_dir, launch.outputs),
             started=f'{shlex.quote(cluster.logs)}/ray-worker-*_"$SLURM_JOB_ID".out',  # render_sbatch's names
             exited=f"{shlex.quote(cluster.logs)}/ray-worker-*{EXITED}",
         ),
-        files=launch.files,
+        files=files,
         liveness=liveness.for_job(profile, where.job_dir, (where.nodes,)),
         **slurm.shared_fields(job, paths, launch.image or None),
     )
+
+
+def watched_driver(
+    launch: RayDriver, profile: SlurmProfile, job_dir: str
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The engine's command under launch/ray_watchdog.py (shipped into the job dir beside the engine's files),
+    which fails the job once Ray declares a node dead or the driver's log stops moving; the nodes' heartbeats
+    stay the sbatch script's. As it was where the profile turned progress off (`progress_floor_s = 0`)."""
+    command, files = launch.command, launch.files
+    bounds = liveness.progress_bounds(profile)
+    if bounds is None:
+        return command, files
+    q = shlex.quote
+    steps = f"--step-line {q(launch.step_line)} " if launch.step_line else ""
+    python = q(profile.python or "python")
+    wrapped = (
+        f"{python} {q(f'{job_dir}/{ray_watchdog.SCRIPT}')} --job-dir {q(job_dir)} "
+        f"--interval {profile.heartbeat_interval_s} --timeout 0 --progress {bounds.encode()} {steps}-- bash -c {q(command)}"
+    )
+    return wrapped, (*files, (ray_watchdog.SCRIPT, Path(ray_watchdog.__file__).read_text()))
 
 
 # ----------------------------------------------------------------------------- rendering (pure)

@@ -42,8 +42,9 @@ class RemoteState:
 class RemoteRecord(BaseModel):
     """The fields every shape records, and the questions each shape answers on its executor."""
 
-    # status.json holds the job's lifecycle (state, times, exit code) beside the record: those are not its fields
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+    # status.json holds the job's lifecycle (state, times, exit code) beside the record: those are not its fields.
+    # defer_build: a shape's schema is built when a record is read, not when a dry run imports its executor
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True, defer_build=True)
 
     shape: str  # each shape narrows it to its Literal: the discriminator
     handle: str  # NeMo-Run's handle of the job

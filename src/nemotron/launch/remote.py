@@ -203,10 +203,18 @@ def _liveness_failure(job_dir: Path, reported: dict[str, Any] | None = None) -> 
         seen = json.loads((job_dir / RECORD_FILE).read_text())
     except (OSError, ValueError):
         return {}
-    return {
-        "error": f"node {seen.get('node')} stopped answering: {seen.get('seen')} (bound {seen.get('bound_s')} s)",
-        "liveness": seen,
-    }
+    if seen.get("kind") == "progress" and "rank" in seen:  # the ranks' beacons (launch/liveness.py)
+        error = (
+            f"no progress: {seen.get('seen')} (bound {seen.get('bound_s')} s); the last to progress was rank "
+            f"{seen.get('rank')} on {seen.get('node')} ({seen.get('section')} after step {seen.get('step')})"
+        )
+    elif seen.get("kind") == "progress":  # a Ray driver's log (launch/ray_watchdog.py)
+        error = f"no progress: {seen.get('seen')} (bound {seen.get('bound_s')} s); its last line: {seen.get('last_line')!r}"
+    else:
+        error = (
+            f"node {seen.get('node')} stopped answering: {seen.get('seen')} (bound {seen.get('bound_s')} s)"
+        )
+    return {"error": error, "liveness": seen}
 
 
 def _register_outputs(job_dir: Path, paths: dict[str, str]) -> dict[str, Any]:

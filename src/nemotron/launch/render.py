@@ -14,6 +14,7 @@ from nemotron.artifacts.binding import Binding
 from nemotron.compile import Job
 from nemotron.core.redact import MASK, redact_text, redact_tree
 from nemotron.launch.step_process import secret_names, step_command
+from nemotron.plan import terms
 
 # A word YAML 1.1 reads as a bool or null (PyYAML's implicit resolvers): as a string it must be quoted.
 _YAML_WORDS = frozenset(
@@ -98,8 +99,18 @@ def local_launch(job: Job, job_dir: str, python: str = "python") -> str:
     return exports + shlex.join(local_command(job, job_dir, python))
 
 
+def plan_table(planned: terms.Plan) -> str:
+    """The resource plan as `--dry-run` shows it: its table, then a warning for each group that does not fit
+    (plan.on_no_fit=warn let the job through)."""
+    return "\n".join([terms.render(planned), *[f"warning: {terms.refusal(g)}" for g in planned.overflows()]])
+
+
 def dry_run_text(
-    job: Job, launch_text: str, job_dir: str, secrets: Iterable[str] = (), resource_plan: str = ""
+    job: Job,
+    launch_text: str,
+    job_dir: str,
+    secrets: Iterable[str] = (),
+    resource_plan: terms.Plan | None = None,
 ) -> str:
     """Everything `--dry-run` prints: the config with sources, the input bindings, the resource plan (memory per
     device of each process group), and the rendered launch."""
@@ -126,7 +137,7 @@ def dry_run_text(
             or "(none)",
             "",
             "## resource plan (memory per device; docs/cluster.md)",
-            resource_plan or "(none)",
+            (plan_table(resource_plan) if resource_plan is not None else "") or "(none)",
             "",
             "## launch",
             launch_text,

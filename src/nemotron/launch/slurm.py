@@ -372,11 +372,11 @@ def plan_slurm(job: Job[SlurmProfile], paths: ClusterPaths, served: ServedModel 
 def watched(
     fields: dict[str, Any], job: Job[SlurmProfile], paths: ClusterPaths, groups: Sequence[SrunGroup]
 ) -> dict[str, Any]:
-    """`shared_fields` with the heartbeats and the watchdog (launch/liveness.py) after the setup lines, when the
-    job spans more than one node."""
+    """`shared_fields` with the watchdog (launch/liveness.py) after the setup lines: the heartbeats when the job
+    spans more than one node, the ranks' progress unless the profile turned it off."""
     from nemotron.launch import liveness
 
-    live = liveness.for_job(job.profile, paths.job_dir, tuple(g.nodes for g in groups))
+    live = liveness.for_job(job.profile, paths.job_dir, tuple(g.nodes for g in groups), progress=True)
     return fields | {"setup": (*fields["setup"], *liveness.lines(live))}
 
 

@@ -7,8 +7,9 @@ cluster's through NeMo-Run's Slurm Ray API (`ray_slurm.SlurmRay`)."""
 from __future__ import annotations
 
 import sys
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
@@ -16,9 +17,12 @@ from nemotron.compile import Job
 from nemotron.config.profiles import SlurmProfile
 from nemotron.core.paths import nemotron_home
 from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
-from nemotron.launch import het_slurm, ray_slurm, remote, slurm, slurm_script
+from nemotron.launch import het_slurm, remote, slurm, slurm_script
 from nemotron.launch.records import SHAPE_FIELD, RemoteRecord, RemoteState, read_record
 from nemotron.launch.served import served_model
+
+if TYPE_CHECKING:
+    from nemotron.launch.ray_slurm import SlurmRay
 
 
 def slurm_plan(job: Job[SlurmProfile]) -> slurm.SlurmPlan:
@@ -59,10 +63,13 @@ class SlurmHetJob(SlurmBatch):
     shape: Literal["hetjob"] = "hetjob"
 
 
-# the shapes a Slurm job's record can have
-RECORDS: TypeAdapter[SlurmProcess | SlurmHetJob | ray_slurm.SlurmRay] = TypeAdapter(
-    Annotated[SlurmProcess | SlurmHetJob | ray_slurm.SlurmRay, Field(discriminator=SHAPE_FIELD)]
-)
+@cache
+def records() -> TypeAdapter[SlurmProcess | SlurmHetJob | SlurmRay]:
+    """The shapes a Slurm job's record can have, built on the first record read (a dry run reads none, so it
+    imports no Ray module)."""
+    from nemotron.launch.ray_slurm import SlurmRay
+
+    return TypeAdapter(Annotated[SlurmProcess | SlurmHetJob | SlurmRay, Field(discriminator=SHAPE_FIELD)])
 
 
 class SlurmExecutor(remote.SchedulerJobs):
@@ -81,6 +88,8 @@ class SlurmExecutor(remote.SchedulerJobs):
             return slurm_script.render_text(slurm_plan(job))
         if isinstance(launch, HetJob):
             return slurm_script.render_text(het_slurm.plan_het(job, launch))
+        from nemotron.launch import ray_slurm
+
         return ray_slurm.render_text(ray_slurm.plan_for(job, where, launch))
 
     def submit(self, job: Job[SlurmProfile], job_dir: Path, where: Placement, launch: Launch) -> int:
@@ -99,10 +108,12 @@ class SlurmExecutor(remote.SchedulerJobs):
                 ),
                 self.record,
             )
+        from nemotron.launch import ray_slurm
+
         ray = ray_slurm.plan_for(job, where, launch)
         return remote.submit_remote(
             job, job_dir, lambda: ray_slurm.submit(job, job_dir, ray, launch), self.record
         )
 
     def record(self, status: dict[str, Any], job_dir: Path) -> RemoteRecord:
-        return read_record(RECORDS, status, job_dir)
+        return read_record(records(), status, job_dir)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from nemotron.compile import Job
 from nemotron.config.profiles import SlurmProfile
 from nemotron.errors import UserError
-from nemotron.launch import remote
+from nemotron.launch import nemo_run_sbatch, remote
 from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT
 from nemotron.launch.records import LogReader, RemoteRecord
 from nemotron.launch.slurm import (
@@ -136,8 +136,6 @@ def nemo_run_templates() -> Path:
 
 def render_sbatch(plan: SlurmPlan) -> str:
     """The sbatch script NeMo-Run submits for this plan (byte for byte)."""
-    import jinja2
-
     templates = nemo_run_templates()
     # The first group's executor carries the common env: NeMo-Run exports it at the top of the script.
     exports = _group_env(plan, 0)
@@ -162,12 +160,7 @@ def render_sbatch(plan: SlurmPlan) -> str:
         "het_group_host_var": MACROS["het_group_host_var"],
         "ft_enabled": False,
     }
-    source = (templates / "slurm.sh.j2").read_text(encoding="utf-8")
-    script = (
-        jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates)))
-        .from_string(source)
-        .render(**variables)
-    )
+    script = nemo_run_sbatch.render(templates, variables)
     if not plan.container_image:
         script = script.replace(RUNDIR, plan.task_dir)
     return script

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from nemotron.compile import Job
@@ -15,7 +14,6 @@ from nemotron.engines.base import Launch, Placement, engine_for
 from nemotron.errors import UserError
 from nemotron.launch import render
 from nemotron.launch.executor import Executor, executor_for
-from nemotron.plan import terms
 from nemotron.plan.groups import fitting_plan
 from nemotron.plan.terms import refusal
 
@@ -40,9 +38,7 @@ def rendered_launch(job: Job) -> str:
 def dry_run(job: Job) -> str:
     _, where, _, text = plan(job)
     planned = fitting_plan(job, where)
-    warnings = [f"warning: {refusal(g)}" for g in planned.overflows()]
-    table = "\n".join([terms.render(planned), *warnings])
-    return render.dry_run_text(job, text, str(jobs_dir() / job.job_id), _secrets(job), table)
+    return render.dry_run_text(job, text, str(jobs_dir() / job.job_id), _secrets(job), planned)
 
 
 def dry_run_json(job: Job) -> dict[str, Any]:
@@ -59,8 +55,6 @@ def dry_run_json(job: Job) -> dict[str, Any]:
 
 
 def submit(job: Job) -> int:
-    from nemotron.artifacts.store import open_store
-    from nemotron.core.paths import artifacts_dir
     from nemotron.launch.job_dir import create_job_dir
 
     executor, where, launch, text = plan(job)  # every refusal happens here, before anything is written
@@ -68,17 +62,15 @@ def submit(job: Job) -> int:
     for group in planned.overflows():  # plan.on_no_fit=warn: the user knows better
         print(f"warning: {refusal(group)}", file=sys.stderr, flush=True)
     files = {"plan.json": json.dumps(planned.as_json(), indent=2) + "\n"}
-    root = job.profile.artifacts_root
-    store = open_store(Path(root).expanduser() if root else artifacts_dir())
     if where.here:
         # the store the step registers into answers now, or the run is refused here (exit 3, in seconds) instead of
         # failing after its training: a team store (PostgreSQL) is asked, with its retries; a local one is a file
-        store.exists()
+        job.store.exists()
     # the store versions the inputs resolved to are held until the job registers its outputs or ends, so that no
     # `artifacts gc` removes them under it; let go if no job dir comes to record the job. A plain-path input is
     # registered (as external.NAME) with the job's outputs, in their transaction: a failed run registers nothing.
     resolved = [b for b in job.bindings if b.artifact_id is not None]
-    with store.pinned(job.job_id, [b.artifact_id for b in resolved if b.artifact_id is not None]) as gone:
+    with job.store.pinned(job.job_id, [b.artifact_id for b in resolved if b.artifact_id is not None]) as gone:
         if gone:  # removed since this command resolved it: bad input (exit 2), nothing written
             names = ", ".join(f"inputs.{b.name} ({b.artifact})" for b in resolved if b.artifact_id in gone)
             raise UserError(

@@ -84,6 +84,7 @@ def save_checkpoint(
     tokenizer: PreTrainedTokenizerFast | None = None,
     *,
     max_shard_size: int | str = DEFAULT_SHARD_SIZE,
+    state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Save `model` (and `tokenizer`) as a Hugging Face checkpoint directory at `path`.
 
@@ -91,13 +92,14 @@ def save_checkpoint(
     `path`. Weights over `max_shard_size` are split into shards with an index, as transformers does. The weights
     are saved as they are held (a bf16 model writes bf16). An existing checkpoint at `path` is replaced: it is moved aside, the new one renamed in,
     and the old one deleted, so `path` is always either the old or the new complete checkpoint
-    except for the instant between the two renames.
+    except for the instant between the two renames. `state_dict`: the weights to write instead of the model's own
+    (a sharded model's, gathered: `rl.sharding.full_state_dict`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
     try:
-        model.save_pretrained(tmp, max_shard_size=max_shard_size)
+        model.save_pretrained(tmp, max_shard_size=max_shard_size, state_dict=state_dict)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         if not (tmp / WEIGHTS_FILE).is_file() and not (tmp / INDEX_FILE).is_file():
@@ -116,16 +118,18 @@ def save_checkpoint(
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
         if disk_full(err, path.parent) is not None:
-            raise disk_full_while("the checkpoint", path, _state_bytes(model)) from err
+            raise disk_full_while(
+                "the checkpoint", path, _state_bytes(state_dict or model.state_dict())
+            ) from err
         raise
     log.info("saved checkpoint %s", path)
     return path
 
 
-def _state_bytes(model: PreTrainedModel) -> int:
-    """The bytes of the model's tensors (a tied weight once): about what its safetensors take."""
+def _state_bytes(state: dict[str, torch.Tensor]) -> int:
+    """The bytes of a state dict's tensors (a tied weight once): about what its safetensors take."""
     seen: dict[int, int] = {}
-    for tensor in model.state_dict().values():
+    for tensor in state.values():
         seen[tensor.data_ptr()] = tensor.numel() * tensor.element_size()
     return sum(seen.values())
 

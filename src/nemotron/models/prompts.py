@@ -1,6 +1,7 @@
-"""Prompts that fit the model: a prompt plus `max_new_tokens` must fit the model's positions. Longer prompts keep
-their last tokens (the side a continuation depends on, as TRL truncates RL prompts), with a counted warning at
-start-up, instead of a ValueError in the middle of a rollout."""
+"""The one prompt format every step uses (`format_prompt`, here without transformers so that the resource plan can
+count a prompt's tokens in a dry run), and prompts that fit the model: a prompt plus `max_new_tokens` must fit the
+model's positions. Longer prompts keep their last tokens (the side a continuation depends on, as TRL truncates RL
+prompts), with a counted warning at start-up, instead of a ValueError in the middle of a rollout."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ from typing import Any
 from nemotron.errors import UserError
 
 log = logging.getLogger("nemotron")
+PROMPT_TEMPLATE = "{prompt} =>"
+
+
+def format_prompt(text: str) -> str:
+    """The prompt as the model sees it: `format_prompt("the movie was") == "the movie was =>"`."""
+    return PROMPT_TEMPLATE.format(prompt=text.strip())
 
 
 def model_positions(config: Any) -> int | None:

@@ -74,6 +74,20 @@ class Critic(nn.Module):
         return values
 
 
+class SequenceRewards(nn.Module):
+    """A reward model as a module whose forward is `sequence_rewards`, so the whole scoring pass is one module call:
+    FSDP gathers a sharded module's weights around its forward, and `sequence_rewards` calls the backbone and the
+    score head separately."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """scores, shape ``(b,)``, of token ids ``(b, t)`` under ``attention_mask`` ``(b, t)``."""
+        return sequence_rewards(self.model, input_ids, attention_mask)
+
+
 def build_critic_from_reward_model(reward_model: PreTrainedModel) -> Critic:
     """A critic that copies the reward model's backbone and uses its score head as the value head.
 

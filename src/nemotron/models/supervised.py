@@ -59,3 +59,8 @@ class RankBatches(Generic[T]):
 
     def next(self) -> list[T]:
         return self.rng.sample(self.train, min(self.per_rank, len(self.train)))
+
+    def skip(self, steps: int) -> None:
+        """Draw and drop `steps` batches: where a run resumed after that many steps continues."""
+        for _ in range(steps):
+            self.next()

@@ -17,8 +17,9 @@ from transformers import PreTrainedTokenizerFast
 
 from nemotron.data.records import Message
 from nemotron.errors import UserError
+from nemotron.models.prompts import PROMPT_TEMPLATE as PROMPT_TEMPLATE
+from nemotron.models.prompts import format_prompt as format_prompt
 
-PROMPT_TEMPLATE = "{prompt} =>"
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"
 UNK_TOKEN = "<unk>"
@@ -26,11 +27,6 @@ SPECIAL_TOKENS = (PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
 
 # Far above what the tiny corpus can fill: the trainer stops once every word is one token.
 _VOCAB_CEILING = 4096
-
-
-def format_prompt(text: str) -> str:
-    """The prompt as the model sees it: `format_prompt("the movie was") == "the movie was =>"`."""
-    return PROMPT_TEMPLATE.format(prompt=text.strip())
 
 
 def train_tokenizer(corpus: Iterable[str], *, model_max_length: int = 64) -> PreTrainedTokenizerFast:

@@ -23,6 +23,7 @@ from nemotron.config.backends import PLAN_GROUPS
 from nemotron.config.stepconfig import ResourcePlan, Runtime, ServeRuntime, TrainRuntime
 from nemotron.config.workload import JobModel, Workload
 from nemotron.errors import UserError
+from nemotron.plan.prompts import PromptLength, longest_prompt
 from nemotron.plan.shapes import ModelShape, known_shape, shape_from_checkpoint
 from nemotron.plan.terms import (
     CPU_RUNTIME_MB,
@@ -58,9 +59,10 @@ GroupsFn = Callable[["PlanContext", PlannedConfig, Workload], list[Group]]
 # A reward model's or critic's head is one number per sequence: no logits over a vocabulary.
 SCALAR_HEAD_ROLES = ("reward_model", "critic")
 TOKENIZER_VOCAB_CEILING = 4096  # a tokenizer trained on the data (no inputs.init_from) has at most this many
-DEFAULT_PROMPT_TOKENS = (
-    512  # the builtin engine's prompt budget for the plan (NeMo-RL: nemo_rl.max_prompt_tokens)
-)
+# The built-in engine's prompt length when no prompt file is readable here (a path on the cluster); NeMo-RL's plan
+# reads nemo_rl.max_prompt_tokens instead
+ASSUMED_PROMPT_TOKENS = 512
+PROMPT_TYPE = "prompt_jsonl"  # the artifact type (and its subtypes) of the prompts an RL step rolls out on
 
 
 class Shapes:
@@ -132,14 +134,15 @@ def fitting_plan(job: Job, where: Placement) -> Plan:
 def remedies_that_fit(job: Job, where: Placement, suggestions: list[str]) -> list[str]:
     """The engine's remedies for a plan that cannot fit, each `KEY=VALUE` one re-planned on its own (the job's
     config with that key set, its engine the one the config then names: that engine's own preflight, then the whole
-    plan) and kept only if the job then passes both; one that is not a key (more GPUs, more nodes) is kept as said,
-    after them. Asked only of a plan that cannot fit."""
+    plan) and kept only if the job then passes both and leaves no other group without its devices (NeMo-RL's judge);
+    one that is not a key (more GPUs, more nodes) is kept as said, after them. Asked only of a plan that cannot fit."""
     from nemotron.catalog import Catalog
     from nemotron.compile.preflight import engine_checks
     from nemotron.config.configtree import set_dotted
     from nemotron.config.stepconfig import engine_name
 
     manifest = Catalog().get(job.step_id).manifest
+    short = _short(plan_job(job, where))  # groups the job itself leaves without their devices
 
     keys, said = [], []
     for remedy in suggestions:
@@ -154,11 +157,18 @@ def remedies_that_fit(job: Job, where: Placement, suggestions: list[str]) -> lis
             own = engine_checks(manifest, config, job.bindings, where.nodes, where.gpus_per_node)
             if own.problems or any(g.problem(job.profile.name) for g in own.groups):
                 continue  # the engine refuses the job so changed (e.g. sizes that do not divide its GPUs)
-            if not plan_job(replace(job, config=config, backend=engine_name(config)), where).refused():
-                keys.append(remedy)
+            replanned = plan_job(replace(job, config=config, backend=engine_name(config)), where)
+            if not replanned.refused() and _short(replanned) <= short:
+                keys.append(
+                    remedy
+                )  # fits, and leaves no other group without its devices (a judge with no GPU)
         except (ValidationError, UserError):
             continue  # a value the schema refuses, or a plan that cannot be made: no remedy
     return [*keys, *said]
+
+
+def _short(plan: Plan) -> set[str]:
+    return {g.name for g in plan.groups if g.shortfall}
 
 
 def device_memory(profile: Any, runtime_device: str, local: bool) -> tuple[str, float | None, bool]:
@@ -211,6 +221,7 @@ class PlanContext:
         self.precision: str = runtime.precision
         # a server (rm/serve's ServeRuntime) trains nothing, so it has no checkpointing to turn on
         self.checkpointing = isinstance(runtime, TrainRuntime) and runtime.gradient_checkpointing
+        self._prompts: PromptLength | None = None
 
     def trained(self) -> JobModel:
         """The model a training step trains (the policy of an RL step)."""
@@ -250,6 +261,20 @@ class PlanContext:
         if scorer is not None and critic.input == scorer.input:
             return scorer_shape
         return self.shape(critic.role, critic.ref)
+
+    def prompt_length(self) -> PromptLength:
+        """The longest prompt of the job's prompt inputs (every bound input whose type is a prompt_jsonl) that are
+        files here, counted with the trained model's tokenizer where it is a checkpoint here."""
+        if self._prompts is None:
+            from nemotron.catalog import Catalog
+
+            catalog = Catalog()
+            files = [Path(b.path) for b in self.job.bindings
+                     if b.path and catalog.is_a(b.expected_type, PROMPT_TYPE) and Path(b.path).is_file()]  # fmt: skip
+            ref = self.trained().ref
+            tokenizer = Path(ref).expanduser() if ref and Path(ref).expanduser().is_dir() else None
+            self._prompts = longest_prompt(files, tokenizer) if files else PromptLength(None, "")
+        return self._prompts
 
     def shape(self, role: str, ref: str | None) -> ModelShape | None:
         self.roles.add(role)

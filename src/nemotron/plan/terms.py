@@ -165,10 +165,12 @@ class Group:
     # a GPU's memory is the profile's word; a machine's RAM is shared with everything else on it and backed by
     # swap, so overflowing it is a warning, never a refusal
     enforced: bool = True
+    # why the group cannot run whatever its memory (no device is left for it); "" when it has its devices
+    shortfall: str = ""
 
     @property
     def fits(self) -> bool:
-        return self.available_mb is None or self.peak_mb <= self.available_mb
+        return not self.shortfall and (self.available_mb is None or self.peak_mb <= self.available_mb)
 
     @property
     def largest_term(self) -> str:
@@ -236,6 +238,9 @@ class Plan:
 
 def refusal(group: Group) -> str:
     """The one line a plan that cannot fit is refused with."""
+    if group.shortfall:
+        return (f"resource plan: {group.name} ({group.nodes}): {group.shortfall}. To fit: "
+                f"{'; '.join(group.suggestions)}")  # fmt: skip
     term = group.largest_term
     return (
         f"resource plan: {group.name} ({group.nodes}) needs {group.peak_mb / 1024:.1f} GiB per device "

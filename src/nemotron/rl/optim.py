@@ -8,6 +8,7 @@ import torch
 
 from nemotron.config.stepconfig import Optim
 from nemotron.rl.distributed import World, sync_gradients
+from nemotron.rl.sharding import grad_norm_value, is_sharded
 from nemotron.runtime.faults import inject
 
 
@@ -46,10 +47,12 @@ def optimizer_step(
     world: World,
     total_steps: int = 0,
 ) -> tuple[float, float]:
-    """Sync gradients over ranks, clip the global norm, step. Returns (grad_norm before clipping, lr)."""
+    """Sum gradients over ranks (DDP; FSDP did in the backward), clip the global norm, step. Returns
+    (grad_norm before clipping, lr)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    sync_gradients(params, world)
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad))
+    if not is_sharded(model):  # FSDP reduce-scatters (sums) the gradients in the backward pass
+        sync_gradients(params, world)
+    grad_norm = grad_norm_value(torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad))
     lr = lr_at(step, cfg, total_steps)
     inject("optimizer", step)
     for group in optimizer.param_groups:

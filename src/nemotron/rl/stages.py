@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from nemotron.rl.experience import (
 from nemotron.rl.generation_backends import GenerationBackend, get_backend
 from nemotron.rl.reward_source import reward_source
 from nemotron.rl.rollout import SamplingParams
+from nemotron.rl.sharding import full_state_dict, full_weights
 from nemotron.rl.stats import RolloutStats, Timings, as_metrics
 from nemotron.runtime import preempt
 from nemotron.runtime.devices import DevicePlan
@@ -159,6 +160,16 @@ class Rollouts:
         """The tokenizer and prompts, the actor and its reference, the generation backend (our torch sampler,
         or vLLM in this process) and sampling parameters of the `generation` config group, the sampler's
         stream."""
+        if plan.sharding == "fsdp" and per_step % world.size:
+            raise UserError(
+                f"runtime.sharding=fsdp: {per_step} prompts a step do not divide over {world.size} ranks; under FSDP "
+                "every rank must make the same number of training passes. Use a multiple of the ranks"
+            )
+        if plan.sharding == "fsdp" and generation.backend == "vllm":
+            raise UserError(
+                "runtime.sharding=fsdp with generation.backend=vllm: the colocated vLLM engine loads the whole "
+                "policy from this process's weights, which FSDP shards; use generation.backend=torch, or ddp"
+            )
         tokenizer = load_tokenizer(policy_path)
         prompts = PromptSet.load(prompts_path, tokenizer)
         models = ActorAndReference.load(policy_path, plan)
@@ -210,7 +221,7 @@ class Rollouts:
             n=self.n,
             score=score,
         )
-        with self.plan.autocast():
+        with self.plan.autocast(), full_weights(self.models.policy):
             exp = collect(setup, self.prompts.pick(batch))
         if self.world.is_main and not self.shown_first:
             # What a chat template or a prompt cut made of the data shows here, before it shows in the rewards.
@@ -282,7 +293,7 @@ class BeforeAfter:
     def _evaluate(self, score: ScoreFn) -> dict[str, float]:
         r = self.rollouts
         prompts = self.prompts.pick(list(range(min(self.eval_cfg.num_prompts, len(self.prompts.texts)))))
-        with r.plan.autocast():
+        with self.run.progress.section("validation"), r.plan.autocast():
             return evaluate(
                 r.backend,
                 r.models.policy,
@@ -298,22 +309,27 @@ class BeforeAfter:
     def active(self) -> bool:
         return self.rollouts.world.is_main and min(self.eval_cfg.num_prompts, len(self.prompts.texts)) > 0
 
+    def _on_main(self, score: ScoreFn) -> dict[str, float] | None:
+        """The evaluation on the main rank (None elsewhere). Every rank calls it: a sharded policy is gathered on
+        all of them first, so the main rank's passes need no other rank."""
+        if min(self.eval_cfg.num_prompts, len(self.prompts.texts)) == 0:
+            return None
+        with full_weights(self.rollouts.models.policy):
+            return self._evaluate(score) if self.active else None
+
     def periodic(self, score: ScoreFn, step: int) -> None:
         """`val_<name>` at every `val_period`-th step."""
-        if self.active and self.val_period and step % self.val_period == 0:
-            values = self._evaluate(score)
+        if self.val_period and step % self.val_period == 0 and (values := self._on_main(score)) is not None:
             self.run.log_metrics(step, {f"val_{k}": v for k, v in values.items()})
             log.info("validation at step %d: %s", step, " ".join(f"{k}={v:.3f}" for k, v in values.items()))
 
     def before(self, score: ScoreFn, start_step: int) -> None:
-        if self.active and start_step == 0:
-            before = self._evaluate(score)
+        if start_step == 0 and (before := self._on_main(score)) is not None:
             self.run.log_metrics(0, {f"eval_{k}_before": v for k, v in before.items()})
             log.info("before RL: %s", " ".join(f"{k}={v:.3f}" for k, v in before.items()))
 
     def after(self, score: ScoreFn, last_step: int) -> None:
-        if self.active:
-            after = self._evaluate(score)
+        if (after := self._on_main(score)) is not None:
             drift = self.rollouts.models.reference_drift()
             self.run.log_metrics(
                 last_step, {**{f"eval_{k}_after": v for k, v in after.items()}, "reference_drift": drift}
@@ -324,19 +340,33 @@ class BeforeAfter:
 @dataclass
 class Checkpoints:
     """What a checkpoint holds: resumed before the first step, saved every `checkpoint.save_interval` steps
-    (on every rank: saving gathers each rank's random streams)."""
+    (on every rank: saving gathers each rank's random streams). `start_from` is the model the run starts from,
+    which a resumed checkpoint must have started from too (None: a model built from the config)."""
 
     run: StepRun[Any]
     checkpoint_cfg: Checkpointing
-    rollouts: Rollouts
     modules: dict[str, torch.nn.Module]
     optimizers: dict[str, torch.optim.Optimizer]
+    world: World
+    start_from: str | None
+    generators: dict[str, torch.Generator] = field(default_factory=dict)
     started_at: int = 0  # the step this run resumed from (0: a fresh start)
 
     def __post_init__(self) -> None:
-        self.expect = trainstate.fingerprints(self.run.record.config, self.rollouts.policy_path)
-        self.generators = {"sampler": self.rollouts.sampler}
-        self.world = self.rollouts.world
+        self.expect = trainstate.fingerprints(self.run.record.config, self.start_from)
+
+    @classmethod
+    def of_rollouts(
+        cls,
+        run: StepRun[Any],
+        checkpoint_cfg: Checkpointing,
+        rollouts: Rollouts,
+        modules: dict[str, torch.nn.Module],
+        optimizers: dict[str, torch.optim.Optimizer],
+    ) -> Checkpoints:
+        """An RL step's: it starts from the rollouts' policy, and its sampler's stream is saved with it."""
+        return cls(run, checkpoint_cfg, modules, optimizers, rollouts.world, rollouts.policy_path,
+                   {"sampler": rollouts.sampler})  # fmt: skip
 
     def resume(self) -> tuple[int, int]:
         """(start step, data position): (0, 0) for a fresh run. A restarted job (requeued, preempted) continues
@@ -363,16 +393,17 @@ class Checkpoints:
         warned = self._warned()
         if not (interval and step % interval == 0) and not warned:
             return None
-        path = trainstate.save(
-            self.run.checkpoint_dir,
-            step,
-            self.modules,
-            self.optimizers,
-            self.generators,
-            position,
-            self.expect,
-            world=self.world,
-        )
+        with self.run.progress.section("checkpoint"):
+            path = trainstate.save(
+                self.run.checkpoint_dir,
+                step,
+                self.modules,
+                self.optimizers,
+                self.generators,
+                position,
+                self.expect,
+                world=self.world,
+            )
         if warned:
             preempt.handled()
         if warned and step > self.started_at and self.world.is_main:
@@ -399,10 +430,15 @@ def save_and_register(
     metadata: dict[str, Any],
 ) -> None:
     """On the main rank, save each module in HF layout as output `name` and register them all; then leave the
-    process group."""
-    if world.is_main:
-        paths = {
-            name: save_checkpoint(module, run.output_dir(name), tokenizer) for name, module in modules.items()
-        }
-        run.register_outputs(paths, metadata)
-    distributed.close(world)
+    process group. A sharded module's weights are gathered first (on every rank: a collective). Every rank is in a
+    checkpoint section meanwhile (the others wait for the main one), then done."""
+    with run.progress.section("checkpoint"):
+        states = {name: full_state_dict(module) for name, module in modules.items()}
+        if world.is_main:
+            paths = {
+                name: save_checkpoint(module, run.output_dir(name), tokenizer, state_dict=states[name])
+                for name, module in modules.items()
+            }
+            run.register_outputs(paths, metadata)
+        distributed.close(world)
+    run.progress.unwatched("done")

@@ -18,7 +18,8 @@ import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
 from nemotron.errors import UserError, disk_full, disk_full_while
-from nemotron.rl.distributed import World
+from nemotron.rl.distributed import World, barrier
+from nemotron.rl.sharding import SHARDED_STATE, is_sharded, load_sharded, save_sharded
 from nemotron.runtime.faults import inject
 from nemotron.runtime.resume import (
     PREFIX,
@@ -69,18 +70,27 @@ def save(
     """Write `root/step_NNNNNN` atomically and point `root/latest` at it; keep the newest `keep`.
 
     With several ranks every rank calls this (it gathers each rank's random streams: the weights and optimizer
-    are the same everywhere, the sampling streams are not) and rank 0 writes.
+    are the same everywhere, the sampling streams are not) and rank 0 writes. Under `runtime.sharding=fsdp` the
+    weights and optimizer are not the same everywhere: every rank writes its shard of them into the temporary dir
+    (`sharded/`, torch.distributed.checkpoint) before rank 0 writes the rest and renames it into place.
     """
     world = world or World()
     ranks = _gather_random_state(generators, world)
     final = root / f"{PREFIX}{step:06d}"
+    tmp = root / f".{final.name}.tmp"
+    sharded = any(is_sharded(m) for m in modules.values())
+    if world.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    if sharded:
+        barrier(world)  # the temporary dir exists before any rank writes into it
+        save_sharded(tmp / SHARDED_STATE, modules, optimizers)
     if not world.is_main:
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{final.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
     try:
-        _write(tmp, step, modules, optimizers, ranks, data_position, meta, world)
+        _write(tmp, step, {} if sharded else modules, {} if sharded else optimizers, ranks, data_position, meta,
+               world)  # fmt: skip
     except Exception as err:
         if disk_full(err, root) is None:
             raise
@@ -122,8 +132,7 @@ def _write(
     meta: dict[str, Any],
     world: World,
 ) -> None:
-    """Every file of the checkpoint into `tmp`, flushed to disk."""
-    tmp.mkdir()
+    """Every file of the checkpoint into `tmp`, flushed to disk (the modules and optimizers not written sharded)."""
     for name, module in modules.items():
         # Hugging Face format (config.json + model.safetensors): any checkpoint loads with from_pretrained.
         _hf_model(module).save_pretrained(tmp / name, safe_serialization=True)
@@ -163,6 +172,13 @@ def load(
         raise UserError(
             f"checkpoint {path} was written by {saved_ranks} rank(s) and this run has {world.size}: its sampling "
             "streams would not continue exactly. Resume with the same number of ranks, or set checkpoint.force=true"
+        )
+    if any(is_sharded(m) for m in modules.values()):
+        load_sharded(path / SHARDED_STATE, modules, optimizers)
+        modules, optimizers = {}, {}
+    elif (path / SHARDED_STATE).is_dir():
+        raise UserError(
+            f"checkpoint {path} holds sharded state (runtime.sharding=fsdp); resume it with runtime.sharding=fsdp"
         )
     for name, module in modules.items():
         model = _hf_model(module)
@@ -223,8 +239,11 @@ def _py_state_from(raw: list[Any]) -> tuple[Any, ...]:
     return (raw[0], tuple(raw[1]), raw[2])
 
 
-def fingerprints(record_config: dict[str, Any], policy_path: str) -> dict[str, str]:
-    """What a checkpoint must match to be resumed: the config (less resumable keys) and the starting model."""
+def fingerprints(record_config: dict[str, Any], policy_path: str | None) -> dict[str, str]:
+    """What a checkpoint must match to be resumed: the config (less resumable keys) and the starting model (none
+    for a model built from the config, which the config's fingerprint covers)."""
+    if not policy_path:
+        return {"config": config_fingerprint(record_config)}
     return {"config": config_fingerprint(record_config), "model": model_fingerprint(policy_path)}
 
 

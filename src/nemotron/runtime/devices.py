@@ -108,6 +108,8 @@ class DevicePlan:
     device: torch.device
     precision: str = "fp32"
     gradient_checkpointing: bool = False
+    sharding: str = "ddp"  # ddp: whole models on every rank; fsdp: trained models sharded (rl/sharding.py)
+    fsdp_cpu_offload: bool = False
 
     @property
     def dtype(self) -> torch.dtype:
@@ -124,14 +126,23 @@ class DevicePlan:
         return torch.tensor(data, dtype=dtype, device=self.device)
 
     def prepare(self, model: ModuleT, *, trainable: bool = True) -> ModuleT:
-        """Move `model` to the device and weight dtype; gradient checkpointing on trained transformers models."""
+        """Move `model` to the device and weight dtype; gradient checkpointing on trained transformers models, and
+        under `sharding=fsdp` FSDP2 over the ranks (after the process group is up: `distributed.start`)."""
         model.to(device=self.device, dtype=self.dtype)
         if trainable and self.gradient_checkpointing:
-            # transformers 5 renamed gradient_checkpointing_enable (deprecated) to activation_checkpointing_enable.
-            enable = getattr(model, "activation_checkpointing_enable", None)
+            # transformers 5 renamed gradient_checkpointing_enable (deprecated) to activation_checkpointing_enable;
+            # a wrapper (a reward model's SequenceRewards) holds its transformers model as `.model`.
+            inner = (
+                model if hasattr(model, "activation_checkpointing_enable") else getattr(model, "model", model)
+            )
+            enable = getattr(inner, "activation_checkpointing_enable", None)
             if enable is None:
                 raise UserError(f"runtime.gradient_checkpointing: {type(model).__name__} does not support it")
             enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        if trainable and self.sharding == "fsdp":
+            from nemotron.rl.sharding import shard_model  # torch.distributed.fsdp only where it acts
+
+            shard_model(model, self.precision, self.fsdp_cpu_offload, self.device)
         return model
 
 
@@ -142,4 +153,6 @@ def placement(runtime: object) -> DevicePlan:
         device=device,
         precision=str(getattr(runtime, "precision", "fp32")),
         gradient_checkpointing=bool(getattr(runtime, "gradient_checkpointing", False)),
+        sharding=str(getattr(runtime, "sharding", "ddp")),
+        fsdp_cpu_offload=bool(getattr(runtime, "fsdp_cpu_offload", False)),
     )

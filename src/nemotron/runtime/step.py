@@ -24,6 +24,7 @@ from nemotron.core.paths import artifacts_dir
 from nemotron.errors import UserError
 from nemotron.jobs.record import JobRecord, load_record
 from nemotron.runtime.metrics import MetricsLogger, summary_line
+from nemotron.runtime.progress import Beacon, Bounds
 
 if TYPE_CHECKING:
     from nemotron.tracking.job import StepTracking
@@ -68,6 +69,8 @@ class StepRun(Generic[C]):
     world_size: int = 1
     _metrics: MetricsLogger | None = None
     _tracking: StepTracking | None = None
+    # this rank's progress beacon (runtime/progress.py): written only where a launcher watches the job
+    progress: Beacon = field(default_factory=lambda: Beacon(None, 0, Bounds()))
 
     @classmethod
     def start(cls, step_file: str, schema: type[C] | None = None) -> StepRun[C]:
@@ -96,6 +99,7 @@ class StepRun(Generic[C]):
         world = int(os.environ.get("WORLD_SIZE", "1"))
         run = cls(job_dir, config, record, rest, rank, world)  # type: ignore[arg-type]
         run.exit_if_finished()
+        run.progress = Beacon.from_env(rank)
         if run.is_main and hasattr(config, "tracking"):
             from nemotron.tracking.job import StepTracking
 
@@ -130,6 +134,9 @@ class StepRun(Generic[C]):
         return d
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        """One step's metrics (main rank: metrics.jsonl, trackers); on every rank, the step's progress beacon."""
+        if step > self.progress.step:
+            self.progress.beat(step)
         if not self.is_main:
             return
         if self._metrics is None:
@@ -169,9 +176,11 @@ class StepRun(Generic[C]):
     def register_outputs(
         self, paths: dict[str, Path], metadata: dict[str, Any] | None = None
     ) -> list[Artifact]:
-        """Register every output in one transaction, with lineage edges to the inputs. Main rank only."""
+        """Register every output in one transaction, with lineage edges to the inputs. Main rank only; its
+        progress is done."""
         if not self.is_main:
             return []
+        self.progress.unwatched("done")
         if self._metrics is not None:
             self._metrics.close()
         store = self.store()

@@ -27,6 +27,7 @@ def main() -> None:
     # ---- setup
     run: StepRun[Config] = StepRun.start(__file__)
     cfg = run.config
+    run.progress.unwatched("preparing")  # no training steps to time: progress is not watched
     task = get_task(cfg.task.name)
     seed = cfg.runtime.seed
 

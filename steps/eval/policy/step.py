@@ -236,6 +236,7 @@ def main() -> None:
     # ---- setup: validated config (scorers without their inputs are refused there), device, threads, seeds
     run: StepRun[Config] = StepRun.start(__file__)
     cfg = run.config
+    run.progress.unwatched("evaluation")  # no training steps to time: progress is not watched
     plan, world = distributed.start(cfg.runtime)
 
     # ---- prompts: exit 2 before any model loads when there are none or scorers.math lacks answers

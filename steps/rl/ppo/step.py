@@ -212,7 +212,7 @@ def main() -> None:
     evaluation = stages.BeforeAfter(run, rollouts, cfg.eval)
 
     # ---- resume
-    checkpoints = stages.Checkpoints(
+    checkpoints = stages.Checkpoints.of_rollouts(
         run,
         cfg.checkpoint,
         rollouts,

@@ -136,7 +136,9 @@ def main() -> None:
     evaluation = stages.BeforeAfter(run, rollouts, cfg.eval)
 
     # ---- resume
-    checkpoints = stages.Checkpoints(run, cfg.checkpoint, rollouts, {"policy": policy}, {"policy": optimizer})
+    checkpoints = stages.Checkpoints.of_rollouts(
+        run, cfg.checkpoint, rollouts, {"policy": policy}, {"policy": optimizer}
+    )
     start_step, rollouts.position = checkpoints.resume()
 
     with stages.reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan) as (score_fn, described):

@@ -225,7 +225,9 @@ def main() -> None:
     judge_model = cfg.env.nemo_gym.genrm_model.responses_api_models.vllm_model.model
 
     # ---- resume
-    checkpoints = stages.Checkpoints(run, cfg.checkpoint, rollouts, {"policy": policy}, {"policy": optimizer})
+    checkpoints = stages.Checkpoints.of_rollouts(
+        run, cfg.checkpoint, rollouts, {"policy": policy}, {"policy": optimizer}
+    )
     start_step, rollouts.position = checkpoints.resume()
 
     judge_stats: dict[str, float] = {}

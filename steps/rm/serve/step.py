@@ -33,6 +33,7 @@ def announcer(run: StepRun[Any], model_name: str, mode: str) -> Any:
     def announce(handle: ServerHandle) -> None:
         # one server per node: servers/node-<i>.json on each, node 0's also as server.json (docs/executors.md)
         entry = announce_server(run.job_dir, handle.url, model=model_name, mode=mode)
+        run.progress.unwatched("serving")  # loaded: from now on it waits for requests, which is not a hang
         print(
             f"serving {mode} model '{model_name}' at {entry['url']} (Ctrl-C or SIGTERM to stop)", flush=True
         )

@@ -14,22 +14,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import PreTrainedModel
 
 from nemotron.data.jsonl import read_jsonl
 from nemotron.data.records import PreferenceRecord, prompt_text
 from nemotron.models.batches import preference_batch
 from nemotron.models.checkpoint import load_policy, load_tokenizer
 from nemotron.models.reward import (
+    SequenceRewards,
     bradley_terry_loss,
     pairwise_accuracy,
     reward_model_from_policy,
-    sequence_rewards,
 )
 from nemotron.models.supervised import RankBatches, from_architecture, held_out_split
 from nemotron.rl import distributed
 from nemotron.rl.optim import build_optimizer, optimizer_step
-from nemotron.rl.stages import save_and_register
+from nemotron.rl.stages import Checkpoints, save_and_register
 from nemotron.rl.stats import as_metrics
 from nemotron.runtime.devices import DevicePlan, peak_memory_mb
 from nemotron.runtime.step import StepRun, required
@@ -55,29 +54,29 @@ class RewardModelStats:
 
 
 def chosen_and_rejected(
-    model: PreTrainedModel, batch: Any, plan: DevicePlan
+    scorer: SequenceRewards, batch: Any, plan: DevicePlan
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B,) rewards of the chosen and of the rejected responses of a preference batch."""
-    rewards = sequence_rewards(model, batch.input_ids.to(plan.device), batch.attention_mask.to(plan.device))
+    rewards = scorer(batch.input_ids.to(plan.device), batch.attention_mask.to(plan.device))
     chosen, rejected = rewards.chunk(2)
     return chosen, rejected
 
 
 @torch.no_grad()
 def held_out_accuracy(
-    model: PreTrainedModel, tokenizer: Any, val: list[PreferenceRecord], max_length: int, plan: DevicePlan
+    scorer: SequenceRewards, tokenizer: Any, val: list[PreferenceRecord], max_length: int, plan: DevicePlan
 ) -> float:
     """The share of held-out pairs whose chosen response gets the higher reward."""
-    model.eval()
+    scorer.eval()
     correct = 0.0
     for i in range(0, len(val), 256):
         chunk = val[i : i + 256]
         with plan.autocast():
             chosen, rejected = chosen_and_rejected(
-                model, preference_batch(tokenizer, chunk, max_length), plan
+                scorer, preference_batch(tokenizer, chunk, max_length), plan
             )
         correct += float(pairwise_accuracy(chosen, rejected)) * len(chunk)
-    model.train()
+    scorer.train()
     return correct / len(val)
 
 
@@ -100,22 +99,33 @@ def main() -> None:
     else:
         texts = [t for p in pairs for t in (prompt_text(p.prompt), p.chosen, p.rejected)]
         tokenizer, model = from_architecture("reward_model", cfg.model, texts, cfg.runtime.seed)
-    model = plan.prepare(model)
-    optimizer = build_optimizer(model.parameters(), cfg.optim)
+    scorer = plan.prepare(SequenceRewards(model))  # one module call per pass: what FSDP shards around
+    optimizer = build_optimizer(scorer.parameters(), cfg.optim)
     batches = RankBatches(train, cfg.trainer.global_batch_size, world.size, cfg.runtime.seed + world.rank)
 
-    # ---- loop: update, then report (with the held-out accuracy every log_interval steps)
-    model.train()
+    # ---- resume: a requeued job (or checkpoint.resume) continues from its checkpoint and batch
+    checkpoints = Checkpoints(
+        run,
+        cfg.checkpoint,
+        {"reward_model": scorer},
+        {"reward_model": optimizer},
+        world,
+        cfg.inputs.init_from,
+    )
+    start_step, _ = checkpoints.resume()
+    batches.skip(start_step)
+
+    # ---- loop: update, report (the held-out accuracy every log_interval steps), checkpoint
+    scorer.train()
     total = cfg.trainer.max_steps
-    run.rewind_metrics(-1)  # a requeued run starts over (no resume here): its lost run's rows go
-    for step in range(1, total + 1):
+    for step in range(start_step + 1, total + 1):
         t0 = time.perf_counter()
         batch = preference_batch(tokenizer, batches.next(), cfg.trainer.max_length)
         with plan.autocast():
-            chosen, rejected = chosen_and_rejected(model, batch, plan)
+            chosen, rejected = chosen_and_rejected(scorer, batch, plan)
             loss = bradley_terry_loss(chosen, rejected)
         (loss / world.size).backward()
-        grad_norm, lr = optimizer_step(model, optimizer, step, cfg.optim, world, total)
+        grad_norm, lr = optimizer_step(scorer, optimizer, step, cfg.optim, world, total)
         stats = RewardModelStats(
             loss.item(),
             pairwise_accuracy(chosen, rejected).item(),
@@ -126,10 +136,11 @@ def main() -> None:
             peak_memory_mb(plan.device),
         )
         if step % cfg.trainer.log_interval == 0 or step == total:
-            stats.val_accuracy = held_out_accuracy(model, tokenizer, val, cfg.trainer.max_length, plan)
+            stats.val_accuracy = held_out_accuracy(scorer, tokenizer, val, cfg.trainer.max_length, plan)
         run.report(
             step, total, as_metrics(stats), ("loss", "accuracy", "val_accuracy"), cfg.trainer.log_interval
         )
+        checkpoints.maybe_save(step, step)
 
     # ---- save and register (main rank)
     metadata = {"val_accuracy": stats.val_accuracy, "validation_pairs": len(val)}

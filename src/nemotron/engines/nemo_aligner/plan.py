@@ -4,7 +4,7 @@ TP = PP = 1."""
 from __future__ import annotations
 
 from nemotron.config.workload import Rollouts, Serving, Training, Workload
-from nemotron.plan.groups import DEFAULT_PROMPT_TOKENS, SCALAR_HEAD_ROLES, PlanContext, PlannedConfig, suggest
+from nemotron.plan.groups import ASSUMED_PROMPT_TOKENS, SCALAR_HEAD_ROLES, PlanContext, PlannedConfig, suggest
 from nemotron.plan.terms import (
     Group,
     Sharding,
@@ -50,7 +50,7 @@ def plan_groups(ctx: PlanContext, _config: PlannedConfig, r: Workload) -> list[G
     critic = ctx.critic_shape(scorer, rm)
     world = ctx.nodes * ctx.per_node
     sharding = Sharding("megatron", 1, world)
-    seq = DEFAULT_PROMPT_TOKENS + max_new
+    seq = ASSUMED_PROMPT_TOKENS + max_new
     par = f"Megatron TP 1 x PP 1 (the .nemo's), distributed optimizer over {world} GPUs"
     if policy is not None:
         terms = {**train_state_mb(policy.parameters, "bf16-mixed", sharding),

@@ -100,6 +100,8 @@ def runtime_overrides(rt: TrainRuntime, refuse: Refusals) -> list[tuple[str, Any
         )
     if rt.gradient_checkpointing:
         refuse("runtime.gradient_checkpointing", "set activations checkpointing in the .nemo's model config")
+    if rt.sharding != "ddp" or rt.fsdp_cpu_offload:
+        refuse("runtime.sharding", "NeMo-Aligner shards by Megatron's tensor and pipeline parallelism")
     precision, o2 = PRECISION.get(rt.precision, ("bf16", True))
     return [("trainer.precision", precision), ("model.megatron_amp_O2", o2), ("model.seed", rt.seed)]
 

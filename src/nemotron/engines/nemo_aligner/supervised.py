@@ -46,6 +46,11 @@ def _common(
     data = c.inputs.data
     if not data:
         refuse("inputs.data", "NeMo-Aligner needs it set (an artifact ref or a path)")
+    refuse.all_unless_default(
+        ("checkpoint.resume", "NeMo-Aligner resumes only from its own log dir in this job"),
+        ("checkpoint.resume_from", "NeMo-Aligner resumes only from its own log dir in this job"),
+        ("checkpoint.force", "NeMo-Aligner has no check to force past"),
+    )
     if t.validation_fraction == 0:
         refuse(
             "trainer.validation_fraction",
@@ -80,7 +85,7 @@ def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         ("model.data.sample", True),
         ("trainer.sft.max_steps", t.max_steps),
         ("trainer.sft.val_check_interval", t.log_interval),
-        ("trainer.sft.save_interval", t.max_steps),
+        ("trainer.sft.save_interval", c.checkpoint.save_interval or t.max_steps),
         ("trainer.sft.gradient_clip_val", c.optim.clip_grad),
         ("exp_manager.explicit_log_dir", f"{job_dir}/{log_dir}"),
         ("exp_manager.checkpoint_callback_params.save_nemo_on_train_end", True),
@@ -106,7 +111,7 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
         ("model.global_batch_size", t.global_batch_size),
         ("trainer.rm.max_steps", t.max_steps),
         ("trainer.rm.val_check_interval", t.log_interval),
-        ("trainer.rm.save_interval", t.max_steps),
+        ("trainer.rm.save_interval", c.checkpoint.save_interval or t.max_steps),
         ("trainer.rm.gradient_clip_val", c.optim.clip_grad),
         ("exp_manager.explicit_log_dir", f"{job_dir}/{log_dir}"),
         *optim_overrides(c.optim, refuse, "optim"),

@@ -31,6 +31,11 @@ def nemo_rl_dir(job: Job) -> str:
     return pinned_or_profile(job, "nemo_rl_dir", NEMO_RL_DIR) or NEMO_RL_DIR
 
 
+# NeMo-RL v0.7.0's algorithms print `===== Step N/M =====` as each training step starts (algorithms/grpo.py,
+# sft.py, dpo.py, rm.py, ppo.py): what the watchdog times the pace of the driver by
+STEP_LINE = r"(?i)\bstep \d+/\d+\b"
+
+
 class NemoRLEngine:
     name = "nemo_rl"
 
@@ -88,4 +93,5 @@ class NemoRLEngine:
             files=files,
             outputs=tuple(sorted(run.outputs.items())),
             shown="\n".join(shown) + "\n# ---- executor\n",
+            step_line=STEP_LINE,
         )

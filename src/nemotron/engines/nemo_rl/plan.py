@@ -5,10 +5,12 @@ passes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from nemotron.config.stepconfig import NemoRL, NemoRLTraining
 from nemotron.config.workload import Rollouts, Training, Workload
+from nemotron.engines.nemo_rl import sections as sec
 from nemotron.errors import UserError
 from nemotron.plan.groups import SCALAR_HEAD_ROLES, PlanContext, PlannedConfig, inference_mb, suggest
 from nemotron.plan.shapes import ModelShape
@@ -46,6 +48,17 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
     rm_gpus = nemo.reward_model_gpus if rm is not None and judge_role == "reward_model" else 0
     own_node = ctx.nodes > 1 and rm_gpus > 0
     world = total - (ctx.per_node if own_node else rm_gpus)
+    train_nodes = ctx.nodes - 1 if own_node else ctx.nodes
+    # NeMo-Gym's GenRM on nodes of its own (sections.genrm_split), as the compiled cluster leaves them where the
+    # profile has GPUs (the compile sets none aside on a CPU Ray cluster)
+    gpus_per_node = int(getattr(ctx.job.profile, "gpus_per_node", 0) or 0)
+    genrm = rm is not None and judge_role == "judge" and gpus_per_node >= 1
+    if genrm:
+        split = sec.genrm_split(ctx.nodes, ctx.per_node)
+        if split is None:
+            raise UserError(sec.genrm_shortfall(ctx.nodes, ctx.per_node, nemo.reward_model_gpus))
+        train_nodes = split[0]
+        world = train_nodes * ctx.per_node
     if (
         world < 1
     ):  # the engine's compile refuses such a job first; a remedy re-planned on it (groups.py) lands here
@@ -58,7 +71,6 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
         par = f"DTensor FSDP over {world} GPUs, TP {tp}, CP {cp}"
     p = "bf16-mixed" if ctx.precision != "fp32" else "fp32"
     seq = nemo.max_prompt_tokens + max_new
-    train_nodes = ctx.nodes - 1 if own_node else ctx.nodes
     where = ctx.where(0, train_nodes)
     groups: list[Group] = []
     more = [
@@ -113,9 +125,7 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
         groups.append(ctx.group("critic", terms, [(critic, "critic")], par + "; swapped in for its passes", where=where,
                                 suggestions=suggest(ctx, mb_key, mb, *more)))  # fmt: skip
     if rm is not None and judge_role == "judge":
-        ctx.shapes.unknown.append(
-            f"judge: {rm.name} runs in NeMo-Gym's own vLLM server, outside the policy's GPUs"
-        )
+        groups.append(_genrm(ctx, rm, train_nodes) if genrm else _genrm_without_gpu(ctx, rm))
     if rm is not None and judge_role == "reward_model":
         rm_sh = Sharding("fsdp", rm_gpus, rm_gpus)
         terms = {
@@ -164,6 +174,47 @@ def _training(ctx: PlanContext, nemo: NemoRL | NemoRLTraining, t: Training) -> l
     name = f"{m.role.replace('_', ' ')} training"
     return [ctx.group(name, terms, [(shape, m.role)], par, where=ctx.where(0, ctx.nodes),
                       suggestions=suggest(ctx, t.batch_key, 1, *more))]  # fmt: skip
+
+
+def _genrm(ctx: PlanContext, judge: ModelShape, first: int) -> Group:
+    """The generative judge where NeMo-RL runs it: NeMo-Gym's own vLLM (sections.GENRM_*) on the nodes from `first`
+    on, which the compiled config keeps out of NeMo-RL's cluster (env.nemo_gym.num_gpu_nodes). Each GPU holds its
+    vLLM share; bf16 weights larger than the share leave no room to start."""
+    tp = sec.GENRM_TP * sec.GENRM_PP
+    weights = judge.parameters * 2 / tp / 2**20
+    memory = ctx.memory or 0.0
+    terms = (
+        {"vLLM share (weights + KV cache)": sec.GENRM_SHARE * memory} if ctx.memory else {"weights": weights}
+    )
+    peak = sum(terms.values()) + ctx.runtime_mb
+    notes = [f"bf16 weights {weights / 1024:.2f} GiB per GPU; NeMo-Gym places {sec.GENRM_DP} x {tp} GPUs "
+             "(genrm_compare.yaml at the Gym commit NeMo-RL v0.7.0 pins) on nodes outside NeMo-RL's cluster"]  # fmt: skip
+    if ctx.memory and weights > sec.GENRM_SHARE * memory:
+        terms[f"judge weights (bf16 over TP {tp})"] = weights  # more than vLLM's share: it cannot load them
+        peak = max(peak, memory + weights)
+        notes.append("vLLM's share cannot hold the judge's weights")
+    nodes = ctx.nodes - first
+    return ctx.group(
+        "judge (NeMo-Gym GenRM)", terms, [(judge, "judge")],
+        f"vLLM DP {sec.GENRM_DP} x TP {sec.GENRM_TP} x PP {sec.GENRM_PP} at {sec.GENRM_SHARE:.0%}, "
+        f"{nodes} node{'s' * (nodes != 1)} of its own",
+        peak=peak, where=ctx.where(first, nodes), notes=notes,
+        suggestions=["a smaller judge model (NeMo-Gym's GenRM shards it over TP 4 only)"],
+    )  # fmt: skip
+
+
+def _genrm_without_gpu(ctx: PlanContext, judge: ModelShape) -> Group:
+    """The GenRM on a profile without GPUs (a CPU Ray cluster): NeMo-Gym's vLLM has none to start on, a warning."""
+    gpus = sec.GENRM_DP * sec.GENRM_TP * sec.GENRM_PP
+    weights = judge.parameters * 2 / (sec.GENRM_TP * sec.GENRM_PP) / 2**20
+    group = ctx.group(
+        "judge (NeMo-Gym GenRM)", {"weights": weights}, [(judge, "judge")],
+        f"vLLM DP {sec.GENRM_DP} x TP {sec.GENRM_TP} x PP {sec.GENRM_PP}", peak=weights + ctx.runtime_mb,
+        where="no GPU", suggestions=["backend=builtin env.should_use_nemo_gym=false (the judge is served beside "
+                                     "the trainer)"],
+        shortfall=f"NeMo-Gym's GenRM vLLM needs {gpus} GPUs and the profile gives none (gpus_per_node = 0)",
+    )  # fmt: skip
+    return replace(group, enforced=False)
 
 
 def _gathered_layers_mb(shape: ModelShape) -> float:

@@ -13,7 +13,7 @@ from nemotron.compile.preflight import EngineChecks, Group, shape
 from nemotron.config.stepconfig import NemoRL, NemoRLTraining
 from nemotron.engines.nemo_rl.evaluation import RECIPE as EVAL
 from nemotron.engines.nemo_rl.evaluation import preflight_problems
-from nemotron.engines.nemo_rl.sections import reward_model_resources
+from nemotron.engines.nemo_rl.sections import genrm_shortfall, genrm_split, reward_model_resources
 from nemotron.engines.nemo_rl.steps import RECIPES
 
 if TYPE_CHECKING:
@@ -40,7 +40,16 @@ def preflight(
 ) -> EngineChecks:
     """The eval's prompt rule, and the job's GPU groups on `nodes` x `gpus` (none on a profile without GPUs)."""
     groups = _groups(manifest, config, nodes, gpus) if gpus >= 1 else []
-    return EngineChecks(preflight_problems(manifest, config, bindings), groups)
+    problems = preflight_problems(manifest, config, bindings)
+    nemo = getattr(config, "nemo_rl", None)
+    if gpus >= 1 and _gym(config) and isinstance(nemo, NemoRL) and genrm_split(nodes, gpus) is None:
+        problems.append(genrm_shortfall(nodes, gpus, nemo.reward_model_gpus))
+    return EngineChecks(problems, groups)
+
+
+def _gym(config: BaseModel) -> bool:
+    """rl/rlhf's env.should_use_nemo_gym: NeMo-Gym's judge replaces the reward model's workers."""
+    return bool(getattr(getattr(config, "env", None), "should_use_nemo_gym", False))
 
 
 def _groups(manifest: Manifest, config: BaseModel, nodes: int, gpus: int) -> list[Group]:
@@ -49,7 +58,8 @@ def _groups(manifest: Manifest, config: BaseModel, nodes: int, gpus: int) -> lis
     vLLM's TP * PP must divide the same, colocated, cluster (nemo_rl/models/generation/vllm/vllm_generation.py:110).
     The policy cluster is what the reward model's workers leave: a one-node job gives them reward_model_gpus of
     its GPUs, a larger one a node of its own (nemo_rl/algorithms/grpo.py:520-590, ppo.py:380-415; our mapping:
-    nemotron.engines.nemo_rl.sections.reward_model_resources). The reward model itself runs DTensor at TP 1 CP 1
+    nemotron.engines.nemo_rl.sections.reward_model_resources); with NeMo-Gym's judge, what the judge's nodes leave
+    (sections.genrm_split), and a profile too small for both is refused. The reward model itself runs DTensor at TP 1 CP 1
     (nemo_rl.sections.reward_model_env)."""
     recipe = manifest.step.engines.get(ENGINE, "")
     if recipe == EVAL:  # NeMo-RL's eval: one vLLM engine per TP group over every GPU (eval.py setup)
@@ -72,15 +82,20 @@ def _groups(manifest: Manifest, config: BaseModel, nodes: int, gpus: int) -> lis
     # an RL recipe's Config has the RL steps' NemoRL group
     if recipe not in RECIPES or not isinstance(nemo, NemoRL):
         return []  # the engine refuses the step itself
-    # NeMo-Gym's judge (env.should_use_nemo_gym) replaces the reward model's workers
-    gym = bool(getattr(getattr(config, "env", None), "should_use_nemo_gym", False))
+    gym = _gym(config)
     megatron = nemo.policy_backend == "megatron"
     tp, cp = nemo.tensor_parallel_size, nemo.context_parallel_size
     # DTensor takes no PP (lm_policy.py:162); dtensor with pipeline_parallel_size > 1 is refused by the engine
     pp = nemo.pipeline_parallel_size if megatron else 1
     groups: list[Group] = []
     policy_gpus, where = nodes * gpus, shape(nodes, gpus)
-    if not gym:
+    if (
+        gym
+    ):  # the GenRM's nodes are outside the policy's cluster; none left when it does not fit (refused above)
+        split = genrm_split(nodes, gpus)
+        policy_gpus = split[0] * gpus if split else 0
+        where = f"{where} less the judge's {split[1] if split else nodes} node(s)"
+    else:
         rm = reward_model_resources(nodes, gpus, nemo.reward_model_gpus)
         rm_gpus = rm["num_nodes"] * rm["gpus_per_node"]
         if nodes == 1:

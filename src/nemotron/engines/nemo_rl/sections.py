@@ -28,6 +28,11 @@ GYM_CONFIG_PATHS = [
     "resources_servers/genrm_compare/configs/genrm_compare.yaml",
 ]
 NEVER = 10_000_000_000  # "total_iters" of a scheduler that never ends
+# NeMo-Gym's GenRM server (responses_api_models/genrm_model, a local_vllm_model) as genrm_compare.yaml at the Gym
+# commit NeMo-RL v0.7.0 pins (3rdparty/Gym-workspace/Gym, d67ad661) sets it and our config leaves it: vLLM data
+# parallel 2 x tensor parallel 4 x pipeline parallel 1 at gpu_memory_utilization 0.9. Each DP rank is a Ray placement
+# group of TP x PP GPUs packed on one node (STRICT_PACK), placed on what NeMo-RL's cluster leaves of the Ray cluster.
+GENRM_DP, GENRM_TP, GENRM_PP, GENRM_SHARE = 2, 4, 1, 0.9
 
 
 def algorithm_section(entry: str) -> str:
@@ -273,12 +278,54 @@ def reward_model_env(
     }
 
 
-def genrm_env(judge_model: str, judge: Judge, group_size: int) -> dict[str, Any]:
-    """env.*, owned whole: NeMo-Gym with its pairwise GenRM resources server judging each prompt's group."""
+def genrm_nodes(gpus_per_node: int) -> int | None:
+    """The whole nodes NeMo-Gym's GenRM vLLM takes on nodes of `gpus_per_node` GPUs: as many DP ranks on a node as
+    its GPUs hold TP x PP groups; None when one rank's group is larger than a node (STRICT_PACK cannot place it)."""
+    ranks_per_node = gpus_per_node // (GENRM_TP * GENRM_PP)
+    return -(-GENRM_DP // ranks_per_node) if ranks_per_node else None
+
+
+def genrm_split(nodes: int, gpus_per_node: int) -> tuple[int, int] | None:
+    """(NeMo-RL's cluster.num_nodes, env.nemo_gym.num_gpu_nodes) on a profile of `nodes` x `gpus_per_node`: the
+    judge's nodes kept out of the policy's cluster, as NeMo-RL's own RLHF recipes do (grpo-qwen3-1.7b-2n8g-megatron-
+    super-rlhf.yaml: 1 + 1 nodes; "Total SLURM nodes = cluster.num_nodes + env.nemo_gym.num_gpu_nodes"). None when
+    the profile cannot hold both."""
+    judge = genrm_nodes(gpus_per_node)
+    return (nodes - judge, judge) if judge is not None and nodes > judge else None
+
+
+def genrm_shortfall(nodes: int, gpus_per_node: int, reward_model_gpus: int) -> str:
+    """One line: why `nodes` x `gpus_per_node` cannot hold NeMo-Gym's GenRM beside the policy, and what would: a
+    profile that does, a reward model judge where its GPUs (nemo_rl.reward_model_gpus) leave the policy some
+    (NeMo-RL's grpo.py setup: a node of its own, or that many GPUs of a single node), the built-in engine."""
+    group = GENRM_TP * GENRM_PP
+    judge = genrm_nodes(gpus_per_node)
+    have = f"{nodes} node{'s' * (nodes != 1)} x {gpus_per_node} GPU{'s' * (gpus_per_node != 1)}"
+    if judge is None:
+        smallest = genrm_nodes(group) or 1
+        need = (f"needs {group} GPUs on one node for each of its {GENRM_DP} ranks, but the profile has {have}: use "
+                f"a profile whose nodes have at least {group} GPUs (e.g. {smallest + 1} nodes x {group} GPUs: "
+                f"{smallest} for the judge, 1 for the policy)")  # fmt: skip
+    else:
+        need = (f"needs {judge} node{'s' * (judge != 1)} of its own outside NeMo-RL's cluster "
+                f"(env.nemo_gym.num_gpu_nodes) and the policy at least one more, but the profile has {have}: use a "
+                f"profile of at least {judge + 1} nodes x {gpus_per_node} GPUs")  # fmt: skip
+    reward_model_fits = nodes > 1 or gpus_per_node > reward_model_gpus
+    others = ["judge.kind=reward_model env.should_use_nemo_gym=false"] if reward_model_fits else []
+    others.append("backend=builtin env.should_use_nemo_gym=false")
+    return (f"NeMo-Gym's GenRM judge (vLLM DP {GENRM_DP} x TP {GENRM_TP} x PP {GENRM_PP}, genrm_compare.yaml at the "
+            f"Gym commit NeMo-RL v0.7.0 pins) {need}, or {', or '.join(others)}")  # fmt: skip
+
+
+def genrm_env(judge_model: str, judge: Judge, group_size: int, num_gpu_nodes: int | None) -> dict[str, Any]:
+    """env.*, owned whole: NeMo-Gym with its pairwise GenRM resources server judging each prompt's group, on
+    `num_gpu_nodes` nodes of its own (None on a profile without GPUs: nothing to set aside)."""
+    nodes = {} if num_gpu_nodes is None else {"num_gpu_nodes": num_gpu_nodes}
     return {
         "_override_": True,
         "should_use_nemo_gym": True,
         "nemo_gym": {
+            **nodes,
             "config_paths": list(GYM_CONFIG_PATHS),
             "genrm_compare_resources_server": {
                 "resources_servers": {

@@ -52,6 +52,10 @@ def _common_refusals(
     refuse.unless_default(
         f"{generation}.vllm_max_model_len", "NeMo-RL sizes vLLM to nemo_rl.max_prompt_tokens + max_new_tokens"
     )
+    for key in ("runtime.sharding", "runtime.fsdp_cpu_offload"):  # the built-in engine's; NeMo-RL has its own
+        refuse.unless_default(
+            key, "NeMo-RL shards by nemo_rl.policy_backend: DTensor (FSDP2) or Megatron-Core"
+        )
     if c.runtime.precision not in sec.PRECISION:
         refuse(
             "runtime.precision",
@@ -233,6 +237,13 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
         "grpo.std_floor", "NeMo-RL divides by the group std + 1e-6 (a zero std stays unscaled)"
     )
     refuse.unless_default("judge.url", "NeMo-RL runs the judge itself; it cannot call a running server")
+    cluster_nodes, judge_nodes = nodes, None  # a profile without GPUs sets nothing aside (a CPU Ray cluster)
+    if gym and gpus >= 1:
+        split = sec.genrm_split(nodes, gpus)
+        if split is None:
+            refuse("env.should_use_nemo_gym", sec.genrm_shortfall(nodes, gpus, nemo.reward_model_gpus))
+        else:
+            cluster_nodes, judge_nodes = split
     if gym:
         if judge.kind != "generative":
             refuse(
@@ -298,11 +309,12 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
             nemo_gym=gym,
             runtime=c.runtime,
         ),
-        **_runtime(c, job_dir, nodes, gpus, steps),
+        # NeMo-RL's cluster is the policy's share: the GenRM's nodes are kept out of it (sections.genrm_split)
+        **_runtime(c, job_dir, cluster_nodes, gpus, steps),
     }
     if gym:
         config["data"] = sec.gym_data(train, val_path)
-        config["env"] = sec.genrm_env(judge_model, judge, group)
+        config["env"] = sec.genrm_env(judge_model, judge, group, judge_nodes)
     else:
         config["data"] = sec.prompt_data(train, val_path, nemo.max_prompt_tokens, "reward_model")
         resources = sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus)

@@ -49,6 +49,14 @@ def _refusals(c: SFTConfig | RMConfig, refuse: Refusals) -> tuple[str, str]:
             "runtime.precision",
             "NeMo-RL keeps fp32 master weights: use bf16-mixed (its policy.precision bfloat16)",
         )
+    refuse.unless_default(
+        "checkpoint.resume_from", "NeMo-RL resumes only from its own checkpoint_dir in this job"
+    )
+    refuse.unless_default("checkpoint.force", "NeMo-RL has no check to force past")
+    for key in ("runtime.sharding", "runtime.fsdp_cpu_offload"):  # the built-in engine's; NeMo-RL has its own
+        refuse.unless_default(
+            key, "NeMo-RL shards by nemo_rl.policy_backend: DTensor (FSDP2) or Megatron-Core"
+        )
     if nemo.policy_backend == "dtensor" and nemo.pipeline_parallel_size > 1:
         refuse("nemo_rl.pipeline_parallel_size", "pipeline parallelism needs nemo_rl.policy_backend=megatron")
     model = c.inputs.init_from
@@ -131,7 +139,7 @@ def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
             "add_generation_prompt": False,
             "default": {"processor": "sft_processor", "prompt_file": None, "system_prompt_file": None},
         },
-        **sec.runtime(job_dir, nodes, gpus, c.trainer.max_steps),
+        **sec.runtime(job_dir, nodes, gpus, c.checkpoint.save_interval or c.trainer.max_steps),
     }
     megatron = c.nemo_rl.policy_backend == "megatron"
     return Compiled(SFT_ENTRY, SFT_BASE, config, [("policy", None, "policy")], {}, megatron, prepare)
@@ -163,7 +171,7 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
             {**dataset, "data_path": train_file},
             {**dataset, "data_path": val_file} if fraction > 0 else None,
         ),
-        **sec.runtime(job_dir, nodes, gpus, c.trainer.max_steps),
+        **sec.runtime(job_dir, nodes, gpus, c.checkpoint.save_interval or c.trainer.max_steps),
     }
     return Compiled(RM_ENTRY, RM_BASE, config, [("policy", None, RM_OUTPUT)], {}, False, prepare)
 

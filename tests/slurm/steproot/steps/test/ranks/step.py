@@ -1,5 +1,6 @@
 """Every rank adds its rank + 1 each round (a gloo all_reduce): a peer that dies or hangs leaves the others
-waiting in the collective, as in real multi-node training. Rank 0 registers what they agreed on."""
+waiting in the collective, as in real multi-node training. Each round is a training step to the progress watch
+(every rank logs it); rank 0 registers what they agreed on."""
 
 import json
 import time
@@ -20,6 +21,7 @@ for i in range(1, cfg.rounds + 1):
     total += float(t.item())
     if rank == 0:
         print(f"round {i}/{cfg.rounds}: {world} ranks agree on {t.item():.0f}", flush=True)
+    run.log_metrics(i, {"agreed": float(t.item())})
     time.sleep(cfg.sleep_s)
 if rank == 0:
     out = run.output_dir("result").with_suffix(".jsonl")

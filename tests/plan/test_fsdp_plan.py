@@ -1,0 +1,65 @@
+"""The built-in engine's plan under runtime.sharding: FSDP divides weights, gradients and AdamW state by the ranks
+(and says so); a DDP plan that cannot fit names runtime.sharding=fsdp only where that fits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+ONE_NODE = """
+[one_node]
+extends = "slurm_rlhf"
+nodes = 1
+"""
+# 1 node x 8 x H100-80GB; a fine-tune of a pretrained model, 8 sequences a step
+SFT = ("steps", "run", "sft", "-c", "default", "-b", "one_node", "trainer.global_batch_size=8",
+       "runtime.gradient_checkpointing=true", "runtime.precision=bf16-mixed", "--dry-run")  # fmt: skip
+LLAMA_8B = ("inputs.init_from=/models/llama-8b", "plan.models.policy=meta-llama/Llama-3.1-8B-Instruct")
+LLAMA_70B = ("inputs.init_from=/models/llama-70b", "plan.models.policy=meta-llama/Llama-3.3-70B-Instruct")
+
+
+def _training(out: str) -> dict[str, Any]:
+    (group,) = [g for g in json.loads(out)["resource_plan"]["groups"] if g["name"] == "policy training"]
+    return group  # type: ignore[no-any-return]
+
+
+def test_an_8b_sft_on_8_gpus_is_refused_with_ddp_naming_fsdp_and_fits_with_it(
+    home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    (tmp_path / "env.toml").write_text(ONE_NODE)
+    ddp = run_cli(*SFT, *LLAMA_8B)
+    assert ddp.code == 2, ddp.out[-2000:]
+    (line,) = ddp.err.strip().splitlines()
+    assert (
+        "the largest term is optimizer (59.8 GiB)" in line and "runtime.sharding=fsdp (shards weights" in line
+    )
+
+    fsdp = run_cli(*SFT, *LLAMA_8B, "runtime.sharding=fsdp", "--json")
+    assert fsdp.code == 0, fsdp.err[-2000:]
+    group, whole = (
+        _training(fsdp.out),
+        _training(run_cli(*SFT, *LLAMA_8B, "plan.on_no_fit=warn", "--json").out),
+    )
+    assert group["fits"] and not whole["fits"]
+    assert group["parallelism"] == "FSDP over 8 GPUs" and whole["parallelism"] == "DDP over 8 GPUs"
+    for term in ("weights", "gradients", "optimizer"):  # each an eighth of DDP's
+        assert abs(group["terms_mb"][term] * 8 - whole["terms_mb"][term]) < 1, term
+    assert "bf16 weight copies" in whole["terms_mb"] and "bf16 weight copies" not in group["terms_mb"]
+    assert group["terms_mb"]["gathered layers (FSDP)"] > 0
+    shown = run_cli(*SFT, *LLAMA_8B, "runtime.sharding=fsdp").out
+    assert (
+        "FSDP divides weights, gradients and AdamW state by 8: 15.0 GiB per device instead of 134.6 GiB"
+        in shown
+    )
+
+
+def test_a_70b_sft_is_refused_with_ddp_and_fsdp_is_not_named_where_it_does_not_fit(
+    home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    (tmp_path / "env.toml").write_text(ONE_NODE)
+    ddp = run_cli(*SFT, *LLAMA_70B)
+    assert ddp.code == 2 and "none of" in ddp.err and "runtime.sharding=fsdp is enough" in ddp.err, ddp.err
+    # 70B over 8 ranks is still ~142 GiB a GPU: fsdp is not named as a remedy on its own
+    fsdp = run_cli(*SFT, *LLAMA_70B, "runtime.sharding=fsdp")
+    assert fsdp.code == 2 and "runtime.sharding=fsdp" not in fsdp.err.split("To fit:")[1], fsdp.err
