@@ -37,3 +37,19 @@ def run_to_exit_0(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+def two_ranks(script: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[bytes]:
+    """`script ARGS` on two local ranks under torchrun (gloo on CPU), checked: a script of the test's own that
+    exercises a collective path of the library."""
+    import sys
+
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(script),
+    ]
+    return subprocess.run([*command, *args], check=True, timeout=timeout, capture_output=True)

@@ -8,6 +8,17 @@ from __future__ import annotations
 # The TypedDicts (nemo_rl/data/__init__.py, nemo_rl/algorithms/rm.py) the supervised entries' MasterConfig validates
 # our data and rm sections against (pydantic validates a TypedDict field: its required keys must be there), and
 # the pydantic SFTConfig (algorithms/sft.py) whose fields sft.* sets: {class: (file, required keys, all keys)}.
+RM_KEYS = {
+    "max_num_steps",
+    "max_num_epochs",
+    "val_period",
+    "val_batches",
+    "val_global_batch_size",
+    "val_micro_batch_size",
+    "val_at_start",
+    "val_at_end",
+    "seed",
+}
 TYPED_DICTS: dict[str, tuple[str, set[str], set[str]]] = {
     "DataConfig": (
         "nemo_rl/data/__init__.py",
@@ -64,28 +75,8 @@ TYPED_DICTS: dict[str, tuple[str, set[str], set[str]]] = {
     ),
     "RMConfig": (
         "nemo_rl/algorithms/rm.py",
-        {
-            "max_num_steps",
-            "max_num_epochs",
-            "val_period",
-            "val_batches",
-            "val_global_batch_size",
-            "val_micro_batch_size",
-            "val_at_start",
-            "val_at_end",
-            "seed",
-        },
-        {
-            "max_num_steps",
-            "max_num_epochs",
-            "val_period",
-            "val_batches",
-            "val_global_batch_size",
-            "val_micro_batch_size",
-            "val_at_start",
-            "val_at_end",
-            "seed",
-        },
+        RM_KEYS,  # every key required
+        RM_KEYS,
     ),
     "SFTConfig": (
         "nemo_rl/algorithms/sft.py",

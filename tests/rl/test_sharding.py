@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.processes import two_ranks
 
 SCRIPT = Path(__file__).resolve().parent.parent / "fixtures" / "fsdp_sharding.py"
 
@@ -15,21 +14,9 @@ SCRIPT = Path(__file__).resolve().parent.parent / "fixtures" / "fsdp_sharding.py
 @pytest.mark.slow
 def test_fsdp_gathers_saves_and_restores_on_two_ranks(tmp_path: Path) -> None:
     out = tmp_path / "found.json"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-            str(SCRIPT),
-            str(out),
-            str(tmp_path),
-        ],
-        check=True,
-        timeout=120,  # uneven passes outside full_weights would hang until this
-        capture_output=True,
-    )
+    two_ranks(
+        SCRIPT, str(out), str(tmp_path), timeout=120
+    )  # uneven passes outside full_weights would hang until this
     found = json.loads(out.read_text())
     assert found["sharded"] and not found["whole_sharded"]
     # full_weights: the gathered model computes what the unsharded one does, however many passes each rank makes

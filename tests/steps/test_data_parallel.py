@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tests.processes import two_ranks
 
 SCRIPT = Path(__file__).resolve().parent.parent / "fixtures" / "ddp_update.py"
 
@@ -17,20 +18,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "fixtures" / "ddp_update.py"
 def test_two_ranks_and_one_make_the_same_update(tmp_path: Path) -> None:
     one, two = tmp_path / "one.safetensors", tmp_path / "two.safetensors"
     subprocess.run([sys.executable, str(SCRIPT), str(one)], check=True, timeout=300)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-            str(SCRIPT),
-            str(two),
-        ],
-        check=True,
-        timeout=300,
-        capture_output=True,
-    )
+    two_ranks(SCRIPT, str(two), timeout=300)
     a, b = load_file(str(one)), load_file(str(two))
     assert a.keys() == b.keys()
     initial = None

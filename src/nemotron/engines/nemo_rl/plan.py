@@ -63,12 +63,7 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
         world < 1
     ):  # the engine's compile refuses such a job first; a remedy re-planned on it (groups.py) lands here
         raise UserError(f"NeMo-RL's policy has no GPU left: the reward model takes {rm_gpus} of {total}")
-    if megatron:
-        sharding = Sharding("megatron", tp * pp, world, tp, cp, pp)
-        par = f"Megatron TP {tp} x PP {pp} x CP {cp}, distributed optimizer over {world} GPUs"
-    else:
-        sharding = Sharding("fsdp", world, world, tp, cp)
-        par = f"DTensor FSDP over {world} GPUs, TP {tp}, CP {cp}"
+    sharding, par = _sharding(megatron, world, tp, pp, cp)
     p = "bf16-mixed" if ctx.precision != "fp32" else "fp32"
     seq = nemo.max_prompt_tokens + max_new
     where = ctx.where(0, train_nodes)
@@ -149,12 +144,7 @@ def _training(ctx: PlanContext, nemo: NemoRL | NemoRLTraining, t: Training) -> l
     tp, pp, cp = nemo.tensor_parallel_size, nemo.pipeline_parallel_size, nemo.context_parallel_size
     megatron = nemo.policy_backend == "megatron"
     world = ctx.nodes * ctx.per_node
-    if megatron:
-        sharding = Sharding("megatron", tp * pp, world, tp, cp, pp)
-        par = f"Megatron TP {tp} x PP {pp} x CP {cp}, distributed optimizer over {world} GPUs"
-    else:
-        sharding = Sharding("fsdp", world, world, tp, cp)
-        par = f"DTensor FSDP over {world} GPUs, TP {tp}, CP {cp}"
+    sharding, par = _sharding(megatron, world, tp, pp, cp)
     p = "bf16-mixed" if ctx.precision != "fp32" else "fp32"
     state = train_state_mb(shape.parameters, p, sharding)
     if not megatron:
@@ -220,3 +210,13 @@ def _genrm_without_gpu(ctx: PlanContext, judge: ModelShape) -> Group:
 def _gathered_layers_mb(shape: ModelShape) -> float:
     per_layer = (shape.parameters - shape.vocab * shape.hidden * (1 if shape.tied else 2)) / shape.layers
     return 2 * per_layer * 2 / 2**20  # the layer computing and the one prefetched, in bf16
+
+
+def _sharding(megatron: bool, world: int, tp: int, pp: int, cp: int) -> tuple[Sharding, str]:
+    """How NeMo-RL's policy backend splits the training state over `world` GPUs, and the plan's words for it."""
+    if megatron:
+        return (
+            Sharding("megatron", tp * pp, world, tp, cp, pp),
+            f"Megatron TP {tp} x PP {pp} x CP {cp}, distributed optimizer over {world} GPUs",
+        )
+    return Sharding("fsdp", world, world, tp, cp), f"DTensor FSDP over {world} GPUs, TP {tp}, CP {cp}"

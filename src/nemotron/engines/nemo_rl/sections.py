@@ -15,6 +15,8 @@ if (
 ):  # mypy reads steps/ as a package root; the engine gets the catalog's loaded class at run time
     from rl.rlhf.schema import Judge
 
+    from nemotron.engines.refusals import Refusals
+
 GRPO_BASE = "examples/configs/grpo_math_1B.yaml"
 PPO_BASE = "examples/configs/ppo_math_1B.yaml"
 GRPO_ENTRY = "examples/run_grpo.py"
@@ -407,3 +409,21 @@ def finalize_command(
                 f"uv run python {DCP_CONVERTER} --config {cfg} --dcp-ckpt-path {weights} --hf-ckpt-path {q(out)}"
             )
     return " && ".join(parts)
+
+
+def refuse_builtin_training(c: Any, refuse: Refusals) -> None:
+    """The built-in engine's training keys that NeMo-RL does its own way, for every step it trains: its sharding
+    (NeMo-RL's policy backend), a precision without fp32 masters, resuming from elsewhere or by force."""
+    for key in ("runtime.sharding", "runtime.fsdp_cpu_offload"):
+        refuse.unless_default(
+            key, "NeMo-RL shards by nemo_rl.policy_backend: DTensor (FSDP2) or Megatron-Core"
+        )
+    if c.runtime.precision not in PRECISION:
+        refuse(
+            "runtime.precision",
+            "NeMo-RL keeps fp32 master weights: use bf16-mixed (its policy.precision bfloat16)",
+        )
+    refuse.unless_default(
+        "checkpoint.resume_from", "NeMo-RL resumes only from its own checkpoint_dir in this job"
+    )
+    refuse.unless_default("checkpoint.force", "NeMo-RL has no check to force past")

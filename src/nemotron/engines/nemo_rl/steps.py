@@ -52,19 +52,7 @@ def _common_refusals(
     refuse.unless_default(
         f"{generation}.vllm_max_model_len", "NeMo-RL sizes vLLM to nemo_rl.max_prompt_tokens + max_new_tokens"
     )
-    for key in ("runtime.sharding", "runtime.fsdp_cpu_offload"):  # the built-in engine's; NeMo-RL has its own
-        refuse.unless_default(
-            key, "NeMo-RL shards by nemo_rl.policy_backend: DTensor (FSDP2) or Megatron-Core"
-        )
-    if c.runtime.precision not in sec.PRECISION:
-        refuse(
-            "runtime.precision",
-            "NeMo-RL keeps fp32 master weights: use bf16-mixed (its policy.precision bfloat16)",
-        )
-    refuse.unless_default(
-        "checkpoint.resume_from", "NeMo-RL resumes only from its own checkpoint_dir in this job"
-    )
-    refuse.unless_default("checkpoint.force", "NeMo-RL has no check to force past")
+    sec.refuse_builtin_training(c, refuse)
     refuse.unless_default("eval.task", "our ground-truth scorers do not run inside NeMo-RL")
     if nemo.policy_backend == "dtensor" and nemo.pipeline_parallel_size > 1:
         refuse("nemo_rl.pipeline_parallel_size", "pipeline parallelism needs nemo_rl.policy_backend=megatron")

@@ -44,19 +44,7 @@ def _refusals(c: SFTConfig | RMConfig, refuse: Refusals) -> tuple[str, str]:
     nemo = c.nemo_rl
     if c.runtime.device == "cpu":
         refuse("runtime.device", "NeMo-RL trains on GPUs only")
-    if c.runtime.precision not in sec.PRECISION:
-        refuse(
-            "runtime.precision",
-            "NeMo-RL keeps fp32 master weights: use bf16-mixed (its policy.precision bfloat16)",
-        )
-    refuse.unless_default(
-        "checkpoint.resume_from", "NeMo-RL resumes only from its own checkpoint_dir in this job"
-    )
-    refuse.unless_default("checkpoint.force", "NeMo-RL has no check to force past")
-    for key in ("runtime.sharding", "runtime.fsdp_cpu_offload"):  # the built-in engine's; NeMo-RL has its own
-        refuse.unless_default(
-            key, "NeMo-RL shards by nemo_rl.policy_backend: DTensor (FSDP2) or Megatron-Core"
-        )
+    sec.refuse_builtin_training(c, refuse)
     if nemo.policy_backend == "dtensor" and nemo.pipeline_parallel_size > 1:
         refuse("nemo_rl.pipeline_parallel_size", "pipeline parallelism needs nemo_rl.policy_backend=megatron")
     model = c.inputs.init_from
