@@ -285,8 +285,20 @@ def test_steps_list_filters_combine_and_json_names_the_engines(home: Path, run_c
     ]  # rl/rlhf is rl but has no NeMo-Aligner workflow; rm/serve has one but is no rl step
     # on NeMo-Aligner the RL steps read a .nemo policy: --engine asks for the types that engine reads
     ids = lambda *a: [r["id"] for r in json.loads(run_cli("steps", "list", "--json", *a).out)]  # noqa: E731
-    assert ids("--consumes", "checkpoint_nemo") == ["convert/nemo_to_hf", "rl/ppo", "rl/reinforce"]
-    assert ids("--consumes", "checkpoint_nemo", "--engine", "nemo_aligner") == ["rl/ppo", "rl/reinforce"]
+    # sft and rm/train start from a .nemo on NeMo-Aligner (their init_from), never on the built-in engine
+    assert ids("--consumes", "checkpoint_nemo") == [
+        "convert/nemo_to_hf",
+        "rl/ppo",
+        "rl/reinforce",
+        "rm/train",
+        "sft",
+    ]
+    assert ids("--consumes", "checkpoint_nemo", "--engine", "nemo_aligner") == [
+        "rl/ppo",
+        "rl/reinforce",
+        "rm/train",
+        "sft",
+    ]
     assert ids("--consumes", "checkpoint_nemo", "--engine", "builtin") == []
     assert ids("--tag", "critic") == ["rl/ppo"]
     r = run_cli("steps", "list", "--category", "data", "--engine", "nemo_rl")

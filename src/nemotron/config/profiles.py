@@ -56,27 +56,13 @@ class _ProfileBase(BaseModel):
 GpuType = Literal["H100-80GB", "H200", "A100-40GB", "A100-80GB", "L40S"]
 
 
-class LocalProfile(_ProfileBase):
-    executor: Literal["local"] = "local"
-    # a local job is a child of this shell and inherits its environment; a cluster job gets only env_vars
-    inherits_shell_env: ClassVar[bool] = True
-    nproc_per_node: int = Field(1, ge=1)  # data-parallel processes (torchrun) on this machine
-    cpu_threads: int | None = Field(None, ge=1)
+class _Progress(_ProfileBase):
+    """The progress watch's bounds (runtime/progress.py; docs/cluster.md, "Progress")."""
 
-
-class _Watched(_ProfileBase):
-    """The watchdog's bounds, for the executors that run a job on nodes nemotron does not see (docs/cluster.md,
-    "Liveness" and "Progress")."""
-
-    # a multi-node job's nodes each touch a heartbeat file this often (Slurm: one srun task per node; Lepton: a
-    # Ray node's heartbeat actor for NeMo-RL, the watchdog around each pod's torchrun for the built-in engine); the
-    # watchdog fails the job once one is silent longer than heartbeat_timeout_s
-    heartbeat_interval_s: int = Field(default=30, ge=1)
-    heartbeat_timeout_s: int = Field(default=90, ge=2)
-    # progress (runtime/progress.py): a multi-node job whose work stops (no training step, checkpoint or
-    # validation ends; for a Ray engine no log line from its driver, or a node Ray declares dead) fails once it is
-    # silent past its allowance: max(progress_floor_s, progress_pace_factor x its slowest step so far);
-    # 0 turns the progress watch off. The floor is NCCL's own default collective timeout (600 s).
+    # a job whose work stops (no training step, checkpoint or validation ends; for a Ray engine no log line from
+    # its driver, or a node Ray declares dead) fails once it is silent past its allowance:
+    # max(progress_floor_s, progress_pace_factor x its slowest step so far); 0 turns the progress watch off. The
+    # floor is NCCL's own default collective timeout (600 s).
     progress_floor_s: int = Field(default=600, ge=0)
     progress_pace_factor: float = Field(default=5.0, ge=1.0)
     progress_startup_s: int = Field(
@@ -86,6 +72,28 @@ class _Watched(_ProfileBase):
     progress_validation_s: int = Field(
         default=1800, ge=1
     )  # one validation pass (generation on held-out prompts)
+
+
+class LocalProfile(_Progress):
+    executor: Literal["local"] = "local"
+    # off here by default: a run on this machine is in front of you, and a debugger's breakpoint is not a hang;
+    # set it (a CI machine, an unattended box) and a step that stops making progress fails as on a cluster
+    progress_floor_s: int = Field(default=0, ge=0)
+    # a local job is a child of this shell and inherits its environment; a cluster job gets only env_vars
+    inherits_shell_env: ClassVar[bool] = True
+    nproc_per_node: int = Field(1, ge=1)  # data-parallel processes (torchrun) on this machine
+    cpu_threads: int | None = Field(None, ge=1)
+
+
+class _Watched(_Progress):
+    """The watchdog's bounds, for the executors that run a job on nodes nemotron does not see (docs/cluster.md,
+    "Liveness" and "Progress")."""
+
+    # a multi-node job's nodes each touch a heartbeat file this often (Slurm: one srun task per node; Lepton: a
+    # Ray node's heartbeat actor for NeMo-RL, the watchdog around each pod's torchrun for the built-in engine); the
+    # watchdog fails the job once one is silent longer than heartbeat_timeout_s
+    heartbeat_interval_s: int = Field(default=30, ge=1)
+    heartbeat_timeout_s: int = Field(default=90, ge=2)
 
 
 class SlurmProfile(_Watched):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from nemotron.config.profiles import LeptonProfile, SlurmProfile
+from nemotron.config.profiles import LeptonProfile, LocalProfile, SlurmProfile
 from nemotron.errors import UserError
 from nemotron.runtime.progress import BOUNDS_ENV, DIR_ENV, Bounds
 
@@ -63,7 +63,7 @@ class Liveness:
         return f"{self.job_dir}/{RECORD_FILE}"
 
 
-def progress_bounds(profile: SlurmProfile | LeptonProfile) -> Bounds | None:
+def progress_bounds(profile: SlurmProfile | LeptonProfile | LocalProfile) -> Bounds | None:
     """The profile's progress bounds; None where `progress_floor_s` is 0 (progress not watched)."""
     if not profile.progress_floor_s:
         return None

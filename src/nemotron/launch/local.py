@@ -15,11 +15,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from nemotron import warm
+from nemotron.core.atomic import write_atomic
 from nemotron.core.procs import Child, start
 from nemotron.core.redact import redact_text, secret_values
 from nemotron.jobs.dirs import now, update_status
+from nemotron.runtime.progress import BOUNDS_ENV, DIR_ENV, overdue
+
+if TYPE_CHECKING:
+    from nemotron.config.profiles import LocalProfile
+
+RECORD_FILE = "liveness.json"  # as launch/liveness.py (not imported here: a plain local run does not load it)
 
 GRACE_S = 10.0
 
@@ -104,9 +112,18 @@ def run_step_process(
         # The pipe is read on a thread, so a cancel can stop the child and still log its last words.
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
+        stalled: dict[str, object] | None = None
+        beacons, look_at = env.get(DIR_ENV), time.monotonic()
         try:
             while reader.is_alive():
                 reader.join(0.2)
+                if beacons and time.monotonic() >= look_at:  # the progress watch looks once a second
+                    look_at += 1.0
+                    stalled = _stalled(Path(beacons))
+                if stalled is not None:
+                    _stop(proc)  # its ranks too: they are the step's process group
+                    reader.join(5)
+                    break
             code = proc.wait()
         except KeyboardInterrupt:
             cancelled.set()
@@ -119,6 +136,13 @@ def run_step_process(
     if cancelled.is_set():
         update_status(job_dir, state="cancelled", exit_code=code, ended_at=now())
         return 130
+    if stalled is not None:
+        error = f"no progress: {stalled['seen']} (bound {stalled['bound_s']} s); the last to progress was rank " \
+                f"{stalled['rank']} ({stalled['section']} after step {stalled['step']})"  # fmt: skip
+        write_atomic(job_dir / RECORD_FILE, json.dumps(stalled, indent=2) + "\n")
+        print(f"nemotron: liveness: {error}; the step was stopped", file=sys.stderr, flush=True)
+        update_status(job_dir, state="failed", exit_code=1, ended_at=now(), error=error, liveness=stalled)
+        return 1
     update_status(job_dir, state="succeeded" if code == 0 else "failed", exit_code=code, ended_at=now())
     return code
 
@@ -131,6 +155,29 @@ def _known_secrets(job_dir: Path, env: dict[str, str]) -> set[str]:
     except (OSError, ValueError):
         pass
     return values
+
+
+def progress_env(profile: LocalProfile, job_dir: Path) -> dict[str, str]:
+    """Where the step's ranks keep their progress beacons (one folder per start) and their bounds, when the profile
+    watches progress (`progress_floor_s` > 0; off by default on this machine)."""
+    from nemotron.launch.liveness import PROGRESS, progress_bounds
+
+    bounds = progress_bounds(profile)
+    if bounds is None:
+        return {}
+    folder = job_dir / PROGRESS / f"local-{time.time_ns()}"
+    return {DIR_ENV: str(folder), BOUNDS_ENV: bounds.encode()}
+
+
+def _stalled(folder: Path) -> dict[str, object] | None:
+    """The progress verdict over the step's beacons (runtime.progress.overdue)."""
+    texts = []
+    for path in folder.glob("*") if folder.is_dir() else []:
+        try:
+            texts.append(path.read_text())
+        except OSError:
+            continue
+    return overdue(texts, time.time())
 
 
 def start_detached(job_dir: Path, cmd: list[str], env: dict[str, str]) -> int:

@@ -66,6 +66,7 @@ class LocalExecutor:
             extra["NEMOTRON_ARTIFACTS_ROOT"] = str(Path(job.profile.artifacts_root).expanduser())
         if job.profile.cpu_threads:
             extra["OMP_NUM_THREADS"] = str(job.profile.cpu_threads)
+        extra |= local.progress_env(job.profile, job_dir)
         env = local.step_env(job_dir, extra)
         if job.mode == "batch":
             local.start_detached(job_dir, cmd, env)

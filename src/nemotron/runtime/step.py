@@ -134,16 +134,16 @@ class StepRun(Generic[C]):
         return d
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        """One step's metrics (main rank: metrics.jsonl, trackers); on every rank, the step's progress beacon."""
+        """One step's metrics (main rank: metrics.jsonl, trackers); then, on every rank, the step's progress beacon
+        (after the logging, whose first call loads TensorBoard: that is the step's time, not the next one's)."""
+        if self.is_main:
+            if self._metrics is None:
+                self._metrics = MetricsLogger(self.job_dir)
+            self._metrics.log(step, metrics)
+            if self._tracking is not None:
+                self._tracking.log_metrics(step, metrics)
         if step > self.progress.step:
             self.progress.beat(step)
-        if not self.is_main:
-            return
-        if self._metrics is None:
-            self._metrics = MetricsLogger(self.job_dir)
-        self._metrics.log(step, metrics)
-        if self._tracking is not None:
-            self._tracking.log_metrics(step, metrics)
 
     def rewind_metrics(self, step: int) -> None:
         """Drop metrics.jsonl rows after `step`: a restarted job resumes there, and the rows its lost run wrote
