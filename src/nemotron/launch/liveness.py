@@ -28,9 +28,8 @@ from dataclasses import dataclass
 
 from nemotron.config.profiles import LeptonProfile, LocalProfile, SlurmProfile
 from nemotron.errors import UserError
-from nemotron.runtime.progress import BOUNDS_ENV, DIR_ENV, Bounds
+from nemotron.runtime.progress import BOUNDS_ENV, DIR_ENV, RECORD_FILE, Bounds
 
-RECORD_FILE = "liveness.json"
 HEARTBEATS = "heartbeats"
 PROGRESS = "progress"
 _ATTEMPT = (

@@ -15,19 +15,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nemotron import warm
 from nemotron.core.atomic import write_atomic
 from nemotron.core.procs import Child, start
 from nemotron.core.redact import redact_text, secret_values
 from nemotron.jobs.dirs import now, update_status
-from nemotron.runtime.progress import BOUNDS_ENV, DIR_ENV, overdue
+from nemotron.runtime.progress import BOUNDS_ENV, DIR_ENV, RECORD_FILE, failure_text, overdue, read_beacons
 
 if TYPE_CHECKING:
     from nemotron.config.profiles import LocalProfile
 
-RECORD_FILE = "liveness.json"  # as launch/liveness.py (not imported here: a plain local run does not load it)
 
 GRACE_S = 10.0
 
@@ -112,7 +111,7 @@ def run_step_process(
         # The pipe is read on a thread, so a cancel can stop the child and still log its last words.
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
-        stalled: dict[str, object] | None = None
+        stalled: dict[str, Any] | None = None
         beacons, look_at = env.get(DIR_ENV), time.monotonic()
         try:
             while reader.is_alive():
@@ -137,8 +136,7 @@ def run_step_process(
         update_status(job_dir, state="cancelled", exit_code=code, ended_at=now())
         return 130
     if stalled is not None:
-        error = f"no progress: {stalled['seen']} (bound {stalled['bound_s']} s); the last to progress was rank " \
-                f"{stalled['rank']} ({stalled['section']} after step {stalled['step']})"  # fmt: skip
+        error = failure_text(stalled)
         write_atomic(job_dir / RECORD_FILE, json.dumps(stalled, indent=2) + "\n")
         print(f"nemotron: liveness: {error}; the step was stopped", file=sys.stderr, flush=True)
         update_status(job_dir, state="failed", exit_code=1, ended_at=now(), error=error, liveness=stalled)
@@ -169,15 +167,9 @@ def progress_env(profile: LocalProfile, job_dir: Path) -> dict[str, str]:
     return {DIR_ENV: str(folder), BOUNDS_ENV: bounds.encode()}
 
 
-def _stalled(folder: Path) -> dict[str, object] | None:
+def _stalled(folder: Path) -> dict[str, Any] | None:
     """The progress verdict over the step's beacons (runtime.progress.overdue)."""
-    texts = []
-    for path in folder.glob("*") if folder.is_dir() else []:
-        try:
-            texts.append(path.read_text())
-        except OSError:
-            continue
-    return overdue(texts, time.time())
+    return overdue(list(read_beacons(folder).values()), time.time())
 
 
 def start_detached(job_dir: Path, cmd: list[str], env: dict[str, str]) -> int:

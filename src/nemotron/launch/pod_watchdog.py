@@ -48,7 +48,7 @@ from typing import Any
 
 from nemotron.launch.liveness import HEARTBEATS, PROGRESS
 from nemotron.launch.ray_watchdog import now_utc, report, stop
-from nemotron.runtime.progress import BOUNDS_ENV, DIR_ENV, overdue
+from nemotron.runtime.progress import BOUNDS_ENV, DIR_ENV, overdue, read_beacons
 
 BEATS = "torchrun"  # <job dir>/heartbeats/torchrun/<node rank>
 JOIN_TIMEOUT_S = (
@@ -81,19 +81,10 @@ class Beacons:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.baseline = self._read()
-
-    def _read(self) -> dict[str, str]:
-        found = {}
-        for path in self.folder.glob("*") if self.folder.is_dir() else []:
-            try:
-                found[path.name] = path.read_text()
-            except OSError:
-                continue  # replaced meanwhile
-        return found
+        self.baseline = read_beacons(folder)
 
     def _fresh(self) -> list[str]:
-        return [text for name, text in self._read().items() if self.baseline.get(name) != text]
+        return [text for name, text in read_beacons(self.folder).items() if self.baseline.get(name) != text]
 
     def verdict(self, now: float) -> dict[str, Any] | None:
         return overdue(self._fresh(), now)

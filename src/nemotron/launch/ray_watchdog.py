@@ -43,7 +43,9 @@ from pathlib import Path
 from typing import Any
 
 SCRIPT = "ray_watchdog.py"  # its name where it is shipped (the Ray job's working dir, the job dir on Slurm)
-RECORD_FILE = "liveness.json"  # as launch/liveness.py: one name on every launcher
+RECORD_FILE = (
+    "liveness.json"  # as runtime/progress.py: one name on every launcher (this file imports no nemotron)
+)
 PREFIX = "nemotron: liveness: "
 STOP_GRACE_S = 10
 

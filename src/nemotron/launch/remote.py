@@ -195,7 +195,7 @@ def _liveness_failure(job_dir: Path, reported: dict[str, Any] | None = None) -> 
     status's `error`: its record in the job dir, or the one the scheduler `reported` from a job dir this machine
     does not see (Lepton: the Ray job's log), then kept in the job dir here."""
     from nemotron.core.atomic import write_atomic
-    from nemotron.launch.liveness import RECORD_FILE
+    from nemotron.runtime.progress import RECORD_FILE, failure_text
 
     if reported is not None:
         write_atomic(job_dir / RECORD_FILE, json.dumps(reported, indent=2) + "\n")
@@ -203,18 +203,7 @@ def _liveness_failure(job_dir: Path, reported: dict[str, Any] | None = None) -> 
         seen = json.loads((job_dir / RECORD_FILE).read_text())
     except (OSError, ValueError):
         return {}
-    if seen.get("kind") == "progress" and "rank" in seen:  # the ranks' beacons (launch/liveness.py)
-        error = (
-            f"no progress: {seen.get('seen')} (bound {seen.get('bound_s')} s); the last to progress was rank "
-            f"{seen.get('rank')} on {seen.get('node')} ({seen.get('section')} after step {seen.get('step')})"
-        )
-    elif seen.get("kind") == "progress":  # a Ray driver's log (launch/ray_watchdog.py)
-        error = f"no progress: {seen.get('seen')} (bound {seen.get('bound_s')} s); its last line: {seen.get('last_line')!r}"
-    else:
-        error = (
-            f"node {seen.get('node')} stopped answering: {seen.get('seen')} (bound {seen.get('bound_s')} s)"
-        )
-    return {"error": error, "liveness": seen}
+    return {"error": failure_text(seen), "liveness": seen}
 
 
 def _register_outputs(job_dir: Path, paths: dict[str, str]) -> dict[str, Any]:

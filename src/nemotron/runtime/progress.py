@@ -28,7 +28,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+RECORD_FILE = (
+    "liveness.json"  # what a watchdog saw when it failed the job, in its job dir (every launcher's name)
+)
 DIR_ENV = "NEMOTRON_PROGRESS_DIR"
 BOUNDS_ENV = "NEMOTRON_PROGRESS_BOUNDS"  # Bounds.encode(): floor,factor,startup,checkpoint,validation
 SECTIONS = ("startup", "step", "checkpoint", "validation")
@@ -153,7 +157,7 @@ class Beacon:
         os.replace(tmp, path)  # the watchdog reads the old line or the new one, never half
 
 
-def overdue(lines: list[str], now: float) -> dict[str, object] | None:
+def overdue(lines: list[str], now: float) -> dict[str, Any] | None:
     """The verdict on a job from its ranks' beacon lines (launch/liveness.py's shell loop applies the same rule):
     None while any watched rank is within its deadline (or none is watched); else the record, naming the rank
     that was last seen progressing (the newest deadline) and listing them all."""
@@ -181,3 +185,29 @@ def overdue(lines: list[str], now: float) -> dict[str, object] | None:
         "bound_s": deadline - written,
         "ranks": "; ".join(f"rank {w[4]} on {w[3]}: {w[1]} after step {w[2]}" for w in watched),
     }
+
+
+def read_beacons(folder: Path) -> dict[str, str]:
+    """The beacon lines of a progress folder, by file name (a file replaced while read is left out: it is read at
+    the next look)."""
+    found = {}
+    for path in folder.glob("*") if folder.is_dir() else []:
+        try:
+            found[path.name] = path.read_text()
+        except OSError:
+            continue
+    return found
+
+
+def failure_text(seen: dict[str, Any]) -> str:
+    """A watchdog's record (liveness.json) as the job's `error`: the ranks' progress (launch/liveness.py, the pod
+    and local watchdogs), a Ray driver's log (launch/ray_watchdog.py), or a node's heartbeat."""
+    bound = f"{seen.get('seen')} (bound {seen.get('bound_s')} s)"
+    if seen.get("kind") == "progress" and "rank" in seen:
+        return (
+            f"no progress: {bound}; the last to progress was rank {seen.get('rank')} on {seen.get('node')} "
+            f"({seen.get('section')} after step {seen.get('step')})"
+        )
+    if seen.get("kind") == "progress":
+        return f"no progress: {bound}; its last line: {seen.get('last_line')!r}"
+    return f"node {seen.get('node')} stopped answering: {bound}"
