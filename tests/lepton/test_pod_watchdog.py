@@ -35,10 +35,13 @@ BOUND_S = TIMEOUT_S + 2 * INTERVAL_S + 3  # the watchdog's bound, plus room for 
 REPO = Path(__file__).resolve().parents[2]
 RANKS_STEPS = REPO / "tests" / "slurm" / "steproot"  # test/ranks: a built-in step launched by torchrun
 # torchrun in miniature: an agent that starts its worker in a session of its own, records both pids, waits for it,
-# and ends with the given code
+# and ends with the given code; with FAKE_TERM_EXIT set, TERM ends it with that code (a worker that ends cleanly on
+# TERM, as a preemptible step may, before its agent sees the signal)
 FAKE_TORCHRUN = """
-import os, subprocess, sys
+import os, signal, subprocess, sys
 pids, seconds, code = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if "FAKE_TERM_EXIT" in os.environ:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(int(os.environ["FAKE_TERM_EXIT"])))
 worker = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"], start_new_session=True)
 open(pids + ".tmp", "w").write(f"{os.getpid()} {worker.pid}")
 os.replace(pids + ".tmp", pids)
@@ -63,11 +66,19 @@ class Pods:
     def pids_file(self, rank: int) -> Path:
         return self.tmp_path / f"pids-{rank}"
 
-    def start(self, rank: int, seconds: float = 600, code: int = 0, *extra: str, nodes: int = 2) -> None:
+    def start(
+        self,
+        rank: int,
+        seconds: float = 600,
+        code: int = 0,
+        *extra: str,
+        nodes: int = 2,
+        env: dict[str, str] | None = None,
+    ) -> None:
         watchdog = [sys.executable, "-m", "nemotron.launch.pod_watchdog", "--job-dir", str(self.job_dir)]
         watchdog += ["--node-rank", str(rank), "--nodes", str(nodes), "--interval", str(INTERVAL_S)]
         watchdog += ["--timeout", str(TIMEOUT_S), *extra, "--", *self.torchrun(rank, seconds, code)]
-        self.run(watchdog, {})
+        self.run(watchdog, env or {})
 
     def run(self, argv: list[str], env: dict[str, str]) -> None:
         # into a file, not a pipe: a worker left running would hold a pipe open
@@ -396,12 +407,14 @@ def test_a_rank_that_stops_making_progress_fails_the_pod(pods: Pods) -> None:
     assert all(_gone(pid) for pid in pods.workers(0)), "the hung rank is stopped"
 
 
-def test_a_pod_that_fails_during_start_up_stops_the_others_at_once(pods: Pods) -> None:
+@pytest.mark.parametrize("term_exit", [None, "0"], ids=["killed-by-term", "ends-0-on-term"])
+def test_a_pod_that_fails_during_start_up_stops_the_others_at_once(pods: Pods, term_exit: str | None) -> None:
     """Pod 1's torchrun exits during start-up; pod 0, whose ranks have not finished a step (no beacon past
     start-up), stops its own at the next look rather than `--timeout` later: it could only wait out its
-    rendezvous."""
+    rendezvous. Stopped is not done: pod 0 ends 143 even where its torchrun ends 0 on TERM (CI once saw that
+    race: the worker ended first and the agent returned its 0)."""
     progress = ("--progress", "600,5,1800,1800,1800")
-    pods.start(0, 600, 0, *progress)
+    pods.start(0, 600, 0, *progress, env={"FAKE_TERM_EXIT": term_exit} if term_exit else None)
     pods.start(1, 0.5, 3, *progress)
     pods.running(range(1))
     beat = pods.job_dir / "heartbeats" / "torchrun" / "1"

@@ -206,7 +206,7 @@ def main(argv: list[str]) -> int:
     torchrun = subprocess.Popen(
         command, start_new_session=True, env=env if progress else None
     )  # stopped whole
-    cancelled = False
+    cancelled = stopped = False
 
     def forward(signum: int, frame: FrameType | None) -> None:
         # Lepton stops a pod with SIGTERM: torchrun stops its workers, the watchdog then ends with its code
@@ -227,6 +227,8 @@ def main(argv: list[str]) -> int:
             pass
         if code is None and torchrun.returncode is not None:
             code = _exit_code(torchrun.returncode)
+            if stopped and code == 0:  # its worker ended on TERM before the agent did: stopped is not done
+                code = 128 + signal.SIGTERM
             beat.write(exit_code=code)
         now = time.monotonic()
         for peer in peers:
@@ -252,6 +254,7 @@ def main(argv: list[str]) -> int:
                 "nemotron: another node's torchrun failed; stopping this one's", file=sys.stderr, flush=True
             )
             stop(torchrun)
+            stopped = True
 
 
 if __name__ == "__main__":
