@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from nemotron.config.targets import NEMO_RL_DIR, NEMO_RL_VERSION
 from nemotron.engines import data_files
 from nemotron.engines.base import recipe_for
-from nemotron.engines.nemo_rl import evaluation, supervised
+from nemotron.engines.nemo_rl import evaluation, supervised, to_safetensors
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.nemo_rl.steps import RECIPES, compile_step
 from nemotron.engines.refusals import Refusals
@@ -24,6 +24,7 @@ from nemotron.engines.remote_tracking import RunLabels, Tracked, nemo_rl_logger
 from nemotron.errors import UserError
 
 CONFIG_FILE = "nemo_rl_config.yaml"
+TO_SAFETENSORS = "to_safetensors.py"  # engines/nemo_rl/to_safetensors.py in the job dir
 
 
 @dataclass(frozen=True)
@@ -101,13 +102,17 @@ def compile_run(
         for component, cfg, name in compiled.conversions
     ]
     checkpoint_dir = tree["checkpointing"]["checkpoint_dir"]  # of the tree compiled here, not the step config
+    if conversions and not compiled.megatron:  # the DCP converter's pickle as safetensors, shipped as a file
+        files[TO_SAFETENSORS] = Path(to_safetensors.__file__).read_text()
     return NemoRLRun(
         entry=compiled.entry,
         config=tree,
         config_file=CONFIG_FILE,
         files=files,
         driver=" && ".join([*prepare, sec.driver_command(nemo_rl_dir, compiled.entry, config_path, env)]),
-        finalize=sec.finalize_command(nemo_rl_dir, checkpoint_dir, compiled.megatron, conversions),
+        finalize=sec.finalize_command(
+            nemo_rl_dir, checkpoint_dir, compiled.megatron, conversions, f"{job_dir}/{TO_SAFETENSORS}"
+        ),
         outputs=outputs,
     )
 

@@ -383,12 +383,17 @@ def python_command(nemo_rl_dir: str, script: str, args: tuple[str, ...]) -> str:
 
 
 def finalize_command(
-    nemo_rl_dir: str, checkpoint_dir: str, megatron: bool, conversions: list[tuple[str, str | None, str]]
+    nemo_rl_dir: str,
+    checkpoint_dir: str,
+    megatron: bool,
+    conversions: list[tuple[str, str | None, str]],
+    to_safetensors: str,
 ) -> str:
     """Shell: pick the newest step_N under checkpoint_dir (NeMo-RL's CheckpointManager names them so and always
     saves the last step), then convert each (component, converter config or None for the step's own config.yaml,
-    HF output dir) with the tag's converter: convert_dcp_to_hf.py on <step>/<component>/weights, or
-    convert_megatron_to_hf.py on <step>/<component>/weights/iter_0000000."""
+    HF output dir) with the tag's converter: convert_dcp_to_hf.py on <step>/<component>/weights, whose pickled
+    weights the script `to_safetensors` (engines/nemo_rl/to_safetensors.py in the job dir) then rewrites as
+    safetensors, or convert_megatron_to_hf.py on <step>/<component>/weights/iter_0000000."""
     q = shlex.quote
     ckpt = q(checkpoint_dir)
     newest = (
@@ -408,6 +413,7 @@ def finalize_command(
             parts.append(
                 f"uv run python {DCP_CONVERTER} --config {cfg} --dcp-ckpt-path {weights} --hf-ckpt-path {q(out)}"
             )
+            parts.append(f"uv run python {q(to_safetensors)} {q(out)}")
     return " && ".join(parts)
 
 
