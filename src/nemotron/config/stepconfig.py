@@ -151,7 +151,8 @@ class Checkpointing(Strict):
     """Training checkpoints for exact resume (weights, optimizer, RNG streams, data position)."""
 
     save_interval: int = Field(0, ge=0)
-    """save every N steps (0 = only at the end)"""
+    """save a resume checkpoint every N steps (0 = none: a crash starts over, and only Slurm's time-limit warning
+    saves one); the trained model is written as the step's output at the end either way"""
     resume: bool | Literal["auto"] = "auto"
     """auto: the same command after a crash continues where it stopped (an earlier job of this step that did not
     succeed, made from the same config and inputs, left a checkpoint: the run resumes it and says so in one line);
