@@ -49,7 +49,7 @@ def test_every_executor_runs_the_same_step_under_its_own_torchrun(profiles: None
     entry = str(bundled_root() / "steps" / "sft" / "step.py")
 
     assert local_command(sft("two_local"), "/j", "py") == [
-        "py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        "py", "-m", "nemotron.launch.torchrun_agent", "--standalone", "--nproc-per-node=2",
         *TAIL, entry, "--job-dir", "/j", "--note", "a b",
     ]  # fmt: skip
 
@@ -66,7 +66,7 @@ def test_every_executor_runs_the_same_step_under_its_own_torchrun(profiles: None
         # every pod under the pod watchdog (launch/pod_watchdog.py): 2 nodes, the profile's default beats and progress
         "python", "-m", "nemotron.launch.pod_watchdog", "--job-dir", plan.job_dir, "--node-rank", "$NODE_RANK",
         "--nodes", "2", "--interval", "30", "--timeout", "90", "--progress", "600,5,1800,1800,1800", "--",
-        "python", "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "4",
+        "python", "-m", "nemotron.launch.torchrun_agent", "--nnodes", "2", "--nproc-per-node", "4",
         "--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR", "--master-port", "$MASTER_PORT",
         *TAIL, "/nemotron/code/steps/sft/step.py", "--job-dir", plan.job_dir, "--note", "'a b'", EXIT_LINE,
     ]  # fmt: skip
@@ -79,7 +79,7 @@ def test_a_wrapper_goes_first_and_only_the_step_s_own_words_are_quoted(profiles:
         job, python="$PY", job_dir="/a b", torchrun=("--rdzv", "$HOST:1"), nodes=2, wrapper=("watch", "--")
     ).words()
     assert words == [
-        "watch", "--", "$PY", "-m", "torch.distributed.run", "--rdzv", "$HOST:1",
+        "watch", "--", "$PY", "-m", "nemotron.launch.torchrun_agent", "--rdzv", "$HOST:1",
         *TAIL, entry, "--job-dir", "'/a b'", "--note", "'a b'",
     ]  # fmt: skip
     # one process in all: run_step itself, whatever torchrun flags the executor has

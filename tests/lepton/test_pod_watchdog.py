@@ -257,7 +257,7 @@ def test_the_watchdog_wraps_every_pod_and_beats_on_several_only(nemotron: Any, l
         watched in two.out
         and (
             f" --node-rank $NODE_RANK --nodes 2 --interval {INTERVAL_S} --timeout {TIMEOUT_S} "
-            f"--progress 600,5,1800,1800,1800 -- {sys.executable} -m torch.distributed.run --nnodes 2 "
+            f"--progress 600,5,1800,1800,1800 -- {sys.executable} -m nemotron.launch.torchrun_agent --nnodes 2 "
         )
         in two.out
     ), two.out
@@ -281,9 +281,9 @@ def test_a_hung_pod_fails_the_lepton_job_and_stops_it(
     (line,) = [x for x in files["launch_script.sh"].splitlines() if "-m nemotron.launch.pod_watchdog" in x]
     watchdog, rest = line.split(" -- ", 1)
     job_dir = Path(shlex.split(watchdog)[4])
-    assert rest.startswith(f"{sys.executable} -m torch.distributed.run --nnodes 2 ") and rest.endswith(
-        lepton.EXIT_LINE
-    )
+    assert rest.startswith(
+        f"{sys.executable} -m nemotron.launch.torchrun_agent --nnodes 2 "
+    ) and rest.endswith(lepton.EXIT_LINE)
     pods.job_dir = job_dir
     job_dir.mkdir(parents=True)
     # each pod runs the submitted command line, the torchrun in it played by the fake agent

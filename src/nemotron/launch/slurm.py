@@ -207,9 +207,8 @@ RDZV_PORT = "$((20000+SLURM_JOB_ID%10000))"
 def step_command(
     job: Job[SlurmProfile], paths: ClusterPaths, nodes: int, nproc: int, rdzv_host: str
 ) -> Command:
-    """The step process (launch/step_process.py), torchrun's launcher one per node when the step is distributed;
-    that launcher is `torchrun_agent`, torchrun's agent with Slurm's time-limit warning ignored (it would die of
-    it; nemotron.runtime.preempt)."""
+    """The step process (launch/step_process.py), torchrun's launcher one per node when the step is distributed
+    (`torchrun_agent`: torchrun's agent with Slurm's time-limit warning ignored, nemotron.runtime.preempt)."""
     rendezvous = (
         "--rdzv-backend",
         "c10d",
@@ -226,7 +225,6 @@ def step_command(
         nodes=nodes,
         nproc=nproc,
         code_root=job.profile.code_root,
-        launcher="nemotron.launch.torchrun_agent",
     )
     return Command(step.python, step.module, step.args, module=True)
 

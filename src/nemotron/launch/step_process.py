@@ -16,7 +16,8 @@ from nemotron.core.paths import bundled_root
 from nemotron.core.redact import is_secret_name
 
 RUN_STEP = "nemotron.run_step"  # exit codes 2/3/130 mean the same on every executor through it
-TORCHRUN = "torch.distributed.run"
+# torchrun with the ranks' exit codes kept and Slurm's time-limit warning ignored in its agent (every executor)
+TORCHRUN = "nemotron.launch.torchrun_agent"
 
 
 @dataclass(frozen=True)

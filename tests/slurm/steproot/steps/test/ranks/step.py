@@ -8,6 +8,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from nemotron.errors import UserError
 from nemotron.runtime.step import StepRun
 
 run = StepRun.start(__file__)
@@ -16,6 +17,9 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 total = 0.0
 for i in range(1, cfg.rounds + 1):
+    if i == cfg.fail_at_round:
+        kind = UserError if cfg.fail_with == "user" else RuntimeError
+        raise kind(f"round {i}: rank {rank} fails on purpose (fail_at_round)")
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
     total += float(t.item())
