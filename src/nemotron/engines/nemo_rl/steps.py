@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from nemotron.config.offpolicy import ASYNC_KEYS, CORRECTION_KEYS, refusing
 from nemotron.config.stepconfig import RLConfig
 from nemotron.config.targets import NEMO_RL_VERSION
 from nemotron.engines.nemo_rl import sections as sec
@@ -254,6 +255,11 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
         refuse(
             "judge.kind", "a generative judge runs through NeMo-Gym only: set env.should_use_nemo_gym=true"
         )
+    # issue 46 item 2 maps these to v0.7.0's grpo.async_grpo and loss_fn keys; until then they are refused
+    pending = "not mapped to NeMo-RL yet (issue 46 item 2)"
+    refuse.all_unless_default(
+        *refusing("grpo.", ASYNC_KEYS, pending), *refusing("loss_fn.", CORRECTION_KEYS, pending)
+    )
     val_keys, val_path = _validation(c.eval.num_prompts, train, c.data.validation.data_path)
     if grpo.val_period > 0 and c.eval.num_prompts == 0:
         refuse(
@@ -321,6 +327,10 @@ def compile_reinforce(c: ReinforceConfig, refuse: Refusals, job_dir: str, nodes:
         ("reinforce.kl_in", "NeMo-RL's RLOO (the GRPO estimator) puts the KL in the loss only"),
         ("reinforce.reinforce_epochs", "NeMo-RL's GRPO makes one pass over each rollout batch"),
         ("reinforce.truncated_responses", "NeMo-RL keeps truncated responses' rewards"),
+    )
+    pending = "not mapped to NeMo-RL yet (issue 46 item 2)"
+    refuse.all_unless_default(
+        *refusing("reinforce.", ASYNC_KEYS, pending), *refusing("reinforce.", CORRECTION_KEYS, pending)
     )
     group, steps, kl = r.num_rollouts_per_prompt, t.max_steps, r.initial_policy_kl_penalty
     budget = sec.sequence_budget(nemo.max_prompt_tokens, c.generation.max_new_tokens)
