@@ -88,7 +88,7 @@ def check_async(asynchronous: AsyncGRPO, correction: ImportanceSampling, where: 
         )
 
 
-def check_builtin_async(asynchronous: AsyncGRPO, backend: str, where: str) -> None:
+def check_builtin_async(asynchronous: AsyncGRPO, backend: str, sharding: str, where: str) -> None:
     """What the built-in engine's asynchronous loop cannot do, refused when the config is compiled; `where` is
     the group's dotted path."""
     if backend != "builtin" or not asynchronous.enabled:
@@ -98,7 +98,11 @@ def check_builtin_async(asynchronous: AsyncGRPO, backend: str, where: str) -> No
             f"{where}.in_flight_weight_updates=true: the built-in generator takes new weights between batches "
             "only; set it false (or backend=nemo_rl)"
         )
-    raise ValueError(f"{where}.enabled=true: the built-in engine's asynchronous loop is not built yet")
+    if sharding != "ddp":
+        raise ValueError(
+            f"{where}.enabled=true with runtime.sharding={sharding}: the built-in generator process loads the "
+            "whole policy, which FSDP shards over the ranks; use runtime.sharding=ddp"
+        )
 
 
 # The keys of each group, for an engine that refuses them all (a key it cannot express is exit 2, naming it).
