@@ -73,12 +73,15 @@ def split_generation(
     if policy_nodes == 1:  # grpo.py:613-643: resources.gpus_per_node of the one node, num_nodes 1
         share = gpus_per_node - taken
         gen = share // 2 if requested is None else requested
-        if gen < 1 or gen >= share:
-            rm = f" (the reward model takes {taken} of its {gpus_per_node})" if taken else ""
-            most = f"set {GPUS_KEY} to at most {share - 1}" if share > 1 else "use a profile with more GPUs"
-            return Shortfall(key, f"NeMo-RL splits the policy's {share} GPU{'s' * (share != 1)} on one node"
-                                  f"{rm} between training and vLLM, and {gen} for vLLM leaves "
-                                  f"{'none to either' if share < 2 else 'training none'}: {most}")  # fmt: skip
+        rm = f" (the reward model takes {taken} of its {gpus_per_node})" if taken else ""
+        if share < 2:
+            return Shortfall(key, f"NeMo-RL splits the policy's GPUs on one node{rm} between training and vLLM, "
+                                  f"which needs 2 at least and the policy has {share}: use a profile with more "
+                                  "GPUs")  # fmt: skip
+        if gen >= share:
+            return Shortfall(key, f"NeMo-RL splits the policy's {share} GPUs on one node{rm} between training "
+                                  f"and vLLM, and {gen} for vLLM leaves training none: set {GPUS_KEY} to at most "
+                                  f"{share - 1}")  # fmt: skip
         return SeparateGeneration(1, share - gen, 1, gen, same_node=True)
     # grpo.py:644-665: whole nodes of cluster.gpus_per_node GPUs each
     nodes = policy_nodes // 2 if requested is None else requested // gpus_per_node
