@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from nemotron.config.stepconfig import Strict
 
@@ -113,3 +113,18 @@ CORRECTION_KEYS = tuple(ImportanceSampling.model_fields)
 def refusing(prefix: str, keys: tuple[str, ...], why: str) -> tuple[tuple[str, str], ...]:
     """(dotted key, why) pairs for `Refusals.all_unless_default`, each key under `prefix` (a section and a dot)."""
     return tuple((prefix + key, why) for key in keys)
+
+
+def async_group(config: BaseModel) -> AsyncGRPO | None:
+    """A step config's asynchronous-RL group, wherever its schema keeps it (at the top or one group deep, as
+    grpo.async_grpo or reinforce.async_grpo): found by its type, so the plan and the engines serve any step."""
+    for name in type(config).model_fields:
+        group = getattr(config, name)
+        if isinstance(group, AsyncGRPO):
+            return group
+        if isinstance(group, BaseModel):
+            found = next((v for n in type(group).model_fields if isinstance(v := getattr(group, n), AsyncGRPO)),
+                         None)  # fmt: skip
+            if found is not None:
+                return found
+    return None

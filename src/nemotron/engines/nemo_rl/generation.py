@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from nemotron.config.offpolicy import AsyncGRPO, ImportanceSampling
+from nemotron.config.offpolicy import AsyncGRPO, ImportanceSampling, async_group
 from nemotron.config.stepconfig import NemoRL
 
 if TYPE_CHECKING:
@@ -99,21 +99,6 @@ def split_generation(
 def policy_nodes(cluster_nodes: int, reward_model: bool) -> int:
     """NeMo-RL's policy_nodes (grpo.py:532-539): a several-node cluster less the reward model's node."""
     return cluster_nodes - 1 if reward_model and cluster_nodes > 1 else cluster_nodes
-
-
-def async_group(config: BaseModel) -> AsyncGRPO | None:
-    """The step's asynchronous-RL group, wherever its schema keeps it (rl/rlhf: grpo.async_grpo; rl/reinforce:
-    reinforce.async_grpo; a user's step likewise): found by its type, one group deep."""
-    for name in type(config).model_fields:
-        group = getattr(config, name)
-        if isinstance(group, AsyncGRPO):
-            return group
-        if isinstance(group, BaseModel):
-            found = next((v for n in type(group).model_fields if isinstance(v := getattr(group, n), AsyncGRPO)),
-                         None)  # fmt: skip
-            if found is not None:
-                return found
-    return None
 
 
 def separate(config: BaseModel) -> bool:

@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from nemotron.config.offpolicy import async_group
 from nemotron.config.stepconfig import NemoRL, NemoRLTraining
 from nemotron.config.workload import Rollouts, Training, Workload
 from nemotron.engines.nemo_rl import generation as gen
@@ -260,7 +261,7 @@ def _separate_vllm(
                          split.same_node)  # fmt: skip
     weights = policy.parameters * 2 / tp / 2**20
     kv_one = kv_cache_mb(policy, 1, seq, "bf16", tp)
-    asynchronous = gen.async_group(planned) if isinstance(planned, BaseModel) else None
+    asynchronous = async_group(planned) if isinstance(planned, BaseModel) else None
     lag = (f"; async GRPO: trained samples at most {asynchronous.max_trajectory_age_steps} update(s) old"
            if asynchronous is not None and asynchronous.enabled else "")  # fmt: skip
     notes = [f"non-colocated: {split.gpus} GPU{'s' * (split.gpus != 1)} of its own "

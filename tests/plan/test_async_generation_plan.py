@@ -1,5 +1,6 @@
-"""The plan of NeMo-RL's non-colocated generation (async GRPO): vLLM's GPUs apart from training's, each part sized
-on its own GPUs, pinned against NeMo-RL v0.7.0's own async recipe and against its setup's split of the cluster."""
+"""The plan of asynchronous generation: NeMo-RL's non-colocated vLLM on GPUs apart from training's, each part sized
+on its own GPUs, pinned against NeMo-RL v0.7.0's own async recipe and against its setup's split of the cluster; the
+built-in engine's generator process beside each trainer, counted on the trainer's device."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from nemotron.compile import Job, compile_job
 from nemotron.engines.nemo_rl.config import compile_run
 from nemotron.errors import UserError
 from nemotron.launch import submit
+from nemotron.plan.terms import CPU_RUNTIME_MB, MiB
 
 PROFILES = """
 [h100_1x8]
@@ -117,3 +119,25 @@ def test_a_part_that_does_not_fit_is_refused_with_a_remedy_that_fits(
     with pytest.raises(UserError) as err:
         submit.dry_run_json(job)
     assert str(err.value).startswith(f"resource plan: {refused} needs ") and remedy in str(err.value)
+
+
+def test_the_builtin_generator_process_is_counted_on_the_trainers_device(home: Path, tmp_path: Path) -> None:
+    """On the CPU (the tiny preset, this machine's RAM) each rank's generator process holds a copy of the policy in the
+    trainer's dtype and a process's runtime, and the weights pass through age + 1 shared-memory copies of it."""
+
+    def training(*extra: str) -> tuple[Job, dict[str, Any]]:
+        job = compile_job(
+            Catalog(), "rl/reinforce", "tiny", overrides=list(extra), mode="batch", dry_run=True
+        )
+        return job, groups_of(job)["policy training"]
+
+    job, sync = training()
+    _, apart = training("reinforce.async_grpo.enabled=true", "reinforce.use_importance_sampling_correction=true",
+                        "reinforce.async_grpo.max_trajectory_age_steps=2")  # fmt: skip
+    copy = apart["models"][0]["parameters"] * (2 if job.config.runtime.precision == "bf16" else 4) / MiB
+    added = {k: v for k, v in apart["terms_mb"].items() if k not in sync["terms_mb"]}
+    assert added == pytest.approx({"async generator: policy copy": copy, "async generator: runtime": CPU_RUNTIME_MB,
+                                   "async weight slots (shared memory)": 3 * copy})  # fmt: skip
+    assert apart["peak_mb"] == pytest.approx(
+        sync["peak_mb"] + sum(added.values())
+    )  # the CPU's peak sums every term
