@@ -87,7 +87,7 @@ def test_async_config_has_what_the_tag_reads_and_asserts(step: str, env: str) ->
     assert nemo_rl_setup(cfg) == ((1, 4, 1, 4) if env == "nemo_gym" else (1, 4, 1, 3))
 
 
-def test_sync_stays_colocated_and_truncation_reaches_the_loss() -> None:
+def test_sync_stays_colocated_unless_asked_and_truncation_reaches_the_loss() -> None:
     sync = compiled("rl/rlhf").config
     assert sync["policy"]["generation"]["colocated"] == {
         "enabled": True,
@@ -95,6 +95,14 @@ def test_sync_stays_colocated_and_truncation_reaches_the_loss() -> None:
     }
     assert sync["grpo"]["async_grpo"]["enabled"] is False
     assert sync["policy"]["generation"]["vllm_cfg"]["async_engine"] is False
+    # vLLM apart without async: the synchronous loop, non-colocated (grpo_train refits over NCCL, grpo.py:1136)
+    apart = compiled("rl/rlhf", overrides={"nemo_rl.generation_gpus": 2}).config
+    assert apart["policy"]["generation"]["colocated"] == {
+        "enabled": False,
+        "resources": {"gpus_per_node": 2, "num_nodes": 1},
+    }
+    assert apart["grpo"]["async_grpo"] == {"enabled": False}
+    assert nemo_rl_setup(apart) == (1, 5, 1, 2)  # 8 GPUs less the reward model's 1, less vLLM's 2
     tis = {"reinforce.truncated_importance_sampling_type": "icepop",
            "reinforce.truncated_importance_sampling_ratio": 5.0,
            "reinforce.truncated_importance_sampling_ratio_min": 0.5}  # fmt: skip
