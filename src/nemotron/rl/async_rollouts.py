@@ -13,6 +13,7 @@ and how long it waited for work.
 from __future__ import annotations
 
 import dataclasses
+import os
 import queue
 import time
 import traceback
@@ -93,7 +94,7 @@ def share(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True).share_memory_() for k, v in model.state_dict().items()}
 
 
-def _generator_main(spec: GeneratorSpec, slots: Slots, jobs: Any, results: Any) -> None:
+def _generator_main(spec: GeneratorSpec, slots: Slots, jobs: Any, results: Any, parent: int) -> None:
     """The generator process: build the sampler, then answer jobs until None. An error goes back as text."""
     try:
         from nemotron.models.checkpoint import load_policy, load_tokenizer
@@ -112,7 +113,7 @@ def _generator_main(spec: GeneratorSpec, slots: Slots, jobs: Any, results: Any) 
         loaded = -1
         while True:
             t0 = time.perf_counter()
-            job = jobs.get()
+            job = _next_job(jobs, parent)
             idle = time.perf_counter() - t0
             if job is None:
                 return
@@ -129,6 +130,17 @@ def _generator_main(spec: GeneratorSpec, slots: Slots, jobs: Any, results: Any) 
             )
     except BaseException:  # the trainer raises it, with this process's traceback
         results.put(traceback.format_exc())
+
+
+def _next_job(jobs: Any, parent: int) -> Job | None:
+    """The next job; None at the end, or when the trainer is gone (killed: nothing will ask again)."""
+    while True:
+        try:
+            job: Job | None = jobs.get(timeout=1.0)
+            return job
+        except queue.Empty:
+            if os.getppid() != parent:
+                return None
 
 
 def _cpu(value: Any) -> Any:
@@ -164,7 +176,9 @@ class AsyncRollouts:
             r.policy_path, r.generation, r.plan, torch.get_num_threads(), r.sampler.get_state()
         )
         self.process = ctx.Process(
-            target=_generator_main, args=(spec, self.slots, self.jobs, self.results), daemon=True
+            # not a daemon: a generator on vLLM may start processes of its own
+            target=_generator_main,
+            args=(spec, self.slots, self.jobs, self.results, os.getpid()),
         )
         self.process.start()
         self._publish(self.start, policy)
