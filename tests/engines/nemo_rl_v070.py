@@ -356,6 +356,31 @@ _RM = (
     + [r for r in _TRAIN_POLICY if r[0] != "policy.sequence_packing.algorithm"]
 )
 
+# async GRPO (grpo.async_grpo.enabled) with vLLM on GPUs of its own: what the async path reads besides the above
+_ASYNC = _in(
+    "nemo_rl/algorithms/grpo.py",
+    ("policy.generation.colocated.resources", 610),  # setup, non-colocated: the generation's own resources
+    ("policy.generation.colocated.resources.gpus_per_node", 611),
+    ("policy.generation.colocated.resources.num_nodes", 612),
+    ("policy.generation.vllm_cfg.async_engine", 1662),  # _should_use_async_rollouts, asserted at :3364
+    ("grpo.async_grpo.max_trajectory_age_steps", 3383),  # async_grpo_train
+    ("grpo.async_grpo.in_flight_weight_updates", 3384),
+    ("policy.generation.colocated.enabled", 3416),  # asserted false at :3421
+) + _in(
+    "nemo_rl/algorithms/async_utils/trajectory_collector.py",
+    ("grpo.async_grpo.in_flight_weight_updates", 492),  # prepare_for_refit: swap weights mid-generation
+)
+_ASYNC_RUN = _in(
+    "examples/run_grpo.py",
+    ("data.use_multiple_dataloader", 183),  # refused with async at the tag; ours is false
+    ("grpo.async_grpo.max_trajectory_age_steps", 207),
+)
+_ASYNC_GYM = _in(
+    "examples/nemo_gym/run_grpo_nemo_gym.py",
+    ("grpo.async_grpo.enabled", 232),
+    ("grpo.async_grpo.max_trajectory_age_steps", 280),
+)
+
 REQUIRED: dict[str, list[tuple[str, str, int]]] = {
     "sft": _SFT,
     "rm": _RM,
@@ -366,6 +391,22 @@ REQUIRED: dict[str, list[tuple[str, str, int]]] = {
     + _POLICY
     + _GYM,
     "ppo+reward_model": _PPO + [(k, f, n) for k, f, n in _POLICY] + _RM_ENV,
+}
+REQUIRED["grpo+reward_model+async"] = REQUIRED["grpo+reward_model"] + _ASYNC + _ASYNC_RUN
+REQUIRED["grpo+nemo_gym+async"] = REQUIRED["grpo+nemo_gym"] + _ASYNC + _ASYNC_GYM
+
+# TypedDicts of the sections async GRPO adds (extra keys would be silently ignored): AsyncGRPOConfig
+# (nemo_rl/algorithms/grpo.py:136) and the non-colocated generation's OptionalResourcesConfig
+# (nemo_rl/models/generation/interfaces.py:107, ColocationConfig.resources)
+TYPED_DICTS = {
+    ("nemo_rl/algorithms/grpo.py", "AsyncGRPOConfig"): {
+        "enabled",
+        "max_trajectory_age_steps",
+        "in_flight_weight_updates",
+        "recompute_kv_cache_after_weight_updates",
+    },
+    ("nemo_rl/models/generation/interfaces.py", "OptionalResourcesConfig"): {"gpus_per_node", "num_nodes"},
+    ("nemo_rl/models/generation/interfaces.py", "ColocationConfig"): {"enabled", "resources"},
 }
 
 # ClippedPGLossConfig (loss_functions.py:101-157) is a pydantic model with a default for every field;

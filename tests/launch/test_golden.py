@@ -82,6 +82,13 @@ CASES = [
         "default",
         ("backend=builtin", "env.should_use_nemo_gym=false", "judge.mode=pointwise"),
     ),
+    # async GRPO on NeMo-RL: vLLM on 4 of the policy node's 8 GPUs (colocated.enabled false), training on the rest
+    (
+        "slurm_rlhf",
+        "rl/rlhf",
+        "default",
+        ("grpo.async_grpo.enabled=true", "loss_fn.use_importance_sampling_correction=true"),
+    ),
     # a server step on 2 nodes x 8 tasks: one server per node
     ("slurm_rlhf", "rm/serve", "default", ()),
     # backend=nemo_aligner: NeMo-Aligner's own scripts as one hetjob (servers first, the actor last)

@@ -80,6 +80,6 @@ def test_the_first_rollout_shows_the_tokens_read_without_padding() -> None:
     attention = torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]])
     mask = torch.tensor([[True, True, False], [True, True, True]])
     zeros = torch.zeros(2, 3)
-    exp = Experience(sequences, attention, 3, mask, mask.all(1), torch.arange(2), zeros, zeros, torch.zeros(2),
+    exp = Experience(sequences, attention, 3, mask, mask.all(1), torch.arange(2), zeros, zeros, zeros, torch.zeros(2),
                      ["", ""], ["", ""], {})  # fmt: skip
     assert first_rollout(exp, tokenizer) == "prompt 'the movie' (2 tokens), response 'great<eos>'"

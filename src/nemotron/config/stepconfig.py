@@ -433,6 +433,10 @@ class NemoRL(Strict):
     reward_model_gpus: int = Field(1, ge=1)
     """GPUs of the reward model's own workers: on one node they come out of that node's GPUs, on several nodes
     the reward model gets a node of its own"""
+    generation_gpus: int | None = Field(None, ge=1)
+    """GPUs of vLLM's own, apart from training (non-colocated generation, which async GRPO needs): on a one-node
+    policy share that many of the node's GPUs, on several nodes whole nodes (a multiple of the profile's
+    gpus_per_node); null: colocated, or half the policy's GPUs (whole nodes) when async is on"""
 
 
 class NemoRLTraining(Strict):

@@ -12,7 +12,7 @@ import torch
 from transformers import PreTrainedModel
 
 from nemotron.rl.generation_backends import GenerationBackend
-from nemotron.rl.rollout import SamplingParams, sequence_logprobs
+from nemotron.rl.rollout import Rollout, SamplingParams, sequence_logprobs
 
 # (token rows: prompt + response ids, prompts, responses) -> one score per row
 ScoreFn = Callable[[list[list[int]], list[str], list[str]], Sequence[float]]
@@ -28,7 +28,10 @@ class Experience:
     mask: torch.Tensor  # (B, N) bool: response tokens up to and including EOS
     is_end: torch.Tensor  # (B,) bool
     group: torch.Tensor  # (B,) long: which prompt each response answers (global prompt index)
-    logprobs: torch.Tensor  # (B, N): the sampling policy's logprobs (PPO's old logprobs)
+    logprobs: torch.Tensor  # (B, N): the trainer's logprobs before this step's update (PPO's old logprobs)
+    generation_logprobs: (
+        torch.Tensor
+    )  # (B, N): the generating engine's (the same tensor when it was the trainer)
     ref_logprobs: torch.Tensor  # (B, N)
     scores: torch.Tensor  # (B,) reward source scores
     prompts: list[str]
@@ -36,6 +39,8 @@ class Experience:
     timers: dict[str, float]
     # what the generation engine reports beside the rollouts (vllm: token_mult_prob_error); logged as metrics
     engine_stats: dict[str, float] = field(default_factory=dict)
+    # (B,) long: how many updates the weights that sampled each row had made (asynchronous runs; None: this step's)
+    policy_version: torch.Tensor | None = None
 
     @property
     def response_lengths(self) -> torch.Tensor:
@@ -71,16 +76,30 @@ class RolloutSetup:
     score: ScoreFn
 
 
+def prompt_rows(prompts: PromptBatch, n: int) -> list[list[int]]:
+    """The token rows a rollout samples from: each prompt `n` times in a row."""
+    return [ids for ids in prompts.ids for _ in range(n)]
+
+
 def collect(setup: RolloutSetup, prompts: PromptBatch) -> Experience:
     """Rollout phase: n responses to each prompt, scores from the reward source, policy + reference logprobs."""
-    n, params = setup.n, setup.params
-    timers: dict[str, float] = {}
     t0 = time.perf_counter()
-    rows = [ids for ids in prompts.ids for _ in range(n)]
-    texts = [p for p in prompts.texts for _ in range(n)]
-    rollout = setup.backend.generate(setup.policy, rows, params, setup.generator)
-    timers["generate"] = time.perf_counter() - t0
+    rollout = setup.backend.generate(
+        setup.policy, prompt_rows(prompts, setup.n), setup.params, setup.generator
+    )
+    return finish(setup, prompts, rollout, time.perf_counter() - t0, setup.backend.recomputes_logprobs)
 
+
+def finish(
+    setup: RolloutSetup, prompts: PromptBatch, rollout: Rollout, generate_s: float, recompute: bool
+) -> Experience:
+    """The rest of the rollout phase once `rollout` is sampled (here, or by a generator process in
+    `generate_s` seconds): scores, the reference's logprobs and, when `recompute`, the policy's own (another
+    engine, or an older policy, sampled; `Experience.generation_logprobs` keeps the sampler's)."""
+    n, params = setup.n, setup.params
+    rows = prompt_rows(prompts, n)
+    texts = [p for p in prompts.texts for _ in range(n)]
+    timers = {"generate": generate_s}
     t0 = time.perf_counter()
     # Two tolist() calls and one batched decode: per-row tensor indexing and decode calls cost more than this.
     kept = rollout.response_mask.tolist()
@@ -109,8 +128,8 @@ def collect(setup: RolloutSetup, prompts: PromptBatch) -> Experience:
             params.temperature,
             rollout.prompt_width,
         )
-        # another engine sampled: the loss uses the trainer's own logprobs (NeMo-RL)
-        if setup.backend.recomputes_logprobs:
+        # another engine or an older policy sampled: the loss uses the trainer's own logprobs (NeMo-RL)
+        if recompute:
             logprobs = sequence_logprobs(
                 setup.policy,
                 rollout.sequences,
@@ -130,6 +149,7 @@ def collect(setup: RolloutSetup, prompts: PromptBatch) -> Experience:
         is_end=rollout.is_end,
         group=torch.tensor(prompts.indices, device=device).repeat_interleave(n),
         logprobs=logprobs,
+        generation_logprobs=rollout.logprobs,
         ref_logprobs=ref_logprobs,
         scores=scores,
         prompts=texts,

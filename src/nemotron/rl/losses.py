@@ -40,6 +40,7 @@ def ppo_clip_loss(
     dual_clip: float | None = None,
     level: LossLevel = "token",
     normaliser: torch.Tensor | float | None = None,
+    weights: torch.Tensor | None = None,
 ) -> ClippedLoss:
     """PPO clipped surrogate, ``-min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A)`` per token.
 
@@ -57,6 +58,8 @@ def ppo_clip_loss(
         clip_eps_high: upper clip range if different (asymmetric "clip-higher").
         dual_clip: the constant c > 1, or None for no dual clip.
         level, normaliser: see ``masks.global_mean``.
+        weights: ``(B, T)`` importance weights multiplying each token's (clipped) loss, no gradient
+            (``importance.importance_weights``; NeMo-RL applies them after the dual clip); None: 1.
 
     Returns:
         ``ClippedLoss(loss, clipfrac)``, both 0-dim.
@@ -70,6 +73,8 @@ def ppo_clip_loss(
     per_token = torch.maximum(-ratio * adv, -clipped_ratio * adv)
     if dual_clip is not None:
         per_token = torch.where(adv < 0, torch.minimum(per_token, -dual_clip * adv), per_token)
+    if weights is not None:
+        per_token = weights.detach().to(per_token.dtype) * per_token
     loss = global_mean(per_token, mask, level, normaliser)
     clipped = (ratio != clipped_ratio).to(logp.dtype).detach()
     return ClippedLoss(loss=loss, clipfrac=global_mean(clipped, mask, level, normaliser))
@@ -121,8 +126,10 @@ def reinforce_loss(
     mask: torch.Tensor,
     level: LossLevel = "token",
     normaliser: torch.Tensor | float | None = None,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """REINFORCE policy-gradient loss ``-logp * A`` per token, reduced as configured.
+    """REINFORCE policy-gradient loss ``-logp * A`` per token (times its importance weight), reduced as
+    configured.
 
     ``level="sequence_sum"`` is the textbook ``-A * sum_t logp`` averaged over sequences; ``token`` and
     ``sequence`` average over tokens instead.
@@ -132,12 +139,17 @@ def reinforce_loss(
         advantages: ``(B,)`` or ``(B, T)``; treated as constants.
         mask: ``(B, T)``.
         level, normaliser: see ``masks.global_mean``.
+        weights: ``(B, T)`` importance weights, no gradient (NeMo-RL weights its REINFORCE-style loss,
+            ``disable_ppo_ratio``, the same way); None: 1.
 
     Returns:
         0-dim loss.
     """
     adv = _per_token(advantages, logp).detach().to(logp.dtype)
-    return global_mean(-logp * adv, mask, level, normaliser)
+    per_token = -logp * adv
+    if weights is not None:
+        per_token = weights.detach().to(per_token.dtype) * per_token
+    return global_mean(per_token, mask, level, normaliser)
 
 
 def kl_loss(

@@ -131,6 +131,7 @@ class Rollouts:
     and `position` is how far the run has read it; each rank samples from its own random stream."""
 
     backend: GenerationBackend
+    generation: Generation
     policy_path: str
     models: ActorAndReference
     tokenizer: Any
@@ -178,6 +179,7 @@ class Rollouts:
         sampler = plan.generator(seed * 1000 + world.rank)
         return cls(
             get_backend(generation),
+            generation,
             policy_path,
             models,
             tokenizer,
@@ -206,12 +208,13 @@ class Rollouts:
             cfg.runtime.seed,
         )
 
-    def collect(self, score: ScoreFn) -> Experience:
-        """The rollouts of the next `per_step` prompts of the prompt stream."""
-        schedule = prompt_schedule(len(self.prompts.texts), self.seed, self.position, self.per_step)
-        batch = distributed.shard(schedule, self.world)
-        self.position += self.per_step
-        setup = RolloutSetup(
+    def batch_at(self, position: int) -> PromptBatch:
+        """This rank's share of the `per_step` prompts after `position` in the prompt stream."""
+        schedule = prompt_schedule(len(self.prompts.texts), self.seed, position, self.per_step)
+        return self.prompts.pick(distributed.shard(schedule, self.world))
+
+    def setup(self, score: ScoreFn) -> RolloutSetup:
+        return RolloutSetup(
             backend=self.backend,
             policy=self.models.policy,
             reference=self.models.reference,
@@ -221,13 +224,21 @@ class Rollouts:
             n=self.n,
             score=score,
         )
+
+    def collect(self, score: ScoreFn) -> Experience:
+        """The rollouts of the next `per_step` prompts of the prompt stream."""
+        batch = self.batch_at(self.position)
+        self.position += self.per_step
         with self.plan.autocast(), full_weights(self.models.policy):
-            exp = collect(setup, self.prompts.pick(batch))
+            exp = collect(self.setup(score), batch)
+        self.show_first(exp)
+        return exp
+
+    def show_first(self, exp: Experience) -> None:
         if self.world.is_main and not self.shown_first:
             # What a chat template or a prompt cut made of the data shows here, before it shows in the rewards.
             log.info("first rollout, as the policy reads it: %s", first_rollout(exp, self.tokenizer))
             self.shown_first = True
-        return exp
 
     def metrics(
         self,

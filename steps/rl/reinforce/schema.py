@@ -3,8 +3,9 @@ critic)."""
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from nemotron.config.offpolicy import AsyncGRPO, ImportanceSampling, check_async, check_builtin_async
 from nemotron.config.stepconfig import (
     KLEstimator,
     RLConfig,
@@ -21,7 +22,7 @@ class Outputs(Strict):
     """artifact name of the aligned policy"""
 
 
-class Reinforce(Strict):
+class Reinforce(ImportanceSampling):
     """REINFORCE with a leave-one-out (RLOO) baseline and a KL penalty to the initial policy (NeMo-Aligner:
     trainer.reinforce.*)."""
 
@@ -41,6 +42,13 @@ class Reinforce(Strict):
     (NeMo-RL: loss_fn.token_level_loss)"""
     truncated_responses: Literal["keep", "zero_reward"] = "keep"
     """responses without EOS: keep their reward, or score them 0 (they never enter baselines)"""
+    async_grpo: AsyncGRPO = Field(default_factory=AsyncGRPO)
+    """asynchronous rollouts, NeMo-RL's grpo.async_grpo group (rl/reinforce runs there as GRPO with RLOO)"""
+
+    @model_validator(mode="after")
+    def _async_needs_the_correction(self) -> "Reinforce":
+        check_async(self.async_grpo, self, ("reinforce.async_grpo", "reinforce"))
+        return self
 
 
 class Config(RLConfig):
@@ -48,6 +56,13 @@ class Config(RLConfig):
 
     outputs: Outputs = Field(default_factory=Outputs)
     reinforce: Reinforce = Field(default_factory=Reinforce)
+
+    @model_validator(mode="after")
+    def _builtin_async(self) -> "Config":
+        check_builtin_async(
+            self.reinforce.async_grpo, self.backend, self.runtime.sharding, "reinforce.async_grpo"
+        )
+        return self
 
     def workload(self) -> Workload:
         return self.rollouts(self.reinforce.num_rollouts_per_prompt)

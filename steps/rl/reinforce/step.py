@@ -17,8 +17,10 @@ from transformers import PreTrainedModel
 
 from nemotron.rl import distributed, stages
 from nemotron.rl.advantages import rloo_baseline
+from nemotron.rl.async_rollouts import rollout_source
 from nemotron.rl.distributed import World
 from nemotron.rl.experience import Experience, micro_batches
+from nemotron.rl.importance import step_correction
 from nemotron.rl.kl import kl_penalty, rewards_with_kl
 from nemotron.rl.losses import reinforce_loss
 from nemotron.rl.masks import mean_denominator
@@ -82,10 +84,11 @@ def update(
     temperature: float,
     plan: DevicePlan,
     world: World,
+    weights: torch.Tensor | None,
 ) -> tuple[torch.Tensor, float, float]:
     """reinforce_epochs passes over micro-batches of the rollouts, one optimizer step per pass; the loss is
-    normalised by the global batch's tokens (or responses). Returns (actor loss summed over passes, grad
-    norm, lr)."""
+    normalised by the global batch's tokens (or responses), `weights` (importance weights, or None) weigh each
+    token's. Returns (actor loss summed over passes, grad norm, lr)."""
     policy.train()
     level = cfg.reinforce.loss_level
     normaliser = distributed.all_reduce_sum(mean_denominator(exp.mask, level), world)
@@ -97,7 +100,8 @@ def update(
                 logp = sequence_logprobs(
                     policy, exp.sequences[mb], exp.attention_mask[mb], temperature, exp.prompt_width
                 )
-                loss = reinforce_loss(logp, s.advantages[mb], exp.mask[mb], level, normaliser)
+                w = None if weights is None else weights[mb]
+                loss = reinforce_loss(logp, s.advantages[mb], exp.mask[mb], level, normaliser, w)
             loss.backward()
             actor_loss += loss.detach()
         grad_norm, lr = optimizer_step(policy, optimizer, step, cfg.optim, world, cfg.trainer.max_steps)
@@ -141,27 +145,33 @@ def main() -> None:
     )
     start_step, rollouts.position = checkpoints.resume()
 
-    with stages.reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan) as (score_fn, described):
+    source = rollout_source(rollouts, cfg.reinforce.async_grpo, start_step, total)
+    scores = stages.reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan)
+    with scores as (score_fn, described), source.running():
         log.info("rewards from %s", described)
         evaluation.before(score_fn, start_step)
         for step in range(start_step + 1, total + 1):
             t_step = time.perf_counter()
-            # ---- rollout: this rank's share of the step's prompts
-            exp = rollouts.collect(score_fn)
+            # ---- rollout: this rank's share of the step's prompts (here, or by the generator process)
+            exp = source.collect(score_fn, step)
             inject("rollout", step)
             # ---- score
             s = score(exp, cfg.reinforce)
 
-            # ---- update
+            # ---- update, with the off-policy correction when it is on; then the weights to the generator
             t0 = time.perf_counter()
+            weights, correction = step_correction(exp, cfg.reinforce, world)
             actor_loss, grad_norm, lr = update(
-                policy, optimizer, exp, s, step, cfg, sampling.temperature, plan, world
+                policy, optimizer, exp, s, step, cfg, sampling.temperature, plan, world, weights
             )
+            source.published(step, policy)
             train_time = time.perf_counter() - t0
 
             # ---- report: metrics averaged over ranks (NeMo-Aligner names), then the checkpoint
             step_stats = stats(s, actor_loss, grad_norm, lr, cfg.reinforce.reinforce_epochs, world)
-            metrics = rollouts.metrics(exp, s.scores, s.kl, step_stats, (train_time, t_step))
+            metrics = rollouts.metrics(
+                exp, s.scores, s.kl, step_stats, (train_time, t_step), correction, source.metrics()
+            )
             run.report(step, total, metrics, HEADLINE, cfg.trainer.log_interval)
             checkpoints.maybe_save(step, rollouts.position)
 

@@ -4,6 +4,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from nemotron.config.offpolicy import AsyncGRPO, ImportanceSampling, check_async, check_builtin_async
 from nemotron.config.stepconfig import (
     Backend,
     Checkpointing,
@@ -42,9 +43,11 @@ class GRPO(Strict):
     val_period: int = Field(0, ge=0)
     """validate every N steps (0 = off): the policy answers the first eval.num_prompts validation prompts,
     logged as val_<name> (NeMo-RL: validation/*); eval_*_before/after come regardless"""
+    async_grpo: AsyncGRPO = Field(default_factory=AsyncGRPO)
+    """asynchronous rollouts (NeMo-RL: grpo.async_grpo)"""
 
 
-class LossFn(Strict):
+class LossFn(ImportanceSampling):
     """The clipped policy-gradient loss with the KL to the reference policy in the loss (NeMo-RL:
     loss_fn.*)."""
 
@@ -249,4 +252,10 @@ class Config(Strict):
                 "env.should_use_nemo_gym acts only with backend=nemo_rl (NeMo-Gym runs under NeMo-RL); the "
                 "built-in engine judges through judge.*: set env.should_use_nemo_gym=false"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _async_keys(self) -> "Config":
+        check_async(self.grpo.async_grpo, self.loss_fn, ("grpo.async_grpo", "loss_fn"))
+        check_builtin_async(self.grpo.async_grpo, self.backend, self.runtime.sharding, "grpo.async_grpo")
         return self

@@ -23,8 +23,10 @@ from transformers import PreTrainedModel
 from nemotron.reward.server_options import token_from_file
 from nemotron.rl import distributed, stages
 from nemotron.rl.advantages import grpo_advantages
+from nemotron.rl.async_rollouts import rollout_source
 from nemotron.rl.distributed import World
 from nemotron.rl.experience import Experience, ScoreFn, micro_batches
+from nemotron.rl.importance import step_correction
 from nemotron.rl.kl import kl_penalty
 from nemotron.rl.losses import kl_loss, ppo_clip_loss
 from nemotron.rl.masks import LossLevel, mean_denominator
@@ -139,9 +141,11 @@ def update(
     sampling: SamplingParams,
     plan: DevicePlan,
     world: World,
+    weights: torch.Tensor | None,
 ) -> tuple[LossSums, int, float, float]:
     """Optimizer steps over mini-batches of the global batch (train_global_batch_size), each the sum of its
-    micro-batches; the KL to the reference is in the loss. Returns (loss sums, updates, grad norm, lr)."""
+    micro-batches; the KL to the reference is in the loss, `weights` (importance weights, or None) weigh each
+    token's policy loss. Returns (loss sums, updates, grad norm, lr)."""
     lf: LossFn = cfg.loss_fn
     level: LossLevel = "token" if lf.token_level_loss else "sequence"
     per_update = cfg.policy.train_global_batch_size or len(advantages) * world.size
@@ -172,6 +176,7 @@ def update(
                     lf.ratio_clip_c,
                     level,
                     normaliser,
+                    None if weights is None else weights[idx],
                 )
                 kl_term = kl_loss(
                     logp,
@@ -231,24 +236,27 @@ def main() -> None:
     start_step, rollouts.position = checkpoints.resume()
 
     judge_stats: dict[str, float] = {}
-    with judge(cfg.judge, judge_model, run, plan, judge_stats) as (score_fn, described):
+    source = rollout_source(rollouts, cfg.grpo.async_grpo, start_step, total)
+    with judge(cfg.judge, judge_model, run, plan, judge_stats) as (score_fn, described), source.running():
         log.info("rewards from %s", described)
         evaluation.before(score_fn, start_step)
         for step in range(start_step + 1, total + 1):
             t_step = time.perf_counter()
-            # ---- rollout: a group of generations per prompt
-            exp = rollouts.collect(score_fn)
+            # ---- rollout: a group of generations per prompt (here, or by the generator process)
+            exp = source.collect(score_fn, step)
             # ---- score: group-normalised advantages
             g = cfg.grpo
             advantages = grpo_advantages(
                 exp.group, exp.scores, None, g.use_leave_one_out_baseline, g.normalize_rewards, g.std_floor
             )
 
-            # ---- update
+            # ---- update, with the off-policy correction when it is on; then the weights to the generator
             t0 = time.perf_counter()
+            weights, correction = step_correction(exp, cfg.loss_fn, world)
             sums, updates, grad_norm, lr = update(
-                policy, optimizer, exp, advantages, step, cfg, sampling, plan, world
+                policy, optimizer, exp, advantages, step, cfg, sampling, plan, world, weights
             )
+            source.published(step, policy)
             train_time = time.perf_counter() - t0
 
             # ---- report: metrics averaged over ranks (NeMo-RL names where they exist), then the checkpoint
@@ -262,7 +270,9 @@ def main() -> None:
             stats = GRPOStats(
                 **means, **global_sums(world, updates, **vars(sums)), grad_norm=grad_norm, lr=lr
             )
-            metrics = rollouts.metrics(exp, exp.scores, kl, stats, (train_time, t_step), judge_stats)
+            metrics = rollouts.metrics(
+                exp, exp.scores, kl, stats, (train_time, t_step), judge_stats, correction, source.metrics()
+            )
             run.report(step, total, metrics, ("rewards", "init_policy_kl", "actor_loss", "response_lengths"))
             evaluation.periodic(score_fn, step)
             checkpoints.maybe_save(step, rollouts.position)

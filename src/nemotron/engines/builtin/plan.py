@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
+from nemotron.config.offpolicy import AsyncGRPO, async_group
 from nemotron.config.profiles import serves_beside_rank0, serves_on_a_node
 from nemotron.config.stepconfig import ModelArch, TrainRuntime
 from nemotron.config.workload import Rollouts, Serving, Training, Workload
@@ -28,6 +31,7 @@ from nemotron.plan.terms import (
     Sharding,
     activations_mb,
     compute_bytes,
+    dtype_bytes,
     frozen_weights_mb,
     kv_cache_mb,
     train_state_mb,
@@ -74,7 +78,10 @@ def plan_groups(ctx: PlanContext, config: PlannedConfig, load: Workload) -> list
         sugg = [f"{load.batch_key}={max(1, batch // 2)} (now {batch})", "runtime.precision=bf16"]
         return [ctx.group(f"{m.role.replace('_', ' ')} (server)", terms, [(shape, m.role)], "one server per node",
                           peak=sum(terms.values()) + ctx.runtime_mb, suggestions=sugg)]  # fmt: skip
-    return _builtin_rl(ctx, load, world, shards)
+    asynchronous = async_group(config) if isinstance(config, BaseModel) else None
+    return _builtin_rl(
+        ctx, load, world, shards, asynchronous if asynchronous and asynchronous.enabled else None
+    )
 
 
 @dataclass(frozen=True)
@@ -179,7 +186,9 @@ def _server_placement(ctx: PlanContext) -> str:
     return "a process of its own"
 
 
-def _builtin_rl(ctx: PlanContext, r: Rollouts, world: int, shards: Shards) -> list[Group]:
+def _builtin_rl(
+    ctx: PlanContext, r: Rollouts, world: int, shards: Shards, asynchronous: AsyncGRPO | None
+) -> list[Group]:
     ddp = shards.parallelism
     p = ctx.precision
     mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens
@@ -242,6 +251,8 @@ def _builtin_rl(ctx: PlanContext, r: Rollouts, world: int, shards: Shards) -> li
             models.append((rm, judge_role))
             notes.append(f"each node's local rank 0 shares its device with the node's {judge_role.replace('_', ' ')} "
                          "server (one per node, started beside it): the peak is that device's")  # fmt: skip
+        if asynchronous is not None:
+            _async_generator(ctx, terms, notes, policy, asynchronous.max_trajectory_age_steps)
         groups.append(ctx.group("policy training", terms, models, ddp, notes=notes, suggestions=sugg))
     if server and rm is not None and not beside_rank0:
         where = f"node {ctx.nodes} (a node of its own)" if placed == "a node of its own" else ctx.where(0, 1)
@@ -249,3 +260,20 @@ def _builtin_rl(ctx: PlanContext, r: Rollouts, world: int, shards: Shards) -> li
                                 [(rm, judge_role)], "one server", peak=sum(server.values()) + ctx.runtime_mb,
                                 where=where))  # fmt: skip
     return groups
+
+
+def _async_generator(
+    ctx: PlanContext, terms: dict[str, float], notes: list[str], policy: ModelShape, age: int
+) -> None:
+    """Async rollouts (nemotron.rl.async_rollouts): each rank's generator process runs on the rank's device with a
+    copy of the policy of its own (the trainer's dtype) and its own runtime; the generation terms above are then
+    its. The weights reach it through age + 1 slots of the trainer's state dict in the host's shared memory: the
+    device's memory on the CPU, the host's beside a GPU."""
+    p = ctx.precision
+    terms["async generator: policy copy"] = frozen_weights_mb(policy.parameters, p)
+    terms["async generator: runtime"] = ctx.runtime_mb
+    slots = (age + 1) * policy.parameters * dtype_bytes(p) / MiB
+    if not ctx.gpu:
+        terms["async weight slots (shared memory)"] = slots
+    notes.append(f"async: a generator process per rank beside the trainer on its device, weights through {age + 1} "
+                 f"shared-memory slot{'s' * (age > 0)} ({slots / 1024:.2f} GiB of the host's memory)")  # fmt: skip

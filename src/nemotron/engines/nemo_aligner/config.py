@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from nemotron.config.offpolicy import ASYNC_KEYS, CORRECTION_KEYS, refusing
 from nemotron.config.stepconfig import Generation, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.config.targets import NEMO_ALIGNER_VERSION
 from nemotron.engines.base import recipe_for
@@ -191,6 +192,8 @@ def compile_reinforce(
         ("reinforce.reinforce_epochs", "NeMo-Aligner's REINFORCE makes one pass over each rollout batch"),
         ("reinforce.loss_level", "NeMo-Aligner averages the loss over the tokens"),
         ("reinforce.truncated_responses", "NeMo-Aligner keeps truncated responses' rewards"),
+        *refusing("reinforce.", ASYNC_KEYS, "NeMo-Aligner's REINFORCE generates and trains in turn"),
+        *refusing("reinforce.", CORRECTION_KEYS, "NeMo-Aligner's REINFORCE loss has no importance weights"),
     )
     batch = c.trainer.num_prompts_per_step * r.num_rollouts_per_prompt
     rm = _reward_server(c.inputs.reward_model or "", Env(REWARD_PORT_ENV, True), 1, gpus, c.runtime)

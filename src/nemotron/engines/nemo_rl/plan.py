@@ -1,15 +1,20 @@
 """NeMo-RL's resource plan: DTensor (FSDP over every training GPU, TP, CP) or Megatron (TP x PP, distributed
 optimizer), with vLLM colocated: generation and training take turns (vLLM sleeps while the policy trains, the
 policy's optimizer leaves the GPU while vLLM generates), the reference policy and the critic are swapped in for their
-passes."""
+passes. Non-colocated (async GRPO, nemo_rl.generation_gpus) vLLM has GPUs of its own, and each part is sized on its
+own GPUs: training's state sharded over fewer, vLLM's weights and KV cache with nothing of the trainer's."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
+from pydantic import BaseModel
+
+from nemotron.config.offpolicy import async_group
 from nemotron.config.stepconfig import NemoRL, NemoRLTraining
 from nemotron.config.workload import Rollouts, Training, Workload
+from nemotron.engines.nemo_rl import generation as gen
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.errors import UserError
 from nemotron.plan.groups import SCALAR_HEAD_ROLES, PlanContext, PlannedConfig, inference_mb, suggest
@@ -22,6 +27,9 @@ from nemotron.plan.terms import (
     kv_cache_mb,
     train_state_mb,
 )
+
+# vLLM's share of a GPU it has to itself (NeMo-RL's async recipes run 0.8, NeMo-Gym's GenRM 0.9)
+HIGH_SHARE = 0.9
 
 
 @runtime_checkable
@@ -63,10 +71,14 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
         world < 1
     ):  # the engine's compile refuses such a job first; a remedy re-planned on it (groups.py) lands here
         raise UserError(f"NeMo-RL's policy has no GPU left: the reward model takes {rm_gpus} of {total}")
+    where = ctx.where(0, train_nodes)
+    apart = _separate_generation(ctx, planned, nemo, train_nodes, 0 if own_node else rm_gpus)
+    if apart is not None:  # vLLM on GPUs of its own: training keeps the rest (generation.split_generation)
+        world = apart.train_gpus
+        where = _where_split(ctx, 0, apart.train_nodes, apart.train_gpus, apart.same_node)
     sharding, par = _sharding(megatron, world, tp, pp, cp)
     p = "bf16-mixed" if ctx.precision != "fp32" else "fp32"
     seq = nemo.max_prompt_tokens + max_new
-    where = ctx.where(0, train_nodes)
     groups: list[Group] = []
     more = [
         f"more GPUs (the profile's nodes, now {ctx.nodes})",
@@ -81,6 +93,9 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
                 policy
             )  # FSDP all-gathers a layer or two at a time
         terms = {**state, **activations_mb(policy, mb, seq, "bf16", ctx.checkpointing, sharding)}
+        fewer = _fewer(apart, ctx.per_node) if apart is not None else None
+        if apart is not None and fewer is not None:  # more of the share to training
+            more.insert(1, f"{gen.GPUS_KEY}={fewer} (now {apart.gpus})")
         groups.append(ctx.group("policy training", terms, [(policy, "policy")], par, where=where,
                                 suggestions=suggest(ctx, mb_key, mb, *more)))  # fmt: skip
         ref = {
@@ -90,7 +105,9 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
         groups.append(ctx.group("reference policy", ref, [(policy, "reference")], par + "; swapped in for its logprobs",
                                 peak=sum(ref.values()) + ctx.runtime_mb, where=where))  # fmt: skip
         util, gen_tp = nemo.gpu_memory_utilization, nemo.generation_tensor_parallel_size
-        if ctx.memory:
+        if apart is not None:
+            groups.append(_separate_vllm(ctx, planned, nemo, policy, seq, apart))
+        elif ctx.memory:
             vllm = {
                 "vLLM share (weights + KV cache)": util * ctx.memory,
                 "policy weights (resident)": state["weights"],
@@ -205,6 +222,68 @@ def _genrm_without_gpu(ctx: PlanContext, judge: ModelShape) -> Group:
         shortfall=f"NeMo-Gym's GenRM vLLM needs {gpus} GPUs and the profile gives none (gpus_per_node = 0)",
     )  # fmt: skip
     return replace(group, enforced=False)
+
+
+def _separate_generation(
+    ctx: PlanContext, planned: PlannedConfig, nemo: NemoRL, policy_nodes: int, taken: int
+) -> gen.SeparateGeneration | None:
+    """vLLM's own GPUs when the job generates apart from training (async GRPO, or nemo_rl.generation_gpus), split
+    as the compiled config splits them; None when it is colocated."""
+    if not isinstance(planned, BaseModel) or not gen.separate(planned):
+        return None
+    split = gen.split_generation(policy_nodes, ctx.per_node, taken, nemo.generation_gpus, gen.GPUS_KEY)
+    if isinstance(split, gen.Shortfall):  # the compile refuses it first; a remedy re-planned on it lands here
+        raise UserError(f"{split.key}: {split.why}")
+    return split
+
+
+def _where_split(ctx: PlanContext, first: int, nodes: int, gpus: int, same_node: bool) -> str:
+    """Where one part of a split share runs: its nodes, or its GPUs of the one node both parts share."""
+    return f"{ctx.where(first, 1)}, {gpus} GPU{'s' * (gpus != 1)}" if same_node else ctx.where(first, nodes)
+
+
+def _fewer(split: gen.SeparateGeneration, per_node: int) -> int | None:
+    """A generation_gpus that leaves training more of the share: half vLLM's GPUs on one node, a node less on
+    several; None when vLLM has no fewer to give."""
+    if split.same_node:
+        return split.gpus // 2 or None
+    return (split.nodes - 1) * per_node or None
+
+
+def _separate_vllm(
+    ctx: PlanContext, planned: PlannedConfig, nemo: NemoRL, policy: ModelShape, seq: int,
+    split: gen.SeparateGeneration,
+) -> Group:  # fmt: skip
+    """vLLM on GPUs of its own: its bf16 weights over TP and, in the rest of its share, the KV cache; nothing of
+    the trainer's. It cannot start when the share holds less than its weights and one sequence's KV cache."""
+    util, tp = nemo.gpu_memory_utilization, nemo.generation_tensor_parallel_size
+    where = _where_split(ctx, split.train_nodes if not split.same_node else 0, split.nodes, split.gpus,
+                         split.same_node)  # fmt: skip
+    weights = policy.parameters * 2 / tp / 2**20
+    kv_one = kv_cache_mb(policy, 1, seq, "bf16", tp)
+    asynchronous = async_group(planned) if isinstance(planned, BaseModel) else None
+    lag = (f"; async GRPO: trained samples at most {asynchronous.max_trajectory_age_steps} update(s) old"
+           if asynchronous is not None and asynchronous.enabled else "")  # fmt: skip
+    notes = [f"non-colocated: {split.gpus} GPU{'s' * (split.gpus != 1)} of its own "
+             f"(policy.generation.colocated.resources: {split.nodes} node(s) x {split.gpus_per_node}), the policy's "
+             f"weights over NCCL after every update{lag}"]  # fmt: skip
+    terms: dict[str, float] = {"vLLM weights (bf16)": weights}
+    peak = weights + kv_one + ctx.runtime_mb
+    if ctx.memory:
+        share = util * ctx.memory
+        terms["KV cache (the rest of vLLM's share)"] = max(share - weights, 0.0)
+        peak = share + ctx.runtime_mb
+        notes.append(f"vLLM at {util:.0%}: bf16 weights {weights / 1024:.1f} GiB per GPU (TP {tp}), "
+                     f"{max(share - weights, 0.0) / 1024:.1f} GiB left for KV cache, {kv_one / 1024:.2f} GiB per "
+                     f"{seq}-token sequence")  # fmt: skip
+        if weights + kv_one > share:
+            peak = max(peak, ctx.memory + weights + kv_one)  # vLLM cannot start: no room for one sequence
+            notes.append("vLLM's share cannot hold its weights and one sequence's KV cache")
+    suggestions = [f"nemo_rl.generation_tensor_parallel_size={tp * 2} (now {tp})"]
+    if util < HIGH_SHARE:  # vLLM is alone on its GPUs: it may take most of them
+        suggestions.insert(0, f"nemo_rl.gpu_memory_utilization={HIGH_SHARE:g} (now {util:g})")
+    return ctx.group("vLLM generation", terms, [(policy, "generation")], f"vLLM TP {tp}, non-colocated",
+                     peak=peak, where=where, notes=notes, suggestions=suggestions)  # fmt: skip
 
 
 def _gathered_layers_mb(shape: ModelShape) -> float:

@@ -13,6 +13,13 @@ from nemotron.compile.preflight import EngineChecks, Group, shape
 from nemotron.config.stepconfig import NemoRL, NemoRLTraining
 from nemotron.engines.nemo_rl.evaluation import RECIPE as EVAL
 from nemotron.engines.nemo_rl.evaluation import preflight_problems
+from nemotron.engines.nemo_rl.generation import (
+    GPUS_KEY,
+    SeparateGeneration,
+    policy_nodes,
+    separate,
+    split_generation,
+)
 from nemotron.engines.nemo_rl.sections import genrm_shortfall, genrm_split, reward_model_resources
 from nemotron.engines.nemo_rl.steps import RECIPES
 
@@ -59,7 +66,9 @@ def _groups(manifest: Manifest, config: BaseModel, nodes: int, gpus: int) -> lis
     The policy cluster is what the reward model's workers leave: a one-node job gives them reward_model_gpus of
     its GPUs, a larger one a node of its own (nemo_rl/algorithms/grpo.py:520-590, ppo.py:380-415; our mapping:
     nemotron.engines.nemo_rl.sections.reward_model_resources); with NeMo-Gym's judge, what the judge's nodes leave
-    (sections.genrm_split), and a profile too small for both is refused. The reward model itself runs DTensor at TP 1 CP 1
+    (sections.genrm_split), and a profile too small for both is refused. Non-colocated (async GRPO,
+    nemo_rl.generation_gpus), vLLM's own GPUs come out of the policy's (grpo.py:600-665, generation.split_generation)
+    and each part's sizes divide its own. The reward model itself runs DTensor at TP 1 CP 1
     (nemo_rl.sections.reward_model_env)."""
     recipe = manifest.step.engines.get(ENGINE, "")
     if recipe == EVAL:  # NeMo-RL's eval: one vLLM engine per TP group over every GPU (eval.py setup)
@@ -108,10 +117,24 @@ def _groups(manifest: Manifest, config: BaseModel, nodes: int, gpus: int) -> lis
     pp_key = "nemo_rl.pipeline_parallel_size, " if megatron else ""
     sizes = f"nemo_rl.tensor_parallel_size, {pp_key}nemo_rl.context_parallel_size"
     gen_tp = nemo.generation_tensor_parallel_size
+    gen_gpus, gen_where = policy_gpus, where
+    if policy_gpus >= 1 and separate(config):  # vLLM on GPUs of its own (generation.split_generation)
+        cluster = genrm_split(nodes, gpus) if gym else None
+        taken = (
+            0
+            if gym or nodes > 1
+            else reward_model_resources(nodes, gpus, nemo.reward_model_gpus)["gpus_per_node"]
+        )
+        share = policy_nodes(cluster[0] if cluster else nodes, not gym)
+        apart = split_generation(share, gpus, taken, nemo.generation_gpus, GPUS_KEY)
+        if isinstance(apart, SeparateGeneration):  # else the engine's compile refuses the split
+            policy_gpus, gen_gpus = apart.train_gpus, apart.gpus
+            gen_where = f"{GPUS_KEY} of {where}"
+            where = f"{where} less vLLM's {apart.gpus}"
     return [
         Group(who, sizes, tp, pp, cp, policy_gpus, where),
         Group(
-            "generation (vLLM)", "nemo_rl.generation_tensor_parallel_size", gen_tp, 1, 1, policy_gpus, where
+            "generation (vLLM)", "nemo_rl.generation_tensor_parallel_size", gen_tp, 1, 1, gen_gpus, gen_where
         ),
         *groups,
     ]

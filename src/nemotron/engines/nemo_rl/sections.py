@@ -169,8 +169,12 @@ def policy(
     global_batch: int,
     nemo_gym: bool,
     runtime: TrainRuntime,
+    colocated: dict[str, Any],
+    async_engine: bool = False,
 ) -> dict[str, Any]:
-    """policy.*: the model, batches, the sequence budget, the trainer and the vLLM rollout engine."""
+    """policy.*: the model, batches, the sequence budget, the trainer and the vLLM rollout engine (`colocated`:
+    where it generates, nemotron.engines.nemo_rl.generation.placement; `async_engine`: vLLM's async engine, which
+    async GRPO needs, grpo.py:3364)."""
     budget = sequence_budget(nemo.max_prompt_tokens, generation.max_new_tokens)
     return {
         "model_name": model,
@@ -194,10 +198,10 @@ def policy(
                 "gpu_memory_utilization": nemo.gpu_memory_utilization,
                 "max_model_len": budget,
                 # NeMo-Gym talks to the policy through vLLM's HTTP server, which needs the async engine.
-                "async_engine": nemo_gym,
+                "async_engine": nemo_gym or async_engine,
                 "expose_http_server": nemo_gym,
             },
-            "colocated": {"enabled": True, "resources": {"gpus_per_node": None, "num_nodes": None}},
+            "colocated": colocated,
         },
     }
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from nemotron.config.stepconfig import RLConfig
 from nemotron.config.targets import NEMO_RL_VERSION
+from nemotron.engines.nemo_rl import generation as gen
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.nemo_rl.compiled import Compiled
 from nemotron.engines.nemo_rl.supervised import compile_rm, compile_sft
@@ -100,9 +101,10 @@ SHAPING_OFF = {"reward_shaping": {"enabled": False}, "reward_scaling": {"enabled
 
 
 def _grpo(
-    *, prompts: int, group: int, steps: int, seed: int, loo: bool, normalize: bool, kl: float
-) -> dict[str, Any]:
-    """grpo.*: the GRPO loop with its group-relative advantages (RLOO when `loo`)."""
+    *, prompts: int, group: int, steps: int, seed: int, loo: bool, normalize: bool, kl: float,
+    async_grpo: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """grpo.*: the GRPO loop with its group-relative advantages (RLOO when `loo`), synchronous or async."""
     return {
         **_rollouts(prompts=prompts, group=group, steps=steps),
         "normalize_rewards": normalize,
@@ -112,7 +114,7 @@ def _grpo(
         "advantage_clip_low": None,
         "advantage_clip_high": None,
         **SHAPING_OFF,
-        "async_grpo": {"enabled": False},
+        "async_grpo": async_grpo,
         "skip_reference_policy_logprobs_calculation": kl == 0,
     }
 
@@ -160,7 +162,9 @@ def _kl_type(refuse: Refusals, key: str, value: str) -> str:
     return value
 
 
-def _policy(c: RLConfig, model: str, steps: int, global_batch: int) -> dict[str, Any]:
+def _policy(
+    c: RLConfig, model: str, steps: int, global_batch: int, colocated: dict[str, Any], async_engine: bool
+) -> dict[str, Any]:
     """policy.* of rl/reinforce and rl/ppo, from their optim, generation and trainer groups."""
     return sec.policy(
         model=model,
@@ -172,6 +176,8 @@ def _policy(c: RLConfig, model: str, steps: int, global_batch: int) -> dict[str,
         global_batch=global_batch,
         nemo_gym=False,
         runtime=c.runtime,
+        colocated=colocated,
+        async_engine=async_engine,
     )
 
 
@@ -271,8 +277,15 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
         loo=grpo.use_leave_one_out_baseline,
         normalize=grpo.normalize_rewards,
         kl=kl,
+        async_grpo=gen.async_grpo(grpo.async_grpo, "grpo.async_grpo", refuse),
     )
     gcfg.update(val_keys, val_period=grpo.val_period)
+    # vLLM on GPUs of its own for async GRPO: out of NeMo-RL's cluster as compiled (the GenRM's nodes already out)
+    rm_gpus = (
+        None if gym else sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus)["gpus_per_node"]
+    )
+    colocated = gen.placement(nemo, grpo.async_grpo, "grpo.async_grpo.enabled", refuse, cluster_nodes=cluster_nodes,
+                              gpus_per_node=gpus, reward_model_gpus=rm_gpus)  # fmt: skip
     if gym:  # run_grpo_nemo_gym.py refuses a max_val_samples and sets both from the validation file
         gcfg.update(max_val_samples=None, val_batch_size=None)
     config: dict[str, Any] = {
@@ -285,7 +298,8 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
             ratio_clip_max=loss.ratio_clip_max,
             ratio_clip_c=loss.ratio_clip_c,
             token_level_loss=loss.token_level_loss,
-        ),
+        )
+        | gen.importance_sampling(loss),
         "policy": sec.policy(
             model=model,
             optim=pol.optimizer,
@@ -296,6 +310,8 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
             global_batch=batch,
             nemo_gym=gym,
             runtime=c.runtime,
+            colocated=colocated,
+            async_engine=grpo.async_grpo.enabled,
         ),
         # NeMo-RL's cluster is the policy's share: the GenRM's nodes are kept out of it (sections.genrm_split)
         **_runtime(c, job_dir, cluster_nodes, gpus, steps),
@@ -333,8 +349,12 @@ def compile_reinforce(c: ReinforceConfig, refuse: Refusals, job_dir: str, nodes:
         loo=True,
         normalize=False,
         kl=kl,
+        async_grpo=gen.async_grpo(r.async_grpo, "reinforce.async_grpo", refuse),
     )
     gcfg.update(val_keys, val_period=0)
+    rm_gpus = sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus)["gpus_per_node"]
+    colocated = gen.placement(nemo, r.async_grpo, "reinforce.async_grpo.enabled", refuse, cluster_nodes=nodes,
+                              gpus_per_node=gpus, reward_model_gpus=rm_gpus)  # fmt: skip
     config: dict[str, Any] = {
         "grpo": gcfg,
         # REINFORCE: -A * log pi with no probability ratio (disable_ppo_ratio makes the ratio clips inert).
@@ -343,8 +363,9 @@ def compile_reinforce(c: ReinforceConfig, refuse: Refusals, job_dir: str, nodes:
             _kl_type(refuse, "reinforce.kl_estimator", r.kl_estimator),
             token_level_loss=r.loss_level == "token",
             disable_ppo_ratio=True,
-        ),
-        "policy": _policy(c, model, steps, t.num_prompts_per_step * group),
+        )
+        | gen.importance_sampling(r),  # NeMo-RL weights -A·log π by the IS weights with the ratio off too
+        "policy": _policy(c, model, steps, t.num_prompts_per_step * group, colocated, r.async_grpo.enabled),
         "data": sec.prompt_data(prompts, val_path, nemo.max_prompt_tokens, "reward_model"),
         "env": sec.reward_model_env(
             rm,
@@ -386,6 +407,9 @@ def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
     p, t, nemo = c.ppo, c.trainer, c.nemo_rl
     model, prompts, rm = _reward_model_step(c, refuse, nodes, gpus)
     refuse.unless_default("ppo.entropy_bonus", "NeMo-RL's clipped PG loss only logs the entropy")
+    refuse.unless_default(
+        gen.GPUS_KEY, "NeMo-RL v0.7.0's PPO generates colocated only (ppo.py:371 asserts it)"
+    )
     megatron = nemo.policy_backend == "megatron"
     if not megatron and nemo.context_parallel_size > 1:
         refuse(
@@ -429,7 +453,7 @@ def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
             use_kl_in_reward=True,
         ),
         "value_loss_fn": {"scale": 1.0, "cliprange": c.critic.loss_clip_val},
-        "policy": _policy(c, model, steps, batch),
+        "policy": _policy(c, model, steps, batch, gen.colocated(), async_engine=False),
         "value": value,
         "data": sec.prompt_data(prompts, val_path, nemo.max_prompt_tokens, "reward_model"),
         "env": sec.reward_model_env(rm, micro_batch=micro, budget=budget, resources=resources),
