@@ -26,9 +26,10 @@ NEVER = ("torch", "transformers", "safetensors", "nemo_run", "leptonai", "torchx
 BROWSE = (*NEVER, "omegaconf", "yaml", "jinja2", "nemotron.compile", "nemotron.config.profiles", "nemotron.jobs.record",
           "nemotron.config.stepconfig", "nemotron_step_schema_*")  # fmt: skip
 # What a dry run on this machine leaves to the run itself: job records and their writer, the process launcher,
-# NeMo-RL's compiler (rl/rlhf -c tiny runs on the built-in engine) and tarfile (its checkpoints are directories).
+# NeMo-RL's compiler (rl/rlhf -c tiny runs on the built-in engine), tarfile (its checkpoints are directories),
+# sqlite3 (the artifact store is opened, never queried: its inputs are pkg:// paths) and logging (nothing is logged).
 LOCAL_DRY_RUN = ("nemotron.jobs.record", "nemotron.jobs.dirs", "nemotron.launch.local", "nemotron.core.procs",
-                 "nemotron.engines.nemo_rl.config", "tarfile")  # fmt: skip
+                 "nemotron.engines.nemo_rl.config", "tarfile", "sqlite3", "logging")  # fmt: skip
 GROUPS = ("nemotron.cli.steps", "nemotron.cli.jobs", "nemotron.cli.pipeline", "nemotron.cli.profiles",
           "nemotron.cli.artifacts", "nemotron.catalog")  # fmt: skip
 

@@ -81,18 +81,7 @@ TYPED_DICTS: dict[str, tuple[str, set[str], set[str]]] = {
     "SFTConfig": (
         "nemo_rl/algorithms/sft.py",
         set(),  # every field has a default
-        {
-            "max_num_steps",
-            "max_num_epochs",
-            "val_period",
-            "val_batches",
-            "val_global_batch_size",
-            "val_micro_batch_size",
-            "val_at_start",
-            "val_at_end",
-            "seed",
-            "only_unmask_final",
-        },
+        RM_KEYS | {"only_unmask_final"},  # RMConfig's keys, and one of its own
     ),
 }
 # The loaders our data reach, by data.*.dataset_name: (file, class, the keyword arguments its __init__ takes).

@@ -1,20 +1,23 @@
 """The artifact store's SQLite database (WAL), index.sqlite under the store's root: the default, for one user or
-one host. Writers serialize on SQLite's write lock (BEGIN IMMEDIATE)."""
+one host. Writers serialize on SQLite's write lock (BEGIN IMMEDIATE). sqlite3 is imported where a connection opens,
+not with the module: a dry run opens the store without querying it."""
 
 from __future__ import annotations
 
 import fcntl
 import os
-import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.artifacts.index import Connection
 from nemotron.artifacts.schema import MIGRATIONS, SCHEMA_VERSION, schema_sql
 from nemotron.core.paths import writable_dir
 from nemotron.errors import disk_full, disk_full_while
+
+if TYPE_CHECKING:
+    import sqlite3
 
 
 class SqliteIndex:
@@ -46,6 +49,8 @@ class SqliteIndex:
         older store is brought up to date in place."""
         if self._created:
             return
+        import sqlite3
+
         with (self.root / "index.sqlite.lock").open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             conn = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
@@ -68,6 +73,8 @@ class SqliteIndex:
         write is read as it is (slower listings, same answers)."""
         if self._created:
             return
+        import sqlite3
+
         try:
             conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=60)
             try:
@@ -81,6 +88,8 @@ class SqliteIndex:
 
     @contextmanager
     def connect(self, write: bool) -> Iterator[sqlite3.Connection]:
+        import sqlite3
+
         if not write:
             with self._open(False) as conn:
                 yield conn
@@ -96,6 +105,8 @@ class SqliteIndex:
 
     @contextmanager
     def _open(self, write: bool) -> Iterator[sqlite3.Connection]:
+        import sqlite3
+
         if write:
             writable_dir(self.root, "artifact store")
         elif not self.exists():
@@ -141,6 +152,8 @@ class SqliteIndex:
         index (index.sqlite-shm) first, which fails on a full or read-only filesystem as `disk I/O error`: with no
         committed transaction waiting in the WAL the main file holds everything, so it is read as immutable (no
         -shm, no locks; nothing can write it meanwhile, since no write fits either)."""
+        import sqlite3
+
         try:
             conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
             return conn

@@ -72,6 +72,9 @@ class Job(Generic[ProfileT]):
     mode: Literal["attached", "batch"]
     # the artifact store the inputs were bound in: their ids are its own, so submit holds them there
     store: ArtifactStore = field(repr=False, compare=False)
+    # the catalog the job was compiled against: the plan and the executors read its types and manifest from it,
+    # never from a catalog read again
+    catalog: Catalog = field(repr=False, compare=False)
     passthrough: tuple[str, ...] = ()
     force_squash: bool = False
     services: tuple[str, ...] = ()
@@ -456,6 +459,7 @@ def compile_job(
         resources=step.manifest.resources.get(preset_name, Resources()),
         mode=mode,
         store=store,
+        catalog=catalog,
         passthrough=tuple(passthrough or ()),
         force_squash=force_squash,
         services=tuple(step.manifest.step.services),

@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from nemotron.config.configtree import deep_merge, unflatten
 from nemotron.core.paths import bundled_root
@@ -277,8 +277,13 @@ def load_profile(name: str) -> AnyProfile:
     executor = raw.get("executor")
     kind = _BY_EXECUTOR.get(executor) if isinstance(executor, str) else None
     try:
+        if kind is not None:
+            return kind.model_validate(raw)
+        from pydantic import TypeAdapter  # here: only a missing or unknown executor needs the union
+
         # a missing or unknown executor is the union's to report (which tags it knows)
-        return kind.model_validate(raw) if kind is not None else TypeAdapter(Profile).validate_python(raw)
+        validated: AnyProfile = TypeAdapter(Profile).validate_python(raw)
+        return validated
     except ValidationError as e:
         problems = []
         for err in e.errors():

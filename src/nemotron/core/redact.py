@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 MASK = "***"
@@ -36,6 +37,7 @@ _POINTER_PARTS = frozenset({"file", "path", "env", "dir"})
 _MIN_VALUE_LEN = 6
 
 
+@lru_cache(maxsize=4096)  # a dry run asks of every config key three times (the config, its secrets, the env)
 def is_secret_name(name: str) -> bool:
     """True when one of the name's parts is a secret word: `judge.token`, `WANDB_API_KEY`, `authToken`; not
     `max_new_tokens`, `token_level_loss`, `keyword` or `monkey`, and not a name of where a secret is kept

@@ -207,11 +207,9 @@ def parse_step_line(line: str) -> tuple[int, int, str] | None:
 
 def _explain_failure(job: Job[LocalProfile], job_dir: Path) -> None:
     """Match the failure's own lines against the manifest's known errors and print their recovery."""
-    from nemotron.catalog import Catalog
-
     try:
         tail = (job_dir / "logs" / "step.log").read_text(errors="replace")[-20000:]
-        manifest = Catalog().get(job.step_id).manifest
+        manifest = job.catalog.get(job.step_id).manifest
     except (OSError, UserError):
         return
     for name, recovery in known_errors([(k.name, k.match, k.recovery) for k in manifest.errors], tail):

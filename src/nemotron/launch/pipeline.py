@@ -337,8 +337,9 @@ def plan_pipeline(
             argv=["nemotron", "pipeline", "run", pipe.pipeline.name, "--dry-run"],
             dry_run=True,
         )
-        _executor, where, launch, _text = submit.plan(job)
-        text = submit.dry_run(job)
+        planned_launch = submit.plan(job)
+        _executor, where, launch, _text = planned_launch
+        text = submit.planned_dry_run(job, planned_launch)
         planned[s.id] = PlannedStep(
             s.id, s.step, job, text, planned_outputs(job, where.job_dir, launch, catalog)
         )

@@ -54,9 +54,8 @@ def reward_model(job: Job) -> ServedModel | None:
     if not job.services:  # the manifest names no server to start beside the step
         return None
     from nemotron.artifacts.typecheck import detect_type
-    from nemotron.catalog import Catalog
 
-    catalog = Catalog()
+    catalog = job.catalog
     for b in job.bindings:
         if b.path is None:
             continue

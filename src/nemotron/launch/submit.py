@@ -36,9 +36,14 @@ def rendered_launch(job: Job) -> str:
 
 
 def dry_run(job: Job) -> str:
-    _, where, _, text = plan(job)
-    planned = fitting_plan(job, where)
-    return render.dry_run_text(job, text, str(jobs_dir() / job.job_id), _secrets(job), planned)
+    return planned_dry_run(job, plan(job))
+
+
+def planned_dry_run(job: Job, planned: tuple[Executor[Any], Placement, Launch, str]) -> str:
+    """`dry_run` of a job whose `plan` the caller already has (a pipeline's dry run reads its launch too)."""
+    _, where, _, text = planned
+    resources = fitting_plan(job, where)
+    return render.dry_run_text(job, text, str(jobs_dir() / job.job_id), _secrets(job), resources)
 
 
 def dry_run_json(job: Job) -> dict[str, Any]:

@@ -5,12 +5,10 @@ prompts), with a counted warning at start-up, instead of a ValueError in the mid
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from nemotron.errors import UserError
 
-log = logging.getLogger("nemotron")
 PROMPT_TEMPLATE = "{prompt} =>"
 
 
@@ -45,7 +43,9 @@ def fit_prompts(prompt_ids: list[list[int]], positions: int | None, max_new_toke
         )
     fitted, cut = left_truncate(prompt_ids, room)
     if cut:
-        log.warning(
+        import logging  # here, not at import: a dry run counts prompts through this module and logs nothing
+
+        logging.getLogger("nemotron").warning(
             "%d of %d prompts are longer than %d tokens (the model's %d positions minus max_new_tokens %d): "
             "each keeps its last %d tokens",
             cut,

@@ -136,12 +136,11 @@ def remedies_that_fit(job: Job, where: Placement, suggestions: list[str]) -> lis
     config with that key set, its engine the one the config then names: that engine's own preflight, then the whole
     plan) and kept only if the job then passes both and leaves no other group without its devices (NeMo-RL's judge);
     one that is not a key (more GPUs, more nodes) is kept as said, after them. Asked only of a plan that cannot fit."""
-    from nemotron.catalog import Catalog
     from nemotron.compile.preflight import engine_checks
     from nemotron.config.configtree import set_dotted
     from nemotron.config.stepconfig import engine_name
 
-    manifest = Catalog().get(job.step_id).manifest
+    manifest = job.catalog.get(job.step_id).manifest
     short = _short(plan_job(job, where))  # groups the job itself leaves without their devices
 
     keys, said = [], []
@@ -266,9 +265,7 @@ class PlanContext:
         """The longest prompt of the job's prompt inputs (every bound input whose type is a prompt_jsonl) that are
         files here, counted with the trained model's tokenizer where it is a checkpoint here."""
         if self._prompts is None:
-            from nemotron.catalog import Catalog
-
-            catalog = Catalog()
+            catalog = self.job.catalog
             files = [Path(b.path) for b in self.job.bindings
                      if b.path and catalog.is_a(b.expected_type, PROMPT_TYPE) and Path(b.path).is_file()]  # fmt: skip
             ref = self.trained().ref

@@ -88,6 +88,12 @@ def check_compatible(path: Path, expect: dict[str, Any], force: bool = False) ->
         )
 
 
+def _earlier_jobs(jobs: Path, step_id: str) -> bool:
+    """Whether `jobs` holds any job dir of `step_id`: the candidates `unfinished_twin` reads."""
+    prefix = step_id.replace("/", "-") + "-"
+    return jobs.is_dir() and any(p.name.startswith(prefix) for p in jobs.iterdir())
+
+
 def unfinished_twin(
     jobs: Path, step_id: str, expect: dict[str, Any], inputs: list[tuple[str, int | None, str | None]]
 ) -> tuple[str, dict[str, Any], str] | None:
@@ -170,7 +176,12 @@ def choose_resume(
 
     explicit = ck.get("resume") is True or bool(ck.get("resume_from"))
     if not explicit and (
-        ck.get("resume") != "auto" or not here or engine_name(config) not in RUNS_AS_STEP_PROCESS
+        ck.get("resume") != "auto"
+        or not here
+        or engine_name(config) not in RUNS_AS_STEP_PROCESS
+        or not _earlier_jobs(
+            jobs_dir(), step_id
+        )  # nothing to resume: no fingerprint to take (a dry run's start-up)
     ):
         return ()
     expect = {"config": config_fingerprint(redact_tree(config))}
