@@ -487,6 +487,8 @@ class RLConfig(Strict):
         return Rollouts(
             "trainer.micro_batch_size",
             self.trainer.micro_batch_size,
+            "trainer.num_prompts_per_step",
+            self.trainer.num_prompts_per_step,
             self.trainer.num_prompts_per_step * per_prompt,
             self.generation.max_new_tokens,
             self.generation.vllm_share(),
