@@ -29,6 +29,6 @@ class Config(SupervisedConfig):
     inputs: Inputs = Field(default_factory=Inputs)
     outputs: Outputs = Field(default_factory=Outputs)
     model: ModelArch = Field(default_factory=ModelArch)
-    """architecture of a random-init policy (unused with inputs.init_from)"""
+    """architecture of a random-init policy (refused with inputs.init_from)"""
     optim: Optim = Optim(lr=3e-3, warmup_steps=20, min_lr_ratio=0.1)
     """the policy's optimizer"""

@@ -47,7 +47,7 @@ def _nemo_file(path: Path, tensor: int = 1, pipeline: int = 1) -> Path:
 def _job(step: str, *extra: str, profile: str = "local_slurm", dry_run: bool = False) -> Job:
     overrides = ["backend=nemo_aligner", *extra]
     return compile_job(
-        Catalog(), step, "default", overrides, profile_name=profile, mode="batch", dry_run=dry_run
+        Catalog(), step, "nemo_aligner", overrides, profile_name=profile, mode="batch", dry_run=dry_run
     )
 
 
@@ -94,8 +94,8 @@ def test_the_groups_map_our_keys_and_wire_the_servers(home: Path) -> None:
     a, c, r = dict(actor.overrides), dict(critic.overrides), dict(reward.overrides)
     assert a["trainer.ppo.gae_lambda"] == 0.9 and a["trainer.ppo.max_steps"] == 7
     assert c["model.loss_clip_val"] == 0.3 and c["trainer.ppo.combine_rm_and_critic_server"] is False
-    assert c["pretrained_checkpoint.restore_from_path"] == r["rm_model_file"] == "/models/reward_model"
-    assert a["pretrained_checkpoint.restore_from_path"] == "/models/sft_policy"
+    assert c["pretrained_checkpoint.restore_from_path"] == r["rm_model_file"] == "/models/reward_model.nemo"
+    assert a["pretrained_checkpoint.restore_from_path"] == "/models/sft_policy.nemo"
     assert hydra_value(a["remote_critic_rm.critic.ip"]) == "${oc.env:NEMOTRON_CRITIC_HOST}"
     assert (
         hydra_value(a["remote_critic_rm.reward_model.port"])
@@ -261,8 +261,8 @@ def test_dry_run_and_submit_send_one_plan_and_outputs_register_with_lineage(
 
 
 def test_the_dry_run_imports_neither_torch_nor_nemo_run(home: Path) -> None:
-    cmd = [sys.executable, "-X", "importtime", "-m", "nemotron", "steps", "run", "rl/ppo", "-c", "default"]
-    cmd += ["-b", "local_slurm", "backend=nemo_aligner", "--dry-run"]
+    cmd = [sys.executable, "-X", "importtime", "-m", "nemotron", "steps", "run", "rl/ppo", "-c"]
+    cmd += ["nemo_aligner", "-b", "local_slurm", "--dry-run"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = {ln.split("|")[-1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")}

@@ -22,11 +22,11 @@ from nemotron.engines.nemo_aligner.scripts import AlignerRun
 from nemotron.errors import UserError
 
 STEPS = {"sft": ("train_gpt_sft.py", "policy"), "rm/train": ("train_reward_model.py", "reward_model")}
-GIVEN = ["backend=nemo_aligner", "inputs.init_from=/models/base.nemo", "optim.min_lr_ratio=1"]
+GIVEN = ["inputs.init_from=/models/base.nemo"]  # over the step's nemo_aligner preset
 
 
 def compiled(step_id: str, *extra: str, nodes: int = 2) -> AlignerRun:
-    job = compile_job(Catalog(), step_id, "default", [*GIVEN, *extra], profile_name="slurm_rlhf", mode="batch",
+    job = compile_job(Catalog(), step_id, "nemo_aligner", [*GIVEN, *extra], profile_name="slurm_rlhf", mode="batch",
                       dry_run=True)  # fmt: skip
     return compile_aligner(job.step_id, job.step_model, job_dir="/j", nodes=nodes, gpus=8)
 
@@ -72,8 +72,8 @@ def test_hand_checked_values(home: Path) -> None:
         "validation": ["/j/nemo_aligner_rm_text_validation.jsonl"],
         "test": ["/j/nemo_aligner_rm_text_validation.jsonl"],
     }
-    # the default preset (over tiny): trainer.validation_fraction 0.1 -> every 10th pair held out
-    assert rm.prepare[:3] == ("-m", "nemotron.engines.data_files", "rm_text") and rm.prepare[-1] == "10"
+    # the nemo_aligner preset: trainer.validation_fraction 0.05 -> every 20th pair held out
+    assert rm.prepare[:3] == ("-m", "nemotron.engines.data_files", "rm_text") and rm.prepare[-1] == "20"
 
 
 @pytest.mark.parametrize(
@@ -121,11 +121,12 @@ def test_data_files_are_what_the_datasets_read(tmp_path: Path) -> None:
 def test_cli_dry_run_shows_the_script_and_its_data_step(
     home: Path, run_cli: Callable[..., Any], step_id: str
 ) -> None:
-    result = run_cli("steps", "run", step_id, "-c", "default", "-b", "slurm_rlhf", *GIVEN, "--dry-run")
+    result = run_cli("steps", "run", step_id, "-c", "nemo_aligner", "-b", "slurm_rlhf", *GIVEN, "--dry-run")
     assert result.code == 0, result.err
     assert STEPS[step_id][0] in result.out and "-m nemotron.engines.data_files" in result.out
     assert ".prepared.$SLURM_JOB_ID" in result.out  # the other tasks wait for the first task's data files
-    refused = run_cli("steps", "run", step_id, "-c", "default", "-b", "slurm_rlhf", *GIVEN[:2], "--dry-run")
+    refused = run_cli("steps", "run", step_id, "-c", "nemo_aligner", "-b", "slurm_rlhf", *GIVEN, "optim.min_lr_ratio=0.1",
+                      "--dry-run")  # fmt: skip
     assert refused.code == 2 and "optim.min_lr_ratio=0.1" in refused.err
     assert not (home / "jobs").exists()
 

@@ -250,11 +250,11 @@ def test_every_schema_key_is_in_the_mapping_table(step_id: str) -> None:
 def test_cli_dry_run_prints_the_entry_and_writes_nothing(
     home: Path, run_cli: Callable[..., Any], step_id: str
 ) -> None:
-    base = ["steps", "run", step_id, "-c", "default", "-b", "slurm_rlhf", "backend=nemo_rl"]
-    result = run_cli(*base, "inputs.init_from=meta-llama/Llama-3.1-8B", "--dry-run")
+    base = ["steps", "run", step_id, "-c", "nemo_rl", "-b", "slurm_rlhf"]
+    result = run_cli(*base, "--dry-run")
     assert result.code == 0, result.err
     assert f"examples/run_{STEPS[step_id]}.py --config" in result.out and "convert_dcp_to_hf.py" in result.out
-    refused = run_cli(*base, "inputs.init_from=meta-llama/Llama-3.1-8B", "runtime.device=cpu", "--dry-run")
+    refused = run_cli(*base, "runtime.device=cpu", "--dry-run")
     assert refused.code == 2 and "runtime.device='cpu': NeMo-RL trains on GPUs only" in refused.err
     assert not (home / "jobs").exists()
 

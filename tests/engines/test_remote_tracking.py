@@ -315,7 +315,8 @@ def test_tracker_credentials_in_the_profile_never_show(home: Path, tmp_path: Pat
         "[tracked]\nextends = 'slurm_rlhf'\n"
         f"env_vars = {{ {env_vars}, MLFLOW_TRACKING_URI = 'http://mlflow.internal:5000' }}\n"
     )
-    args = ["steps", "run", "rl/ppo", "-c", "default", "-b", "tracked", f"backend={backend}"]
+    args = ["steps", "run", "rl/ppo", "-c", backend, "-b", "tracked"] if backend == "nemo_aligner" else []
+    args = args or ["steps", "run", "rl/ppo", "-c", "default", "-b", "tracked", f"backend={backend}"]
     args += ["tracking.mlflow.enabled=true", "tracking.wandb.enabled=true", "--dry-run"]
     proc = subprocess.run(
         [sys.executable, "-m", "nemotron", *args],

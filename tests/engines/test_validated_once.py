@@ -34,7 +34,7 @@ INPUTS = ["inputs.policy=/models/policy", "inputs.prompts=/data/prompts.jsonl"] 
     [
         ("rl/ppo", "default", ["backend=nemo_rl"]),
         ("eval/policy", "nemo_rl", INPUTS),
-        ("rl/ppo", "default", ["backend=nemo_aligner"]),
+        ("rl/ppo", "nemo_aligner", []),
     ],
 )
 def test_a_dry_run_on_an_external_engine_validates_the_config_once(

@@ -91,27 +91,40 @@ CASES = [
     ),
     # a server step on 2 nodes x 8 tasks: one server per node
     ("slurm_rlhf", "rm/serve", "default", ()),
-    # backend=nemo_aligner: NeMo-Aligner's own scripts as one hetjob (servers first, the actor last)
-    ("local_slurm", "rl/reinforce", "default", ("backend=nemo_aligner",)),
-    ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_aligner",)),
-    ("slurm_rlhf", "rm/serve", "default", ("backend=nemo_aligner",)),
+    # backend=nemo_aligner (the nemo_aligner presets: every checkpoint a .nemo): NeMo-Aligner's own scripts as one
+    # hetjob (servers first, the actor last)
+    ("local_slurm", "rl/reinforce", "nemo_aligner", ("backend=nemo_aligner",)),
+    ("slurm_rlhf", "rl/ppo", "nemo_aligner", ("backend=nemo_aligner",)),
+    ("slurm_rlhf", "rm/serve", "nemo_aligner", ("backend=nemo_aligner",)),
     # tracking on the external engines: NeMo-RL's logger keys and the driver's variables; the actor's exp_manager
     ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_rl", *TRACKING)),
-    ("slurm_rlhf", "rl/ppo", "default", ("backend=nemo_aligner", *TRACKING)),
-    # sft and rm/train on NeMo-RL (run_sft.py, run_rm.py): the models RL starts from, fine-tuned on 2 nodes
-    ("slurm_rlhf", "sft", "default", ("backend=nemo_rl", "inputs.init_from=meta-llama/Llama-3.1-8B")),
-    ("slurm_rlhf", "rm/train", "default", ("backend=nemo_rl", "inputs.init_from=meta-llama/Llama-3.1-8B")),
-    # ... and on NeMo-Aligner (train_gpt_sft.py, train_reward_model.py): the .nemo files its RL steps take
+    ("slurm_rlhf", "rl/ppo", "nemo_aligner", ("backend=nemo_aligner", *TRACKING)),
+    # sft and rm/train on NeMo-RL (run_sft.py, run_rm.py), their nemo_rl presets: the models RL starts from, fine-tuned
+    # on 2 nodes
+    ("slurm_rlhf", "sft", "nemo_rl", ("backend=nemo_rl", "inputs.init_from=meta-llama/Llama-3.1-8B")),
+    # (an 8B reward model at rm.yaml's 8192 tokens fits only with activation checkpointing)
+    (
+        "slurm_rlhf",
+        "rm/train",
+        "nemo_rl",
+        (
+            "backend=nemo_rl",
+            "inputs.init_from=meta-llama/Llama-3.1-8B",
+            "runtime.gradient_checkpointing=true",
+        ),
+    ),
+    # ... and on NeMo-Aligner (train_gpt_sft.py, train_reward_model.py), their nemo_aligner presets: the .nemo files its
+    # RL steps take
     (
         "slurm_rlhf",
         "sft",
-        "default",
+        "nemo_aligner",
         ("backend=nemo_aligner", "inputs.init_from=/models/base.nemo", "optim.min_lr_ratio=1"),
     ),
     (
         "slurm_rlhf",
         "rm/train",
-        "default",
+        "nemo_aligner",
         ("backend=nemo_aligner", "inputs.init_from=/models/sft.nemo", "optim.min_lr_ratio=1"),
     ),
     # eval/policy on NeMo-RL's own eval entry: the prompts prepared in the job dir, then run_eval.py on the Ray head

@@ -138,8 +138,8 @@ def _aligner_script(home: Path) -> tuple[str, str]:
     job = compile_job(
         Catalog(),
         "rl/reinforce",
-        "default",
-        ["backend=nemo_aligner"],
+        "nemo_aligner",
+        [],
         profile_name="local_slurm",
         mode="batch",
     )

@@ -284,7 +284,7 @@ def test_time_limit_warning_reaches_our_steps_only(profiles: Path, tmp_path: Pat
     assert "--signal" not in slurm_script.render_sbatch(
         slurm_executor.slurm_plan(job("rl/reinforce", "quiet"))
     )
-    aligner = submit.dry_run(job("rl/reinforce", "gpu", "backend=nemo_aligner"))
+    aligner = submit.dry_run(job("rl/reinforce", "gpu", preset="nemo_aligner"))
     assert "#SBATCH hetjob" in aligner and "--signal" not in aligner
 
 

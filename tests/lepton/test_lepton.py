@@ -153,7 +153,7 @@ def test_a_server_step_on_several_lepton_nodes_is_refused(home: Path, tmp_path: 
 @pytest.mark.parametrize(
     ("args", "instead"),
     [
-        (("rl/ppo", "-c", "default", "backend=nemo_aligner"), "use a Slurm profile, or backend=nemo_rl / builtin"),
+        (("rl/ppo", "-c", "nemo_aligner"), "use a Slurm profile, or backend=nemo_rl / builtin"),
         (
             ("convert/hf_to_nemo", "-c", "default", "inputs.checkpoint=/models/llama", "convert.family=llama",
              "convert.llama31=false"),

@@ -12,9 +12,10 @@ ONE_NODE = """
 extends = "slurm_rlhf"
 nodes = 1
 """
-# 1 node x 8 x H100-80GB; a fine-tune of a pretrained model, 8 sequences a step
+# 1 node x 8 x H100-80GB; a fine-tune of a pretrained model, 8 sequences a step, under DDP unless a test says fsdp
 SFT = ("steps", "run", "sft", "-c", "default", "-b", "one_node", "trainer.global_batch_size=8",
-       "runtime.gradient_checkpointing=true", "runtime.precision=bf16-mixed", "--dry-run")  # fmt: skip
+       "runtime.gradient_checkpointing=true", "runtime.precision=bf16-mixed", "runtime.sharding=ddp",
+       "--dry-run")  # fmt: skip
 LLAMA_8B = ("inputs.init_from=/models/llama-8b", "plan.models.policy=meta-llama/Llama-3.1-8B-Instruct")
 LLAMA_70B = ("inputs.init_from=/models/llama-70b", "plan.models.policy=meta-llama/Llama-3.3-70B-Instruct")
 

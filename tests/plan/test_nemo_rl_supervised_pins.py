@@ -42,7 +42,7 @@ LLAMA_8B = ("inputs.init_from=meta-llama/Llama-3.1-8B-Instruct", "trainer.global
 
 def plan(profile: str, *overrides: str, tmp_path: Path) -> dict[str, Any]:
     (tmp_path / "env.toml").write_text(PROFILES)
-    job = compile_job(Catalog(), "sft", "default", overrides=[*BASE, *overrides], profile_name=profile,
+    job = compile_job(Catalog(), "sft", "nemo_rl", overrides=[*BASE, *overrides], profile_name=profile,
                       mode="batch", dry_run=True)  # fmt: skip
     return {g["name"]: g for g in submit.dry_run_json(job)["resource_plan"]["groups"]}
 

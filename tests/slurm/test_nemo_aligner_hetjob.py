@@ -33,7 +33,7 @@ SUPERVISED = ("inputs.init_from=/models/base.nemo", "optim.min_lr_ratio=1")
 def test_the_local_slurm_accepts_the_hetjob(
     home: Path, tmp_path: Path, step: str, scripts: list[str], extra: tuple[str, ...]
 ) -> None:
-    cmd = [sys.executable, "-m", "nemotron", "steps", "run", step, "-c", "default", "-b", "local_slurm"]
+    cmd = [sys.executable, "-m", "nemotron", "steps", "run", step, "-c", "nemo_aligner", "-b", "local_slurm"]
     done = subprocess.run(
         [*cmd, "backend=nemo_aligner", *extra, "--dry-run"],
         capture_output=True,

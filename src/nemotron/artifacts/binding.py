@@ -115,11 +115,17 @@ def bind_store(catalog: Catalog, store: ArtifactStore, want: Wanted, ref: Artifa
 
 def bind_path(catalog: Catalog, want: Wanted, ref: ArtifactRef, remote: bool) -> Binding | Problem:
     """A file or directory. One that does not exist here is, with a remote executor, taken to live on the
-    cluster: bound as written, type unchecked."""
+    cluster: bound as written, type unchecked but for its name, which must end as the type's files do (a .nemo)."""
     assert ref.path is not None
     if ref.path.exists():
         return _bind_local(catalog, want, ref, ref.path)
     if remote:
+        suffix = next((s for t in catalog.ancestors(want.expected) if (s := catalog.types[t].suffix)), "")
+        if not ref.path.name.endswith(suffix):
+            return Problem(
+                f"input '{want.name}' ({ref.text}): a {want.expected} is a file whose name ends in {suffix}; "
+                f"give the {suffix} path"
+            )
         return Binding(want.name, want.expected, ref.text, "path", ref.text, None)
     return _missing(catalog, want, ref)
 

@@ -33,20 +33,29 @@ class Strict(BaseModel):
 
 class ModelArch(Strict):
     """Architecture of a model built from a config with random weights (no inputs.init_from): a tiny member of a
-    Hugging Face causal-LM family, named in GPT-2's terms."""
+    Hugging Face causal-LM family, named in GPT-2's terms. With inputs.init_from the checkpoint's architecture is
+    the model's, so a key here that differs from its default is refused (exit 2) rather than ignored."""
 
     family: Literal["gpt2", "llama", "qwen2", "mistral"] = "gpt2"
     """the transformers model family (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM,
-    MistralForCausalLM); ignored with inputs.init_from"""
+    MistralForCausalLM); refused with inputs.init_from"""
     n_layer: int = Field(2, ge=1)
-    """transformer blocks (GPT2Config.n_layer, num_hidden_layers); ignored with inputs.init_from"""
+    """transformer blocks (GPT2Config.n_layer, num_hidden_layers); refused with inputs.init_from"""
     n_embd: int = Field(64, ge=8)
-    """hidden size; must divide by n_head (GPT2Config.n_embd, hidden_size)"""
+    """hidden size; must divide by n_head (GPT2Config.n_embd, hidden_size); refused with inputs.init_from"""
     n_head: int = Field(4, ge=1)
-    """attention heads per block (GPT2Config.n_head, num_attention_heads)"""
-    n_positions: int = Field(64, ge=8)
+    """attention heads per block (GPT2Config.n_head, num_attention_heads); refused with inputs.init_from"""
+    n_positions: int = Field(32, ge=8)
     """context length in tokens: prompt plus response must fit (GPT2Config.n_positions,
-    max_position_embeddings)"""
+    max_position_embeddings); refused with inputs.init_from"""
+
+    def changed(self) -> list[str]:
+        """`model.KEY=VALUE` for each key that differs from its default."""
+        return [
+            f"model.{key}={value!r}"
+            for key, value in self.model_dump().items()
+            if value != type(self).model_fields[key].default
+        ]
 
 
 class ResourcePlan(Strict):
@@ -483,6 +492,8 @@ class RLConfig(Strict):
         return Rollouts(
             "trainer.micro_batch_size",
             self.trainer.micro_batch_size,
+            "trainer.num_prompts_per_step",
+            self.trainer.num_prompts_per_step,
             self.trainer.num_prompts_per_step * per_prompt,
             self.generation.max_new_tokens,
             self.generation.vllm_share(),
@@ -511,6 +522,17 @@ class SupervisedConfig(Strict):
     """the resource plan's model hints and what a plan that cannot fit does"""
 
     rows_per_record: ClassVar[int] = 1
+
+    @model_validator(mode="after")
+    def _model_builds_only_without_init_from(self) -> SupervisedConfig:
+        """Accepted-but-ignored is refused: model.* builds a random init, which inputs.init_from replaces."""
+        changed = self.model.changed()
+        if getattr(self.inputs, "init_from", None) and changed:
+            raise ValueError(
+                f"{', '.join(changed)}: model.* builds a random init, which inputs.init_from replaces (the "
+                "checkpoint's architecture is the model's); unset model.* or inputs.init_from"
+            )
+        return self
 
     def workload(self) -> Workload:
         t = self.trainer

@@ -40,6 +40,8 @@ class Rollouts:
 
     micro_batch_key: str  # the config key a suggestion to lower the micro-batch names
     micro_batch: int  # responses per forward/backward pass
+    prompts_key: str  # the config key of the prompts a step, which the ranks share
+    prompts: int  # prompts per step, over all ranks
     responses: int  # responses per step, over all ranks
     max_new_tokens: int
     vllm_share: float | None  # generation on vLLM: its share of the device memory; None: our sampler

@@ -27,6 +27,8 @@ class Placement:
     nodes: int = 1
     gpus_per_node: int = 0
     here: bool = False
+    # the ranks a torchrun step starts on each node: its GPUs, else the profile's CPU processes
+    ranks_per_node: int = 1
 
 
 @dataclass(frozen=True)

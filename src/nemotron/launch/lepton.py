@@ -327,7 +327,9 @@ class LeptonExecutor(SchedulerJobs):
 
     def placement(self, job: Job[LeptonProfile]) -> Placement:
         p = job.profile
-        return Placement(self.plan(job).job_dir, p.nodes, p.gpus_per_node)
+        return Placement(
+            self.plan(job).job_dir, p.nodes, p.gpus_per_node, ranks_per_node=p.gpus_per_node or 1
+        )
 
     def render(self, job: Job[LeptonProfile], where: Placement, launch: Launch) -> str:
         if isinstance(launch, StepProcess):

@@ -39,7 +39,9 @@ class LocalExecutor:
     profile = LocalProfile
 
     def placement(self, job: Job[LocalProfile]) -> Placement:
-        return Placement(str(jobs_dir() / job.job_id), 1, 0, here=True)
+        return Placement(
+            str(jobs_dir() / job.job_id), 1, 0, here=True, ranks_per_node=job.profile.nproc_per_node
+        )
 
     def render(self, job: Job[LocalProfile], where: Placement, launch: Launch) -> str:
         if isinstance(launch, RayDriver):

@@ -81,7 +81,8 @@ class SlurmExecutor(remote.SchedulerJobs):
         profile = job.profile
         paths = slurm.cluster_paths(job, nemotron_home(), _python(job))
         slurm.refuse_unsafe_paths(paths)
-        return Placement(paths.job_dir, profile.nodes, profile.gpus_per_node)
+        ranks = profile.gpus_per_node or profile.ntasks_per_node  # slurm.plan_slurm's nproc
+        return Placement(paths.job_dir, profile.nodes, profile.gpus_per_node, ranks_per_node=ranks)
 
     def render(self, job: Job[SlurmProfile], where: Placement, launch: Launch) -> str:
         if isinstance(launch, StepProcess):

@@ -240,6 +240,8 @@ class Config(Strict):
         return Rollouts(
             "policy.train_micro_batch_size",
             self.policy.train_micro_batch_size,
+            "grpo.num_prompts_per_step",
+            self.grpo.num_prompts_per_step,
             self.grpo.num_prompts_per_step * self.grpo.num_generations_per_prompt,
             self.policy.generation.max_new_tokens,
             self.policy.generation.vllm_share(),

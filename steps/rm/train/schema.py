@@ -28,7 +28,7 @@ class Config(SupervisedConfig):
     inputs: Inputs = Field(default_factory=Inputs)
     outputs: Outputs = Field(default_factory=Outputs)
     model: ModelArch = Field(default_factory=ModelArch)
-    """architecture of a random-init reward model (unused with inputs.init_from)"""
+    """architecture of a random-init reward model (refused with inputs.init_from)"""
     optim: Optim = Optim(lr=1e-3, warmup_steps=20, min_lr_ratio=0.1)
     """the reward model's optimizer"""
 

@@ -233,8 +233,9 @@ def _builtin_rl(
             terms["reward model"] = frozen_weights_mb(rm.parameters, p)
             models.append((rm, "reward_model"))
         notes = [prompt_note, *shards.notes(policy, p)]
-        # a colocated vLLM loads the whole policy from the trainer's weights: the built-in engine refuses it with fsdp
-        fsdp = shards.remedies() if r.vllm_share is None else []
+        # the built-in engine refuses fsdp with a colocated vLLM (it loads the whole policy from the trainer's
+        # weights) and with prompts that do not divide over the ranks (engines/builtin/engine.py)
+        fsdp = shards.remedies() if r.vllm_share is None and r.prompts % world == 0 else []
         sugg = suggest(ctx, mb_key, mb, "runtime.precision=bf16", *fsdp, "backend=nemo_rl (FSDP shards "
                        "weights, gradients and optimizer over the GPUs)")  # fmt: skip
         util = r.vllm_share
