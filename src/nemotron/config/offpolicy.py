@@ -88,10 +88,10 @@ def check_async(asynchronous: AsyncGRPO, correction: ImportanceSampling, where: 
         )
 
 
-def check_builtin_async(asynchronous: AsyncGRPO, backend: str, sharding: str, where: str) -> None:
-    """What the built-in engine's asynchronous loop cannot do, refused when the config is compiled; `where` is
-    the group's dotted path."""
-    if backend != "builtin" or not asynchronous.enabled:
+def check_builtin_async(asynchronous: AsyncGRPO, sharding: str, where: str) -> None:
+    """What the built-in engine's asynchronous loop cannot do, refused when the config is compiled (a step's
+    schema calls it when its backend is the built-in one); `where` is the group's dotted path."""
+    if not asynchronous.enabled:
         return
     if asynchronous.in_flight_weight_updates:
         raise ValueError(

@@ -59,9 +59,8 @@ class Config(RLConfig):
 
     @model_validator(mode="after")
     def _builtin_async(self) -> "Config":
-        check_builtin_async(
-            self.reinforce.async_grpo, self.backend, self.runtime.sharding, "reinforce.async_grpo"
-        )
+        if self.backend == "builtin":
+            check_builtin_async(self.reinforce.async_grpo, self.runtime.sharding, "reinforce.async_grpo")
         return self
 
     def workload(self) -> Workload:

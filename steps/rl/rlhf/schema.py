@@ -259,5 +259,6 @@ class Config(Strict):
     @model_validator(mode="after")
     def _async_keys(self) -> "Config":
         check_async(self.grpo.async_grpo, self.loss_fn, ("grpo.async_grpo", "loss_fn"))
-        check_builtin_async(self.grpo.async_grpo, self.backend, self.runtime.sharding, "grpo.async_grpo")
+        if self.backend == "builtin":
+            check_builtin_async(self.grpo.async_grpo, self.runtime.sharding, "grpo.async_grpo")
         return self
