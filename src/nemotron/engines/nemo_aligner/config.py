@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from nemotron.config.stepconfig import Generation, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.config.targets import NEMO_ALIGNER_VERSION
 from nemotron.engines.base import recipe_for
+from nemotron.engines.nemo_aligner.preference import compile_dpo
 from nemotron.engines.nemo_aligner.scripts import (
     PRECISION,
     SCRIPTS,
@@ -303,6 +304,7 @@ RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], AlignerRun]] = {
     "reinforce": compile_reinforce,
     "ppo": compile_ppo,
     "reward_server": compile_serve,
+    "dpo": compile_dpo,
 }
 
 
