@@ -316,3 +316,19 @@ def test_the_backend_presets_dry_run_and_a_variant_is_refused_with_its_engines(
             and "dpo.label_smoothing=0.1: NeMo-Aligner's DPO losses have no label smoothing" in no.err
         )
     assert not (home / "jobs").exists()
+
+
+def test_nemo_aligner_trains_dpo_on_every_node_of_the_profile(
+    home: Path, tmp_path: Path, run_cli: Callable[..., Any]
+) -> None:
+    """No server beside the trainer: the .nemo's model parallelism divides all 2 x 8 GPUs (the preflight once gave
+    a trainer with a reference one node less, as if a reward server took one)."""
+    from tests.engines.test_nemo_aligner import _nemo_file
+
+    base = ["steps", "run", STEP, "-c", "nemo_aligner", "-b", "slurm_rlhf", "--dry-run"]
+    fits = run_cli(*base, f"inputs.policy={_nemo_file(tmp_path / 'tp16.nemo', tensor=16)}")
+    assert fits.code == 0, fits.err[-2000:]
+    assert "trainer.num_nodes=2" in fits.out
+    (tmp_path / "big").mkdir()
+    too_big = run_cli(*base, f"inputs.policy={_nemo_file(tmp_path / 'big' / 'tp32.nemo', tensor=32)}")
+    assert too_big.code == 2 and "= 32 does not divide 16 GPUs (2 nodes × 8 GPUs" in too_big.err, too_big.err
