@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from nemotron.config.stepconfig import (
+    AlignerBackend,
     Checkpointing,
     NemoRLTraining,
     Optim,
@@ -15,6 +16,7 @@ from nemotron.config.stepconfig import (
     Strict,
     Tracking,
     TrainRuntime,
+    backend_field,
 )
 from nemotron.config.workload import Training, Workload
 
@@ -143,9 +145,8 @@ class Trainer(Strict):
 class Config(Strict):
     """rl/dpo: Direct Preference Optimization of a policy against a frozen reference."""
 
-    # NeMo-RL's and NeMo-Aligner's engines widen this (AlignerBackend, backend_field) with their mappings
-    backend: Literal["builtin"] = Field(
-        "builtin", description="builtin: our torch engine (one process, or torchrun data parallel)"
+    backend: AlignerBackend = backend_field(
+        "DPO (run_dpo.py)", "DPO and its IPO and RPO variants (train_gpt_dpo.py)"
     )
     inputs: Inputs = Field(default_factory=Inputs)
     outputs: Outputs = Field(default_factory=Outputs)
