@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from nemotron.config import stepconfig
 from nemotron.config.stepconfig import (
     AlignerBackend,
     Checkpointing,
@@ -16,7 +17,6 @@ from nemotron.config.stepconfig import (
     Strict,
     Tracking,
     TrainRuntime,
-    backend_field,
 )
 from nemotron.config.workload import Training, Workload
 
@@ -145,7 +145,7 @@ class Trainer(Strict):
 class Config(Strict):
     """rl/dpo: Direct Preference Optimization of a policy against a frozen reference."""
 
-    backend: AlignerBackend = backend_field(
+    backend: AlignerBackend = stepconfig.backend_field(
         "DPO (run_dpo.py)", "DPO and its IPO and RPO variants (train_gpt_dpo.py)"
     )
     inputs: Inputs = Field(default_factory=Inputs)
