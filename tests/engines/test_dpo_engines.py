@@ -332,3 +332,20 @@ def test_nemo_aligner_trains_dpo_on_every_node_of_the_profile(
     (tmp_path / "big").mkdir()
     too_big = run_cli(*base, f"inputs.policy={_nemo_file(tmp_path / 'big' / 'tp32.nemo', tensor=32)}")
     assert too_big.code == 2 and "= 32 does not divide 16 GPUs (2 nodes × 8 GPUs" in too_big.err, too_big.err
+
+
+@pytest.mark.parametrize("backend", ["nemo_rl", "nemo_aligner"])
+def test_the_plan_sizes_a_micro_batch_of_pairs(run_cli: Callable[..., Any], backend: str) -> None:
+    """Each engine's forward takes trainer.micro_batch_size pairs, chosen and rejected (NeMo-RL: mbs x 2 rows,
+    algorithms/dpo.py), so the activations and logits of 3 pairs per micro-batch are 3 times those of 1."""
+    terms = []
+    for pairs in (1, 3):
+        r = run_cli("steps", "run", STEP, "-c", backend, "-b", "slurm_rlhf", f"trainer.micro_batch_size={pairs}",
+                    "plan.models.policy=meta-llama/Llama-3.2-1B-Instruct", "plan.on_no_fit=warn", "--dry-run",
+                    "--json")  # fmt: skip
+        assert r.code == 0, r.err
+        (group,) = json.loads(r.out)["resource_plan"]["groups"]
+        terms.append(group["terms_mb"])
+    one, three = terms
+    assert three["activations"] == 3 * one["activations"] and three["logits"] == 3 * one["logits"]
+    assert three["weights"] == one["weights"]

@@ -179,4 +179,5 @@ class Config(Strict):
             self.trainer.micro_batch_size,
             self.trainer.max_length,
             rows_per_record=2,
+            micro_batch=self.trainer.micro_batch_size,
         )
