@@ -95,7 +95,7 @@ def test_nemo_rl_sets_every_key_the_tag_reads_and_every_dpo_field(backend: str) 
 
 def test_nemo_rl_hand_checked_values() -> None:
     run = nemo_rl(dpo__max_num_steps=40, dpo__val_period=10, dpo__reference_policy_kl_penalty=0.3,
-                  dpo__preference_average_log_probs=True, dpo__sft_loss_weight=0.5, trainer__global_batch_size=32,
+                  dpo__preference_average_log_probs=True, dpo__sft_loss_weight=0.5, trainer__global_batch_size=64,
                   trainer__micro_batch_size=4, trainer__max_length=512, checkpoint__save_interval=20)  # fmt: skip
     d, pol = run.config["dpo"], run.config["policy"]
     assert (d["max_num_steps"], d["max_num_epochs"], d["val_period"], d["seed"]) == (40, 40, 10, 1234)
@@ -103,7 +103,7 @@ def test_nemo_rl_hand_checked_values() -> None:
     # sft_average_log_probs unset follows preference_average_log_probs, as the base's interpolation does
     assert d["preference_average_log_probs"] is True and d["sft_average_log_probs"] is True
     assert (pol["train_global_batch_size"], pol["train_micro_batch_size"], d["val_micro_batch_size"]) == (
-        32,
+        64,
         4,
         4,
     )
@@ -138,6 +138,12 @@ def test_nemo_rl_hand_checked_values() -> None:
         ({"trainer__log_interval": 5}, "trainer.log_interval", "every step"),
         ({"runtime__device": "cpu"}, "runtime.device", "GPUs only"),
         ({"inputs__policy": None}, "inputs.policy", "needs it set"),
+        # 2 nodes x 8 GPUs at TP 2: 8 data-parallel ranks, so a multiple of 8 x 2 pairs
+        (
+            {"nemo_rl__tensor_parallel_size": 2, "trainer__global_batch_size": 24},
+            "trainer.global_batch_size",
+            "= 16",
+        ),
     ],
 )
 def test_nemo_rl_refuses_what_its_dpo_cannot_express(overrides: dict[str, Any], key: str, says: str) -> None:
@@ -337,15 +343,15 @@ def test_nemo_aligner_trains_dpo_on_every_node_of_the_profile(
 @pytest.mark.parametrize("backend", ["nemo_rl", "nemo_aligner"])
 def test_the_plan_sizes_a_micro_batch_of_pairs(run_cli: Callable[..., Any], backend: str) -> None:
     """Each engine's forward takes trainer.micro_batch_size pairs, chosen and rejected (NeMo-RL: mbs x 2 rows,
-    algorithms/dpo.py), so the activations and logits of 3 pairs per micro-batch are 3 times those of 1."""
+    algorithms/dpo.py), so the activations and logits of 4 pairs per micro-batch are 4 times those of 1."""
     terms = []
-    for pairs in (1, 3):
+    for pairs in (1, 4):
         r = run_cli("steps", "run", STEP, "-c", backend, "-b", "slurm_rlhf", f"trainer.micro_batch_size={pairs}",
                     "plan.models.policy=meta-llama/Llama-3.2-1B-Instruct", "plan.on_no_fit=warn", "--dry-run",
                     "--json")  # fmt: skip
         assert r.code == 0, r.err
         (group,) = json.loads(r.out)["resource_plan"]["groups"]
         terms.append(group["terms_mb"])
-    one, three = terms
-    assert three["activations"] == 3 * one["activations"] and three["logits"] == 3 * one["logits"]
-    assert three["weights"] == one["weights"]
+    one, four = terms
+    assert four["activations"] == 4 * one["activations"] and four["logits"] == 4 * one["logits"]
+    assert four["weights"] == one["weights"]
