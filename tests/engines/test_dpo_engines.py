@@ -119,7 +119,7 @@ def test_nemo_rl_hand_checked_values() -> None:
         run.config["data"]["validation"]["data_path"],
     )
     # the user's own validation file: every pair of it validates, none of the training file
-    own = nemo_rl(inputs__validation_preferences="/data/held out.jsonl", trainer__validation_fraction=0.05)
+    own = nemo_rl(inputs__validation_preferences="/data/held out.jsonl")
     assert shlex.split(own.driver.split(" && ")[1])[-2:] == ["0", "/data/held out.jsonl"]
     # no held-out pairs: NeMo-RL validates nothing (val_period 0, no validation set)
     none = nemo_rl(trainer__validation_fraction=0)

@@ -141,7 +141,7 @@ def test_sft_then_rm_train_run_their_data_step_once_and_register_the_nemo_chain(
 
 def test_dpo_writes_its_pairs_once_and_registers_the_aligned_nemo(aligner2: tuple[Run, Path]) -> None:
     """rl/dpo's tiny preset on the fake NeMo-Aligner across 2 nodes: the first task rewrites the pairs as
-    DPOModelDataset's rows (every 10th held out), both tasks read them, and the .nemo is registered as the policy
+    DPOModelDataset's rows (every 20th held out), both tasks read them, and the .nemo is registered as the policy
     (checkpoint_nemo) with lineage to the .nemo it started from. NeMo-Aligner validates after steps only, in batches
     of the training batch."""
     run, base = aligner2
@@ -151,8 +151,9 @@ def test_dpo_writes_its_pairs_once_and_registers_the_aligned_nemo(aligner2: tupl
     took = time.monotonic() - started
     assert dpo.returncode == 0, dpo.stderr[-4000:]
     pairs = sum(1 for line in (TINY / "preferences.jsonl").read_text().splitlines() if line.strip())
+    held = pairs // 20  # trainer.validation_fraction unset: 0.05, every 20th pair
     for task in ("0", "1"):
-        said = f"dpo: task {task} of 2 read {pairs - pairs // 10} train and {pairs // 10} validation records"
+        said = f"dpo: task {task} of 2 read {pairs - held} train and {held} validation records"
         assert said in dpo.stderr, dpo.stderr[-4000:]
     shown = json.loads(run("artifacts", "show", "tiny_dpo_policy:v1", "--json", remote=False).stdout)
     assert shown["type"] == "checkpoint_nemo" and shown["path"].endswith(

@@ -169,8 +169,9 @@ def test_dpo_runs_once_across_two_ray_nodes_and_registers_its_policy_with_lineag
     seen = dpo.stderr.split("ran one task on each node: ")[1].splitlines()[0]
     assert ":node1:" in seen and ":node2:" in seen
     pairs = sum(1 for line in (TINY / "preferences.jsonl").read_text().splitlines() if line.strip())
-    assert f"nemo_rl_pairs_validation.jsonl has {pairs // 10} rows" in dpo.stderr  # validation_fraction 0.1
-    assert f"nemo_rl_pairs_train.jsonl has {pairs - pairs // 10} rows" in dpo.stderr
+    held = pairs // 20  # trainer.validation_fraction unset: 0.05, every 20th pair
+    assert f"nemo_rl_pairs_validation.jsonl has {held} rows" in dpo.stderr
+    assert f"nemo_rl_pairs_train.jsonl has {pairs - held} rows" in dpo.stderr
     (job_dir,) = (home / "jobs").iterdir()
     st = status(home, job_dir.name)
     assert st["state"] == "succeeded" and st["registered"] == ["tiny_dpo_policy:v1"], st

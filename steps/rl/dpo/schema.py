@@ -135,9 +135,9 @@ class Trainer(Strict):
     """tokens per sequence (prompt + response + EOS); longer ones lose their end, and a pair whose prompt
     leaves no response token is refused (NeMo-RL: policy.max_total_sequence_length; NeMo-Aligner:
     model.encoder_seq_length)"""
-    validation_fraction: float = Field(0.05, ge=0, lt=1)
-    """share of inputs.preferences held out (seeded, at least one pair) for the val_* metrics when
-    inputs.validation_preferences is unset; refused with it set"""
+    validation_fraction: float | None = Field(None, ge=0, lt=1)
+    """share of inputs.preferences held out (seeded, at least one pair) for the val_* metrics; unset: 0.05, or
+    nothing held out when inputs.validation_preferences is set (setting both is refused)"""
     log_interval: int = Field(10, ge=1)
     """print a summary line every N steps (metrics.jsonl gets every step)"""
 
@@ -165,12 +165,18 @@ class Config(Strict):
     @model_validator(mode="after")
     def _one_validation_source(self) -> Config:
         """The held-out share acts only when no validation file is given."""
-        if self.inputs.validation_preferences and self.trainer.validation_fraction != 0.05:
+        if self.inputs.validation_preferences and self.trainer.validation_fraction is not None:
             raise ValueError(
-                "trainer.validation_fraction acts only without inputs.validation_preferences (the pairs are "
-                "then held out of inputs.preferences)"
+                "trainer.validation_fraction acts only without inputs.validation_preferences (it holds pairs "
+                "out of inputs.preferences)"
             )
         return self
+
+    def held_out_share(self) -> float:
+        """The share of inputs.preferences held out for validation: none with a validation file."""
+        if self.inputs.validation_preferences:
+            return 0.0
+        return 0.05 if self.trainer.validation_fraction is None else self.trainer.validation_fraction
 
     def workload(self) -> Workload:
         """One optimizer step: micro-batches of pairs, chosen and rejected in one forward."""

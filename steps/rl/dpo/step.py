@@ -170,7 +170,7 @@ def main() -> None:
     if cfg.inputs.validation_preferences:
         val, train = encode_pairs(cfg.inputs.validation_preferences, tokenizer, max_length, cfg.dpo), pairs
     else:
-        val, train = held_out_split(pairs, cfg.trainer.validation_fraction, cfg.runtime.seed, at_least=1)
+        val, train = held_out_split(pairs, cfg.held_out_share(), cfg.runtime.seed, at_least=1)
 
     # ---- models: the trained policy, and the frozen reference (inputs.reference, else the policy's copy)
     policy = plan.prepare(load_policy(policy_path, device=plan.device, dtype=plan.dtype))

@@ -41,7 +41,7 @@ def _refusals(c: DPOConfig, refuse: Refusals) -> None:
     for key, value in (("inputs.policy", c.inputs.policy), ("inputs.preferences", c.inputs.preferences)):
         if not value:
             refuse(key, "NeMo-Aligner needs it set (an artifact ref or a path)")
-    if not c.inputs.validation_preferences and c.trainer.validation_fraction == 0:
+    if not c.inputs.validation_preferences and c.held_out_share() == 0:
         refuse(
             "trainer.validation_fraction",
             "NeMo-Aligner's DPO validates on held-out pairs (or set inputs.validation_preferences)",
@@ -83,7 +83,7 @@ def compile_dpo(c: DPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
     given = c.inputs.validation_preferences
     data = ("-m", DATA_FILES, "dpo_text", str(c.inputs.preferences or ""), train, val)
     # every n-th pair held out; 0 (refused above) would hold out none: 2 keeps the words well-formed meanwhile
-    prepare = (*data, "0", given) if given else (*data, str(every_nth(t.validation_fraction) or 2))
+    prepare = (*data, "0", given) if given else (*data, str(every_nth(c.held_out_share()) or 2))
     save_every = c.checkpoint.save_interval or d.max_num_steps
     overrides: list[tuple[str, Any]] = [
         ("pretrained_checkpoint.restore_from_path", c.inputs.policy or ""),

@@ -75,8 +75,9 @@ def compile_dpo(c: DPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
     model, data = _refusals(c, refuse)
     _whole_micro_batches(c, refuse, nodes, gpus)
     given = c.inputs.validation_preferences
-    validates = bool(given) or t.validation_fraction > 0
-    prepare, train, val = sup.data_files("pairs", data, job_dir, t.validation_fraction, given)
+    share = c.held_out_share()  # 0 with inputs.validation_preferences, which is then the validation set whole
+    validates = bool(given) or share > 0
+    prepare, train, val = sup.data_files("pairs", data, job_dir, share, given)
     # dpo.*: DPOConfig's every field (algorithms/dpo.py:61-82), none left to the base's; our steps end on
     # dpo.max_num_steps (the epochs never do); without held-out pairs NeMo-RL validates nothing
     loop: dict[str, Any] = {
