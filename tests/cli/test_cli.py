@@ -281,6 +281,7 @@ def test_steps_list_json_filters_by_type(home: Path, run_cli: Any) -> None:
 def test_steps_list_filters_combine_and_json_names_the_engines(home: Path, run_cli: Any) -> None:
     rows = json.loads(run_cli("steps", "list", "--json", "--category", "rl", "--engine", "nemo_aligner").out)
     assert [(r["id"], r["engines"]) for r in rows] == [
+        ("rl/dpo", ["builtin", "nemo_rl", "nemo_aligner"]),
         ("rl/ppo", ["builtin", "nemo_rl", "nemo_aligner"]),
         ("rl/reinforce", ["builtin", "nemo_rl", "nemo_aligner"]),
     ]  # rl/rlhf is rl but has no NeMo-Aligner workflow; rm/serve has one but is no rl step
@@ -289,13 +290,14 @@ def test_steps_list_filters_combine_and_json_names_the_engines(home: Path, run_c
     # sft and rm/train start from a .nemo on NeMo-Aligner (their init_from), never on the built-in engine
     assert ids("--consumes", "checkpoint_nemo") == [
         "convert/nemo_to_hf",
-        "rl/dpo",  # its manifest names the .nemo NeMo-Aligner reads
+        "rl/dpo",
         "rl/ppo",
         "rl/reinforce",
         "rm/train",
         "sft",
     ]
     assert ids("--consumes", "checkpoint_nemo", "--engine", "nemo_aligner") == [
+        "rl/dpo",
         "rl/ppo",
         "rl/reinforce",
         "rm/train",
