@@ -355,3 +355,13 @@ def test_the_plan_sizes_a_micro_batch_of_pairs(run_cli: Callable[..., Any], back
     one, four = terms
     assert four["activations"] == 4 * one["activations"] and four["logits"] == 4 * one["logits"]
     assert four["weights"] == one["weights"]
+
+
+def test_every_nemo_aligner_word_is_read_back_by_hydra_as_compiled() -> None:
+    """Hydra's override grammar and OmegaConf read each word of the trainer's command back to the value we
+    compiled: the job dir's space inside data_prefix's lists, the loss variant's name, ++ on the added key."""
+    from tests.engines.test_nemo_aligner import read_back
+
+    (group,) = nemo_aligner(dpo__preference_loss="rpo_bwd_kl", dpo__gt_reward_scale=0.5).groups
+    for word, (key, value) in zip(group.words(), group.overrides, strict=True):
+        assert read_back(word) == (key.removeprefix("++"), value), word
