@@ -25,8 +25,10 @@ FIGURES = REPO / "docs" / "figures" / "tiny_pipeline.json"
 PAGE = README = REPO / "README.md"
 RL_STEPS = {"rl-reinforce": "rl/reinforce (RLOO)", "rl-ppo": "rl/ppo", "rl-rlhf": "rl/rlhf (GRPO)"}
 METRICS = ("rm", "gt", "well_formed")
+# rl/dpo's own validation on its held-out preference pairs (val_* at step 0 and at its last step).
+DPO_STEP, DPO_METRICS = "rl-dpo", ("accuracy", "loss")
 # Across CPUs torch promises no bitwise equality (kernels differ by ISA); these bounds held on the CPUs we ran.
-TOLERANCE = {"rm": 1.0, "gt": 0.15, "well_formed": 0.35}
+TOLERANCE = {"rm": 1.0, "gt": 0.15, "well_formed": 0.35, "accuracy": 0.1, "loss": 0.15}
 BEGIN, END = "<!-- tiny-figures:begin -->", "<!-- tiny-figures:end -->"
 
 
@@ -46,6 +48,19 @@ def collect(home: Path) -> dict[str, dict[str, float]]:
             for when in ("before", "after")
         }
     return out
+
+
+def collect_dpo(home: Path) -> dict[str, float]:
+    """rl/dpo's validation before its first step and after its last: {accuracy_before, ..., loss_after}."""
+    (job,) = (home / "jobs").glob(f"{DPO_STEP}-*")
+    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    validated = [r for r in rows if "val_accuracy" in r]
+    first, last = validated[0], validated[-1]
+    return {
+        f"{m}_{when}": round(float(row[f"val_{m}"]), 3)
+        for m in DPO_METRICS
+        for when, row in (("before", first), ("after", last))
+    }
 
 
 def collect_verdict(home: Path) -> dict[str, Any]:
@@ -92,6 +107,18 @@ def table(figures: dict[str, dict[str, float]]) -> str:
     return "\n".join(rows)
 
 
+def dpo_table(figures: dict[str, float]) -> str:
+    return "\n".join(
+        [
+            "| step | val_accuracy before → after | val_loss before → after |",
+            "|---|---|---|",
+            "| rl/dpo | "
+            + " | ".join(f"{figures[m + '_before']:.3f} → {figures[m + '_after']:.3f}" for m in DPO_METRICS)
+            + " |",
+        ]
+    )
+
+
 def verdict_table(verdict: dict[str, Any]) -> str:
     """The verdict as Markdown, its cells from the same function as `pipeline run`'s final table."""
     from nemotron.launch.pipeline import verdict_cells
@@ -105,10 +132,16 @@ def verdict_table(verdict: dict[str, Any]) -> str:
 def render(record: dict[str, Any]) -> str:
     note = (
         f"Measured {record['date']} on {record['cpu']} ({record['cores']} cores, load average {record['load']} "
-        f"at the start), pipeline {record['pipeline_seconds']} s (its four eval/policy stages "
+        f"at the start), pipeline {record['pipeline_seconds']} s (its eval/policy stages "
         f"{record['eval_seconds']} s), by "
         "`python scripts/tiny_figures.py`. Each RL step's own evaluation, before and after training (64 "
         "prompts, sampled):"
+    )
+    dpo = (
+        "rl/dpo learns from the preference pairs alone (no reward model, no sampling); its own validation on the "
+        "pairs it holds out, before its first step and after its last (val_accuracy: the share of pairs whose "
+        "chosen response gets the higher reward, the policy's log-ratio to its reference; before training the "
+        "policy is its reference, so every pair ties and none counts):"
     )
     verdict = (
         "The pipeline's verdict, its last table: `eval/policy` on each policy, on the 64 held-out validation "
@@ -118,7 +151,10 @@ def render(record: dict[str, Any]) -> str:
         "from SFT over the same prompts (`nemotron artifacts compare`'s paired bootstrap), higher or lower when its "
         "95% interval excludes 0:"
     )
-    return f"{note}\n\n{table(record['steps'])}\n\n{verdict}\n\n{verdict_table(record['verdict'])}\n"
+    return (
+        f"{note}\n\n{table(record['steps'])}\n\n{dpo}\n\n{dpo_table(record['dpo'])}\n\n{verdict}\n\n"
+        f"{verdict_table(record['verdict'])}\n"
+    )
 
 
 def update_page(page: str, record: dict[str, Any]) -> str:
@@ -135,6 +171,7 @@ def main() -> int:
         subprocess.run(command, env=env, check=True, cwd=tmp)
         seconds = round(time.monotonic() - started)
         figures = collect(home)
+        dpo = collect_dpo(home)
         verdict = collect_verdict(home)
         evals = eval_seconds(home)
     record = {
@@ -144,6 +181,7 @@ def main() -> int:
         "command": "nemotron pipeline run tiny",
         "tolerance": TOLERANCE,
         "steps": figures,
+        "dpo": dpo,
         "verdict": verdict,
     }
     write_figures(FIGURES, record, PAGE, update_page(PAGE.read_text(), record))

@@ -28,7 +28,7 @@ from nemotron.docs.generate import measured_on, splice, write_figures
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = REPO / "docs" / "figures" / "tiny_resources.json"
 PAGE = REPO / "docs" / "troubleshooting.md"
-STEPS = ("data/prep", "sft", "rm/train", "rl/reinforce", "rl/ppo", "rl/rlhf", "eval/policy")
+STEPS = ("data/prep", "sft", "rm/train", "rl/reinforce", "rl/ppo", "rl/rlhf", "rl/dpo", "eval/policy")
 BEGIN, END = "<!-- tiny-resources:begin -->", "<!-- tiny-resources:end -->"
 SERVE_REQUESTS = 200
 

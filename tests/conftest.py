@@ -704,13 +704,13 @@ def shared_cli_run(tmp_path_factory: pytest.TempPathFactory, *args: str, timeout
     return SharedRun(args, recorded["code"], recorded["out"], recorded["err"], where / "home")
 
 
-TINY_RL_STEPS = ("rl/reinforce", "rl/ppo", "rl/rlhf")
+TINY_RL_STEPS = ("rl/reinforce", "rl/ppo", "rl/rlhf", "rl/dpo")
 
 
 @pytest.fixture(scope="session")
 def tiny_rl_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], SharedRun]:
-    """step id -> the run of `nemotron steps run STEP -c tiny` for rl/reinforce, rl/ppo or rl/rlhf, the tiny preset
-    as shipped (tests/steps/test_rl_steps.py checks that it trains): its job dir holds metrics.jsonl, the trained
+    """step id -> the run of `nemotron steps run STEP -c tiny` for rl/reinforce, rl/ppo, rl/rlhf or rl/dpo, the tiny
+    preset as shipped (tests/steps/test_rl_steps.py and test_dpo.py check that it trains): its job dir holds metrics.jsonl, the trained
     policy in outputs/policy (rl/ppo also its critic), checkpoints and TensorBoard events. Made once per session."""
 
     def run(step_id: str) -> SharedRun:

@@ -81,6 +81,18 @@ def test_a_permuted_vocabulary_is_refused_at_dry_run_and_at_submit(
     _refused(run_cli("steps", "run", step, "-c", "tiny", policy), home, permuted, says)
 
 
+def test_a_dpo_reference_with_another_tokenizer_is_refused(permuted: Path, home: Path, run_cli: Any) -> None:
+    """rl/dpo's reference scores the policy's token ids (the manifest's reads_token_ids_of): the same check."""
+    for submit in (["--dry-run"], []):
+        r = run_cli("steps", "run", "rl/dpo", "-c", "tiny", f"inputs.reference={permuted}", *submit)
+        (line,) = refused(r, "input 'reference' is given the token ids of input 'policy'", lines=1)
+        assert f"{permuted}/tokenizer.json" in line and str(TINY / "sft_policy" / "tokenizer.json") in line, (
+            line
+        )
+        assert "vocabularies of 476 tokens each; token id 3 is" in line
+        assert not home.exists(), "a refused job must write nothing"
+
+
 def test_a_larger_vocabulary_is_refused_before_the_first_reward_call(
     larger: Path, home: Path, run_cli: Any
 ) -> None:

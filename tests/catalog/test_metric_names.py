@@ -20,7 +20,7 @@ from nemotron.reward.judge import JudgeClient
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMED_METRIC = re.compile(r"`([^`\s]+)` metric")
-RL_STEPS = ("rl/ppo", "rl/reinforce", "rl/rlhf")
+RL_STEPS = ("rl/ppo", "rl/reinforce", "rl/rlhf", "rl/dpo")
 
 
 def declared() -> dict[str, list[str]]:
@@ -81,7 +81,7 @@ def test_a_tiny_run_logs_exactly_the_listed_metrics(
     step_id: str, tiny_rl_run: Any, request: pytest.FixtureRequest
 ) -> None:
     """The runs tests/steps/test_rl_steps.py checks, made once for both (tests/conftest.py): the tiny preset of
-    rl/reinforce and rl/ppo, and rl/rlhf in brief with validation at every step (its val_* names)."""
+    rl/reinforce, rl/ppo and rl/dpo, and rl/rlhf in brief with validation at every step (its val_* names)."""
     if step_id == "rl/rlhf":
         done = request.getfixturevalue("brief_rlhf_validated_run")
     else:

@@ -271,16 +271,18 @@ def test_steps_list_json_filters_by_type(home: Path, run_cli: Any) -> None:
         "rl/reinforce",
         "rl/ppo",
         "rl/rlhf",
+        "rl/dpo",
         "rm/train",
     } <= ids  # reward_model_hf is_a checkpoint_hf
     assert "data/prep" not in ids
     rows = json.loads(run_cli("steps", "list", "--json", "--consumes", "preference_jsonl").out)
-    assert {r["id"] for r in rows} == {"rm/train"}
+    assert {r["id"] for r in rows} == {"rm/train", "rl/dpo"}
 
 
 def test_steps_list_filters_combine_and_json_names_the_engines(home: Path, run_cli: Any) -> None:
     rows = json.loads(run_cli("steps", "list", "--json", "--category", "rl", "--engine", "nemo_aligner").out)
     assert [(r["id"], r["engines"]) for r in rows] == [
+        ("rl/dpo", ["builtin", "nemo_rl", "nemo_aligner"]),
         ("rl/ppo", ["builtin", "nemo_rl", "nemo_aligner"]),
         ("rl/reinforce", ["builtin", "nemo_rl", "nemo_aligner"]),
     ]  # rl/rlhf is rl but has no NeMo-Aligner workflow; rm/serve has one but is no rl step
@@ -289,12 +291,14 @@ def test_steps_list_filters_combine_and_json_names_the_engines(home: Path, run_c
     # sft and rm/train start from a .nemo on NeMo-Aligner (their init_from), never on the built-in engine
     assert ids("--consumes", "checkpoint_nemo") == [
         "convert/nemo_to_hf",
+        "rl/dpo",
         "rl/ppo",
         "rl/reinforce",
         "rm/train",
         "sft",
     ]
     assert ids("--consumes", "checkpoint_nemo", "--engine", "nemo_aligner") == [
+        "rl/dpo",
         "rl/ppo",
         "rl/reinforce",
         "rm/train",

@@ -13,7 +13,17 @@ def test_nemo_aligner_dpo_names_are_read_as_chosen_and_rejected() -> None:
         {"prompt": "p", "chosen_response": "a", "rejected_response": "b"}
     )
     assert record == PreferenceRecord(prompt="p", chosen="a", rejected="b")
-    assert record.model_dump() == {"prompt": "p", "chosen": "a", "rejected": "b"}
+    assert record.model_dump(exclude_none=True) == {"prompt": "p", "chosen": "a", "rejected": "b"}
+
+
+def test_nemo_aligner_dpo_rewards_are_read_and_optional() -> None:
+    """rl/dpo's RPO losses read them; a line without them stays the three fields it was (the writer leaves None
+    out)."""
+    record = PreferenceRecord.model_validate_json(
+        '{"prompt": "p", "chosen": "a", "rejected": "b", "chosen_reward": 2, "rejected_reward": -0.5}'
+    )
+    assert (record.chosen_reward, record.rejected_reward) == (2.0, -0.5)
+    assert PreferenceRecord(prompt="p", chosen="a", rejected="b").chosen_reward is None
 
 
 def test_a_pair_with_the_same_text_twice_is_refused() -> None:

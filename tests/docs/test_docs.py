@@ -71,13 +71,13 @@ def test_every_schema_field_has_a_description(step_id: str) -> None:
     [
         (
             "nemo-rl.md",
-            ["eval/policy", "rl/ppo", "rl/reinforce", "rl/rlhf", "rm/train", "sft"],
+            ["eval/policy", "rl/dpo", "rl/ppo", "rl/reinforce", "rl/rlhf", "rm/train", "sft"],
             "trainer.log_interval",
             "NeMo-RL logs every step",
         ),
         (
             "nemo-aligner.md",
-            ["rl/ppo", "rl/reinforce", "rm/serve", "rm/train", "sft"],
+            ["rl/dpo", "rl/ppo", "rl/reinforce", "rm/serve", "rm/train", "sft"],
             "trainer.max_steps",
             "trainer.ppo.max_steps",
         ),

@@ -24,6 +24,7 @@ SCRIPTS = {
     "examples/nlp/gpt/train_gpt_ppo_actor.py": "gpt_ppo_actor.yaml",
     "examples/nlp/gpt/train_gpt_sft.py": "gpt_sft.yaml",
     "examples/nlp/gpt/train_reward_model.py": "training_rm.yaml",
+    "examples/nlp/gpt/train_gpt_dpo.py": "gpt_dpo.yaml",
 }
 
 # The keys and values both actor YAMLs (gpt_reinforce_actor.yaml, gpt_ppo_actor.yaml) carry at the tag.
@@ -177,14 +178,13 @@ KEYS["gpt_sft.yaml"] = {
     "trainer.sft.save_interval": "${.val_check_interval}",
     "trainer.sft.val_check_interval": 100,
 }
-KEYS["training_rm.yaml"] = {
+# The keys and values both supervised trainers' YAMLs that load a .nemo by pretrained_checkpoint (training_rm.yaml,
+# gpt_dpo.yaml) carry at the tag.
+TRAINER_SHARED: dict[str, Any] = {
     "exp_manager.name": "megatron_gpt",  # the final .nemo's file name
     "exp_manager.checkpoint_callback_params.save_nemo_on_train_end": True,
     "exp_manager.create_wandb_logger": False,
     "exp_manager.explicit_log_dir": "/results",
-    "exp_manager.wandb_logger_kwargs.name": "rlhf_gpt3_rm_2b",
-    "exp_manager.wandb_logger_kwargs.project": "nemo_aligner_rm",
-    "model.reward_model_type": "binary_ranking",  # RewardModelDataset: chosen, rejected, chosen, ...
     "model.data.data_impl": "jsonl",
     "model.data.data_prefix": None,
     "model.data.seq_length": "${model.encoder_seq_length}",
@@ -200,11 +200,50 @@ KEYS["training_rm.yaml"] = {
     "trainer.devices": 8,
     "trainer.num_nodes": 8,
     "trainer.precision": "bf16",
+}
+KEYS["training_rm.yaml"] = {
+    **TRAINER_SHARED,
+    "exp_manager.wandb_logger_kwargs.name": "rlhf_gpt3_rm_2b",
+    "exp_manager.wandb_logger_kwargs.project": "nemo_aligner_rm",
+    "model.reward_model_type": "binary_ranking",  # RewardModelDataset: chosen, rejected, chosen, ...
     "trainer.rm.gradient_clip_val": 1.0,
     "trainer.rm.max_steps": -1,
     "trainer.rm.save_interval": 100,
     "trainer.rm.val_check_interval": 100,
 }
+KEYS["gpt_dpo.yaml"] = {
+    **TRAINER_SHARED,
+    "exp_manager.wandb_logger_kwargs.name": "rlhf_gpt3_dpo",
+    "exp_manager.wandb_logger_kwargs.project": "nemo_aligner_dpo",
+    # the RPO losses' rewards of a line that carries none (DPOModelDataset.__getitem__): left to the YAML
+    "model.data.default_chosen_reward": 1.0,
+    "model.data.default_rejected_reward": 0.0,
+    "model.micro_batch_size": 1,
+    "model.dpo.ref_policy_kl_penalty": 0.2,
+    "model.dpo.preference_average_log_probs": False,
+    "model.dpo.sft_average_log_probs": "${.preference_average_log_probs}",
+    "model.dpo.preference_loss": "dpo",
+    "model.dpo.gt_reward_scale": 1.0,
+    "model.dpo.preference_loss_weight": 1,
+    "model.dpo.sft_loss_weight": 0,
+    "trainer.dpo.max_epochs": 1,
+    "trainer.dpo.max_steps": -1,
+    "trainer.dpo.val_check_interval": 0.1,
+    "trainer.dpo.save_interval": 100,
+    "trainer.dpo.limit_val_batches": 1.0,
+    "trainer.dpo.gradient_clip_val": 1.0,
+}
+# Keys a YAML lacks that its code reads with a default, so we add them (`++key`): (YAML, key) -> (file, the read).
+ADDED = {
+    ("gpt_dpo.yaml", "model.data.append_eod"): (
+        "nemo_aligner/data/nlp/datasets.py",  # DPOModelDataset.__getitem__ (its cfg is the model's)
+        'self.cfg.data.get("append_eod", False)',
+    ),
+}
+# What model.dpo.preference_loss takes (megatron_gpt_dpo_model.py loss_func: one branch each, else
+# NotImplementedError), and the dataset keys a line of its JSONL is read by (DPOModelDataset.__getitem__).
+PREFERENCE_LOSSES = ("dpo", "rpo_bwd_kl", "rpo_fwd_kl", "ipo", "rpo_sq")
+DPO_ROW_KEYS = ("prompt", "chosen_response", "rejected_response", "chosen_reward", "rejected_reward")
 
 
 # NeMo's exp_manager at the tag NeMo-Aligner v0.7.0's Dockerfile builds on (ARG NEMO_TAG, "On: v2.1.0"), and the

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 # The TypedDicts (nemo_rl/data/__init__.py, nemo_rl/algorithms/rm.py) the supervised entries' MasterConfig validates
 # our data and rm sections against (pydantic validates a TypedDict field: its required keys must be there), and
-# the pydantic SFTConfig (algorithms/sft.py) whose fields sft.* sets: {class: (file, required keys, all keys)}.
+# the pydantic SFTConfig and DPOConfig (algorithms/sft.py, dpo.py) whose fields sft.* and dpo.* set:
+# {class: (file, required keys, all keys)}.
 RM_KEYS = {
     "max_num_steps",
     "max_num_epochs",
@@ -18,6 +19,14 @@ RM_KEYS = {
     "val_at_start",
     "val_at_end",
     "seed",
+}
+# DPOConfig's loss fields beside the loop's (RM_KEYS), which DPOLossFn reads (algorithms/loss/loss_functions.py)
+DPO_LOSS_KEYS = {
+    "reference_policy_kl_penalty",
+    "preference_average_log_probs",
+    "sft_average_log_probs",
+    "preference_loss_weight",
+    "sft_loss_weight",
 }
 TYPED_DICTS: dict[str, tuple[str, set[str], set[str]]] = {
     "DataConfig": (
@@ -77,6 +86,11 @@ TYPED_DICTS: dict[str, tuple[str, set[str], set[str]]] = {
         "nemo_rl/algorithms/rm.py",
         RM_KEYS,  # every key required
         RM_KEYS,
+    ),
+    "DPOConfig": (
+        "nemo_rl/algorithms/dpo.py",
+        set(),  # every field has a default; preference_loss and gt_reward_scale are comments (a TODO)
+        RM_KEYS | DPO_LOSS_KEYS,
     ),
     "SFTConfig": (
         "nemo_rl/algorithms/sft.py",

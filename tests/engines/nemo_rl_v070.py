@@ -18,6 +18,7 @@ ENTRIES = {
     "examples/run_ppo.py",  # PPO with a value model
     "examples/run_sft.py",  # SFT of a pretrained model
     "examples/run_rm.py",  # Bradley-Terry reward-model training
+    "examples/run_dpo.py",  # DPO against a frozen copy of the policy
 }
 CONVERTERS = {"examples/converters/convert_dcp_to_hf.py", "examples/converters/convert_megatron_to_hf.py"}
 BASES = {
@@ -25,6 +26,7 @@ BASES = {
     "ppo": "examples/configs/ppo_math_1B.yaml",
     "sft": "examples/configs/sft.yaml",
     "rm": "examples/configs/rm.yaml",
+    "dpo": "examples/configs/dpo.yaml",
 }
 
 # Keys of the base YAMLs that our compiled configs leave to the base (so the merged config has them).
@@ -92,6 +94,19 @@ BASE_KEYS: dict[str, dict[str, Any]] = {
         "policy.reward_model_cfg.reward_model_type": "bradley_terry",
         "checkpointing.checkpoint_must_save_by": None,  # rm.py:466
         "logger.wandb.name": "rm-dev-${data.train.dataset_name}",
+        "data.train.dataset_name": "HelpSteer3",  # what must NOT survive into our runs
+    },
+    "dpo": {
+        "policy.megatron_cfg.use_linear_ce_fusion_loss": False,  # dpo.py:287 reads it with Megatron on
+        "checkpointing.checkpoint_must_save_by": None,  # dpo.py:534
+        # the base ranks checkpoints by a validation metric and keeps 3: ours keep every one (metric_name null)
+        "checkpointing.metric_name": "val:validation-default_loss",
+        "checkpointing.keep_top_k": 3,
+        "logger.wandb.name": "dpo",
+        "logger.mlflow.tracking_uri": "http://localhost:5000",
+        # the base's own loss settings, every one of which we set (dpo.sft_average_log_probs interpolates)
+        "dpo.reference_policy_kl_penalty": 0.05,
+        "dpo.sft_average_log_probs": "${.preference_average_log_probs}",
         "data.train.dataset_name": "HelpSteer3",  # what must NOT survive into our runs
     },
 }
@@ -380,10 +395,53 @@ _ASYNC_GYM = _in(
     ("grpo.async_grpo.enabled", 232),
     ("grpo.async_grpo.max_trajectory_age_steps", 280),
 )
+_DPO = (
+    _in(
+        "examples/run_dpo.py",
+        ("logger.log_dir", 64),
+        ("checkpointing.enabled", 66),
+        ("policy.tokenizer", 74),
+    )
+    + _in(
+        "nemo_rl/algorithms/dpo.py",
+        # DPOConfig (a pydantic model with defaults): every field is set, none left to the base's
+        ("dpo.max_num_epochs", 62),
+        ("dpo.max_num_steps", 63),
+        ("dpo.val_period", 64),
+        ("dpo.val_batches", 65),
+        ("dpo.val_global_batch_size", 66),
+        ("dpo.val_micro_batch_size", 67),
+        ("dpo.val_at_start", 68),
+        ("dpo.val_at_end", 71),
+        ("dpo.seed", 72),
+        ("dpo.reference_policy_kl_penalty", 74),
+        ("dpo.preference_average_log_probs", 75),
+        ("dpo.sft_average_log_probs", 76),
+        ("dpo.preference_loss_weight", 81),
+        ("dpo.sft_loss_weight", 82),
+        ("policy.dynamic_batching.enabled", 147),  # asserted off
+        ("policy.sequence_packing.enabled", 151),  # asserted off
+        ("policy.train_global_batch_size", 197),
+        ("data.shuffle", 198),
+        ("policy.make_sequence_length_divisible_by", 203),
+        ("data.num_workers", 208),
+        ("cluster.num_nodes", 237),
+        ("cluster.gpus_per_node", 242),
+        ("policy.megatron_cfg.enabled", 286),
+        ("policy.train_micro_batch_size", 317),
+        ("checkpointing.checkpoint_must_save_by", 534),
+        ("checkpointing.save_period", 648),
+        ("checkpointing.metric_name", 682),
+    )
+    + [r for r in _RM if r[1] == "nemo_rl/data/utils.py"]  # setup_preference_data, as run_rm.py's
+    # dpo.yaml has no sequence_packing.algorithm: lm_policy.py reads it only with packing on, which DPO refuses
+    + [r for r in _TRAIN_POLICY if r[0] != "policy.sequence_packing.algorithm"]
+)
 
 REQUIRED: dict[str, list[tuple[str, str, int]]] = {
     "sft": _SFT,
     "rm": _RM,
+    "dpo": _DPO,
     "grpo+reward_model": _RUN + _GRPO_SETUP + _GRPO_ADV + _POLICY + _RM_ENV,
     "grpo+nemo_gym": [r for r in _RUN if r[0] != "grpo.async_grpo.enabled"]
     + _GRPO_SETUP

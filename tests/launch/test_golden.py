@@ -127,6 +127,10 @@ CASES = [
         "nemo_aligner",
         ("backend=nemo_aligner", "inputs.init_from=/models/sft.nemo", "optim.min_lr_ratio=1"),
     ),
+    # rl/dpo on NeMo-RL (run_dpo.py, its pairs split into the job dir) and on NeMo-Aligner (train_gpt_dpo.py, its
+    # preset: NeMo-Aligner validates after steps only, in batches of the training batch)
+    ("slurm_rlhf", "rl/dpo", "default", ("backend=nemo_rl",)),
+    ("slurm_rlhf", "rl/dpo", "nemo_aligner", ("backend=nemo_aligner",)),
     # eval/policy on NeMo-RL's own eval entry: the prompts prepared in the job dir, then run_eval.py on the Ray head
     ("slurm_rlhf", "eval/policy", "nemo_rl", ("inputs.policy=/models/policy", f"inputs.prompts={MATH}")),
     # eval/policy on the built-in engine: torchrun ranks sharing the prompt batches, on Slurm and on Lepton

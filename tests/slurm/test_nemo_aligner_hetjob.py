@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,17 @@ SUPERVISED = ("inputs.init_from=/models/base.nemo", "optim.min_lr_ratio=1")
         ("rm/serve", ["serve_reward_model.py"], ()),
         ("sft", ["train_gpt_sft.py"], SUPERVISED),
         ("rm/train", ["train_reward_model.py"], SUPERVISED),
+        # rl/dpo validates as NeMo-Aligner does: after steps only, in batches of the training batch
+        (
+            "rl/dpo",
+            ["train_gpt_dpo.py"],
+            (
+                "inputs.policy=/models/sft.nemo",
+                "dpo.val_at_start=false",
+                "dpo.val_at_end=true",
+                "dpo.val_global_batch_size=128",
+            ),
+        ),
     ],
 )
 def test_the_local_slurm_accepts_the_hetjob(
@@ -62,12 +74,13 @@ FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fake_nemo_aligner"
 TINY = Path(__file__).resolve().parents[2] / "src" / "nemotron" / "shipped" / "tiny"
 
 
-def test_sft_then_rm_train_run_their_data_step_once_and_register_the_nemo_chain(
-    home: Path, tmp_path: Path
-) -> None:
-    """The real launch path on 2 nodes with tests/fixtures/fake_nemo_aligner as the checkout: the first task writes
-    the data files (sft: rows kept; rm: chosen/rejected text lines), the other task starts only once they are
-    there, and the .nemo each leaves is registered; rm/train starts from the SFT .nemo it registered."""
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def aligner2(home: Path, tmp_path: Path) -> tuple[Run, Path]:
+    """(run: `nemotron ARGS backend=nemo_aligner optim.min_lr_ratio=1 -r aligner2`, a base .nemo): a 2-node profile
+    whose NeMo-Aligner checkout is tests/fixtures/fake_nemo_aligner."""
     base = tmp_path / "base.nemo"
     (tmp_path / "model_config.yaml").write_text(
         "tensor_model_parallel_size: 1\npipeline_model_parallel_size: 1\n"
@@ -85,10 +98,22 @@ env_vars = {{ PATH = "{path}" }}
 """)
     env = {**os.environ, "COLUMNS": "200", "NEMOTRON_ENV_FILE": str(tmp_path / "env.toml")}
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "nemotron", *args, "backend=nemo_aligner", "optim.min_lr_ratio=1"]
-        return subprocess.run([*cmd, "-r", "aligner2"], capture_output=True, text=True, env=env, timeout=300)
+    def run(*args: str, remote: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "nemotron", *args]
+        if remote:
+            cmd += ["backend=nemo_aligner", "optim.min_lr_ratio=1", "-r", "aligner2"]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
+    return run, base
+
+
+def test_sft_then_rm_train_run_their_data_step_once_and_register_the_nemo_chain(
+    aligner2: tuple[Run, Path],
+) -> None:
+    """The real launch path on 2 nodes with tests/fixtures/fake_nemo_aligner as the checkout: the first task writes
+    the data files (sft: rows kept; rm: chosen/rejected text lines), the other task starts only once they are
+    there, and the .nemo each leaves is registered; rm/train starts from the SFT .nemo it registered."""
+    run, base = aligner2
     started = time.monotonic()
     sft = run("steps", "run", "sft", "-c", "tiny", f"inputs.init_from={base}")
     assert sft.returncode == 0, sft.stderr[-4000:]
@@ -105,12 +130,35 @@ env_vars = {{ PATH = "{path}" }}
     assert (
         f"rm: task 1 of 2 read {pairs - pairs // 10} train and {pairs // 10} validation records" in rm.stderr
     )
-    shown = json.loads(subprocess.run([sys.executable, "-m", "nemotron", "artifacts", "show", "tiny_reward_model:v1",
-                                       "--json"], capture_output=True, text=True, env=env).stdout)  # fmt: skip
+    shown = json.loads(run("artifacts", "show", "tiny_reward_model:v1", "--json", remote=False).stdout)
     assert shown["type"] == "reward_model_nemo" and shown["path"].endswith(
         "rm_results/checkpoints/megatron_gpt.nemo"
     )
-    lineage = subprocess.run([sys.executable, "-m", "nemotron", "artifacts", "lineage", "tiny_reward_model:v1"],
-                             capture_output=True, text=True, env=env)  # fmt: skip
+    lineage = run("artifacts", "lineage", "tiny_reward_model:v1", remote=False)
     assert "tiny_sft_policy:v1" in lineage.stdout, lineage.stdout
     print(f"sft and rm/train on the fake NeMo-Aligner, submit to registered: {took:.1f} s")
+
+
+def test_dpo_writes_its_pairs_once_and_registers_the_aligned_nemo(aligner2: tuple[Run, Path]) -> None:
+    """rl/dpo's tiny preset on the fake NeMo-Aligner across 2 nodes: the first task rewrites the pairs as
+    DPOModelDataset's rows (every 20th held out), both tasks read them, and the .nemo is registered as the policy
+    (checkpoint_nemo) with lineage to the .nemo it started from. NeMo-Aligner validates after steps only, in batches
+    of the training batch."""
+    run, base = aligner2
+    started = time.monotonic()
+    dpo = run("steps", "run", "rl/dpo", "-c", "tiny", f"inputs.policy={base}", "dpo.val_at_start=false",
+              "dpo.val_global_batch_size=64")  # fmt: skip
+    took = time.monotonic() - started
+    assert dpo.returncode == 0, dpo.stderr[-4000:]
+    pairs = sum(1 for line in (TINY / "preferences.jsonl").read_text().splitlines() if line.strip())
+    held = pairs // 20  # trainer.validation_fraction unset: 0.05, every 20th pair
+    for task in ("0", "1"):
+        said = f"dpo: task {task} of 2 read {pairs - held} train and {held} validation records"
+        assert said in dpo.stderr, dpo.stderr[-4000:]
+    shown = json.loads(run("artifacts", "show", "tiny_dpo_policy:v1", "--json", remote=False).stdout)
+    assert shown["type"] == "checkpoint_nemo" and shown["path"].endswith(
+        "dpo_results/checkpoints/megatron_gpt.nemo"
+    )
+    lineage = run("artifacts", "lineage", "tiny_dpo_policy:v1", remote=False)
+    assert "base.nemo" in lineage.stdout and "preferences" in lineage.stdout, lineage.stdout
+    print(f"rl/dpo on the fake NeMo-Aligner, submit to registered: {took:.1f} s")

@@ -153,6 +153,36 @@ def test_sft_then_rm_train_run_on_two_ray_nodes_and_register_with_lineage(
     print(f"sft and rm/train, submit to registered: {took:.1f} s")
 
 
+def test_dpo_runs_once_across_two_ray_nodes_and_registers_its_policy_with_lineage(
+    env: dict[str, str], home: Path
+) -> None:
+    """rl/dpo's tiny preset on NeMo-RL (run_dpo.py): the pairs split into the job dir as BinaryPreferenceDataset's
+    rows, the driver once on the head with a task on each node, checked as dpo.py's setup checks its config, the
+    converted policy registered as checkpoint_hf with lineage to the SFT policy and the pairs."""
+    started = time.monotonic()
+    dpo = nemotron(env, "steps", "run", "rl/dpo", "-c", "tiny", "backend=nemo_rl", "dpo.max_num_steps=3",
+                   "-r", "ray2")  # fmt: skip
+    took = time.monotonic() - started
+    assert dpo.returncode == 0, dpo.stderr[-4000:]
+    assert dpo.stderr.count("fake NeMo-RL dpo: 2 alive Ray nodes (cluster.num_nodes=2)") == 1
+    assert "fake NeMo-RL dpo: beta=0.1" in dpo.stderr  # the tiny preset's dpo.reference_policy_kl_penalty
+    seen = dpo.stderr.split("ran one task on each node: ")[1].splitlines()[0]
+    assert ":node1:" in seen and ":node2:" in seen
+    pairs = sum(1 for line in (TINY / "preferences.jsonl").read_text().splitlines() if line.strip())
+    held = pairs // 20  # trainer.validation_fraction unset: 0.05, every 20th pair
+    assert f"nemo_rl_pairs_validation.jsonl has {held} rows" in dpo.stderr
+    assert f"nemo_rl_pairs_train.jsonl has {pairs - held} rows" in dpo.stderr
+    (job_dir,) = (home / "jobs").iterdir()
+    st = status(home, job_dir.name)
+    assert st["state"] == "succeeded" and st["registered"] == ["tiny_dpo_policy:v1"], st
+    assert (job_dir / "outputs" / "policy" / "config.json").is_file()  # the converter's HF checkpoint
+    lineage = nemotron(env, "artifacts", "lineage", "tiny_dpo_policy:v1")
+    assert lineage.returncode == 0 and "sft_policy" in lineage.stdout and "preferences" in lineage.stdout, (
+        lineage.stdout
+    )
+    print(f"rl/dpo, submit to registered: {took:.1f} s")
+
+
 def test_cancel_stops_the_ray_cluster_and_registers_nothing(
     env: dict[str, str], home: Path, slurm_cluster: Any
 ) -> None:

@@ -1,5 +1,5 @@
-"""runtime.sharding=fsdp against ddp, each on the same 2 local ranks (gloo on CPU), through the CLI, for sft, rm/train
-and rl/reinforce: the same metrics at every step (within 1e-4), final checkpoints that transformers loads and that
+"""runtime.sharding=fsdp against ddp, each on the same 2 local ranks (gloo on CPU), through the CLI, for sft, rm/train,
+rl/reinforce and rl/dpo: the same metrics at every step (within 1e-4), final checkpoints that transformers loads and that
 match, and a run killed with -9 that, run again, resumes from its sharded state and ends on the uninterrupted fsdp
 run's bytes."""
 
@@ -30,6 +30,11 @@ REINFORCE = (
     "steps run rl/reinforce -c tiny trainer.max_steps=4 checkpoint.save_interval=2 reward.source=in_process "
     "trainer.num_prompts_per_step=8 eval.num_prompts=0"
 )
+# rl/dpo in micro-batches of 8 pairs, 4 per rank and step: the accumulated gradient is what is compared
+DPO = (
+    "steps run rl/dpo -c tiny dpo.max_num_steps=3 dpo.val_period=1 trainer.log_interval=1 "
+    "checkpoint.save_interval=2 trainer.micro_batch_size=8"
+)
 CASES = {
     "sft": Case(
         tuple(
@@ -50,6 +55,12 @@ CASES = {
     "rl/reinforce": Case(
         tuple(REINFORCE.split()),
         ("rewards", "init_policy_kl", "actor_loss", "advantages_mean", "grad_norm", "response_lengths"),
+        "policy",
+        "AutoModelForCausalLM",
+    ),
+    "rl/dpo": Case(
+        tuple(DPO.split()),
+        ("loss", "accuracy", "margin", "rewards_chosen_mean", "grad_norm", "val_accuracy", "val_loss"),
         "policy",
         "AutoModelForCausalLM",
     ),

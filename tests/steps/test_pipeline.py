@@ -1,9 +1,10 @@
-"""`nemotron pipeline run tiny`, the README's main job: data -> sft -> rm/train -> the three RL steps -> eval/policy
-of the SFT and RL policies, on CPU.
+"""`nemotron pipeline run tiny`, the README's main job: data -> sft -> rm/train -> the three RL steps and rl/dpo ->
+eval/policy of the SFT and aligned policies, on CPU.
 
 Checks what the issue promises: every step runs, the reward model reaches >= 85% held-out pairwise accuracy, every RL
 step raises the reward-model and ground-truth scores (within the stated tolerance of the recorded figures on any CPU),
-the verdict is real (each RL policy beats SFT on the reward model judge's win-rate, the reward model and the ground
+rl/dpo's held-out pair accuracy rises well above chance (within its tolerance too), the verdict is real (each aligned
+policy beats SFT on the reward model judge's win-rate, the reward model and the ground
 truth, SFT against itself is exactly 0.5), the shipped tiny data is exactly what this pipeline makes, SFT is bitwise
 reproducible on one machine, the aligned policies' lineage reaches the data, a second run skips everything, and the
 store it leaves, copied to a team's PostgreSQL (`artifacts migrate`), answers every listing the same.
@@ -30,7 +31,7 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any, postgres_url: str) -
 
     ran = sorted(p.name.rsplit("-", 3)[0] for p in (home / "jobs").iterdir())
     assert ran == sorted(
-        ["data-prep", "sft", "rm-train", "rl-reinforce", "rl-ppo", "rl-rlhf", *["eval-policy"] * 4]
+        ["data-prep", "sft", "rm-train", "rl-reinforce", "rl-ppo", "rl-rlhf", "rl-dpo", *["eval-policy"] * 5]
     )
     jobs = {p.name.rsplit("-", 3)[0]: p for p in (home / "jobs").iterdir()}
     rm_rows = [json.loads(x) for x in (jobs["rm-train"] / "metrics.jsonl").read_text().splitlines()]
@@ -62,26 +63,41 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any, postgres_url: str) -
                 value,
             )
 
+    # DPO: accuracy on its held-out pairs from 0 (policy = reference: every pair ties) to well above chance (0.5)
+    validated = [
+        json.loads(x)
+        for x in (jobs["rl-dpo"] / "metrics.jsonl").read_text().splitlines()
+        if "val_accuracy" in x
+    ]
+    dpo = {
+        f"{m}_{when}": row[f"val_{m}"]
+        for m in ("accuracy", "loss")
+        for when, row in (("before", validated[0]), ("after", validated[-1]))
+    }
+    assert validated[0]["step"] == 0 and dpo["accuracy_before"] == 0.0 and dpo["accuracy_after"] >= 0.7, dpo
+    for key, value in reference["dpo"].items():
+        assert abs(dpo[key] - value) <= reference["tolerance"][key.rsplit("_", 1)[0]], (key, dpo[key], value)
+
     # The verdict: each policy's eval_report on the validation prompts, side by side at the end of the output.
     listed = {a["ref"]: a for a in json.loads(run_cli("artifacts", "ls", "--json").out)}
     verdict = {
         policy: json.loads((Path(listed[f"tiny_{policy}_eval:v1"]["path"]) / "summary.json").read_text())[
             "metrics"
         ]
-        for policy in ("sft", "reinforce", "ppo", "rlhf")
+        for policy in ("sft", "reinforce", "ppo", "rlhf", "dpo")
     }
     assert verdict["sft"]["win_rate"] == {"mean": 0.5, "low": 0.5, "high": 0.5, "n": 64}  # SFT against itself
-    for policy in ("reinforce", "ppo", "rlhf"):
+    for policy in ("reinforce", "ppo", "rlhf", "dpo"):
         got = verdict[policy]
         assert got["win_rate"]["mean"] > 0.5 and got["win_rate"]["n"] == 64, (policy, got["win_rate"])
         assert got["reward_model"]["mean"] > verdict["sft"]["reward_model"]["mean"] + 0.5, policy
         assert got["task_score"]["mean"] > verdict["sft"]["task_score"]["mean"] + 0.1, policy
     table = r.out[r.out.index("pipeline tiny: eval reports") :]
-    for policy in ("sft", "rl/reinforce", "rl/ppo", "rl/rlhf"):
+    for policy in ("sft", "rl/reinforce", "rl/ppo", "rl/rlhf", "rl/dpo"):
         assert f"│ {policy} " in table, table
     assert "0.50 [0.50, 0.50]" in table
-    # artifacts compare's paired bootstrap: each RL policy's win-rate is above SFT's beyond noise
-    assert table.count(" higher") >= 3, table
+    # artifacts compare's paired bootstrap: each aligned policy's win-rate is above SFT's beyond noise
+    assert table.count(" higher") >= 4, table
     # and within the tolerance of the verdict the README shows
     recorded = {r["report"].split("_")[1]: r["metrics"] for r in reference["verdict"]["reports"]}
     for policy, metrics in recorded.items():
@@ -108,8 +124,8 @@ def test_tiny_pipeline_end_to_end(home: Path, run_cli: Any, postgres_url: str) -
     assert len({n["ref"] for n in graph["nodes"]}) == len(graph["nodes"])  # each ancestor once
 
     again = run_cli("pipeline", "run", "tiny", timeout=300)
-    assert again.code == 0 and again.err.count("skip ") == 10
-    assert len(list((home / "jobs").iterdir())) == 10  # nothing ran twice
+    assert again.code == 0 and again.err.count("skip ") == 12
+    assert len(list((home / "jobs").iterdir())) == 12  # nothing ran twice
     assert again.out[again.out.index("pipeline tiny: eval reports") :] == table  # the verdict, from the store
 
     # On one machine with the same threads, training is bitwise reproducible: SFT again gives the same weights.

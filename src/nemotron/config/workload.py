@@ -23,6 +23,9 @@ class Training:
     rows_per_record: int = (
         1  # rows one record becomes in a forward pass (2: a preference pair's two responses)
     )
+    # records one forward pass takes on each GPU of an engine that splits the batch into micro-batches (NeMo-RL's
+    # train_micro_batch_size, NeMo-Aligner's model.micro_batch_size; the supervised bases' 1)
+    micro_batch: int = 1
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,10 @@ class PreferenceRecord(_Record):
     prompt: Prompt
     chosen: StrictStr = Field(validation_alias=AliasChoices("chosen", "chosen_response"))
     rejected: StrictStr = Field(validation_alias=AliasChoices("rejected", "rejected_response"))
+    # Ground-truth scores of the two responses, which only rl/dpo's RPO losses read (NeMo-Aligner's DPO data
+    # carries them under these names; absent, it takes 1 and 0).
+    chosen_reward: float | None = None
+    rejected_reward: float | None = None
 
     _conversation = field_validator("prompt")(_check_conversation)
 

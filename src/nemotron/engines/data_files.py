@@ -1,7 +1,8 @@
 """Our training JSONL as an external engine's data files, written in the job dir on the cluster before its trainer
-starts: `python data_files.py KIND DATA TRAIN VALIDATION EVERY`. Every EVERY-th non-blank record is held out to
-VALIDATION (`every_nth`; the engines take validation sets from files; 0: none), the rest go to TRAIN. The split is
-deterministic, so a requeued job holds out the same records.
+starts: `python data_files.py KIND DATA TRAIN VALIDATION EVERY [HELD_OUT]`. Every EVERY-th non-blank record is held
+out to VALIDATION (`every_nth`; the engines take validation sets from files; 0: none), the rest go to TRAIN. The split
+is deterministic, so a requeued job holds out the same records. HELD_OUT, a file of the user's own held-out records
+(EVERY 0), is converted to VALIDATION instead.
 
 Standard library only, and nothing imported from nemotron: NeMo-RL's container has no nemotron, so its engine
 writes this very file into the job dir and runs it there; NeMo-Aligner's runs it as
@@ -15,7 +16,10 @@ KIND:
   conversation prompt stays a list: it reads one as the context's turns).
 - sft_text (NeMo-Aligner SFT): {"prompt": text, "response"}, read through model.data.*.prompt_template.
 - rm_text (NeMo-Aligner reward model): the chosen text then the rejected one, {"text": prompt + response} each, the
-  line pairs RewardModelDataset reads (nemo_aligner/data/nlp/datasets.py:196)."""
+  line pairs RewardModelDataset reads (nemo_aligner/data/nlp/datasets.py:196).
+- dpo_text (NeMo-Aligner DPO): {"prompt": text, "chosen_response", "rejected_response"}, the keys DPOModelDataset
+  reads (a string prompt is joined to each response as it is), with the record's chosen_reward and
+  rejected_reward when it has them (the RPO losses' ground truth; the dataset takes 1 and 0 for absent ones)."""
 
 from __future__ import annotations
 
@@ -72,11 +76,25 @@ def rm_text(row: dict[str, Any]) -> str:
     return json.dumps({"text": prompt + chosen}) + "\n" + json.dumps({"text": prompt + rejected})
 
 
+def dpo_text(row: dict[str, Any]) -> str:
+    chosen, rejected = pair(row)
+    rewards = {k: row[k] for k in ("chosen_reward", "rejected_reward") if row.get(k) is not None}
+    return json.dumps(
+        {
+            "prompt": prompt_text(row["prompt"]),
+            "chosen_response": chosen,
+            "rejected_response": rejected,
+            **rewards,
+        }
+    )
+
+
 KINDS: dict[str, Callable[[dict[str, Any]], str]] = {
     "messages": messages,
     "pairs": pairs,
     "sft_text": sft_text,
     "rm_text": rm_text,
+    "dpo_text": dpo_text,
 }
 
 
@@ -93,16 +111,20 @@ def split(
 
 def main(argv: list[str]) -> int:
     kind, data, train, validation, every = argv[0], argv[1], argv[2], argv[3], int(argv[4])
+    held = argv[5] if len(argv) > 5 else None  # the user's own held-out file: nothing is held out of DATA
     counts = [0, 0]
-    with open(data) as src, open(train, "w") as t, open(validation, "w") as v:
-        for held_out, out in split(src, every, KINDS[kind]):
-            (v if held_out else t).write(out)
-            counts[held_out] += 1
+    with open(train, "w") as t, open(validation, "w") as v:
+        sources = [(data, 0 if held else every, False)] + ([(held, 0, True)] if held else [])
+        for source, nth, all_held in sources:
+            with open(source) as src:
+                for held_out, out in split(src, nth, KINDS[kind]):
+                    (v if held_out or all_held else t).write(out)
+                    counts[held_out or all_held] += 1
     print(
         f"data_files {kind}: {counts[0]} records to {train}, {counts[1]} held out to {validation}", flush=True
     )
     # no record to train on, or none held out when some should be: fail here, not inside the trainer
-    return 0 if counts[0] and (counts[1] or every == 0) else 1
+    return 0 if counts[0] and (counts[1] or (every == 0 and not held)) else 1
 
 
 if __name__ == "__main__":

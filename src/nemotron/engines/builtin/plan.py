@@ -62,6 +62,9 @@ def plan_groups(ctx: PlanContext, config: PlannedConfig, load: Workload) -> list
         }
         if m.role in SCALAR_HEAD_ROLES:
             terms["logits"] = 0.0  # a scalar head, no vocabulary
+        # a frozen copy scores the same rows (a preference step's reference), whole on every rank
+        if m.reference:
+            terms["reference weights"] = frozen_weights_mb(shape.parameters, p)
         ctx.add_heap_slack(terms, shape, rows, seq)
         name = f"{m.role.replace('_', ' ')} training"
         sugg = suggest(ctx, load.batch_key, records * world, "runtime.precision=bf16", *shards.remedies())

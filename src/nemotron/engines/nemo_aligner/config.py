@@ -18,6 +18,7 @@ from nemotron.config.offpolicy import ASYNC_KEYS, CORRECTION_KEYS, refusing
 from nemotron.config.stepconfig import Generation, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.config.targets import NEMO_ALIGNER_VERSION
 from nemotron.engines.base import recipe_for
+from nemotron.engines.nemo_aligner.preference import compile_dpo
 from nemotron.engines.nemo_aligner.scripts import (
     PRECISION,
     SCRIPTS,
@@ -306,6 +307,7 @@ RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], AlignerRun]] = {
     "reinforce": compile_reinforce,
     "ppo": compile_ppo,
     "reward_server": compile_serve,
+    "dpo": compile_dpo,
 }
 
 

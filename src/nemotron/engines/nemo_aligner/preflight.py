@@ -42,7 +42,7 @@ def _groups(manifest: Manifest, bindings: Sequence[Binding], nodes: int, gpus: i
     servers = [m for m in manifest.models if not m.trained]
     places: list[tuple[str, int, bool]] = []  # (input, nodes, whether it is the actor)
     if actor is not None:
-        places.append((actor.input, max(1, nodes - 1 - critic), True))
+        places.append((actor.input, max(1, nodes - len(servers[:1]) - critic), True))
         places += [(m.input, 1, False) for m in servers[:1]]
     else:
         places += [(m.input, nodes, False) for m in servers[:1]]

@@ -151,9 +151,10 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
 
 
 def _training(ctx: PlanContext, nemo: NemoRL | NemoRLTraining, t: Training) -> list[Group]:
-    """run_sft.py / run_rm.py: one model trained on every GPU of the job (DTensor FSDP, or Megatron with its
-    distributed optimizer), one record per micro-batch (the bases' train_micro_batch_size 1; a preference pair is
-    its two rows)."""
+    """run_sft.py / run_rm.py / run_dpo.py: one model trained on every GPU of the job (DTensor FSDP, or Megatron
+    with its distributed optimizer), `t.micro_batch` records per micro-batch (the sft/rm bases'
+    train_micro_batch_size 1; a preference pair is its two rows). DPO's reference waits in host memory and is
+    swapped in for its log-probabilities, whose logits are the training pass's."""
     m = ctx.trained()
     shape = ctx.shape(m.role, m.ref)
     if shape is None:
@@ -168,7 +169,9 @@ def _training(ctx: PlanContext, nemo: NemoRL | NemoRLTraining, t: Training) -> l
         state["bf16 weight copies"] = _gathered_layers_mb(shape)
     terms = {
         **state,
-        **activations_mb(shape, t.rows_per_record, t.max_length, "bf16", ctx.checkpointing, sharding),
+        **activations_mb(
+            shape, t.rows_per_record * t.micro_batch, t.max_length, "bf16", ctx.checkpointing, sharding
+        ),
     }
     if m.role in SCALAR_HEAD_ROLES:
         terms["logits"] = 0.0  # a scalar head, no vocabulary

@@ -15,6 +15,7 @@ from nemotron.config.targets import NEMO_RL_VERSION
 from nemotron.engines.nemo_rl import generation as gen
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.nemo_rl.compiled import Compiled
+from nemotron.engines.nemo_rl.preference import compile_dpo
 from nemotron.engines.nemo_rl.supervised import compile_rm, compile_sft
 from nemotron.engines.refusals import Refusals
 
@@ -475,4 +476,5 @@ RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], Compiled]] = {
     "ppo": compile_ppo,
     "run_sft": compile_sft,
     "run_rm": compile_rm,
+    "run_dpo": compile_dpo,
 }

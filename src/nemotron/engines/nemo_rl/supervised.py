@@ -33,20 +33,36 @@ RM_OUTPUT = "reward_model"  # its converted checkpoint (rm/train's [[produces]] 
 DATA_FILES = "nemotron_data_files.py"  # nemotron.engines.data_files, written into the job dir
 
 
-def data_files(kind: str, data: str, job_dir: str, fraction: float) -> tuple[tuple[str, ...], str, str]:
-    """(the data step's arguments, the train file, the validation file), both in the job dir."""
+# BinaryPreferenceDataset's own keys (nemo_rl/data/datasets/preference_datasets/binary_preference_dataset.py), as
+# data_files' `pairs` rows carry them: the entries that read preference pairs (run_rm.py, run_dpo.py) take them
+PAIRS_DATASET = {"dataset_name": "BinaryPreferenceDataset", "prompt_key": "prompt", "chosen_key": "chosen",
+                 "rejected_key": "rejected", "prompt_file": None, "system_prompt_file": None}  # fmt: skip
+
+
+def data_files(
+    kind: str, data: str, job_dir: str, fraction: float, held_out: str | None = None
+) -> tuple[tuple[str, ...], str, str]:
+    """(the data step's arguments, the train file, the validation file), both in the job dir: every n-th record of
+    `data` held out, or every record of `held_out` (the user's own validation file) when it is given."""
     train, val = f"{job_dir}/nemo_rl_{kind}_train.jsonl", f"{job_dir}/nemo_rl_{kind}_validation.jsonl"
+    if held_out:
+        return (kind, data, train, val, "0", held_out), train, val
     return (kind, data, train, val, str(every_nth(fraction))), train, val
+
+
+def refuse_trainer_keys(c: Any, refuse: Refusals) -> None:
+    """What every step NeMo-RL trains on a dataset refuses (`c` has the runtime and nemo_rl groups): CPU, the
+    built-in engine's own training keys, pipeline parallelism on DTensor."""
+    if c.runtime.device == "cpu":
+        refuse("runtime.device", "NeMo-RL trains on GPUs only")
+    sec.refuse_builtin_training(c, refuse)
+    if c.nemo_rl.policy_backend == "dtensor" and c.nemo_rl.pipeline_parallel_size > 1:
+        refuse("nemo_rl.pipeline_parallel_size", "pipeline parallelism needs nemo_rl.policy_backend=megatron")
 
 
 def _refusals(c: SFTConfig | RMConfig, refuse: Refusals) -> tuple[str, str]:
     """What both steps refuse; returns (the pretrained model, the data file)."""
-    nemo = c.nemo_rl
-    if c.runtime.device == "cpu":
-        refuse("runtime.device", "NeMo-RL trains on GPUs only")
-    sec.refuse_builtin_training(c, refuse)
-    if nemo.policy_backend == "dtensor" and nemo.pipeline_parallel_size > 1:
-        refuse("nemo_rl.pipeline_parallel_size", "pipeline parallelism needs nemo_rl.policy_backend=megatron")
+    refuse_trainer_keys(c, refuse)
     model = c.inputs.init_from
     if not model:
         refuse(
@@ -59,18 +75,27 @@ def _refusals(c: SFTConfig | RMConfig, refuse: Refusals) -> tuple[str, str]:
     return str(model or ""), str(data or "")
 
 
-def _policy(c: SupervisedConfig, model: str) -> dict[str, Any]:
-    """policy.*: the pretrained model, its tokenizer, the batch, the sequence budget and the trainer."""
-    t = c.trainer
+def policy_section(
+    c: Any, model: str, *, global_batch: int, max_length: int, max_steps: int
+) -> dict[str, Any]:
+    """policy.*: the pretrained model, its tokenizer, the batch, the sequence budget and the trainer (from the
+    optim, runtime and nemo_rl groups of `c`)."""
     return {
         "model_name": model,
         # chat_template null = NeMo-RL's passthrough template: prompt and response text as they are, as the
         # built-in engine reads them (the bases' own templates would wrap them in "Question: ... Answer:")
         "tokenizer": {"name": model, "chat_template": None, "chat_template_kwargs": None},
-        "train_global_batch_size": t.global_batch_size,
-        "max_total_sequence_length": t.max_length,
-        **sec.trainer(c.nemo_rl, c.optim, t.max_steps, packing=c.nemo_rl.sequence_packing, runtime=c.runtime),
+        "train_global_batch_size": global_batch,
+        "max_total_sequence_length": max_length,
+        **sec.trainer(c.nemo_rl, c.optim, max_steps, packing=c.nemo_rl.sequence_packing, runtime=c.runtime),
     }
+
+
+def _policy(c: SupervisedConfig, model: str) -> dict[str, Any]:
+    t = c.trainer
+    return policy_section(
+        c, model, global_batch=t.global_batch_size, max_length=t.max_length, max_steps=t.max_steps
+    )
 
 
 def _loop(c: SupervisedConfig, validates: bool) -> dict[str, Any]:
@@ -89,7 +114,7 @@ def _loop(c: SupervisedConfig, validates: bool) -> dict[str, Any]:
     }
 
 
-def _data(max_length: int, train: dict[str, Any], validation: dict[str, Any] | None) -> dict[str, Any]:
+def data_section(max_length: int, train: dict[str, Any], validation: dict[str, Any] | None) -> dict[str, Any]:
     """data.*, owned whole (`_override_`): the bases' datasets (squad, HelpSteer3) must not survive. Each dataset
     names its dataset_name itself: the bases' logger names interpolate ${data.train.dataset_name}."""
     return {
@@ -116,7 +141,7 @@ def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         },
         "policy": _policy(c, model),
         "data": {
-            **_data(
+            **data_section(
                 c.trainer.max_length,
                 {**dataset, "data_path": train},
                 {**dataset, "data_path": val} if fraction > 0 else None,
@@ -146,15 +171,14 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
         refuse("nemo_rl.context_parallel_size", "NeMo-RL's reward-model loss takes no context parallelism")
     fraction = c.trainer.validation_fraction
     prepare, train_file, val_file = data_files("pairs", data, job_dir, fraction)
-    dataset = {"dataset_name": "BinaryPreferenceDataset", "prompt_key": "prompt", "chosen_key": "chosen",
-               "rejected_key": "rejected", "prompt_file": None, "system_prompt_file": None}  # fmt: skip
+    dataset = PAIRS_DATASET
     config: dict[str, Any] = {
         sec.algorithm_section(RM_ENTRY): {**_loop(c, fraction > 0), "val_micro_batch_size": 1},
         "policy": {
             **_policy(c, model),
             "reward_model_cfg": {"enabled": True, "reward_model_type": "bradley_terry"},
         },
-        "data": _data(
+        "data": data_section(
             c.trainer.max_length,
             {**dataset, "data_path": train_file},
             {**dataset, "data_path": val_file} if fraction > 0 else None,

@@ -1,0 +1,69 @@
+"""rl/dpo on CPU from the shipped tiny artifacts: the tiny preset raises the held-out pair accuracy well above chance,
+moves the policy and registers it with its lineage; a pair whose prompt leaves no response token is exit 2 with one
+line naming its file and line, and nothing registered. (DDP, FSDP and kill -9 resume: tests/steps/test_fsdp.py; the
+losses: tests/rl/test_preference_losses.py; the reference's tokenizer: tests/bad_inputs/test_tokenizer_mismatch.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors.torch import load_file
+
+from nemotron.core.paths import shipped_root
+
+SFT = shipped_root() / "tiny" / "sft_policy"
+
+
+@pytest.mark.slow
+def test_tiny_dpo_raises_held_out_accuracy_well_above_chance(tiny_rl_run: Any, run_cli: Any) -> None:
+    r = tiny_rl_run("rl/dpo")  # `steps run rl/dpo -c tiny`, made once: test_metric_names.py reads it too
+    assert r.code == 0, r.err[-3000:]
+    (job,) = (r.home / "jobs").iterdir()
+    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    validated = [row for row in rows if "val_accuracy" in row]
+    first, last = validated[0], validated[-1]
+    # Before the first step the policy is its reference: every reward is 0, so no pair is won and the loss is log 2.
+    assert first["step"] == 0 and first["val_accuracy"] == 0.0
+    assert first["val_loss"] == pytest.approx(math.log(2), abs=1e-6)
+    assert last["step"] == 40 and last["val_accuracy"] >= 0.7 and last["val_loss"] < math.log(2) - 0.1, last
+    trained = [row for row in rows if "loss" in row]
+    assert sum(row["loss"] for row in trained[-10:]) < sum(row["loss"] for row in trained[:10]) - 1.0
+    assert (
+        trained[-1]["margin"] > 0
+        and trained[-1]["rewards_chosen_mean"] > trained[-1]["rewards_rejected_mean"]
+    )
+
+    # The policy moved; the output is registered with edges to the policy it started from and the pairs.
+    before, after = (
+        load_file(SFT / "model.safetensors"),
+        load_file(job / "outputs" / "policy" / "model.safetensors"),
+    )
+    assert all(not after[k].equal(before[k]) for k in before if after[k].dtype.is_floating_point)
+    lineage = run_cli("artifacts", "lineage", "tiny_dpo_policy:v1", "--json", env=r.env_of(r.home))
+    graph = json.loads(lineage.out)
+    inputs = {e["input"] for e in graph["edges"] if e["child"] == graph["root"]}
+    assert inputs == {"policy", "preferences"}, graph["edges"]
+
+
+def test_a_prompt_that_leaves_no_response_token_is_refused(home: Path, tmp_path: Path, run_cli: Any) -> None:
+    long_prompt = " ".join(["the movie was"] * 20)  # far over trainer.max_length=32 tokens
+    prefs = tmp_path / "prefs.jsonl"
+    prefs.write_text(
+        '{"prompt": "the tour was", "chosen": "great .", "rejected": "awful ."}\n\n'
+        + json.dumps({"prompt": long_prompt, "chosen": "great .", "rejected": "awful ."})
+        + "\n"
+    )
+    r = run_cli("steps", "run", "rl/dpo", "-c", "tiny", f"inputs.preferences={prefs}", timeout=300)
+    # Found in the step, after the tokenizer loads: the runner's lines around it (the job, the known error's fix)
+    # and one error line, which names the file and line 3 (the blank line 2 counts).
+    assert r.code == 2 and "Traceback" not in r.err, r.err[-3000:]
+    (line,) = [x for x in r.err.splitlines() if x.startswith("error:")]
+    assert line.startswith(f"error: {prefs}:3: the prompt takes "), line
+    assert "trainer.max_length=32 chosen or rejected keeps no response token" in line, line
+    listed = run_cli("artifacts", "ls", "--json")
+    assert json.loads(listed.out or "[]") == [], listed.out  # nothing registered
