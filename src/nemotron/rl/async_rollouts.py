@@ -13,6 +13,7 @@ and how long it waited for work.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import queue
 import time
@@ -37,6 +38,7 @@ from nemotron.runtime.faults import slow
 if TYPE_CHECKING:
     from nemotron.rl.stages import Rollouts
 
+log = logging.getLogger("nemotron")
 Slots = list[dict[str, torch.Tensor]]
 
 
@@ -181,6 +183,9 @@ class AsyncRollouts:
             args=(spec, self.slots, self.jobs, self.results, os.getpid()),
         )
         self.process.start()
+        log.info(
+            "generator process (pid %d) started, max_trajectory_age_steps=%d", self.process.pid, self.age
+        )
         self._publish(self.start, policy)
         for step in range(self.start + 1, self.start + 2 + self.age):
             self._ask(step, self.start)
