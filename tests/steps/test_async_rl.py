@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import shared_cli_run
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = json.loads((ROOT / "docs" / "figures" / "tiny_pipeline.json").read_text())["tolerance"]
@@ -47,19 +46,20 @@ def _sha256(job_dir: Path) -> str:
 
 @pytest.mark.slow
 def test_age_0_is_the_synchronous_run_bit_for_bit(
-    brief_rlhf_validated_run: Any, tmp_path_factory: pytest.TempPathFactory
+    brief_rlhf_validated_run: Any, run_cli: Any, home: Path
 ) -> None:
     sync = brief_rlhf_validated_run  # rl/rlhf, two steps, validated after each; made once for the session
     assert sync.code == 0, sync.err[-3000:]
-    asynchronous = shared_cli_run(
-        tmp_path_factory,
+    done = run_cli(
         *sync.args,
         "grpo.async_grpo.enabled=true",
         "grpo.async_grpo.max_trajectory_age_steps=0",
         "loss_fn.use_importance_sampling_correction=true",
+        timeout=600,
     )
-    assert asynchronous.code == 0, asynchronous.err[-3000:]
-    rows = _metrics(asynchronous.job_dir)
+    assert done.code == 0, done.err[-3000:]
+    (job_dir,) = (home / "jobs").iterdir()
+    rows = _metrics(job_dir)
     steps = [r for r in rows if "rewards" in r]
     assert [r["max_trajectory_age"] for r in steps] == [0.0, 0.0]
     assert [r["sampling_importance_ratio"] for r in steps] == [
@@ -68,7 +68,7 @@ def test_age_0_is_the_synchronous_run_bit_for_bit(
     ]  # the generator's logprobs are the trainer's
     # step 2 sampled with the weights of update 1, sent through shared memory: every value and byte agrees
     assert _same(rows) == _same(_metrics(sync.job_dir))
-    assert _sha256(asynchronous.job_dir) == _sha256(sync.job_dir)
+    assert _sha256(job_dir) == _sha256(sync.job_dir)
 
 
 @pytest.mark.slow
