@@ -193,7 +193,7 @@ class AsyncRollouts:
             yield self
         finally:
             self.jobs.put(None)
-            self.process.join(timeout=30)
+            self.process.join(timeout=10)
             if self.process.is_alive():
                 self.process.kill()
 
@@ -248,6 +248,7 @@ class AsyncRollouts:
         r.sampler.set_state(got.sampler_state)  # what a checkpoint after this step saves
         ages = trajectory_ages(current, exp.policy_version).double()
         means = distributed_means(r.world, ages, got.idle_s, waited)
+        # every rank follows the same schedule, so its own max is the global one
         self.lag = Lag(means[0], float(ages.max()), means[1], means[2])
         return exp
 
