@@ -30,7 +30,7 @@ from transformers import PreTrainedModel
 from nemotron.config.offpolicy import AsyncGRPO
 from nemotron.config.stepconfig import Generation
 from nemotron.rl import distributed
-from nemotron.rl.experience import Experience, PromptBatch, ScoreFn, finish, prompt_rows
+from nemotron.rl.experience import Experience, PromptBatch, ScoreFn, finish, prompt_rows, reference_logprobs
 from nemotron.rl.rollout import Rollout
 from nemotron.runtime.devices import DevicePlan
 from nemotron.runtime.faults import slow
@@ -65,6 +65,7 @@ class Generated:
     step: int
     version: int
     rollout: Rollout
+    ref_logprobs: torch.Tensor
     sampler_state: torch.Tensor
     generate_s: float
     idle_s: float
@@ -108,6 +109,10 @@ def _generator_main(spec: GeneratorSpec, slots: Slots, jobs: Any, results: Any, 
         tokenizer = load_tokenizer(spec.policy_path)
         model = load_policy(spec.policy_path, device=plan.device, dtype=plan.dtype)
         model.requires_grad_(False)
+        # the frozen reference starts where the policy does: its logprobs are taken here, off the trainer's path
+        reference = load_policy(spec.policy_path, device=plan.device, dtype=plan.dtype)
+        reference.eval()
+        reference.requires_grad_(False)
         params = sampling_params(spec.generation, tokenizer, stop_strings=spec.generation.stop_strings)
         backend = get_backend(spec.generation)
         sampler = torch.Generator(device=plan.device)
@@ -125,11 +130,12 @@ def _generator_main(spec: GeneratorSpec, slots: Slots, jobs: Any, results: Any, 
             t0 = time.perf_counter()
             with plan.autocast():
                 rollout = backend.generate(model, job.rows, params, sampler)
+            generate_s = time.perf_counter() - t0
             slow("generate")
+            with plan.autocast(), torch.no_grad():
+                ref = reference_logprobs(reference, rollout, params.temperature).cpu()
             cpu = Rollout(**{k: _cpu(v) for k, v in vars(rollout).items()})
-            results.put(
-                Generated(job.step, job.version, cpu, sampler.get_state(), time.perf_counter() - t0, idle)
-            )
+            results.put(Generated(job.step, job.version, cpu, ref, sampler.get_state(), generate_s, idle))
     except BaseException:  # the trainer raises it, with this process's traceback
         results.put(traceback.format_exc())
 
@@ -241,7 +247,8 @@ class AsyncRollouts:
         setup = r.setup(score)
         stale = got.version != current
         with r.plan.autocast():
-            exp = finish(setup, batch, rollout, got.generate_s, r.backend.recomputes_logprobs or stale)
+            recompute = r.backend.recomputes_logprobs or stale
+            exp = finish(setup, batch, rollout, got.generate_s, recompute, got.ref_logprobs.to(r.plan.device))
         exp.policy_version = torch.full((len(exp.scores),), got.version, device=exp.scores.device)
         r.show_first(exp)
         r.position += r.per_step
