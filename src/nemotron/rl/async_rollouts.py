@@ -6,8 +6,8 @@ update max(start, j - 1 - age), where `age` is max_trajectory_age_steps. So the 
 side's speed, and a run is reproducible from its seed; age 0 is the synchronous run, bit for bit. Weights pass
 through `age + 1` shared-memory slots on this host: version v goes to slot v % (age + 1) after update v, which
 only the job of step v read before (the trainer has its rollouts, so that read is over). The generator sends
-back each batch with the version that sampled it, its random stream's state after it (what a checkpoint saves)
-and how long it waited for work.
+back each batch with the frozen reference's logprobs of it, the version that sampled it, its random stream's
+state after it (what a checkpoint saves) and how long it waited for work.
 """
 
 from __future__ import annotations
