@@ -5,7 +5,7 @@ same run. Prints each run's median seconds per step (`step_time`, the first two 
 generator's start), its phases and, for async, the seconds each side waited on the other; then async/sync.
 
 Run: python bench/async_rl.py                      (rl/reinforce -c tiny, 20 steps, 1 run of each)
-     python bench/async_rl.py --runs 2 --steps 30 --max-new-tokens 32 --json out.json
+     python bench/async_rl.py --runs 2 --steps 30 --max-new-tokens 24 --device cuda --json out.json
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ ASYNC = [
 def run_once(root: Path, asynchronous: bool, args: argparse.Namespace) -> dict[str, object]:
     home = Path(tempfile.mkdtemp(dir=root))
     step = ["steps", "run", "rl/reinforce", "-c", "tiny", f"trainer.max_steps={args.steps}", "eval.num_prompts=0",
-            f"generation.max_new_tokens={args.max_new_tokens}", f"trainer.num_prompts_per_step={args.prompts}"]  # fmt: skip
+            f"generation.max_new_tokens={args.max_new_tokens}", f"trainer.num_prompts_per_step={args.prompts}",
+            f"runtime.device={args.device}"]  # fmt: skip
     env = {**os.environ, "NEMOTRON_HOME": str(home)}
     started = time.monotonic()
     done = subprocess.run(
@@ -63,6 +64,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--prompts", type=int, default=16, help="trainer.num_prompts_per_step")
     parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="runtime.device")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args()
     results = []

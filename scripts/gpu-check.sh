@@ -5,9 +5,11 @@
 #      on CUDA by `nemotron steps run sft` (2 steps), in fp32 and bf16, activation checkpointing off and on;
 #   3. the resource plan's predicted peak (plan.json) against the run's measured peak, which on CUDA is
 #      torch.cuda.max_memory_allocated (nemotron.runtime.devices.peak_memory_mb): a table, via
-#      bench/memory_plan.py.
+#      bench/memory_plan.py;
+#   4. asynchronous RL against synchronous on CUDA (issue 46): bench/async_rl.py, trainer and generator process on
+#      the one GPU.
 # Figures go to $OUT (if set; else a temporary folder): gpu-check.txt (the whole log), memory_plan_cuda.json,
-# pipeline.txt. It installs nothing: it needs Python >= 3.11 with a CUDA build of torch and the project's runtime
+# async_rl_cuda.json, pipeline.txt. It installs nothing: it needs Python >= 3.11 with a CUDA build of torch and the project's runtime
 # wheels (pyproject.toml: typer, rich, omegaconf, pydantic, pyyaml, jinja2, transformers, safetensors,
 # tokenizers, numpy, tensorboard, matplotlib, vaderSentiment, h11, prometheus_client), and runs this checkout
 # (PYTHONPATH=src). Exit 0: every step ran and the plan is within the bench's tolerance; 1: a check failed;
@@ -54,4 +56,7 @@ echo "gpu-check: tiny pipeline on CUDA took $(( $(date +%s) - start )) s"
 
 echo "== 2-3. small Llama, Qwen2 and GPT-2 on CUDA: the plan against torch.cuda.max_memory_allocated"
 "$PY" "$ROOT/bench/memory_plan.py" --families llama qwen2 gpt2 --sizes small --device cuda --json "$OUT_DIR/memory_plan_cuda.json"
+
+echo "== 4. asynchronous RL against synchronous on CUDA"
+"$PY" "$ROOT/bench/async_rl.py" --runs 2 --steps 20 --max-new-tokens 24 --device cuda --json "$OUT_DIR/async_rl_cuda.json"
 echo "gpu-check: done; figures in $OUT_DIR"

@@ -61,6 +61,22 @@ def test_kill_9_of_the_step_takes_its_reward_server_with_it(tmp_path: Path) -> N
     _wait(lambda: _status(job_dir).get("state") == "failed", 15, "the launcher to record the failure")
 
 
+@pytest.mark.slow
+def test_kill_9_of_an_asynchronous_step_takes_its_generator_with_it(tmp_path: Path) -> None:
+    job_dir = _submit(_env(tmp_path / "home"), "rl/reinforce", "-c", "tiny", "trainer.max_steps=500",
+                      "reinforce.async_grpo.enabled=true", "reinforce.use_importance_sampling_correction=true")  # fmt: skip
+    log = job_dir / "logs" / "step.log"
+    _wait(lambda: log.is_file() and "step 2/" in log.read_text(), 180, "the second step")
+    generator = int(re.search(r"generator process \(pid (\d+)\)", log.read_text()).group(1))  # type: ignore[union-attr]
+    step = _status(job_dir)["pid"]
+    spawned = "spawn_main"  # the generator's command line: multiprocessing's spawn
+    assert isinstance(step, int) and is_alive(generator, spawned) and is_alive(step)
+
+    os.kill(step, signal.SIGKILL)
+
+    _wait(lambda: not is_alive(generator, spawned), 15, f"the generator (pid {generator}) to exit")
+
+
 def test_kill_9_of_the_launcher_group_is_recorded_as_failed(tmp_path: Path, fixture_steps: Path) -> None:
     env = _env(tmp_path / "home", NEMOTRON_STEPS_PATH=str(fixture_steps))
     job_dir = _submit(env, "test/count", "-c", "tiny", "trainer.max_steps=100", "trainer.sleep_s=0.5")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import shared_cli_run
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = json.loads((ROOT / "docs" / "figures" / "tiny_pipeline.json").read_text())["tolerance"]
@@ -41,34 +40,35 @@ def _same(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def _the_run(run_cli: Any, home: Path, args: list[str], **env: str) -> Path:
+    """`nemotron ARGS` in the test's home, checked to succeed: its job directory."""
+    done = run_cli(*args, env=env, timeout=600)
+    assert done.code == 0, done.err[-3000:]
+    (job_dir,) = (home / "jobs").iterdir()
+    return Path(job_dir)
+
+
 def _sha256(job_dir: Path) -> str:
     return hashlib.sha256((job_dir / "outputs" / "policy" / "model.safetensors").read_bytes()).hexdigest()
 
 
 @pytest.mark.slow
 def test_age_0_is_the_synchronous_run_bit_for_bit(
-    brief_rlhf_validated_run: Any, tmp_path_factory: pytest.TempPathFactory
+    brief_rlhf_validated_run: Any, run_cli: Any, home: Path
 ) -> None:
     sync = brief_rlhf_validated_run  # rl/rlhf, two steps, validated after each; made once for the session
     assert sync.code == 0, sync.err[-3000:]
-    asynchronous = shared_cli_run(
-        tmp_path_factory,
-        *sync.args,
-        "grpo.async_grpo.enabled=true",
-        "grpo.async_grpo.max_trajectory_age_steps=0",
-        "loss_fn.use_importance_sampling_correction=true",
-    )
-    assert asynchronous.code == 0, asynchronous.err[-3000:]
-    rows = _metrics(asynchronous.job_dir)
+    age_0 = ("grpo.async_grpo.enabled=true", "grpo.async_grpo.max_trajectory_age_steps=0",
+             "loss_fn.use_importance_sampling_correction=true")  # fmt: skip
+    job_dir = _the_run(run_cli, home, [*sync.args, *age_0])
+    rows = _metrics(job_dir)
     steps = [r for r in rows if "rewards" in r]
     assert [r["max_trajectory_age"] for r in steps] == [0.0, 0.0]
-    assert [r["sampling_importance_ratio"] for r in steps] == [
-        1.0,
-        1.0,
-    ]  # the generator's logprobs are the trainer's
+    # the generator's logprobs are the trainer's
+    assert [r["sampling_importance_ratio"] for r in steps] == [1.0, 1.0]
     # step 2 sampled with the weights of update 1, sent through shared memory: every value and byte agrees
     assert _same(rows) == _same(_metrics(sync.job_dir))
-    assert _sha256(asynchronous.job_dir) == _sha256(sync.job_dir)
+    assert _sha256(job_dir) == _sha256(sync.job_dir)
 
 
 @pytest.mark.slow
@@ -77,15 +77,11 @@ def test_age_1_raises_the_reward_as_synchronous_with_no_sample_older_than_one_up
 ) -> None:
     sync = tiny_rl_run("rl/reinforce")  # the tiny preset as shipped, made once for the session
     assert sync.code == 0, sync.err[-3000:]
-    done = run_cli(
-        "steps", "run", "rl/reinforce", "-c", "tiny",
-        "reinforce.async_grpo.enabled=true", "reinforce.async_grpo.max_trajectory_age_steps=1",
-        "reinforce.use_importance_sampling_correction=true",
-        "reinforce.truncated_importance_sampling_type=tis", "reinforce.truncated_importance_sampling_ratio=2.0",
-        env={"NEMOTRON_SLOW": "train:0.2"}, timeout=600,
-    )  # fmt: skip
-    assert done.code == 0, done.err[-3000:]
-    (job_dir,) = (home / "jobs").iterdir()
+    age_1 = ["steps", "run", "rl/reinforce", "-c", "tiny",
+             "reinforce.async_grpo.enabled=true", "reinforce.async_grpo.max_trajectory_age_steps=1",
+             "reinforce.use_importance_sampling_correction=true",
+             "reinforce.truncated_importance_sampling_type=tis", "reinforce.truncated_importance_sampling_ratio=2.0"]  # fmt: skip
+    job_dir = _the_run(run_cli, home, age_1, NEMOTRON_SLOW="train:0.2")
     rows = _metrics(job_dir)
     steps = [r for r in rows if "rewards" in r]
     # step 1 samples the starting weights; every later step the weights one update behind the trainer's

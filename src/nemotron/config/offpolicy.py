@@ -27,6 +27,14 @@ class AsyncGRPO(Strict):
     """swap the generator's weights in the middle of a batch of generations (NeMo-RL, vLLM async engine); the
     built-in engine swaps them between batches and refuses true"""
 
+    @model_validator(mode="after")
+    def _keys_act_when_enabled(self) -> AsyncGRPO:
+        if not self.enabled and (self.max_trajectory_age_steps != 1 or self.in_flight_weight_updates):
+            raise ValueError(
+                "max_trajectory_age_steps and in_flight_weight_updates act only with enabled=true"
+            )
+        return self
+
 
 class ImportanceSampling(Strict):
     """The off-policy correction (NeMo-RL v0.7.0: loss_fn.use_importance_sampling_correction and the

@@ -6,13 +6,14 @@ update max(start, j - 1 - age), where `age` is max_trajectory_age_steps. So the 
 side's speed, and a run is reproducible from its seed; age 0 is the synchronous run, bit for bit. Weights pass
 through `age + 1` shared-memory slots on this host: version v goes to slot v % (age + 1) after update v, which
 only the job of step v read before (the trainer has its rollouts, so that read is over). The generator sends
-back each batch with the version that sampled it, its random stream's state after it (what a checkpoint saves)
-and how long it waited for work.
+back each batch with the frozen reference's logprobs of it, the version that sampled it, its random stream's
+state after it (what a checkpoint saves) and how long it waited for work.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import queue
 import time
@@ -29,7 +30,7 @@ from transformers import PreTrainedModel
 from nemotron.config.offpolicy import AsyncGRPO
 from nemotron.config.stepconfig import Generation
 from nemotron.rl import distributed
-from nemotron.rl.experience import Experience, PromptBatch, ScoreFn, finish, prompt_rows
+from nemotron.rl.experience import Experience, PromptBatch, ScoreFn, finish, prompt_rows, reference_logprobs
 from nemotron.rl.rollout import Rollout
 from nemotron.runtime.devices import DevicePlan
 from nemotron.runtime.faults import slow
@@ -37,6 +38,7 @@ from nemotron.runtime.faults import slow
 if TYPE_CHECKING:
     from nemotron.rl.stages import Rollouts
 
+log = logging.getLogger("nemotron")
 Slots = list[dict[str, torch.Tensor]]
 
 
@@ -63,6 +65,7 @@ class Generated:
     step: int
     version: int
     rollout: Rollout
+    ref_logprobs: torch.Tensor
     sampler_state: torch.Tensor
     generate_s: float
     idle_s: float
@@ -106,6 +109,10 @@ def _generator_main(spec: GeneratorSpec, slots: Slots, jobs: Any, results: Any, 
         tokenizer = load_tokenizer(spec.policy_path)
         model = load_policy(spec.policy_path, device=plan.device, dtype=plan.dtype)
         model.requires_grad_(False)
+        # the frozen reference starts where the policy does: its logprobs are taken here, off the trainer's path
+        reference = load_policy(spec.policy_path, device=plan.device, dtype=plan.dtype)
+        reference.eval()
+        reference.requires_grad_(False)
         params = sampling_params(spec.generation, tokenizer, stop_strings=spec.generation.stop_strings)
         backend = get_backend(spec.generation)
         sampler = torch.Generator(device=plan.device)
@@ -123,11 +130,12 @@ def _generator_main(spec: GeneratorSpec, slots: Slots, jobs: Any, results: Any, 
             t0 = time.perf_counter()
             with plan.autocast():
                 rollout = backend.generate(model, job.rows, params, sampler)
+            generate_s = time.perf_counter() - t0
             slow("generate")
+            with plan.autocast(), torch.no_grad():
+                ref = reference_logprobs(reference, rollout, params.temperature).cpu()
             cpu = Rollout(**{k: _cpu(v) for k, v in vars(rollout).items()})
-            results.put(
-                Generated(job.step, job.version, cpu, sampler.get_state(), time.perf_counter() - t0, idle)
-            )
+            results.put(Generated(job.step, job.version, cpu, ref, sampler.get_state(), generate_s, idle))
     except BaseException:  # the trainer raises it, with this process's traceback
         results.put(traceback.format_exc())
 
@@ -181,6 +189,9 @@ class AsyncRollouts:
             args=(spec, self.slots, self.jobs, self.results, os.getpid()),
         )
         self.process.start()
+        log.info(
+            "generator process (pid %d) started, max_trajectory_age_steps=%d", self.process.pid, self.age
+        )
         self._publish(self.start, policy)
         for step in range(self.start + 1, self.start + 2 + self.age):
             self._ask(step, self.start)
@@ -188,7 +199,7 @@ class AsyncRollouts:
             yield self
         finally:
             self.jobs.put(None)
-            self.process.join(timeout=30)
+            self.process.join(timeout=10)
             if self.process.is_alive():
                 self.process.kill()
 
@@ -236,13 +247,15 @@ class AsyncRollouts:
         setup = r.setup(score)
         stale = got.version != current
         with r.plan.autocast():
-            exp = finish(setup, batch, rollout, got.generate_s, r.backend.recomputes_logprobs or stale)
+            recompute = r.backend.recomputes_logprobs or stale
+            exp = finish(setup, batch, rollout, got.generate_s, recompute, got.ref_logprobs.to(r.plan.device))
         exp.policy_version = torch.full((len(exp.scores),), got.version, device=exp.scores.device)
         r.show_first(exp)
         r.position += r.per_step
         r.sampler.set_state(got.sampler_state)  # what a checkpoint after this step saves
         ages = trajectory_ages(current, exp.policy_version).double()
         means = distributed_means(r.world, ages, got.idle_s, waited)
+        # every rank follows the same schedule, so its own max is the global one
         self.lag = Lag(means[0], float(ages.max()), means[1], means[2])
         return exp
 

@@ -91,11 +91,17 @@ def collect(setup: RolloutSetup, prompts: PromptBatch) -> Experience:
 
 
 def finish(
-    setup: RolloutSetup, prompts: PromptBatch, rollout: Rollout, generate_s: float, recompute: bool
+    setup: RolloutSetup,
+    prompts: PromptBatch,
+    rollout: Rollout,
+    generate_s: float,
+    recompute: bool,
+    ref_logprobs: torch.Tensor | None = None,
 ) -> Experience:
     """The rest of the rollout phase once `rollout` is sampled (here, or by a generator process in
-    `generate_s` seconds): scores, the reference's logprobs and, when `recompute`, the policy's own (another
-    engine, or an older policy, sampled; `Experience.generation_logprobs` keeps the sampler's)."""
+    `generate_s` seconds): scores, the reference's logprobs (unless given: a generator process took them) and,
+    when `recompute`, the policy's own (another engine, or an older policy, sampled;
+    `Experience.generation_logprobs` keeps the sampler's)."""
     n, params = setup.n, setup.params
     rows = prompt_rows(prompts, n)
     texts = [p for p in prompts.texts for _ in range(n)]
@@ -121,13 +127,8 @@ def finish(
     stats: dict[str, float] = {}
     logprobs = rollout.logprobs
     with torch.no_grad():
-        ref_logprobs = sequence_logprobs(
-            setup.reference,
-            rollout.sequences,
-            rollout.attention_mask,
-            params.temperature,
-            rollout.prompt_width,
-        )
+        if ref_logprobs is None:
+            ref_logprobs = reference_logprobs(setup.reference, rollout, params.temperature)
         # another engine or an older policy sampled: the loss uses the trainer's own logprobs (NeMo-RL)
         if recompute:
             logprobs = sequence_logprobs(
@@ -156,6 +157,13 @@ def finish(
         responses=responses,
         timers=timers,
         engine_stats=stats,
+    )
+
+
+def reference_logprobs(reference: PreTrainedModel, rollout: Rollout, temperature: float) -> torch.Tensor:
+    """``(B, N)`` the frozen reference's logprobs of the rollout's response tokens (call under no_grad)."""
+    return sequence_logprobs(
+        reference, rollout.sequences, rollout.attention_mask, temperature, rollout.prompt_width
     )
 
 

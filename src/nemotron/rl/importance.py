@@ -84,7 +84,8 @@ def step_correction(
 ) -> tuple[torch.Tensor | None, dict[str, float]]:
     """One step's importance weights under the config's correction keys (None when it is off), and their
     metrics over the global batch: NeMo-RL's ``sampling_importance_ratio`` (the mean weight over valid tokens)
-    and ``is_oob_ratio`` (the truncation's share; per rank for seq-mask-tis, then averaged)."""
+    and ``is_oob_ratio`` (the truncation's share; under seq-mask-tis each rank's share of responses, weighted by
+    its tokens)."""
     if not keys.use_importance_sampling_correction:
         return None, {}
     from nemotron.rl.stats import global_means

@@ -147,7 +147,8 @@ def main() -> None:
 
     source = rollout_source(rollouts, cfg.reinforce.async_grpo, start_step, total)
     scores = stages.reward_model_scores(run, cfg.reward, cfg.inputs.reward_model, plan)
-    with scores as (score_fn, described), source.running():
+    # the generator process starts first: its start-up overlaps the reward server's
+    with source.running(), scores as (score_fn, described):
         log.info("rewards from %s", described)
         evaluation.before(score_fn, start_step)
         for step in range(start_step + 1, total + 1):

@@ -237,7 +237,8 @@ def main() -> None:
 
     judge_stats: dict[str, float] = {}
     source = rollout_source(rollouts, cfg.grpo.async_grpo, start_step, total)
-    with judge(cfg.judge, judge_model, run, plan, judge_stats) as (score_fn, described), source.running():
+    # the generator process starts first: its start-up overlaps the judge's
+    with source.running(), judge(cfg.judge, judge_model, run, plan, judge_stats) as (score_fn, described):
         log.info("rewards from %s", described)
         evaluation.before(score_fn, start_step)
         for step in range(start_step + 1, total + 1):
