@@ -207,7 +207,9 @@ KEYS["training_rm.yaml"] = {
     "exp_manager.wandb_logger_kwargs.project": "nemo_aligner_rm",
     "model.reward_model_type": "binary_ranking",  # RewardModelDataset: chosen, rejected, chosen, ...
     "trainer.rm.gradient_clip_val": 1.0,
+    "trainer.rm.max_epochs": 1,
     "trainer.rm.max_steps": -1,
+    "trainer.rm.train_random_sampler": True,  # what lets max_epochs pass 1 (SupervisedTrainer.fit)
     "trainer.rm.save_interval": 100,
     "trainer.rm.val_check_interval": 100,
 }

@@ -61,8 +61,10 @@ def test_hand_checked_values(home: Path) -> None:
     assert sft["model.data.train_ds.prompt_template"] == "{prompt}{response}"
     assert sft["model.data.train_ds.label_key"] == "response" and sft["model.data.sample"] is True
     assert (sft["trainer.num_nodes"], sft["trainer.devices"]) == (3, 8)
-    rm = compiled("rm/train", "trainer.global_batch_size=32")
+    rm = compiled("rm/train", "trainer.global_batch_size=32", "trainer.max_steps=300")
     r = dict(rm.groups[0].overrides)
+    # max_steps ends the run: training_rm.yaml's one epoch would stop it after one pass over the pairs
+    assert (r["trainer.rm.max_steps"], r["trainer.rm.max_epochs"]) == (300, 300)
     assert (
         r["pretrained_checkpoint.restore_from_path"] == "/models/base.nemo"
         and r["model.global_batch_size"] == 32

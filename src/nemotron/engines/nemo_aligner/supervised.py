@@ -110,6 +110,10 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
         ("model.data.seq_length", t.max_length),
         ("model.global_batch_size", t.global_batch_size),
         ("trainer.rm.max_steps", t.max_steps),
+        # training_rm.yaml's max_epochs 1 would end the run after one pass over the pairs whatever max_steps says
+        # (SupervisedTrainer.set_max_steps takes the smaller); its random sampler (train_random_sampler: True)
+        # allows more epochs and reshuffles each: max_steps ends the run, as ours does
+        ("trainer.rm.max_epochs", t.max_steps),
         ("trainer.rm.val_check_interval", t.log_interval),
         ("trainer.rm.save_interval", c.checkpoint.save_interval or t.max_steps),
         ("trainer.rm.gradient_clip_val", c.optim.clip_grad),
