@@ -28,3 +28,14 @@ def matches_golden(text: str, golden: Path) -> None:
         golden.write_text(text)
     assert golden.is_file(), f"no golden file {golden.name}: run with {UPDATE_GOLDENS}=1 and review it"
     assert text == golden.read_text(), f"{golden.name} changed: rerun with {UPDATE_GOLDENS}=1 if intended"
+
+
+class CodeRunningPickle:
+    """Planted in a pickle: unpickling it runs a shell command that creates `marker` (so a test sees whether a
+    loader ran it)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))

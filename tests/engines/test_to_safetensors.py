@@ -11,11 +11,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from tests.assertions import CodeRunningPickle
 
 from nemotron.engines.nemo_rl import to_safetensors
 
@@ -54,19 +54,9 @@ def test_the_converters_pickle_becomes_safetensors_with_the_same_logits(
     assert torch.equal(_logits(model), expected)
 
 
-class _Payload:
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        import os
-
-        return (os.system, (f"touch {self.marker}",))
-
-
 def test_a_pickle_that_would_run_code_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    (tmp_path / "pytorch_model.bin").write_bytes(pickle.dumps({"w": _Payload(marker)}))
+    (tmp_path / "pytorch_model.bin").write_bytes(pickle.dumps({"w": CodeRunningPickle(marker)}))
     done = _run(tmp_path)
     assert done.returncode != 0 and not marker.exists()
     assert (tmp_path / "pytorch_model.bin").exists() and not list(tmp_path.glob("*.safetensors"))

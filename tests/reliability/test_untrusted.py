@@ -8,22 +8,11 @@ from typing import Any
 
 import pytest
 import torch
+from tests.assertions import CodeRunningPickle
 
 from nemotron.errors import UserError
 from nemotron.models.tiny import build_policy
 from nemotron.rl import trainstate
-
-
-class _Payload:
-    """Unpickling this would run a shell command that creates a marker file."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        import os
-
-        return (os.system, (f"touch {self.marker}",))
 
 
 def test_a_planted_malicious_pickle_in_a_checkpoint_is_refused(tmp_path: Path) -> None:
@@ -34,7 +23,7 @@ def test_a_planted_malicious_pickle_in_a_checkpoint_is_refused(tmp_path: Path) -
         tmp_path / "ck", 1, {"policy": policy}, {"policy": opt}, {"g": gen}, 0, {"config": "c"}
     )
     marker = tmp_path / "pwned"
-    (ckpt / "optimizers.pt").write_bytes(pickle.dumps({"policy": _Payload(marker)}))
+    (ckpt / "optimizers.pt").write_bytes(pickle.dumps({"policy": CodeRunningPickle(marker)}))
     with pytest.raises(UserError, match="refusing to unpickle"):
         trainstate.load(ckpt, {"policy": policy}, {"policy": opt}, {"g": gen}, {"config": "c"})
     assert not marker.exists(), "the pickle payload ran"
@@ -47,7 +36,9 @@ def test_weights_load_only_from_safetensors(tmp_path: Path) -> None:
     path = save_checkpoint(policy, tmp_path / "m")
     (path / "model.safetensors").unlink()
     marker = tmp_path / "pwned"
-    (path / "pytorch_model.bin").write_bytes(pickle.dumps(_Payload(marker)))  # a .bin beside config.json
+    (path / "pytorch_model.bin").write_bytes(
+        pickle.dumps(CodeRunningPickle(marker))
+    )  # a .bin beside config.json
     with pytest.raises(CheckpointError):
         load_policy(path)
     assert not marker.exists()
