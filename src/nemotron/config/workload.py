@@ -23,6 +23,9 @@ class Training:
     rows_per_record: int = (
         1  # rows one record becomes in a forward pass (2: a preference pair's two responses)
     )
+    # records per forward/backward pass on one device, gradients accumulating over the rank's share (rl/dpo's
+    # trainer.micro_batch_size; batch_key then names it); 0: the rank's whole share in one pass (sft, rm/train)
+    micro_batch: int = 0
 
 
 @dataclass(frozen=True)

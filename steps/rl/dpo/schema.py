@@ -187,7 +187,8 @@ class Config(Strict):
         """One optimizer step: micro-batches of pairs, chosen and rejected in one forward."""
         return Training(
             "trainer.micro_batch_size",
-            self.trainer.micro_batch_size,
+            self.trainer.global_batch_size,
             self.trainer.max_length,
             rows_per_record=2,
+            micro_batch=self.trainer.micro_batch_size,
         )
