@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import runpy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from safetensors.torch import load_file
 from nemotron.core.paths import shipped_root
 
 SFT = shipped_root() / "tiny" / "sft_policy"
+STEP_FILE = Path(__file__).resolve().parents[2] / "steps" / "rl" / "dpo" / "step.py"
 
 
 @pytest.mark.slow
@@ -46,3 +49,21 @@ def test_tiny_dpo_raises_held_out_accuracy_well_above_chance(tiny_rl_run: Any, r
     graph = json.loads(lineage.out)
     inputs = {e["input"] for e in graph["edges"] if e["child"] == graph["root"]}
     assert inputs == {"policy", "preferences"}, graph["edges"]
+
+
+def test_the_rpo_losses_read_each_lines_rewards_and_nemo_aligners_defaults(tmp_path: Path) -> None:
+    """g = gt_reward_scale * (chosen_reward - rejected_reward) of each line; a line without them takes 1 and 0."""
+    from nemotron.models.checkpoint import load_tokenizer
+
+    step = runpy.run_path(str(STEP_FILE), run_name="imported_step")
+    dpo = runpy.run_path(str(STEP_FILE.parent / "schema.py"))["DPO"](
+        preference_loss="rpo_sq", gt_reward_scale=2
+    )
+    prefs = tmp_path / "prefs.jsonl"
+    prefs.write_text(
+        '{"prompt": "the tour was", "chosen": "great .", "rejected": "awful .", "chosen_reward": 3, '
+        '"rejected_reward": 1.5}\n{"prompt": "my meal was", "chosen": "fine .", "rejected": "cold ."}\n'
+    )
+    pairs = step["encode_pairs"](str(prefs), load_tokenizer(SFT), 32, dpo)
+    assert [p.gt_delta for p in pairs] == [2 * (3 - 1.5), 2 * (1 - 0)]
+    assert all(p.tokens.has_responses for p in pairs)
