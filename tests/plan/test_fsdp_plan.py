@@ -64,3 +64,23 @@ def test_a_70b_sft_is_refused_with_ddp_and_fsdp_is_not_named_where_it_does_not_f
     # 70B over 8 ranks is still ~142 GiB a GPU: fsdp is not named as a remedy on its own
     fsdp = run_cli(*SFT, *LLAMA_70B, "runtime.sharding=fsdp")
     assert fsdp.code == 2 and "runtime.sharding=fsdp" not in fsdp.err.split("To fit:")[1], fsdp.err
+
+
+# rl/dpo's default preset (bf16-mixed: fp32 weights) on 8 GPUs; its pairs need no file to plan
+DPO = ("steps", "run", "rl/dpo", "-c", "default", "-b", "one_node", "inputs.policy=/models/llama-8b",
+       "plan.models.policy=meta-llama/Llama-3.1-8B-Instruct", "runtime.sharding=fsdp",
+       "runtime.gradient_checkpointing=true", "--dry-run", "--json")  # fmt: skip
+
+
+def test_a_dpo_plan_holds_the_whole_frozen_reference_and_one_micro_batch(
+    home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    (tmp_path / "env.toml").write_text(ONE_NODE)
+    one, two = (_training(run_cli(*DPO, f"trainer.micro_batch_size={m}").out) for m in (1, 2))
+    fp32_weights_mb = one["models"][0]["parameters"] * 4 / 2**20
+    # the reference policy is every weight on every rank, while FSDP gives each rank an eighth of the trained one
+    assert abs(one["terms_mb"]["reference weights"] - fp32_weights_mb) < 1
+    assert abs(one["terms_mb"]["weights"] * 8 - fp32_weights_mb) < 1
+    # activations follow the micro-batch's pairs (two rows each), not the 128 pairs of a step
+    assert abs(two["terms_mb"]["activations"] - 2 * one["terms_mb"]["activations"]) < 1
+    assert "trainer.micro_batch_size=1 (now 2)" in two["suggestions"]

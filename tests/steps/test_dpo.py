@@ -1,13 +1,13 @@
 """rl/dpo on CPU from the shipped tiny artifacts: the tiny preset raises the held-out pair accuracy well above chance,
-moves the policy and registers it with its lineage; a pair whose prompt leaves no response token is exit 2 with one
-line naming its file and line, and nothing registered. (DDP, FSDP and kill -9 resume: tests/steps/test_fsdp.py; the
-losses: tests/rl/test_preference_losses.py; the reference's tokenizer: tests/bad_inputs/test_tokenizer_mismatch.py.)
+moves the policy and registers it with its lineage. (DDP, FSDP and kill -9 resume: tests/steps/test_fsdp.py; the
+losses: tests/rl/test_preference_losses.py; bad pairs and a reference with another tokenizer: tests/bad_inputs.)
 """
 
 from __future__ import annotations
 
 import json
 import math
+import runpy
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from nemotron.core.paths import shipped_root
 
 SFT = shipped_root() / "tiny" / "sft_policy"
+STEP_FILE = Path(__file__).resolve().parents[2] / "steps" / "rl" / "dpo" / "step.py"
 
 
 @pytest.mark.slow
@@ -50,20 +51,19 @@ def test_tiny_dpo_raises_held_out_accuracy_well_above_chance(tiny_rl_run: Any, r
     assert inputs == {"policy", "preferences"}, graph["edges"]
 
 
-def test_a_prompt_that_leaves_no_response_token_is_refused(home: Path, tmp_path: Path, run_cli: Any) -> None:
-    long_prompt = " ".join(["the movie was"] * 20)  # far over trainer.max_length=32 tokens
+def test_the_rpo_losses_read_each_lines_rewards_and_nemo_aligners_defaults(tmp_path: Path) -> None:
+    """g = gt_reward_scale * (chosen_reward - rejected_reward) of each line; a line without them takes 1 and 0."""
+    from nemotron.models.checkpoint import load_tokenizer
+
+    step = runpy.run_path(str(STEP_FILE), run_name="imported_step")
+    dpo = runpy.run_path(str(STEP_FILE.parent / "schema.py"))["DPO"](
+        preference_loss="rpo_sq", gt_reward_scale=2
+    )
     prefs = tmp_path / "prefs.jsonl"
     prefs.write_text(
-        '{"prompt": "the tour was", "chosen": "great .", "rejected": "awful ."}\n\n'
-        + json.dumps({"prompt": long_prompt, "chosen": "great .", "rejected": "awful ."})
-        + "\n"
+        '{"prompt": "the tour was", "chosen": "great .", "rejected": "awful .", "chosen_reward": 3, '
+        '"rejected_reward": 1.5}\n{"prompt": "my meal was", "chosen": "fine .", "rejected": "cold ."}\n'
     )
-    r = run_cli("steps", "run", "rl/dpo", "-c", "tiny", f"inputs.preferences={prefs}", timeout=300)
-    # Found in the step, after the tokenizer loads: the runner's lines around it (the job, the known error's fix)
-    # and one error line, which names the file and line 3 (the blank line 2 counts).
-    assert r.code == 2 and "Traceback" not in r.err, r.err[-3000:]
-    (line,) = [x for x in r.err.splitlines() if x.startswith("error:")]
-    assert line.startswith(f"error: {prefs}:3: the prompt takes "), line
-    assert "trainer.max_length=32 chosen or rejected keeps no response token" in line, line
-    listed = run_cli("artifacts", "ls", "--json")
-    assert json.loads(listed.out or "[]") == [], listed.out  # nothing registered
+    pairs = step["encode_pairs"](str(prefs), load_tokenizer(SFT), 32, dpo)
+    assert [p.gt_delta for p in pairs] == [2 * (3 - 1.5), 2 * (1 - 0)]
+    assert all(p.tokens.has_responses for p in pairs)

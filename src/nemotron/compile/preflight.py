@@ -11,6 +11,9 @@
 - **Optional record fields the config needs**: a step whose schema has `record_fields_needed()` (eval/policy's
   scorers.math needs the answer of every prompt it evaluates) gets the records it will read of each local JSONL
   input checked for them, naming the first line without one.
+- **Prompts that leave no room for a response**: a step whose schema has `prompt_token_limits()` (rl/dpo: prompt
+  and response within trainer.max_length) gets each named local JSONL input's prompts counted with the tokenizer of
+  the input it names, naming the first line whose prompt alone fills the limit.
 
 Every problem is collected and raised as one UserError (exit 2). Profiles' own numbers (nodes, GPUs and tasks per
 node >= 1) are refused where the profile is read (`nemotron.config.profiles`), naming its file and key.
@@ -33,6 +36,7 @@ from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config, shape_problems
 from nemotron.models.nemo_checkpoint import nemo_model_config
 from nemotron.models.tokenizer_match import generation_config_problem
+from nemotron.plan.prompts import first_prompt_at_least
 from nemotron.tracking.checks import tracking_problems
 
 if TYPE_CHECKING:
@@ -98,6 +102,7 @@ def check(
     (its engines' recipes, its models) its `manifest` declares."""
     step_id = manifest.step.id
     problems = unloadable_inputs(catalog, validated, bindings) + records_lacking_fields(validated, bindings)
+    problems += prompts_leaving_no_response(validated, bindings)
     nodes, gpus = getattr(profile, "nodes", 1), getattr(profile, "gpus_per_node", 0)
     own = engine_checks(manifest, validated, bindings, nodes, gpus)
     problems += own.problems
@@ -208,3 +213,32 @@ def first_record_lacking(path: Path, fields: Sequence[str], used: int = 0) -> tu
                 if missing:
                     return number, missing[0]
     return None
+
+
+# ----------------------------------------------------------------------------- prompt lengths
+
+
+def prompts_leaving_no_response(config: BaseModel, bindings: Sequence[Binding]) -> list[str]:
+    """A problem for each local JSONL input with a prompt that takes the whole token budget the config gives it:
+    the schema's `prompt_token_limits()` maps input names to (the limit's key, its value, the input whose
+    tokenizer counts), e.g. {"preferences": ("trainer.max_length", 32, "policy")}; a prompt of at least that many
+    tokens leaves its response none. Inputs or tokenizers that are not here are left to the step, which checks
+    again."""
+    limits = getattr(config, "prompt_token_limits", None)
+    if limits is None:
+        return []
+    wants: dict[str, tuple[str, int, str]] = limits()
+    local = {b.name: b for b in bindings if b.path}
+    problems = []
+    for name, (key, limit, counted_by) in wants.items():
+        data, tokenizer = local.get(name), local.get(counted_by)
+        if data is None or tokenizer is None or not Path(str(data.path)).is_file():
+            continue
+        over = first_prompt_at_least(Path(str(data.path)), Path(str(tokenizer.path)), limit)
+        if over is not None:
+            line, tokens = over
+            problems.append(
+                f"input '{name}' ({data.ref}): line {line}: the prompt takes {tokens} tokens, so with {key}={limit} "
+                f"no response token is left; raise {key} or shorten the prompt"
+            )
+    return problems

@@ -23,9 +23,10 @@ class Training:
     rows_per_record: int = (
         1  # rows one record becomes in a forward pass (2: a preference pair's two responses)
     )
-    # records one forward pass takes on each GPU of an engine that splits the batch into micro-batches (NeMo-RL's
-    # train_micro_batch_size, NeMo-Aligner's model.micro_batch_size; the supervised bases' 1)
-    micro_batch: int = 1
+    # records per forward/backward pass on one device, gradients accumulating over the rank's share (rl/dpo's
+    # trainer.micro_batch_size; batch_key then names it); 0: the engine's own (the built-in engine: the rank's whole
+    # share in one pass, as sft and rm/train do; NeMo-RL's and NeMo-Aligner's supervised bases: 1)
+    micro_batch: int = 0
 
 
 @dataclass(frozen=True)

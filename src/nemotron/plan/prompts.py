@@ -85,10 +85,15 @@ def _longest(stamps: tuple[tuple[str, int, int], ...], tokenizer_dir: Path | Non
 
 
 def _prompts(path: Path) -> list[str | list[dict[str, Any]]]:
-    found: list[str | list[dict[str, Any]]] = []
+    return [prompt for _, prompt in _numbered_prompts(path)]
+
+
+def _numbered_prompts(path: Path) -> list[tuple[int, str | list[dict[str, Any]]]]:
+    """(line number, prompt) of every record of a JSONL file with a text or conversation prompt."""
+    found: list[tuple[int, str | list[dict[str, Any]]]] = []
     try:
         with path.open(encoding="utf-8", errors="replace") as handle:
-            for line in handle:
+            for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
                 try:
@@ -98,24 +103,41 @@ def _prompts(path: Path) -> list[str | list[dict[str, Any]]]:
                 if isinstance(prompt, str) or (
                     isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt)
                 ):
-                    found.append(prompt)
+                    found.append((number, prompt))
     except OSError:
         return []
     return found
 
 
+def first_prompt_at_least(path: Path, tokenizer_dir: Path, limit: int) -> tuple[int, int] | None:
+    """(line number, tokens) of the first prompt of a JSONL file that takes at least `limit` tokens as the step
+    encodes it, counted with `tokenizer_dir`'s tokenizer.json; None when every prompt is shorter, or the tokenizer
+    is not readable here."""
+    tokenizer = tokenizer_dir / "tokenizer.json"
+    numbered = _numbered_prompts(path)
+    if not numbered or not tokenizer.is_file():
+        return None
+    counts = _counted([prompt for _, prompt in numbered], tokenizer)
+    return next(((line, n) for (line, _), n in zip(numbered, counts, strict=True) if n >= limit), None)
+
+
 def _counted(prompts: list[str | list[dict[str, Any]]], tokenizer_json: Path) -> list[int]:
-    """Each prompt's token count as the step encodes it (nemotron.models.tokenizer.encode_prompt): text through
-    the tokenizer alone (the `tokenizers` library, fast and light); conversations through the chat template,
-    which only transformers renders (loaded only then)."""
+    """Each prompt's token count, in order, as the step encodes it (nemotron.models.tokenizer.encode_prompt):
+    text through the tokenizer alone (the `tokenizers` library, fast and light); conversations through the chat
+    template, which only transformers renders (loaded only then)."""
     from tokenizers import Tokenizer
 
     texts = [format_prompt(p) for p in prompts if isinstance(p, str)]
-    counts = [
-        len(e.ids)
-        for e in Tokenizer.from_file(str(tokenizer_json)).encode_batch(texts, add_special_tokens=False)
-    ]
+    encoded = Tokenizer.from_file(str(tokenizer_json)).encode_batch(texts, add_special_tokens=False)
+    text_counts = iter([len(e.ids) for e in encoded])
     conversations = [p for p in prompts if not isinstance(p, str)]
+    conversation_counts = iter(_conversation_counts(conversations, tokenizer_json))
+    # in the prompts' order: a caller names the line of a count
+    return [next(text_counts) if isinstance(p, str) else next(conversation_counts) for p in prompts]
+
+
+def _conversation_counts(conversations: list[list[dict[str, Any]]], tokenizer_json: Path) -> list[int]:
+    counts: list[int] = []
     if conversations:
         from transformers import PreTrainedTokenizerFast
 

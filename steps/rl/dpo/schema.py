@@ -178,11 +178,17 @@ class Config(Strict):
             return 0.0
         return 0.05 if self.trainer.validation_fraction is None else self.trainer.validation_fraction
 
+    def prompt_token_limits(self) -> dict[str, tuple[str, int, str]]:
+        """Preflight: a pair whose prompt alone fills trainer.max_length, counted with the policy's tokenizer,
+        would keep no response token; refused at compile time, naming its line."""
+        limit = ("trainer.max_length", self.trainer.max_length, "policy")
+        return {"preferences": limit, "validation_preferences": limit}
+
     def workload(self) -> Workload:
         """One optimizer step: micro-batches of pairs, chosen and rejected in one forward."""
         return Training(
             "trainer.micro_batch_size",
-            self.trainer.micro_batch_size,
+            self.trainer.global_batch_size,
             self.trainer.max_length,
             rows_per_record=2,
             micro_batch=self.trainer.micro_batch_size,

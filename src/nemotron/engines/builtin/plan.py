@@ -53,7 +53,8 @@ def plan_groups(ctx: PlanContext, config: PlannedConfig, load: Workload) -> list
         )
         if shape is None:
             return []
-        records = max(1, load.global_batch // world)
+        share = max(1, load.global_batch // world)
+        records = min(load.micro_batch, share) if load.micro_batch else share
         rows = records * load.rows_per_record  # a preference pair: chosen and rejected in one pass
         seq = load.max_length
         terms = {
@@ -67,7 +68,8 @@ def plan_groups(ctx: PlanContext, config: PlannedConfig, load: Workload) -> list
             terms["reference weights"] = frozen_weights_mb(shape.parameters, p)
         ctx.add_heap_slack(terms, shape, rows, seq)
         name = f"{m.role.replace('_', ' ')} training"
-        sugg = suggest(ctx, load.batch_key, records * world, "runtime.precision=bf16", *shards.remedies())
+        now = records if load.micro_batch else records * world  # the value batch_key holds
+        sugg = suggest(ctx, load.batch_key, now, "runtime.precision=bf16", *shards.remedies())
         return [
             ctx.group(name, terms, [(shape, m.role)], ddp, notes=shards.notes(shape, p), suggestions=sugg)
         ]

@@ -32,7 +32,7 @@ def plan_groups(ctx: PlanContext, _config: PlannedConfig, r: Workload) -> list[G
         world = ctx.nodes * ctx.per_node
         sharding = Sharding("megatron", 1, world)
         terms = {**train_state_mb(shape.parameters, "bf16-mixed", sharding),
-                 **activations_mb(shape, r.rows_per_record * r.micro_batch, r.max_length, "bf16", ctx.checkpointing,
+                 **activations_mb(shape, r.rows_per_record * (r.micro_batch or 1), r.max_length, "bf16", ctx.checkpointing,
                                  sharding)}  # fmt: skip
         if m.role in SCALAR_HEAD_ROLES:
             terms["logits"] = 0.0  # a scalar head, no vocabulary

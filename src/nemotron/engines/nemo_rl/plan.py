@@ -170,7 +170,7 @@ def _training(ctx: PlanContext, nemo: NemoRL | NemoRLTraining, t: Training) -> l
     terms = {
         **state,
         **activations_mb(
-            shape, t.rows_per_record * t.micro_batch, t.max_length, "bf16", ctx.checkpointing, sharding
+            shape, t.rows_per_record * (t.micro_batch or 1), t.max_length, "bf16", ctx.checkpointing, sharding
         ),
     }
     if m.role in SCALAR_HEAD_ROLES:
