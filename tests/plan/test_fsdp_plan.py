@@ -84,3 +84,22 @@ def test_a_dpo_plan_holds_the_whole_frozen_reference_and_one_micro_batch(
     # activations follow the micro-batch's pairs (two rows each), not the 128 pairs of a step
     assert abs(two["terms_mb"]["activations"] - 2 * one["terms_mb"]["activations"]) < 1
     assert "trainer.micro_batch_size=1 (now 2)" in two["suggestions"]
+
+
+def test_the_plan_and_the_fsdp_checks_count_the_ranks_the_executor_starts(
+    home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    """Slurm without GPUs starts ntasks_per_node ranks on each node (slurm.plan_slurm): 2 nodes x 2 tasks is 4 ranks,
+    for the plan's division of the state and for the prompts FSDP needs to divide evenly."""
+    (tmp_path / "env.toml").write_text(
+        '[cpu_tasks]\nextends = "local_slurm"\nnodes = 2\nntasks_per_node = 2\n'
+    )
+    sft = ("steps", "run", "sft", "-c", "tiny", "-b", "cpu_tasks", "--dry-run", "--json")
+    assert _training(run_cli(*sft).out)["parallelism"] == "DDP over 4 processes"
+    assert _training(run_cli(*sft, "runtime.sharding=fsdp").out)["parallelism"] == "FSDP over 4 processes"
+    rlhf = ("steps", "run", "rl/rlhf", "-c", "tiny", "-b", "cpu_tasks", "runtime.sharding=fsdp", "--dry-run")
+    refused = run_cli(*rlhf, "grpo.num_prompts_per_step=6")
+    assert refused.code == 2 and "6 prompts a step do not divide over the job's 4 ranks" in refused.err, (
+        refused.err
+    )
+    assert run_cli(*rlhf, "grpo.num_prompts_per_step=8").code == 0

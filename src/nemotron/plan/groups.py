@@ -215,6 +215,8 @@ class PlanContext:
         self.job, self.shapes, self.device, self.memory, self.gpu = job, shapes, device, memory, gpu
         self.models = job.models
         self.nodes, self.per_node, self.here = where.nodes, max(where.gpus_per_node, 1), where.here
+        # a torchrun step's ranks per node, as its executor starts them
+        self.ranks_per_node = where.ranks_per_node
         self.roles: set[str] = set()
         runtime = config.runtime
         self.precision: str = runtime.precision

@@ -39,7 +39,8 @@ from nemotron.plan.terms import (
 
 
 def plan_groups(ctx: PlanContext, config: PlannedConfig, load: Workload) -> list[Group]:
-    world = ctx.nodes * (ctx.per_node if ctx.gpu else int(getattr(ctx.job.profile, "nproc_per_node", 1) or 1))
+    # the ranks the executor starts, as engines/builtin/engine.py counts them
+    world = ctx.nodes * ctx.ranks_per_node
     devices = f"{world} {'GPUs' if ctx.gpu else 'processes'}" if world > 1 else "one process"
     shards = Shards.of(config, world, devices)
     ddp = shards.parallelism
