@@ -330,6 +330,9 @@ def validate_config(
                 problems.append(f"{key}: unknown key (value {shown}){origin}{hint}")
             elif not loc:  # a rule across groups: its message names the keys; the input is the whole config
                 problems.append(str(err["msg"]).removeprefix("Value error, "))
+            elif err["type"] == "value_error" and isinstance(err["input"], dict):
+                # a rule across one group's keys: its message names them; the input is the whole group
+                problems.append(f"{key}: {str(err['msg']).removeprefix('Value error, ')}{origin}")
             else:
                 value = (
                     ""
