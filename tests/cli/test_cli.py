@@ -24,7 +24,8 @@ LONG_COUNT = (*COUNT, "trainer.max_steps=1000", "trainer.sleep_s=0.05")
 NEVER = ("torch", "transformers", "safetensors", "nemo_run", "leptonai", "torchx", "h11", "httpx", "uvicorn",
          "mlflow", "wandb", "sqlalchemy")  # fmt: skip
 BROWSE = (*NEVER, "omegaconf", "yaml", "jinja2", "nemotron.compile", "nemotron.config.profiles", "nemotron.jobs.record",
-          "nemotron.config.stepconfig", "nemotron_step_schema_*")  # fmt: skip
+          "nemotron.config.stepconfig", "nemotron.config.rlgroups", "nemotron.config.strict",
+          "nemotron_step_schema_*")  # fmt: skip
 # What a dry run on this machine leaves to the run itself: job records and their writer, the process launcher,
 # NeMo-RL's compiler (rl/rlhf -c tiny runs on the built-in engine), tarfile (its checkpoints are directories),
 # sqlite3 (the artifact store is opened, never queried: its inputs are pkg:// paths) and logging (nothing is logged).

@@ -20,7 +20,7 @@ from nemotron.config.stepconfig import (
     backend_field,
     kl_estimator_field,
 )
-from nemotron.config.workload import Rollouts, Workload
+from nemotron.config.workload import Workload
 
 
 class GRPO(Strict):
@@ -237,15 +237,9 @@ class Config(Strict):
     """the resource plan's model hints and what a plan that cannot fit does"""
 
     def workload(self) -> Workload:
-        return Rollouts(
-            "policy.train_micro_batch_size",
-            self.policy.train_micro_batch_size,
-            "grpo.num_prompts_per_step",
-            self.grpo.num_prompts_per_step,
-            self.grpo.num_prompts_per_step * self.grpo.num_generations_per_prompt,
-            self.policy.generation.max_new_tokens,
-            self.policy.generation.vllm_share(),
-        )
+        micro_batch = ("policy.train_micro_batch_size", self.policy.train_micro_batch_size)
+        prompts = ("grpo.num_prompts_per_step", self.grpo.num_prompts_per_step)
+        return self.policy.generation.rollouts(micro_batch, prompts, self.grpo.num_generations_per_prompt)
 
     @model_validator(mode="after")
     def _nemo_gym_runs_under_nemo_rl(self) -> "Config":
