@@ -42,6 +42,23 @@ ACTOR_SHARED: dict[str, Any] = {
     "model.optim.weight_decay": 0.1,
 }
 
+# The keys and values the critic's YAML (gpt_ppo_critic.yaml) and both supervised trainers' YAMLs that load a .nemo by
+# pretrained_checkpoint (training_rm.yaml, gpt_dpo.yaml) carry alike at the tag.
+CRITIC_AND_TRAINERS: dict[str, Any] = {
+    "exp_manager.explicit_log_dir": "/results",
+    "model.global_batch_size": 64,
+    "model.megatron_amp_O2": True,
+    "model.optim.betas": [0.9, 0.98],
+    "model.optim.lr": "9e-6",
+    "model.optim.sched.min_lr": "9e-7",
+    "model.optim.sched.warmup_steps": 10,
+    "model.optim.weight_decay": 0.1,
+    "model.seed": 1234,
+    "pretrained_checkpoint.restore_from_path": None,
+    "trainer.devices": 8,
+    "trainer.precision": "bf16",
+}
+
 # conf/<file> -> {dotted key: the tag's value}
 KEYS: dict[str, dict[str, Any]] = {
     "inference_rm.yaml": {
@@ -82,26 +99,15 @@ KEYS: dict[str, dict[str, Any]] = {
         "trainer.reinforce.val_check_interval": 10,
     },
     "gpt_ppo_critic.yaml": {
+        **CRITIC_AND_TRAINERS,
         "exp_manager.checkpoint_callback_params.always_save_nemo": False,
-        "exp_manager.explicit_log_dir": "/results",
-        "model.global_batch_size": 64,
         "model.loss_clip_val": 0.2,
-        "model.megatron_amp_O2": True,
         "model.micro_batch_size": 1,
-        "model.optim.betas": [0.9, 0.98],
-        "model.optim.lr": "9e-6",
-        "model.optim.sched.min_lr": "9e-7",
-        "model.optim.sched.warmup_steps": 10,
-        "model.optim.weight_decay": 0.1,
-        "model.seed": 1234,
-        "pretrained_checkpoint.restore_from_path": None,
-        "trainer.devices": 8,
         "trainer.num_nodes": 1,
         "trainer.ppo.combine_rm_and_critic_server": True,
         "trainer.ppo.gradient_clip_val": 1.0,
         "trainer.ppo.max_steps": 10000,
         "trainer.ppo.port": 5556,
-        "trainer.precision": "bf16",
     },
     "gpt_ppo_actor.yaml": {
         **ACTOR_SHARED,
@@ -181,25 +187,14 @@ KEYS["gpt_sft.yaml"] = {
 # The keys and values both supervised trainers' YAMLs that load a .nemo by pretrained_checkpoint (training_rm.yaml,
 # gpt_dpo.yaml) carry at the tag.
 TRAINER_SHARED: dict[str, Any] = {
+    **CRITIC_AND_TRAINERS,
     "exp_manager.name": "megatron_gpt",  # the final .nemo's file name
     "exp_manager.checkpoint_callback_params.save_nemo_on_train_end": True,
     "exp_manager.create_wandb_logger": False,
-    "exp_manager.explicit_log_dir": "/results",
     "model.data.data_impl": "jsonl",
     "model.data.data_prefix": None,
     "model.data.seq_length": "${model.encoder_seq_length}",
-    "model.global_batch_size": 64,
-    "model.megatron_amp_O2": True,
-    "model.optim.betas": [0.9, 0.98],
-    "model.optim.lr": "9e-6",
-    "model.optim.sched.min_lr": "9e-7",
-    "model.optim.sched.warmup_steps": 10,
-    "model.optim.weight_decay": 0.1,
-    "model.seed": 1234,
-    "pretrained_checkpoint.restore_from_path": None,
-    "trainer.devices": 8,
     "trainer.num_nodes": 8,
-    "trainer.precision": "bf16",
 }
 KEYS["training_rm.yaml"] = {
     **TRAINER_SHARED,

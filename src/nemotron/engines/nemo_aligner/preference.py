@@ -109,11 +109,9 @@ def compile_dpo(c: DPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         ("trainer.dpo.save_interval", save_every),
         ("trainer.dpo.gradient_clip_val", c.optim.clip_grad),
         ("exp_manager.explicit_log_dir", f"{job_dir}/{LOG_DIR}"),
-        *sc.optim_overrides(c.optim, refuse, "optim"),
-        *sc.runtime_overrides(c.runtime, refuse),
-        *sc.placement(nodes, gpus),
     ]
-    trainer = sc.Script(
-        "trainer", f"{sc.SCRIPTS}/train_gpt_dpo.py", "gpt_dpo.yaml", overrides, nodes, sc.threads(c.runtime)
+    outputs = {"policy": sc.nemo_path(job_dir, LOG_DIR, NAME)}
+    trained = (c.optim, c.runtime)
+    return sc.trainer_run(
+        "train_gpt_dpo.py", "gpt_dpo.yaml", overrides, trained, refuse, nodes, gpus, outputs, prepare
     )
-    return sc.AlignerRun([trainer], {"policy": sc.nemo_path(job_dir, LOG_DIR, NAME)}, {}, [], prepare)

@@ -130,3 +130,27 @@ def threads(runtime: TrainRuntime | ServeRuntime) -> dict[str, str]:
 
 def nemo_path(job_dir: str, log_dir: str, name: str) -> str:
     return f"{job_dir}/{log_dir}/checkpoints/{name}.nemo"
+
+
+def trainer_run(
+    script: str,
+    yaml: str,
+    overrides: list[tuple[str, Any]],
+    trained: tuple[Optim, TrainRuntime],
+    refuse: Refusals,
+    nodes: int,
+    gpus: int,
+    outputs: dict[str, str],
+    prepare: tuple[str, ...],
+) -> AlignerRun:
+    """A recipe that runs one trainer script on every node (sft, rm/train, rl/dpo): the recipe's own `overrides`,
+    then those of its (optimizer, runtime) and the placement; `outputs` name the .nemo files it leaves."""
+    optim, runtime = trained
+    every = [
+        *overrides,
+        *optim_overrides(optim, refuse, "optim"),
+        *runtime_overrides(runtime, refuse),
+        *placement(nodes, gpus),
+    ]
+    trainer = Script("trainer", f"{SCRIPTS}/{script}", yaml, every, nodes, threads(runtime))
+    return AlignerRun([trainer], outputs, {}, [], prepare)

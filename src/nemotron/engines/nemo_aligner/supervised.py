@@ -12,16 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nemotron.engines.data_files import every_nth
-from nemotron.engines.nemo_aligner.scripts import (
-    SCRIPTS,
-    AlignerRun,
-    Script,
-    nemo_path,
-    optim_overrides,
-    placement,
-    runtime_overrides,
-    threads,
-)
+from nemotron.engines.nemo_aligner.scripts import AlignerRun, nemo_path, trainer_run
 from nemotron.engines.refusals import Refusals
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
@@ -89,14 +80,12 @@ def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         ("trainer.sft.gradient_clip_val", c.optim.clip_grad),
         ("exp_manager.explicit_log_dir", f"{job_dir}/{log_dir}"),
         ("exp_manager.checkpoint_callback_params.save_nemo_on_train_end", True),
-        *optim_overrides(c.optim, refuse, "optim"),
-        *runtime_overrides(c.runtime, refuse),
-        *placement(nodes, gpus),
     ]
-    trainer = Script(
-        "trainer", f"{SCRIPTS}/train_gpt_sft.py", "gpt_sft.yaml", overrides, nodes, threads(c.runtime)
+    outputs = {"policy": nemo_path(job_dir, log_dir, SFT_NAME)}
+    trained = (c.optim, c.runtime)
+    return trainer_run(
+        "train_gpt_sft.py", "gpt_sft.yaml", overrides, trained, refuse, nodes, gpus, outputs, prepare
     )
-    return AlignerRun([trainer], {"policy": nemo_path(job_dir, log_dir, SFT_NAME)}, {}, [], prepare)
 
 
 def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> AlignerRun:
@@ -118,19 +107,12 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
         ("trainer.rm.save_interval", c.checkpoint.save_interval or t.max_steps),
         ("trainer.rm.gradient_clip_val", c.optim.clip_grad),
         ("exp_manager.explicit_log_dir", f"{job_dir}/{log_dir}"),
-        *optim_overrides(c.optim, refuse, "optim"),
-        *runtime_overrides(c.runtime, refuse),
-        *placement(nodes, gpus),
     ]
-    trainer = Script(
-        "trainer",
-        f"{SCRIPTS}/train_reward_model.py",
-        "training_rm.yaml",
-        overrides,
-        nodes,
-        threads(c.runtime),
+    outputs = {"reward_model": nemo_path(job_dir, log_dir, RM_NAME)}
+    trained = (c.optim, c.runtime)
+    return trainer_run(
+        "train_reward_model.py", "training_rm.yaml", overrides, trained, refuse, nodes, gpus, outputs, prepare
     )
-    return AlignerRun([trainer], {"reward_model": nemo_path(job_dir, log_dir, RM_NAME)}, {}, [], prepare)
 
 
 # recipe (a manifest's `engines.nemo_aligner`) -> its compiler
