@@ -25,6 +25,7 @@ from tests.engines.test_nemo_rl_config import has, load_config
 from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten, unflatten
 from nemotron.engines import data_files
+from nemotron.engines.base import Placement
 from nemotron.engines.nemo_aligner.config import compile_aligner
 from nemotron.engines.nemo_aligner.scripts import AlignerRun
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
@@ -46,12 +47,12 @@ def _config(backend: str, overrides: dict[str, Any]) -> Any:
 
 def nemo_rl(**overrides: Any) -> NemoRLRun:
     flat = {k.replace("__", "."): v for k, v in overrides.items()}
-    return compile_run(STEP, _config("nemo_rl", flat), job_dir=JOB, nodes=2, gpus_per_node=8)
+    return compile_run(STEP, _config("nemo_rl", flat), Placement(JOB, 2, 8))
 
 
 def nemo_aligner(**overrides: Any) -> AlignerRun:
     flat = ALIGNER | {k.replace("__", "."): v for k, v in overrides.items()}
-    return compile_aligner(STEP, _config("nemo_aligner", flat), job_dir=JOB, nodes=2, gpus=8)
+    return compile_aligner(STEP, _config("nemo_aligner", flat), Placement(JOB, 2, 8))
 
 
 def loaded(run: NemoRLRun) -> dict[str, Any]:

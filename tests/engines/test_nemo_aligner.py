@@ -22,6 +22,7 @@ from tests.engines.mirrors import git_show
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
+from nemotron.engines.base import Placement
 from nemotron.engines.nemo_aligner.config import compile_aligner
 from nemotron.engines.nemo_aligner.scripts import Env, hydra_value
 from nemotron.errors import UserError
@@ -56,7 +57,7 @@ def _job(step: str, *extra: str, profile: str = "local_slurm", dry_run: bool = F
 def test_every_override_key_is_in_the_tags_yaml(home: Path, step: str, extra: tuple[str, ...]) -> None:
     extra = extra if step != "rm/serve" else ()
     job = _job(step, *extra)
-    run = compile_aligner(job.step_id, job.step_model, job_dir="/j", nodes=3, gpus=8)
+    run = compile_aligner(job.step_id, job.step_model, Placement("/j", 3, 8))
     assert [g.role for g in run.groups] == ROLES[step]
     for group in run.groups:
         assert SCRIPTS[group.script] == group.yaml
@@ -90,7 +91,7 @@ def test_data_matches_the_tag() -> None:
 
 def test_the_groups_map_our_keys_and_wire_the_servers(home: Path) -> None:
     job = _job("rl/ppo", "ppo.gae_lambda=0.9", "critic.loss_clip_val=0.3", "trainer.max_steps=7")
-    critic, reward, actor = compile_aligner(job.step_id, job.step_model, job_dir="/j", nodes=4, gpus=8).groups
+    critic, reward, actor = compile_aligner(job.step_id, job.step_model, Placement("/j", 4, 8)).groups
     a, c, r = dict(actor.overrides), dict(critic.overrides), dict(reward.overrides)
     assert a["trainer.ppo.gae_lambda"] == 0.9 and a["trainer.ppo.max_steps"] == 7
     assert c["model.loss_clip_val"] == 0.3 and c["trainer.ppo.combine_rm_and_critic_server"] is False
@@ -117,7 +118,7 @@ def test_what_nemo_aligner_cannot_express_is_refused_at_once(home: Path) -> None
         "runtime.sharding=fsdp",
     )
     with pytest.raises(UserError) as e:
-        compile_aligner(job.step_id, job.step_model, job_dir="/j", nodes=2, gpus=8)
+        compile_aligner(job.step_id, job.step_model, Placement("/j", 2, 8))
     text = e.value.render()
     for key in (
         "reinforce.kl_estimator",
@@ -131,10 +132,10 @@ def test_what_nemo_aligner_cannot_express_is_refused_at_once(home: Path) -> None
         assert key in text
     serve = _job("rm/serve", "server.mode=chat")
     with pytest.raises(UserError) as e:
-        compile_aligner(serve.step_id, serve.step_model, job_dir="/j", nodes=1, gpus=8)
+        compile_aligner(serve.step_id, serve.step_model, Placement("/j", 1, 8))
     assert "server.mode='chat': serve_reward_model.py serves a reward model only" in e.value.render()
     with pytest.raises(UserError, match="rl/rlhf has no NeMo-Aligner mapping"):
-        compile_aligner("rl/rlhf", Catalog().get("rl/rlhf").config_schema()(), job_dir="/j", nodes=1, gpus=1)
+        compile_aligner("rl/rlhf", Catalog().get("rl/rlhf").config_schema()(), Placement("/j", 1, 1))
 
 
 def _hydra_parser() -> Any:
@@ -190,7 +191,7 @@ def test_every_override_word_we_emit_is_read_back_by_hydra(home: Path, step: str
     job = _job(step, *(("generation.stop_strings=[</s>, '\\n\\n']",) if step != "rm/serve" else ()))
     env = {f"NEMOTRON_{role}_{part}": value for role in ("REWARD", "CRITIC")
            for part, value in (("HOST", "node1"), ("PORT", "20001"))}  # fmt: skip
-    for group in compile_aligner(job.step_id, job.step_model, job_dir="/j", nodes=3, gpus=8).groups:
+    for group in compile_aligner(job.step_id, job.step_model, Placement("/j", 3, 8)).groups:
         for word, (key, value) in zip(group.words(), group.overrides, strict=True):
             expected = value
             if isinstance(value, Env):  # the server's address, read from the group's environment

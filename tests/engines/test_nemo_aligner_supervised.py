@@ -17,6 +17,7 @@ from tests.engines import nemo_aligner_v070 as tag
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
+from nemotron.engines.base import Placement
 from nemotron.engines.nemo_aligner.config import compile_aligner
 from nemotron.engines.nemo_aligner.scripts import AlignerRun
 from nemotron.errors import UserError
@@ -28,7 +29,7 @@ GIVEN = ["inputs.init_from=/models/base.nemo"]  # over the step's nemo_aligner p
 def compiled(step_id: str, *extra: str, nodes: int = 2) -> AlignerRun:
     job = compile_job(Catalog(), step_id, "nemo_aligner", [*GIVEN, *extra], profile_name="slurm_rlhf", mode="batch",
                       dry_run=True)  # fmt: skip
-    return compile_aligner(job.step_id, job.step_model, job_dir="/j", nodes=nodes, gpus=8)
+    return compile_aligner(job.step_id, job.step_model, Placement("/j", nodes, 8))
 
 
 @pytest.mark.parametrize("extra", [(), ("runtime.precision=fp32", "trainer.validation_fraction=0.5")])

@@ -12,6 +12,7 @@ from tests.engines import nemo_rl_v070 as tag
 from tests.engines.mirrors import git_show
 from tests.engines.test_nemo_rl_config import GYM, JOB, compiled, has, loaded, step_model
 
+from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl.config import compile_run
 from nemotron.errors import UserError
 
@@ -120,7 +121,7 @@ def on(step: str, env: str, nodes: int, gpus: int, **overrides: Any) -> dict[str
     """The compiled config on `nodes` x `gpus` (NeMo-Gym's judge on nodes of its own, as the engine compiles it)."""
     extra = {**GYM, "nemo_rl.policy_backend": "dtensor"} if env == "nemo_gym" else {}
     cfg = step_model(step, **{k.replace(".", "__"): v for k, v in (extra | overrides).items()})
-    return compile_run(step, cfg, job_dir=JOB, nodes=nodes, gpus_per_node=gpus).config
+    return compile_run(step, cfg, Placement(JOB, nodes, gpus)).config
 
 
 def asked_in_nemo_rls_words(base: dict[str, Any], env: str, asked: int | None) -> dict[str, int]:

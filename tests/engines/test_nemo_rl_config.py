@@ -18,6 +18,7 @@ from tests.engines.mirrors import git_files, git_show
 
 from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten, get_dotted, unflatten
+from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.engines.refusals import builtin_refusals
 from nemotron.errors import UserError
@@ -89,7 +90,7 @@ def compiled(
     extra = dict(GYM) if env == "nemo_gym" else {}
     extra["nemo_rl.policy_backend"] = backend
     cfg = step_model(step_id, **{k.replace(".", "__"): v for k, v in (extra | (overrides or {})).items()})
-    return compile_run(step_id, cfg, job_dir=JOB, nodes=nodes, gpus_per_node=8)
+    return compile_run(step_id, cfg, Placement(JOB, nodes, 8))
 
 
 # ---- NeMo-RL's loader rule (nemo_rl/utils/config.py at v0.7.0), re-implemented from its description ----------
@@ -317,7 +318,7 @@ def test_finalize_picks_the_newest_step(tmp_path: Path) -> None:
     job = tmp_path / "a b"
     for name in ("step_2", "step_10", "tmp_step_11", "step_x"):
         (job / "checkpoints" / "nemo_rl" / name).mkdir(parents=True)
-    run = compile_run("rl/rlhf", step_model("rl/rlhf"), job_dir=str(job), nodes=1, gpus_per_node=8)
+    run = compile_run("rl/rlhf", step_model("rl/rlhf"), Placement(str(job), 1, 8))
     script = run.finalize.split(" && uv run")[0].replace("cd /opt/nemo-rl && ", "") + ' && echo "$step"'
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.strip()
     assert out == f"{job}/checkpoints/nemo_rl/step_10"

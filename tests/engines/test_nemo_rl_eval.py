@@ -22,6 +22,7 @@ from tests.engines.mirrors import git_files
 
 from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten, get_dotted, unflatten
+from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl import evaluation as nemo_rl_eval
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.engines.nemo_rl.evaluation_report import SAMPLES_FILE, adopt_report
@@ -54,7 +55,7 @@ def step_model(**overrides: Any) -> BaseModel:
 
 
 def compiled(nodes: int = 1, gpus: int = 8, **overrides: Any) -> NemoRLRun:
-    return compile_run(STEP, step_model(**overrides), job_dir=JOB, nodes=nodes, gpus_per_node=gpus)
+    return compile_run(STEP, step_model(**overrides), Placement(JOB, nodes, gpus))
 
 
 def loaded(run: NemoRLRun) -> dict[str, Any]:
@@ -183,7 +184,7 @@ def test_the_driver_prepares_the_first_prompts_then_runs_the_entry(
     job = tmp_path / "job $x"
     job.mkdir()
     cfg = step_model(**{"inputs.prompts": str(source), "max_prompts": max_prompts})
-    run = compile_run(STEP, cfg, job_dir=str(job), nodes=1, gpus_per_node=1)
+    run = compile_run(STEP, cfg, Placement(str(job), 1, 1))
     prepare, _, entry = run.driver.partition(" && cd ")
     assert entry.endswith(f"uv run python examples/run_eval.py --config '{job}/nemo_rl_config.yaml'")
     subprocess.run(["sh", "-c", prepare], check=True)

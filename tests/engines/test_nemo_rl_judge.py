@@ -12,6 +12,7 @@ from tests.engines.mirrors import git_show
 from tests.engines.test_nemo_rl_config import GYM, JOB, step_model
 
 from nemotron.config.configtree import flatten
+from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl import sections
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.errors import UserError
@@ -19,7 +20,7 @@ from nemotron.errors import UserError
 
 def _gym_run(nodes: int, gpus: int) -> NemoRLRun:
     model = step_model("rl/rlhf", **{k.replace(".", "__"): v for k, v in GYM.items()})
-    return compile_run("rl/rlhf", model, job_dir=JOB, nodes=nodes, gpus_per_node=gpus)
+    return compile_run("rl/rlhf", model, Placement(JOB, nodes, gpus))
 
 
 # (profile nodes, GPUs per node) -> (cluster.num_nodes, env.nemo_gym.num_gpu_nodes), worked by hand: the judge's

@@ -23,6 +23,7 @@ from tests.engines.test_nemo_rl_config import has, load_config
 from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten, get_dotted, unflatten
 from nemotron.engines import data_files
+from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.engines.nemo_rl.supervised import adopt_reward_model
 from nemotron.errors import UserError
@@ -39,9 +40,7 @@ def compiled(step_id: str, nodes: int = 1, **overrides: Any) -> NemoRLRun:
     schema = Catalog().get(step_id).config_schema()
     flat = dict(flatten(schema().model_dump(mode="json"))) | {"backend": "nemo_rl"} | INPUTS
     flat |= {k.replace("__", "."): v for k, v in overrides.items()}
-    return compile_run(
-        step_id, schema.model_validate(unflatten(flat)), job_dir=JOB, nodes=nodes, gpus_per_node=8
-    )
+    return compile_run(step_id, schema.model_validate(unflatten(flat)), Placement(JOB, nodes, 8))
 
 
 def loaded(run: NemoRLRun, alg: str) -> dict[str, Any]:

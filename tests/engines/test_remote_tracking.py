@@ -25,6 +25,7 @@ from tests.engines import (
 )
 from tests.engines.mirrors import git_show
 
+from nemotron.engines.base import Placement
 from nemotron.engines.nemo_aligner.config import compile_aligner
 from nemotron.engines.nemo_aligner.scripts import Env
 from nemotron.engines.remote_tracking import RunLabels
@@ -47,7 +48,7 @@ ON = {
 
 def _nemo_rl(step_id: str, labels: RunLabels | None = LABELS, **over: Any) -> Any:
     cfg = rl.step_model(step_id, **{k.replace(".", "__"): v for k, v in (ON | over).items()})
-    return rl.compile_run(step_id, cfg, job_dir="/jobs/j1", nodes=1, gpus_per_node=8, labels=labels)
+    return rl.compile_run(step_id, cfg, Placement("/jobs/j1", 1, 8), labels=labels)
 
 
 def _aligner(step_id: str, labels: RunLabels | None = LABELS, **over: Any) -> Any:
@@ -58,7 +59,7 @@ def _aligner(step_id: str, labels: RunLabels | None = LABELS, **over: Any) -> An
     }
     given = inputs | ON | over | {"backend": "nemo_aligner"}
     cfg = rl.step_model(step_id, **{k.replace(".", "__"): v for k, v in given.items()})
-    return compile_aligner(step_id, cfg, job_dir="/jobs/j1", nodes=3, gpus=8, labels=labels)
+    return compile_aligner(step_id, cfg, Placement("/jobs/j1", 3, 8), labels=labels)
 
 
 def _driver_env(driver: str) -> dict[str, str]:

@@ -12,6 +12,7 @@ from tests.engines.test_nemo_rl_async import nemo_rl_setup
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
+from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl.config import compile_run
 from nemotron.errors import UserError
 from nemotron.launch import submit
@@ -56,8 +57,7 @@ def groups_of(job: Job) -> dict[str, Any]:
 def nemo_rls_split(job: Job) -> tuple[int, int, int, int]:
     """What NeMo-RL's setup makes of the config the job compiles to (tests/engines/test_nemo_rl_async.py)."""
     profile = job.profile
-    run = compile_run(job.step_id, job.config, job_dir="/j", nodes=profile.nodes,
-                      gpus_per_node=profile.gpus_per_node)  # fmt: skip
+    run = compile_run(job.step_id, job.config, Placement("/j", profile.nodes, profile.gpus_per_node))
     return nemo_rl_setup(run.config)
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from nemotron.config.offpolicy import ASYNC_KEYS, CORRECTION_KEYS, refusing
 from nemotron.config.stepconfig import Generation, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.config.targets import NEMO_ALIGNER_VERSION
-from nemotron.engines.base import recipe_for
+from nemotron.engines.base import Placement, recipe_for
 from nemotron.engines.nemo_aligner.preference import compile_dpo
 from nemotron.engines.nemo_aligner.scripts import (
     PRECISION,
@@ -314,15 +314,14 @@ RECIPES: dict[str, Callable[[Any, Refusals, str, int, int], AlignerRun]] = {
 def compile_aligner(
     step_id: str,
     config: BaseModel,
-    *,
-    job_dir: str,
-    nodes: int,
-    gpus: int,
+    where: Placement,
     labels: RunLabels | None = None,
 ) -> AlignerRun:
     """Our resolved step config (compile's validated config, input refs already paths: `Job.step_model`) -> the
-    groups of NeMo-Aligner's heterogeneous job. Raises one UserError listing every setting NeMo-Aligner cannot
-    express. `labels` name the tracker runs (default: the job dir's name)."""
+    groups of NeMo-Aligner's heterogeneous job, for the job dir, nodes and GPUs per node the executor gives (`where`).
+    Raises one UserError listing every setting NeMo-Aligner cannot express. `labels` name the tracker runs (default:
+    the job dir's name)."""
+    job_dir = where.job_dir
     recipe = recipe_for(step_id, "nemo_aligner", "NeMo-Aligner mapping")
     refuse = Refusals.of(
         step_id,
@@ -332,7 +331,7 @@ def compile_aligner(
     )
     for problem in builtin_refusals(config, who="backend=nemo_aligner"):
         refuse.problems.append(problem)
-    run = {**RECIPES, **SUPERVISED}[recipe](config, refuse, job_dir, nodes, gpus)
+    run = {**RECIPES, **SUPERVISED}[recipe](config, refuse, job_dir, where.nodes, where.gpus_per_node)
     tracking = getattr(config, "tracking", None)  # the trainers' schemas have it; rm/serve's has not
     if tracking is not None:
         overrides, env = aligner_exp_manager(

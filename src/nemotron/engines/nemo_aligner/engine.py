@@ -21,14 +21,7 @@ class NemoAlignerEngine:
         # the profile may name another image or checkout holding the pinned tag; image "": the nodes' own
         image = pinned_or_profile(job, "nemo_aligner_image", NEMO_ALIGNER_IMAGE)
         checkout = pinned_or_profile(job, "nemo_aligner_dir", NEMO_ALIGNER_DIR) or NEMO_ALIGNER_DIR
-        run = compile_aligner(
-            job.step_id,
-            job.step_model,
-            job_dir=where.job_dir,
-            nodes=where.nodes,
-            gpus=where.gpus_per_node,
-            labels=RunLabels.of(job),
-        )
+        run = compile_aligner(job.step_id, job.step_model, where, RunLabels.of(job))
         python = str(getattr(job.profile, "python", None) or "python")
         tasks = max(where.gpus_per_node, 1)  # one process per GPU, as Lightning expects under Slurm
         groups = tuple(

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from nemotron.config.targets import NEMO_RL_DIR, NEMO_RL_VERSION
 from nemotron.engines import data_files
-from nemotron.engines.base import recipe_for
+from nemotron.engines.base import Placement, recipe_for
 from nemotron.engines.nemo_rl import evaluation, supervised, to_safetensors
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.nemo_rl.steps import RECIPES, compile_step
@@ -47,17 +47,16 @@ def _yaml(tree: dict[str, Any], title: str) -> str:
 def compile_run(
     step_id: str,
     config: BaseModel,
+    where: Placement,
     *,
-    job_dir: str,
-    nodes: int,
-    gpus_per_node: int,
     nemo_rl_dir: str = NEMO_RL_DIR,
     labels: RunLabels | None = None,
 ) -> NemoRLRun:
     """Our resolved step config (compile's validated config, input refs already paths: `Job.step_model`) -> the
-    NeMo-RL run. Raises one UserError listing
+    NeMo-RL run, for the job dir, nodes and GPUs per node the executor gives (`where`). Raises one UserError listing
     every setting NeMo-RL cannot express. `labels` name the tracker runs (default: the job dir's name, no
     profile variables)."""
+    job_dir, nodes, gpus_per_node = where.job_dir, where.nodes, where.gpus_per_node
     recipe = recipe_for(step_id, "nemo_rl", "NeMo-RL mapping")
     if recipe not in (*RECIPES, evaluation.RECIPE):
         raise UserError(

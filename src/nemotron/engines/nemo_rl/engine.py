@@ -59,13 +59,7 @@ class NemoRLEngine:
 
     def launch(self, job: Job, where: Placement) -> Launch:
         run = compile_run(
-            job.step_id,
-            job.step_model,
-            job_dir=where.job_dir,
-            nodes=where.nodes,
-            gpus_per_node=where.gpus_per_node,
-            nemo_rl_dir=nemo_rl_dir(job),
-            labels=RunLabels.of(job),
+            job.step_id, job.step_model, where, nemo_rl_dir=nemo_rl_dir(job), labels=RunLabels.of(job)
         )
         files = tuple(sorted(run.files.items()))
         where_it_runs = (
