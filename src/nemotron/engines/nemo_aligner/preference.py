@@ -86,10 +86,7 @@ def compile_dpo(c: DPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
     prepare = (*data, "0", given) if given else (*data, str(every_nth(c.held_out_share()) or 2))
     save_every = c.checkpoint.save_interval or d.max_num_steps
     overrides: list[tuple[str, Any]] = [
-        ("pretrained_checkpoint.restore_from_path", c.inputs.policy or ""),
-        ("model.data.data_impl", "jsonl"),
-        ("model.data.data_prefix", {"train": [train], "validation": [val], "test": [val]}),
-        ("model.data.seq_length", t.max_length),
+        *sc.jsonl_from_nemo(c.inputs.policy or "", train, val, t.max_length),
         # the built-in engine ends each response with EOS; DPOModelDataset appends it only when told (a key
         # gpt_dpo.yaml lacks, read with .get: added with ++)
         ("++model.data.append_eod", True),

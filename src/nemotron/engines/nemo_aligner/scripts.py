@@ -132,6 +132,18 @@ def nemo_path(job_dir: str, log_dir: str, name: str) -> str:
     return f"{job_dir}/{log_dir}/checkpoints/{name}.nemo"
 
 
+def jsonl_from_nemo(model: str, train: str, val: str, max_length: int) -> list[tuple[str, Any]]:
+    """What a trainer YAML that starts from a .nemo by pretrained_checkpoint and reads JSONL files takes
+    (training_rm.yaml, gpt_dpo.yaml): the .nemo, the train and validation files (validation doubling as test), and
+    the sequence length."""
+    return [
+        ("pretrained_checkpoint.restore_from_path", model),
+        ("model.data.data_impl", "jsonl"),
+        ("model.data.data_prefix", {"train": [train], "validation": [val], "test": [val]}),
+        ("model.data.seq_length", max_length),
+    ]
+
+
 def trainer_run(
     script: str,
     yaml: str,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nemotron.engines.data_files import every_nth
-from nemotron.engines.nemo_aligner.scripts import AlignerRun, nemo_path, trainer_run
+from nemotron.engines.nemo_aligner.scripts import AlignerRun, jsonl_from_nemo, nemo_path, trainer_run
 from nemotron.engines.refusals import Refusals
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
@@ -93,10 +93,7 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
     model, prepare, train, val = _common(c, refuse, "rm_text", job_dir)
     log_dir = "rm_results"
     overrides: list[tuple[str, Any]] = [
-        ("pretrained_checkpoint.restore_from_path", model),
-        ("model.data.data_impl", "jsonl"),
-        ("model.data.data_prefix", {"train": [train], "validation": [val], "test": [val]}),
-        ("model.data.seq_length", t.max_length),
+        *jsonl_from_nemo(model, train, val, t.max_length),
         ("model.global_batch_size", t.global_batch_size),
         ("trainer.rm.max_steps", t.max_steps),
         # training_rm.yaml's max_epochs 1 would end the run after one pass over the pairs whatever max_steps says
