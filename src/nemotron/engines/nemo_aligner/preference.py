@@ -108,7 +108,6 @@ def compile_dpo(c: DPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         ("exp_manager.explicit_log_dir", f"{job_dir}/{LOG_DIR}"),
     ]
     outputs = {"policy": sc.nemo_path(job_dir, LOG_DIR, NAME)}
-    trained = (c.optim, c.runtime)
     return sc.trainer_run(
-        "train_gpt_dpo.py", "gpt_dpo.yaml", overrides, trained, refuse, nodes, gpus, outputs, prepare
+        c, refuse, "train_gpt_dpo.py", "gpt_dpo.yaml", overrides, nodes, gpus, outputs, prepare
     )

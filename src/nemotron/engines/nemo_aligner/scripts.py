@@ -1,13 +1,14 @@
 """A NeMo-Aligner v0.7.0 script as one group of a heterogeneous job: `Script` (the script, the tag's YAML it loads,
-its Hydra overrides), `AlignerRun` (what a recipe compiles to), Hydra's value syntax, and the overrides every script
-shares (runtime, optimizer, placement). The recipes build on it: nemotron.engines.nemo_aligner.config (the RL steps
-and the reward server) and .supervised (sft, rm/train)."""
+its Hydra overrides), `AlignerRun` (what a recipe compiles to), Hydra's value syntax, the overrides every script
+shares (runtime, optimizer, placement) and the one trainer group of the steps that train one model (`trainer_run`).
+The recipes build on it: nemotron.engines.nemo_aligner.config (the RL steps and the reward server), .supervised (sft,
+rm/train) and .preference (rl/dpo)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from nemotron.config.stepconfig import Optim, ServeRuntime, TrainRuntime
 from nemotron.engines.refusals import Refusals
@@ -144,25 +145,31 @@ def jsonl_from_nemo(model: str, train: str, val: str, max_length: int) -> list[t
     ]
 
 
+class Trained(Protocol):
+    """The config of a step that trains one model (sft, rm/train, rl/dpo): its optimizer and runtime groups."""
+
+    optim: Optim
+    runtime: TrainRuntime
+
+
 def trainer_run(
+    c: Trained,
+    refuse: Refusals,
     script: str,
     yaml: str,
     overrides: list[tuple[str, Any]],
-    trained: tuple[Optim, TrainRuntime],
-    refuse: Refusals,
     nodes: int,
     gpus: int,
     outputs: dict[str, str],
     prepare: tuple[str, ...],
 ) -> AlignerRun:
     """A recipe that runs one trainer script on every node (sft, rm/train, rl/dpo): the recipe's own `overrides`,
-    then those of its (optimizer, runtime) and the placement; `outputs` name the .nemo files it leaves."""
-    optim, runtime = trained
+    then those of the config's optimizer and runtime and the placement; `outputs` name the .nemo files it leaves."""
     every = [
         *overrides,
-        *optim_overrides(optim, refuse, "optim"),
-        *runtime_overrides(runtime, refuse),
+        *optim_overrides(c.optim, refuse, "optim"),
+        *runtime_overrides(c.runtime, refuse),
         *placement(nodes, gpus),
     ]
-    trainer = Script("trainer", f"{SCRIPTS}/{script}", yaml, every, nodes, threads(runtime))
+    trainer = Script("trainer", f"{SCRIPTS}/{script}", yaml, every, nodes, threads(c.runtime))
     return AlignerRun([trainer], outputs, {}, [], prepare)

@@ -82,9 +82,8 @@ def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         ("exp_manager.checkpoint_callback_params.save_nemo_on_train_end", True),
     ]
     outputs = {"policy": nemo_path(job_dir, log_dir, SFT_NAME)}
-    trained = (c.optim, c.runtime)
     return trainer_run(
-        "train_gpt_sft.py", "gpt_sft.yaml", overrides, trained, refuse, nodes, gpus, outputs, prepare
+        c, refuse, "train_gpt_sft.py", "gpt_sft.yaml", overrides, nodes, gpus, outputs, prepare
     )
 
 
@@ -106,9 +105,8 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
         ("exp_manager.explicit_log_dir", f"{job_dir}/{log_dir}"),
     ]
     outputs = {"reward_model": nemo_path(job_dir, log_dir, RM_NAME)}
-    trained = (c.optim, c.runtime)
     return trainer_run(
-        "train_reward_model.py", "training_rm.yaml", overrides, trained, refuse, nodes, gpus, outputs, prepare
+        c, refuse, "train_reward_model.py", "training_rm.yaml", overrides, nodes, gpus, outputs, prepare
     )
 
 
