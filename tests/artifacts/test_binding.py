@@ -96,9 +96,24 @@ def test_a_store_artifact_of_another_type_is_refused_with_its_converter(
 
 
 def test_a_hub_id_is_bound_as_written(catalog: Catalog) -> None:
-    assert bind_hub(POLICY, parse_ref("hf://org/model")) == Binding(
+    assert bind_hub(catalog, POLICY, parse_ref("hf://org/model"), remote=False) == Binding(
         "policy", "checkpoint_hf", "hf://org/model", "hub"
     )
+
+
+def test_a_file_type_is_never_a_hub_repository(catalog: Catalog) -> None:
+    # `data/none.jsonl` reads as org/name too: a missing prompts file was bound as a hub id, unchecked
+    prompts = Wanted("prompts", "prompt_jsonl")
+    missing = bind_hub(catalog, prompts, parse_ref("data/none.jsonl"), remote=False)
+    assert isinstance(missing, Problem) and "is neither an existing path nor an artifact" in missing.line
+    on_cluster = bind_hub(catalog, prompts, parse_ref("data/none.jsonl"), remote=True)
+    assert on_cluster == Binding("prompts", "prompt_jsonl", "data/none.jsonl", "path", "data/none.jsonl")
+    nemo = Wanted("policy", "checkpoint_nemo")
+    assert bind_hub(catalog, nemo, parse_ref("hf://nvidia/model"), remote=True) == Problem(
+        "input 'policy' (hf://nvidia/model): a checkpoint_nemo is a file whose name ends in .nemo, "
+        "not a Hugging Face repository; give its path"
+    )
+    assert isinstance(bind_hub(catalog, nemo, parse_ref("nvidia/model"), remote=True), Problem)
 
 
 def test_every_problem_of_a_step_is_reported_at_once(catalog: Catalog, tmp_path: Path) -> None:

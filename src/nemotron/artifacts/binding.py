@@ -81,7 +81,7 @@ def bind_inputs(
             case "package":
                 bound = bind_package(catalog, want, ref)
             case "hub":
-                bound = bind_hub(want, ref)
+                bound = bind_hub(catalog, want, ref, remote)
         if isinstance(bound, Problem):
             problems.append(bound.line)
         else:
@@ -91,9 +91,24 @@ def bind_inputs(
     return bindings
 
 
-def bind_hub(want: Wanted, ref: ArtifactRef) -> Binding:
-    """A hub id (org/name): the engine downloads it, so nothing here can be checked."""
-    return Binding(want.name, want.expected, ref.text, "hub", path=None, actual_type=None)
+def bind_hub(catalog: Catalog, want: Wanted, ref: ArtifactRef, remote: bool) -> Binding | Problem:
+    """A hub id (org/name) for a model: the engine downloads it, so nothing here can be checked. A file type (a
+    .jsonl, a .nemo) is never a Hugging Face repository: `data/prompts.jsonl` that does not exist is a path that
+    does not exist (bound as a path, with its checks), and `hf://org/name` for one is refused."""
+    suffix = _file_suffix(catalog, want.expected)
+    if not suffix:
+        return Binding(want.name, want.expected, ref.text, "hub", path=None, actual_type=None)
+    if ref.text.startswith("hf://"):
+        return Problem(
+            f"input '{want.name}' ({ref.text}): a {want.expected} is a file whose name ends in {suffix}, "
+            "not a Hugging Face repository; give its path"
+        )
+    return bind_path(catalog, want, ArtifactRef("path", ref.text, path=Path(ref.text).expanduser()), remote)
+
+
+def _file_suffix(catalog: Catalog, type_name: str) -> str:
+    """How a file of this type (or of the type it is a kind of) ends: ".jsonl", ".nemo"; "" for directories."""
+    return next((s for t in catalog.ancestors(type_name) if (s := catalog.types[t].suffix)), "")
 
 
 def bind_store(catalog: Catalog, store: ArtifactStore, want: Wanted, ref: ArtifactRef) -> Binding | Problem:
@@ -120,7 +135,7 @@ def bind_path(catalog: Catalog, want: Wanted, ref: ArtifactRef, remote: bool) ->
     if ref.path.exists():
         return _bind_local(catalog, want, ref, ref.path)
     if remote:
-        suffix = next((s for t in catalog.ancestors(want.expected) if (s := catalog.types[t].suffix)), "")
+        suffix = _file_suffix(catalog, want.expected)
         if not ref.path.name.endswith(suffix):
             return Problem(
                 f"input '{want.name}' ({ref.text}): a {want.expected} is a file whose name ends in {suffix}; "
