@@ -153,3 +153,51 @@ def test_a_checkpoint_whose_shapes_cannot_load_is_refused_from_its_headers(
     )
     assert r.code == 2 and expect.format(**paths) in r.err, r.err[-2000:]
     assert "Traceback" not in r.err and _files(home) == []
+
+
+def test_a_global_batch_megatron_would_refuse_is_refused_at_compile(
+    home: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    """Megatron-Core's micro-batch calculator asserts global % (micro x data parallel) == 0 when the trainer
+    starts: the actor and the critic (each 1 node x 8 GPUs at TP 2 of the .nemo: data parallel 4, micro 2) are
+    refused for 36 prompts a step, and accepted for 64; sft's sizes are gpt_sft.yaml's (TP 1 whatever the .nemo
+    says), so 100 records on 16 GPUs are refused and 128 are not."""
+    nemo = _nemo(tmp_path / "m.nemo", tensor=2)
+    r = run_cli(*_aligner_ppo(nemo, "-b", "slurm_rlhf", "trainer.num_prompts_per_step=36", "--dry-run"))
+    assert r.code == 2, r.err[-2000:]
+    for role in ("critic", "actor"):
+        line = (
+            f"  - NeMo-Aligner's {role}: global batch 36 (model.global_batch_size) is not a multiple of micro batch 2"
+            f" (model.micro_batch_size) x data parallel 4 (8 GPUs over {nemo}'s TP 2 x PP 1 x CP 1); Megatron"
+            " asserts it when the trainer starts"
+        )
+        assert line in r.err.splitlines(), r.err
+    assert "Traceback" not in r.err and _files(home) == []
+    assert run_cli(*_aligner_ppo(nemo, "-b", "slurm_rlhf", "--dry-run")).code == 0
+
+    sft = (
+        "steps",
+        "run",
+        "sft",
+        "-c",
+        "nemo_aligner",
+        f"inputs.init_from={_nemo(tmp_path / 'big.nemo', tensor=8)}",
+    )
+    r = run_cli(
+        *sft,
+        "inputs.data=pkg://tiny/sft.jsonl",
+        "-b",
+        "slurm_rlhf",
+        "trainer.global_batch_size=100",
+        "--dry-run",
+    )
+    assert (
+        r.code == 2
+        and (
+            "global batch 100 (model.data.train_ds.global_batch_size) is not a multiple of micro batch 1 (gpt_sft.yaml's"
+            " model.micro_batch_size) x data parallel 16 (16 GPUs over gpt_sft.yaml's TP 1 x PP 1 x CP 1)"
+        )
+        in r.err
+    ), r.err[-2000:]
+    r = run_cli(*sft, "inputs.data=pkg://tiny/sft.jsonl", "-b", "slurm_rlhf", "--dry-run")
+    assert r.code == 0, r.err[-2000:]

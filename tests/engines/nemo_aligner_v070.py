@@ -266,3 +266,16 @@ MLFLOW_PARAMS = {
     "log_model",
 }
 WANDB_INIT_KWARGS = {"project", "name", "entity", "tags", "id"}  # wandb.init's own parameters
+
+# What each trainer YAML gives the two things Megatron's batch rule reads where we override neither: the micro
+# batch (gpt_sft.yaml: model.data.train_ds.micro_batch_size, which its model.micro_batch_size interpolates; the
+# others: model.micro_batch_size) and the model-parallel sizes (TP, PP, CP), None where the YAML sets none and the
+# .nemo's own count (nemotron.engines.nemo_aligner.megatron_batch).
+TRAINER_BATCH: dict[str, tuple[int, tuple[int, int, int] | None]] = {
+    "gpt_sft.yaml": (1, (1, 1, 1)),
+    "training_rm.yaml": (2, None),
+    "gpt_dpo.yaml": (1, None),
+    "gpt_reinforce_actor.yaml": (1, None),
+    "gpt_ppo_actor.yaml": (1, None),
+    "gpt_ppo_critic.yaml": (1, None),
+}

@@ -29,6 +29,7 @@ from nemotron.errors import UserError
 from nemotron.launch import slurm, slurm_script, submit
 
 CONF, KEYS, MIRROR, SCRIPTS, TAG = tag.CONF, tag.KEYS, tag.MIRROR, tag.SCRIPTS, tag.TAG
+TRAINER_BATCH = tag.TRAINER_BATCH
 
 STEPS = ("rl/reinforce", "rl/ppo", "rm/serve")
 ROLES = {"rl/reinforce": ["reward", "actor"], "rl/ppo": ["critic", "reward", "actor"], "rm/serve": ["reward"]}
@@ -87,6 +88,25 @@ def test_data_matches_the_tag() -> None:
                 assert isinstance(node, dict) and part in node, (conf, key)
                 node = node[part]
             assert node == value, (conf, key)
+
+
+def test_the_batch_rule_reads_what_the_trainer_yamls_give() -> None:
+    from nemotron.engines.nemo_aligner.megatron_batch import YAML_MICRO, YAML_PARALLEL
+
+    for conf, (micro, sizes) in TRAINER_BATCH.items():
+        assert (YAML_MICRO.get(conf, 1), YAML_PARALLEL.get(conf)) == (micro, sizes), conf
+
+
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="the NeMo-Aligner mirror is not on this machine")
+def test_the_trainer_yamls_batch_data_matches_the_tag() -> None:
+    for conf, (micro, sizes) in TRAINER_BATCH.items():
+        model = yaml.safe_load(git_show(MIRROR, TAG, f"{CONF}/{conf}"))["model"]
+        given = model["micro_batch_size"]
+        if given == "${.data.train_ds.micro_batch_size}":
+            given = model["data"]["train_ds"]["micro_batch_size"]
+        assert given == micro, conf
+        read = tuple(model.get(f"{k}_parallel_size") for k in ("tensor_model", "pipeline_model", "context"))
+        assert read == (sizes or (None, None, None)), conf
 
 
 def test_the_groups_map_our_keys_and_wire_the_servers(home: Path) -> None:

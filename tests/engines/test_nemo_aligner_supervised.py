@@ -55,7 +55,12 @@ def test_every_override_key_is_in_the_tags_yaml(home: Path, step_id: str, extra:
 
 def test_hand_checked_values(home: Path) -> None:
     sft = dict(
-        compiled("sft", "trainer.max_steps=40", "trainer.log_interval=10", nodes=3).groups[0].overrides
+        # 96 records: a multiple of the 24 GPUs' data parallel at gpt_sft.yaml's TP 1 (Megatron's batch rule)
+        compiled(
+            "sft", "trainer.max_steps=40", "trainer.log_interval=10", "trainer.global_batch_size=96", nodes=3
+        )
+        .groups[0]
+        .overrides
     )
     assert sft["model.restore_from_path"] == "/models/base.nemo" and sft["trainer.sft.max_steps"] == 40
     assert sft["trainer.sft.val_check_interval"] == 10 and sft["trainer.sft.save_interval"] == 40

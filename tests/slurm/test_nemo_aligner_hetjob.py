@@ -137,8 +137,9 @@ def test_dpo_writes_its_pairs_once_and_registers_the_aligned_nemo(aligner2: tupl
     of the training batch."""
     run, base = aligner2
     started = time.monotonic()
+    # micro 32: Megatron takes 64 pairs as micro x data parallel (2 nodes x 1 device) x whole micro-batches
     dpo = run("steps", "run", "rl/dpo", "-c", "tiny", f"inputs.policy={base}", "dpo.val_at_start=false",
-              "dpo.val_global_batch_size=64")  # fmt: skip
+              "dpo.val_global_batch_size=64", "trainer.micro_batch_size=32")  # fmt: skip
     took = time.monotonic() - started
     assert dpo.returncode == 0, dpo.stderr[-4000:]
     pairs = sum(1 for line in (TINY / "preferences.jsonl").read_text().splitlines() if line.strip())

@@ -18,6 +18,7 @@ from nemotron.config.offpolicy import ASYNC_KEYS, CORRECTION_KEYS, refusing
 from nemotron.config.stepconfig import Generation, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.config.targets import NEMO_ALIGNER_VERSION
 from nemotron.engines.base import Placement, recipe_for
+from nemotron.engines.nemo_aligner.megatron_batch import batch_problems
 from nemotron.engines.nemo_aligner.preference import compile_dpo
 from nemotron.engines.nemo_aligner.scripts import (
     PRECISION,
@@ -340,5 +341,6 @@ def compile_aligner(
         actor = run.groups[-1]  # the trainer: only it logs metrics (the servers keep their TensorBoard)
         actor = replace(actor, overrides=[*actor.overrides, *overrides], env={**actor.env, **env})
         run = replace(run, groups=[*run.groups[:-1], actor])
+    refuse.problems += batch_problems(run, where.gpus_per_node)
     refuse.raise_any()
     return run

@@ -29,9 +29,10 @@ def preflight(
 def _groups(manifest: Manifest, bindings: Sequence[Binding], nodes: int, gpus: int) -> list[Group]:
     """NeMo-Aligner v0.7.0 takes the model-parallel sizes from the .nemo's own model_config.yaml (its scripts merge
     the YAML's `model` over it: examples/nlp/gpt/train_gpt_ppo_actor.py:58, nemo_aligner/utils/utils.py:260
-    load_and_override_model_config; the tag's YAMLs set no tensor/pipeline size), and Megatron needs the group's
-    trainer.num_nodes x trainer.devices to be a multiple of TP x PP x CP (data parallel = world / model parallel,
-    as examples/nlp/synthetic_data_gen/compute_topk_logits.py:101 computes it). The groups are our het job's
+    load_and_override_model_config; the RL and server YAMLs set no tensor/pipeline size, gpt_sft.yaml's 1s are
+    read by megatron_batch), and Megatron needs the group's trainer.num_nodes x trainer.devices to be a multiple
+    of TP x PP x CP (data parallel = world / model parallel, as
+    examples/nlp/synthetic_data_gen/compute_topk_logits.py:101 computes it). The groups are our het job's
     (nemotron.engines.nemo_aligner.config): each server one node, the actor the nodes left (at least one); a
     step that only serves its model serves it on every node. Which inputs they load, the manifest's [[models]]
     say."""
