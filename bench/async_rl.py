@@ -68,6 +68,8 @@ def run_once(
             f"runtime.device={args.device}", f"generation.backend={args.generator}"]  # fmt: skip
     if policy is not None:
         step.append(f"inputs.policy={policy}")
+    if args.threads:  # the trainer's torch threads; the generator process takes the same count
+        step.append(f"runtime.num_threads={args.threads}")
     env = environment(home)
     started = time.monotonic()
     done = subprocess.run(
@@ -113,6 +115,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=16, help="trainer.num_prompts_per_step")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="runtime.device")
+    parser.add_argument("--threads", type=int, help="runtime.num_threads (default: the tiny preset's 1)")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args()
     if args.steps <= LEFT_OUT:
@@ -137,6 +140,11 @@ def main() -> None:
         "sync_s_per_step": round(per("sync", "step_time"), 4),
         "async_s_per_step": round(per("async", "step_time"), 4),
         "async_over_sync": round(per("async", "step_time") / per("sync", "step_time"), 3),
+        # each alternating pair's own ratio: how far the machine's load moved it
+        "async_over_sync_by_pair": [
+            round(float(str(a["step_time"])) / float(str(b["step_time"])), 3)
+            for b, a in zip(results[::2], results[1::2], strict=True)
+        ],
         "sync_start_s": round(per("sync", "start_s"), 2),
         "async_start_s": round(per("async", "start_s"), 2),
         "cores": os.cpu_count(),
