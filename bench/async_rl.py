@@ -14,7 +14,8 @@ refuses the GPT-2 policy's 16), which `--llama` gives the torch sampler too.
 
 Run: python bench/async_rl.py                      (rl/reinforce -c tiny, 20 steps, 1 run of each)
      python bench/async_rl.py --runs 2 --steps 30 --max-new-tokens 24 --device cuda --json out.json
-     python bench/async_rl.py --generator vllm --runs 2 --json out.json
+     python bench/async_rl.py --generator vllm --runs 4 --steps 30 --json out.json   (docs/benchmarks.md's figures)
+     python bench/async_rl.py --generator vllm --device cuda --runs 2 --json out.json   (on a GPU)
 """
 
 from __future__ import annotations
