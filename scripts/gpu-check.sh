@@ -7,13 +7,17 @@
 #      torch.cuda.max_memory_allocated (nemotron.runtime.devices.peak_memory_mb): a table, via
 #      bench/memory_plan.py;
 #   4. asynchronous RL against synchronous on CUDA (issue 46): bench/async_rl.py, trainer and generator process on
-#      the one GPU.
+#      the one GPU;
+#   5. the same with vLLM's CUDA build as the generator (bench/async_rl.py --generator vllm): run by vLLM's venv
+#      (NEMOTRON_VLLM_VENV, else .venv-vllm; `bash scripts/bootstrap-vllm.sh` builds the CUDA one on a machine where
+#      nvidia-smi works); without that venv it is skipped, in one line that says so.
 # Figures go to $OUT (if set; else a temporary folder): gpu-check.txt (the whole log), memory_plan_cuda.json,
-# async_rl_cuda.json, pipeline.txt. It installs nothing: it needs Python >= 3.11 with a CUDA build of torch and the project's runtime
-# wheels (pyproject.toml: typer, rich, omegaconf, pydantic, pyyaml, jinja2, transformers, safetensors,
-# tokenizers, numpy, tensorboard, matplotlib, vaderSentiment, h11, prometheus_client), and runs this checkout
-# (PYTHONPATH=src). Exit 0: every step ran and the plan is within the bench's tolerance; 1: a check failed;
-# 2: this machine cannot run it (no CUDA device, or a wheel missing).
+# async_rl_cuda.json, async_rl_vllm_cuda.json, pipeline.txt. It installs nothing: it needs Python >= 3.11 with a
+# CUDA build of torch and the project's runtime wheels (pyproject.toml: typer, rich, omegaconf, pydantic, pyyaml,
+# jinja2, transformers, safetensors, tokenizers, numpy, tensorboard, matplotlib, vaderSentiment, h11,
+# prometheus_client), and runs this checkout (PYTHONPATH=src). Exit 0: every check ran (5 skipped only as said
+# above) and the plan is within the bench's tolerance; 1: a check failed; 2: this machine cannot run it (no CUDA
+# device, or a wheel missing).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
@@ -59,4 +63,13 @@ echo "== 2-3. small Llama, Qwen2 and GPT-2 on CUDA: the plan against torch.cuda.
 
 echo "== 4. asynchronous RL against synchronous on CUDA"
 "$PY" "$ROOT/bench/async_rl.py" --runs 2 --steps 20 --max-new-tokens 24 --device cuda --json "$OUT_DIR/async_rl_cuda.json"
+
+echo "== 5. asynchronous RL against synchronous on CUDA, vLLM's CUDA build as the generator"
+VLLM_VENV="$ROOT/${NEMOTRON_VLLM_VENV:-.venv-vllm}"
+case ${NEMOTRON_VLLM_VENV:-} in /*) VLLM_VENV=$NEMOTRON_VLLM_VENV ;; esac
+if "$VLLM_VENV/bin/python" -c 'import vllm' 2>/dev/null; then
+    "$PY" "$ROOT/bench/async_rl.py" --generator vllm --runs 2 --steps 20 --max-new-tokens 24 --device cuda --json "$OUT_DIR/async_rl_vllm_cuda.json"
+else
+    echo "gpu-check: check 5 skipped: no vLLM venv at $VLLM_VENV (bash scripts/bootstrap-vllm.sh builds it)"
+fi
 echo "gpu-check: done; figures in $OUT_DIR"

@@ -7,6 +7,7 @@ reports what it promises.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,28 @@ def test_wandb_tracker_costs_bench_prints_both_checksum_modes() -> None:
     out = run_bench("wandb_tracker_costs.py", "--mib", "8")
     lines = [line for line in out.splitlines() if line.startswith("add_reference")]
     assert [line.split()[1] for line in lines] == ["checksum=False", "checksum=True"] * 2, out
+
+
+def async_rl_with_vllm(venv: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NEMOTRON_VLLM_VENV": str(venv)}
+    return subprocess.run([sys.executable, str(BENCH / "async_rl.py"), "--generator", "vllm", "--steps", "3"],
+                          capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+
+
+def test_the_async_bench_names_the_missing_vllm_venv_in_one_line(tmp_path: Path) -> None:
+    done = async_rl_with_vllm(tmp_path / "no-venv")
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert f"{tmp_path / 'no-venv' / 'bin' / 'python'} is missing" in done.stderr, done.stderr
+    assert "bash scripts/bootstrap-vllm.sh" in done.stderr and "NEMOTRON_VLLM_VENV" in done.stderr
+
+
+def test_the_async_bench_runs_the_vllm_generator_with_that_venvs_python(tmp_path: Path) -> None:
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\necho "fake vllm python: $*" >&2\nexit 3\n')
+    python.chmod(0o755)
+    done = async_rl_with_vllm(tmp_path / "venv")
+    # its first call writes the tiny Llama vLLM samples (vLLM's CPU attention refuses the GPT-2 policy)
+    assert done.returncode != 0 and "(exit 3)" in done.stderr, done.stderr
+    assert "fake vllm python: -m nemotron.models.tiny --family llama" in done.stderr, done.stderr

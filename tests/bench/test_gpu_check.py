@@ -5,6 +5,7 @@ and reaches every trainer step, and bench/memory_plan.py's --device reaches the 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,15 @@ no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without
 def test_the_script_parses() -> None:
     done = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_header_lists_every_check_the_script_runs() -> None:
+    text = SCRIPT.read_text()
+    listed = [int(n) for n in re.findall(r"^#   (\d+)\. ", text, re.M)]
+    run: list[int] = []
+    for first, last in re.findall(r'^echo "== (\d+)(?:-(\d+))?\. ', text, re.M):
+        run += range(int(first), int(last or first) + 1)
+    assert listed == run == list(range(1, len(run) + 1)), (listed, run)
 
 
 @no_gpu
