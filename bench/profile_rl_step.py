@@ -3,9 +3,10 @@ of each engine, the operators grouped by kind.
 
 Run: python bench/profile_rl_step.py --size large --algorithm grpo
      python bench/profile_rl_step.py --size large --model llama
-Each engine runs one warm-up step, then ``--steps`` profiled ones (ours alone, then TRL alone). The table gives
-the seconds per step inside each kind of operator (self time: a kernel's own time, not its callees') and what is
-left of the step's wall time outside all operators (Python, autograd, the trainers' bookkeeping). The last line
+Each engine runs one warm-up step, then ``--steps`` profiled ones, the two alternating step by step as in
+bench_rl_step.py. The table gives the seconds per step inside each kind of operator (self time: a kernel's own
+time, not its callees') and what is left of the step's wall time outside all operators (Python, autograd, the
+trainers' bookkeeping). The last line
 is the bound the matrix products set: our step can be no faster than its matmuls, so ours' matmul seconds over
 TRL's whole step is the smallest ours/TRL ratio reachable without doing less float32 matmul work.
 Profiling adds a little time per operator call on both sides; the ratios of bench_rl_step.py are the figures.
@@ -56,44 +57,60 @@ def seconds_by_kind(prof: Any) -> dict[str, float]:
     return totals
 
 
-def profile_ours(workload: Any, models: BenchModels, steps: int, seed: int) -> tuple[Any, float]:
-    """The profile of ``steps`` of our steps after one warm-up, and their wall seconds."""
-    ours = OurRLStep(workload, models, seed)
-    ours.step()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        start = time.perf_counter()
-        for _ in range(steps):
-            ours.step()
-        wall = time.perf_counter() - start
-    return prof, wall
+class Profiles:
+    """Seconds by operator kind and wall seconds, summed over the profiled steps of one engine."""
+
+    def __init__(self) -> None:
+        self.kinds = dict.fromkeys([kind for kind, _ in KINDS] + [OTHER], 0.0)
+        self.wall = 0.0
+        self.running: Any = None
+        self.started = 0.0
+
+    def start(self) -> None:
+        self.running = profile(activities=[ProfilerActivity.CPU])
+        self.running.start()
+        self.started = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.running is None:
+            return
+        self.wall += time.perf_counter() - self.started
+        self.running.stop()
+        for kind, seconds in seconds_by_kind(self.running).items():
+            self.kinds[kind] += seconds
+        self.running = None
 
 
-def profile_trl(
+def profile_both(
     workload: Any, models: BenchModels, steps: int, seed: int, workdir: Path
-) -> tuple[Any, float]:
-    """The profile of TRL's steps 2 .. steps + 1 (from the end of its warm-up step to the end of the last), and
-    the wall seconds of those steps as its own step timer measured them."""
-    prof = profile(activities=[ProfilerActivity.CPU])
+) -> tuple[Profiles, Profiles]:
+    """Ours and TRL's profiles over ``steps`` steps each after one warm-up, alternating step by step as
+    bench_rl_step.py does, so that other load on the machine falls on both alike. TRL's profile runs from the
+    end of one of its steps to the end of the next, so it also holds its work between steps (the next batch)."""
+    ours_step = OurRLStep(workload, models, seed)
+    ours, trl = Profiles(), Profiles()
     ended = 0
 
     def between_steps() -> None:
         nonlocal ended
         ended += 1
-        if ended == 1:
-            prof.start()
-        elif ended == steps + 1:
-            prof.stop()
+        trl.stop()
+        if ended > 1:
+            ours.start()
+        ours_step.step()  # the first is the warm-up
+        ours.stop()
+        if ended <= steps:
+            trl.start()
 
-    timings = run_trl(workload, models, steps + 1, seed, workdir, between_steps)
-    return prof, sum(t.total for t in timings[1:])
+    run_trl(workload, models, steps + 1, seed, workdir, between_steps)
+    return ours, trl
 
 
-def report(ours: tuple[Any, float], trl: tuple[Any, float], steps: int) -> list[str]:
+def report(ours: Profiles, trl: Profiles, steps: int) -> list[str]:
     rows = []
-    for prof, wall in (ours, trl):
-        kinds = seconds_by_kind(prof)
-        kinds[OUTSIDE] = max(0.0, wall - sum(kinds.values()))
-        rows.append({k: v / steps for k, v in kinds.items()} | {"step": wall / steps})
+    for side in (ours, trl):
+        kinds = side.kinds | {OUTSIDE: max(0.0, side.wall - sum(side.kinds.values()))}
+        rows.append({k: v / steps for k, v in kinds.items()} | {"step": side.wall / steps})
     lines = [f"{'seconds per step':<18} {'ours':>8} {'TRL':>8} {'ours %':>7} {'TRL %':>7}"]
     for kind in rows[0]:
         o, t = rows[0][kind], rows[1][kind]
@@ -127,11 +144,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="profile-rl-step-") as workdir:
         shape = (size.layers, size.width, size.heads, size.positions)
         models = load_bench_models(args.model, *shape, Path(workdir))
-        ours = profile_ours(workload, models, args.steps, args.seed)
-        trl = profile_trl(workload, models, args.steps, args.seed, Path(workdir))
+        ours, trl = profile_both(workload, models, args.steps, args.seed, Path(workdir))
     print(
         f"RL step profile, {args.algorithm}, size={args.size}: {models.description}, "
-        f"{args.steps} steps each after a warm-up, 1 thread, load average {load:.2f} at the start"
+        f"{args.steps} steps each after a warm-up, alternating, 1 thread, load average {load:.2f} at the start"
     )
     print("\n".join(report(ours, trl, args.steps)))
 
