@@ -112,3 +112,10 @@ def test_configs_it_does_not_compute_go_to_transformers(overrides: dict[str, Any
         setattr(model.config, "_attn_implementation" if key == "attn_implementation" else key, value)
     assert not llama_fast.supports(model)
     assert not llama_fast.supports(tiny_model(VOCAB, family="mistral", n_head=4, intermediate_size=48))
+
+
+def test_activation_checkpointing_goes_to_transformers() -> None:
+    model = llama()
+    assert llama_fast.supports(model)
+    model.gradient_checkpointing_enable()  # the lean forward would not recompute the blocks
+    assert not llama_fast.supports(model)
