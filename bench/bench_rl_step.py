@@ -256,8 +256,8 @@ def main() -> None:
     transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     # transformers 5 renamed gradient_checkpointing; TRL 1.16 still uses the old name internally.
     warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
-    # transformers 5.24 renamed forward's past_key_values to cache; our rollout (models other than GPT-2, which
-    # runs the lean forward) still passes the old name, which works until 5.40.
+    # transformers 5.24 renamed forward's past_key_values to cache; a caller that still passes the old name
+    # warns (it works until 5.40). Our rollout runs GPT-2 and Llama through its lean forwards, which take neither.
     warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
     load_before = os.getloadavg()
     peaks = [peak_matmul_flops()]

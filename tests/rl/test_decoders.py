@@ -12,10 +12,11 @@ from transformers import PreTrainedModel
 from nemotron.models.tiny import tiny_model
 from nemotron.rl.decoders import (
     Decoder,
-    LeanGPT2Decoder,
+    LeanDecoder,
     PaddingMaskDecoder,
     PrebuiltMaskDecoder,
     decoder_for,
+    lean_forward,
     prompt_positions,
 )
 from nemotron.rl.rollout import left_pad
@@ -37,9 +38,20 @@ def model_of(kind: str) -> PreTrainedModel:
     return tiny_model(VOCAB, seed=2, **llama)
 
 
+def lean_decoder(model: PreTrainedModel, capacity: int) -> LeanDecoder:
+    lean = lean_forward(model)
+    assert lean is not None
+    return LeanDecoder(model, lean, capacity)
+
+
 def test_decoder_for_picks_the_fastest_exact_path() -> None:
-    assert isinstance(decoder_for(model_of("gpt2"), 16), LeanGPT2Decoder)
-    assert isinstance(decoder_for(model_of("llama"), 16), PrebuiltMaskDecoder)
+    for kind in ("gpt2", "llama"):
+        assert isinstance(decoder_for(model_of(kind), 16), LeanDecoder)
+    # Llama with a rotary scaling the lean forward does not compute: transformers' forward, prebuilt masks.
+    scaled = model_of("llama")
+    scaled.config.rope_parameters = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    assert lean_forward(scaled) is None
+    assert isinstance(decoder_for(scaled, 16), PrebuiltMaskDecoder)
     # A sliding window needs transformers' own masks.
     assert isinstance(decoder_for(model_of("mistral-window-3"), 16), PaddingMaskDecoder)
 
@@ -71,9 +83,10 @@ class FullForward:
 @pytest.mark.parametrize(
     ("kind", "decoder_class"),
     [
-        ("gpt2", LeanGPT2Decoder),
+        ("gpt2", lean_decoder),
         ("gpt2", PrebuiltMaskDecoder),
         ("gpt2", PaddingMaskDecoder),
+        ("llama", lean_decoder),
         ("llama", PrebuiltMaskDecoder),
         ("llama", PaddingMaskDecoder),
         ("mistral-window-3", PaddingMaskDecoder),

@@ -6,28 +6,16 @@ from typing import Any
 
 import pytest
 import torch
+from tests.rl.lean_forwards import VOCAB, assert_gradients_match_transformers, padded_batch
 from transformers import GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from nemotron.models.tiny import tiny_model
 from nemotron.rl import gpt2_fast
-from nemotron.rl.logprobs import token_logprobs
-
-VOCAB = 97
 
 
 def gpt2(seed: int = 0, **overrides: Any) -> GPT2LMHeadModel:
     options: dict[str, Any] = {"n_layer": 3, "n_head": 4, "n_positions": 32, "attn_implementation": "sdpa"}
     return tiny_model(VOCAB, seed=seed, **(options | overrides))
-
-
-def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows 0-1 left-padded by 3, rows 4-5 right-padded after 9 tokens: ids, mask, positions, each (6, 12)."""
-    ids = torch.randint(1, VOCAB, (6, 12), generator=torch.Generator().manual_seed(3))
-    mask = torch.ones_like(ids)
-    mask[:2, :3] = 0
-    mask[4:, 9:] = 0
-    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    return ids, mask, positions
 
 
 @pytest.mark.parametrize(
@@ -60,23 +48,12 @@ def test_logits_match_transformers_on_every_real_position(overrides: dict[str, A
 
 
 def test_gradients_match_transformers_for_every_parameter() -> None:
-    ids, mask, positions = padded_batch()
-    grads = []
-    for lean in (False, True):
-        model = gpt2(seed=5).train()
-        if lean:
-            logits = gpt2_fast.forward(model, ids, positions, gpt2_fast.causal_bias(mask, torch.float32))
-        else:
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-        # The loss the trainers take: logprobs of real tokens read at real positions (a padding query's output
-        # is never used, and the two implementations let it attend differently).
-        logprobs = token_logprobs(logits, ids)
-        (-(logprobs * mask[:, 1:] * mask[:, :-1]).sum()).backward()
-        grads.append({name: p.grad for name, p in model.named_parameters()})
-    assert grads[0].keys() == grads[1].keys()
-    for name, expected in grads[0].items():
-        assert expected is not None and expected.abs().sum() > 0, name
-        torch.testing.assert_close(grads[1][name], expected, atol=1e-5, rtol=1e-4, msg=name)
+    assert_gradients_match_transformers(
+        lambda: gpt2(seed=5),
+        lambda model, ids, positions, mask: gpt2_fast.forward(
+            model, ids, positions, gpt2_fast.causal_bias(mask, torch.float32)
+        ),
+    )
 
 
 def test_cached_decoding_equals_one_full_forward() -> None:

@@ -1,7 +1,7 @@
 """The sampler's model paths as small decoders: each encodes the prompts once, then extends every row of its batch
 by one token a step, keeping its KV cache and attention masks to itself.
 
-Three paths: GPT-2 through the lean forward of `gpt2_fast`; other models through transformers' forward, with
+Three paths: GPT-2 and Llama through a lean forward (`gpt2_fast`, `llama_fast`); other models through transformers' forward, with
 additive masks built once per rollout and a cache that grows in place where every layer is plain causal attention
 (`hf_cache.takes_prebuilt_masks`), else with 2D padding masks and transformers' own cache. All three compute the
 same logits as a full forward pass over the same tokens (`tests/rl/test_decoders.py`).
@@ -13,10 +13,10 @@ import inspect
 from typing import Any, Protocol
 
 import torch
-from transformers import DynamicCache, GPT2LMHeadModel, PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import Cache
 
-from nemotron.rl import gpt2_fast, hf_cache
+from nemotron.rl import gpt2_fast, hf_cache, llama_fast
 
 
 class Decoder(Protocol):
@@ -41,11 +41,37 @@ class Decoder(Protocol):
         ...
 
 
+class LeanForward(Protocol):
+    """`gpt2_fast.forward` and `llama_fast.forward`: logits straight from the model's parameters."""
+
+    def __call__(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        bias: torch.Tensor,
+        *,
+        cache: gpt2_fast.KVCache | None = None,
+        capacity: int = 0,
+        logits_to_keep: int = 0,
+    ) -> torch.Tensor: ...
+
+
+def lean_forward(model: PreTrainedModel) -> LeanForward | None:
+    """The lean forward that computes exactly what ``model(...)`` would, or None (the model's own forward)."""
+    if gpt2_fast.supports(model):
+        return gpt2_fast.forward
+    if llama_fast.supports(model):
+        return llama_fast.forward
+    return None
+
+
 def decoder_for(model: PreTrainedModel, capacity: int) -> Decoder:
     """The fastest path that computes exactly what ``model(...)`` would, for rollouts of at most ``capacity``
     positions (prompt width + response width)."""
-    if gpt2_fast.supports(model):
-        return LeanGPT2Decoder(model, capacity)
+    lean = lean_forward(model)
+    if lean is not None:
+        return LeanDecoder(model, lean, capacity)
     if hf_cache.takes_prebuilt_masks(model):
         return PrebuiltMaskDecoder(model, capacity)
     return PaddingMaskDecoder(model, capacity)
@@ -138,17 +164,16 @@ def _dtype(model: PreTrainedModel) -> torch.dtype:
     return dtype
 
 
-class LeanGPT2Decoder(CachedDecoder):
-    """GPT-2 through `gpt2_fast.forward` (``gpt2_fast.supports(model)`` must hold), its `KVCache` and additive
-    masks."""
+class LeanDecoder(CachedDecoder):
+    """A model through its lean forward (`lean_forward`), `gpt2_fast.KVCache` and additive masks."""
 
-    def __init__(self, model: GPT2LMHeadModel, capacity: int) -> None:
+    def __init__(self, model: PreTrainedModel, lean: LeanForward, capacity: int) -> None:
         self.kv = gpt2_fast.KVCache(_layers(model))
         super().__init__(capacity, self.kv, _dtype(model))
-        self.model = model
+        self.model, self.lean = model, lean
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        logits = gpt2_fast.forward(
+        logits = self.lean(
             self.model, ids, positions, mask, cache=self.kv, capacity=self.capacity, logits_to_keep=1
         )
         return logits[:, -1, :]

@@ -95,7 +95,7 @@ def _dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     return F.dropout(x, p) if p else x
 
 
-def _attention(
+def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float, dropout: float
 ) -> torch.Tensor:
     """softmax(q k^T scale + bias) v, with ``q`` ``(B, H, Q, D)``, ``k``/``v`` ``(B, H, K, D)``, ``bias`` ``(B, 1, Q, K)``.
@@ -156,7 +156,7 @@ def forward(
         )  # each (B, H, Q, D)
         if cache is not None:
             k, v = cache.append(index, k, v, capacity)
-        attended = _attention(q, k, v, bias, scale / (index + 1) if by_layer else scale, attn_dropout)
+        attended = attention(q, k, v, bias, scale / (index + 1) if by_layer else scale, attn_dropout)
         projected = torch.addmm(
             attn.c_proj.bias, attended.transpose(1, 2).reshape(-1, embd), attn.c_proj.weight
         )

@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 
 from nemotron.rl import gpt2_fast
 from nemotron.rl.batch_rows import distinct_prompts, rows_to_keep
-from nemotron.rl.decoders import Decoder, decoder_for
+from nemotron.rl.decoders import Decoder, decoder_for, lean_forward
 from nemotron.rl.logprobs import token_logprobs
 from nemotron.rl.stop_strings import completes_stop_string
 
@@ -368,16 +368,17 @@ def response_logits(
     """``(B, T - P + 1)`` x vocab logits at the positions that predict the response tokens and the one after.
 
     ``out[:, t]`` (for ``t < T - P``) is the distribution of ``sequences[:, P + t]``. GPT-2 models run the
-    engine's lean forward (`gpt2_fast`); others run ``model(...)``. Grad and train/eval modes are the caller's.
+    engine's lean forward (`gpt2_fast`), Llama models `llama_fast`; others run ``model(...)``. Grad and train/eval modes are the caller's.
     """
     width = sequences.shape[1] - response_start
     if not 1 <= response_start < sequences.shape[1]:
         raise ValueError(f"response_start must be in [1, {sequences.shape[1]}), got {response_start}")
     positions = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
     # Only the positions that predict response tokens go through the LM head.
-    if gpt2_fast.supports(model):
+    lean = lean_forward(model)
+    if lean is not None:
         bias = gpt2_fast.causal_bias(attention_mask, next(model.parameters()).dtype)
-        return gpt2_fast.forward(model, sequences, positions, bias, logits_to_keep=width + 1)
+        return lean(model, sequences, positions, bias, logits_to_keep=width + 1)
     out: Any = model(
         input_ids=sequences,
         attention_mask=attention_mask,
