@@ -29,3 +29,18 @@ def test_the_vllm_generator_samples_with_the_trainers_weights_after_every_update
     errors = [m["token_mult_prob_error"] for m in steps]
     assert max(errors) < 1.001, errors
     assert all(abs(m["sampling_importance_ratio"] - 1) < 1e-3 for m in steps), steps
+
+
+def test_building_the_vllm_backend_imports_no_vllm() -> None:
+    """An asynchronous trainer builds its generation backend only to read what it needs (recomputes_logprobs): vLLM
+    is imported where it samples, at the first generate (4 CPU-s, and vLLM takes over torch's thread count)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from nemotron.rl.generation_backends import get_backend; "
+        "b = get_backend('vllm'); assert b.recomputes_logprobs; print('vllm' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

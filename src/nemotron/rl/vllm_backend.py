@@ -11,6 +11,7 @@ vLLM are kept for `token_mult_prob_error`, NeMo-RL's measure of how far the two 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import tempfile
@@ -26,6 +27,16 @@ from nemotron.rl.rollout import Rollout, SamplingParams, left_pad
 
 log = logging.getLogger("nemotron")
 INSTALL_HINT = "build vLLM's environment with `bash scripts/bootstrap-vllm.sh` and run the step with .venv-vllm/bin/nemotron"
+
+
+def require_vllm() -> None:
+    """Exit 2 at once, before any training, when vllm is not installed here; nothing is imported (an asynchronous
+    trainer builds the backend only to know what it needs, and its generator process imports vLLM)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError("generation.backend=vllm needs the vllm package, which is not installed here",
+                        hint=INSTALL_HINT)  # fmt: skip
 
 
 def import_vllm() -> Any:
@@ -100,13 +111,19 @@ class VLLMBackend:
     recomputes_logprobs = True
 
     def __init__(self, gpu_memory_utilization: float = 0.3, max_model_len: int = 0) -> None:
-        self.vllm = import_vllm()
+        require_vllm()
         self.gpu_memory_utilization = gpu_memory_utilization
         self.max_model_len = max_model_len
         self.llm: Any = None
         self.syncs = 0
         self.model_len = 0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    @functools.cached_property
+    def vllm(self) -> Any:
+        """The vllm module, imported at the first use (about 4 CPU-s): never in a trainer whose generator is
+        another process."""
+        return import_vllm()
 
     def generate(
         self,
