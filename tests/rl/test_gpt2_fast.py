@@ -113,3 +113,17 @@ def test_models_it_cannot_reproduce_exactly_go_to_transformers() -> None:
     )
     llama = LlamaForCausalLM(config)
     assert not gpt2_fast.supports(llama)
+
+
+def test_a_long_context_attends_through_sdpa_with_the_same_result() -> None:
+    """Above SCORES_BYTES the score matrix is not built (its memory, not the plan's, would set the peak): the same
+    function to float tolerance, causal mask included."""
+    from nemotron.rl.gpt2_fast import SCORES_BYTES, attention
+
+    q, k, v = (torch.randn(1, 2, 1500, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    assert 2 * 1500 * 1500 * 4 > SCORES_BYTES
+    bias = torch.zeros(1, 1, 1500, 1500).masked_fill(
+        torch.ones(1500, 1500, dtype=torch.bool).triu(1), float("-inf")
+    )
+    expected = torch.matmul((torch.matmul(q, k.transpose(-1, -2)) * 0.3 + bias).softmax(dim=-1), v)
+    assert torch.allclose(attention(q, k, v, bias, 0.3, 0.0), expected, atol=1e-5)

@@ -95,16 +95,22 @@ def _dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     return F.dropout(x, p) if p else x
 
 
+SCORES_BYTES = 16 * 2**20  # the largest score matrix `attention` computes with matmuls; above it, sdpa
+
+
 def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float, dropout: float
 ) -> torch.Tensor:
     """softmax(q k^T scale + bias) v, with ``q`` ``(B, H, Q, D)``, ``k``/``v`` ``(B, H, K, D)``, ``bias`` ``(B, 1, Q, K)``.
 
-    One query (a decode step) goes to ``scaled_dot_product_attention``. For several, two matmuls and a softmax
-    are faster on CPU, forward and backward, than sdpa's flash kernel: measured 1.0 vs 1.4 ms (B=64, H=4,
-    Q=K=21, D=16) and 20 vs 23 ms (Q=K=80, D=64) for forward + backward on one thread.
+    One query (a decode step) goes to ``scaled_dot_product_attention``, and so does a batch whose score matrix
+    would pass SCORES_BYTES: two matmuls and a softmax keep B x H x Q x K scores (and their softmax, for the
+    backward), which at long contexts dwarfs the layer's other activations (B=8, H=4, Q=K=2,048: 1,545 MiB
+    against sdpa's flash kernel's 31 MiB, and 2.8 s against 0.8 s forward + backward; the resource plan counts
+    no such matrix). Below it, the matmuls were the faster on an Intel Xeon (1.0 vs 1.4 ms at B=64, H=4, Q=K=21,
+    D=16; 20 vs 23 ms at Q=K=80, D=64, forward + backward, one thread).
     """
-    if q.shape[2] == 1:
+    if q.shape[2] == 1 or q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * q.element_size() > SCORES_BYTES:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=scale)
     weights = (torch.matmul(q, k.transpose(-1, -2)) * scale + bias).softmax(dim=-1)
     return torch.matmul(_dropout(weights, dropout), v)
