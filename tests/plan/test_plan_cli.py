@@ -29,7 +29,11 @@ def test_the_dry_run_shows_the_plan_per_gpu(home: Path, run_cli_imports: Any) ->
     assert "H100-80GB (80 GiB)" in rows["policy training"] and "79.6 GiB" in rows["policy training"]
     assert " yes " in rows["policy training"]
     assert "DDP over 16 GPUs" in plan  # 2 nodes x 8 GPUs of the profile, the built-in engine's parallelism
-    assert "meta-llama/Llama-3.2-1B-Instruct (1.24B, shape table)" in plan  # the preset's plan.models hint
+    # the preset's plan.models hint, named as such beside the cluster path it sizes
+    assert (
+        "meta-llama/Llama-3.2-1B-Instruct (1.24B, plan.models.policy, standing in for /models/sft_policy)"
+        in plan
+    )
     assert not home.exists()
 
 
@@ -99,7 +103,12 @@ def test_plan_models_hints_are_checked(home: Path, run_cli: Any) -> None:
     base = ("steps", "run", "rl/ppo", "-c", "default", "-b", "slurm_rlhf", "--dry-run")
     r = run_cli(*base, "plan.models.policy=Qwen/Qwen2.5-0.5B")
     assert r.code == 0, r.err
-    assert "policy Qwen/Qwen2.5-0.5B (494M, shape table)" in r.out
+    assert "policy Qwen/Qwen2.5-0.5B (494M, plan.models.policy, standing in for /models/sft_policy)" in r.out
+    # an input the table knows is planned as itself, whatever the hint says
+    table = run_cli(
+        *base, "inputs.policy=Qwen/Qwen2.5-0.5B", "plan.models.policy=meta-llama/Llama-3.1-8B-Instruct"
+    )
+    assert table.code == 0 and "policy Qwen/Qwen2.5-0.5B (494M, shape table)" in table.out, table.err
     # an 8B policy on the built-in engine's DDP: every GPU would hold all of its optimizer state
     big = run_cli(*base, "plan.models.policy=meta-llama/Llama-3.1-8B-Instruct")
     assert big.code == 2 and "the largest term is optimizer (59.8 GiB)" in big.err

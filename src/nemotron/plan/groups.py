@@ -87,7 +87,9 @@ class Shapes:
                     f"plan.models.{role}={hint!r}: not in the shape table; use one of: "
                     + ", ".join(sorted(k for k in KNOWN_MODELS if "Instruct" in k))
                 )
-            return found
+            # the hint stands in for a model the plan cannot read: the row says so, and for which input, so a
+            # preset's hint left over a changed input (inputs.policy=/lustre/me/70b) shows
+            return replace(found, source=f"plan.models.{role}, standing in for {ref}") if ref else found
         self.unknown.append(
             f"{role}: {ref or '(not set)'} is not a checkpoint readable here and not in the shape table; set "
             f"plan.models.{role}=<a Hugging Face id from docs/cluster.md's shape table>"
