@@ -49,7 +49,7 @@ class _ProfileBase(BaseModel):
     artifacts_root: str | None = None  # where the artifact store lives (shared storage on clusters)
     inherits_shell_env: ClassVar[bool] = False  # whether the job sees the submitting shell's variables
     # where a served reward model or judge runs beside the step: a process of its own, a node of its own (Slurm:
-    # group 0 of a heterogeneous job, nemotron.launch.served), or beside each node's local rank 0 (Lepton)
+    # group 0 of a heterogeneous job, nemotron.plan.served), or beside each node's local rank 0 (Lepton)
     serves_on: ClassVar[Literal["process", "node", "rank0"]] = "process"
 
 

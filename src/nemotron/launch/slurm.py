@@ -16,7 +16,7 @@ from nemotron.core.paths import bundled_root
 from nemotron.errors import UserError
 from nemotron.launch import containers, step_process
 from nemotron.launch.nemo_run_layout import Experiment, srun_log
-from nemotron.launch.served import ServedModel
+from nemotron.plan.served import ServedModel
 from nemotron.reward.bind import TOKEN_ENV as REWARD_TOKEN_ENV
 
 JOB_NAME_PREFIX = "nemotron."
