@@ -3,11 +3,10 @@ launch out on (nemotron.engines.base.Engine.launch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(NamedTuple):
     """Where the executor puts the job: the job dir as the nodes see it, the resources of the profile, and whether
     that is this machine (its paths, RAM and store are this machine's: the local executor's jobs)."""
 

@@ -5,8 +5,7 @@ own node (Slurm) or beside the trainer (local). An engine without plan groups of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -90,8 +89,7 @@ def plan_groups(ctx: PlanContext, config: PlannedConfig, load: Workload) -> list
     )
 
 
-@dataclass(frozen=True)
-class Shards:
+class Shards(NamedTuple):
     """How the trained models' state is spread over the ranks (`runtime.sharding`): DDP keeps it whole on each,
     FSDP divides weights, gradients and AdamW state by the ranks and gathers a layer at a time (rl/sharding.py)."""
 
