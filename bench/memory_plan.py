@@ -186,8 +186,8 @@ def replan(root: Path, result: dict[str, object]) -> dict[str, object]:
     """`result` with the plan of the code here (no run): the measured peak does not depend on the plan's code."""
     from nemotron.catalog import Catalog
     from nemotron.compile import compile_job
-    from nemotron.engines.base import Placement
     from nemotron.plan.groups import plan_job
+    from nemotron.plan.placement import Placement
 
     case = Case(str(result["family"]), str(result["size"]), str(result["precision"]), bool(result["checkpointing"]),
                 str(result.get("device", "cpu")))  # fmt: skip

@@ -131,9 +131,10 @@ def _aligner_script(home: Path) -> tuple[str, str]:
     """backend=nemo_aligner's hetjob (no container, so the stubbed script runs through): script, actor log dir."""
     from dataclasses import replace
 
-    from nemotron.engines.base import HetJob, Placement
+    from nemotron.engines.base import HetJob
     from nemotron.engines.nemo_aligner.engine import NemoAlignerEngine
     from nemotron.launch import het_slurm
+    from nemotron.plan.placement import Placement
 
     job = compile_job(
         Catalog(),

@@ -14,7 +14,7 @@ from nemotron.compile import Job, compile_job
 from nemotron.errors import UserError
 from nemotron.launch import containers, slurm_executor, slurm_script, submit
 from nemotron.launch.lepton_site import lepton_name
-from nemotron.launch.served import served_model, vllm_judge
+from nemotron.plan.served import served_model, vllm_judge
 
 SERVED_STEPS = Path(__file__).resolve().parents[1] / "slurm" / "steproot"
 PROFILES = """

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.core.paths import shipped_root
-from nemotron.plan.prompts import longest_prompt
+from nemotron.models.prompt_lengths import longest_prompt
 
 TINY_POLICY = shipped_root() / "tiny" / "sft_policy"
 PROMPTS = [
@@ -112,7 +112,7 @@ def test_the_plan_sizes_the_rollouts_by_the_longest_prompt(
         (group,) = [g for g in json.loads(r.out)["resource_plan"]["groups"] if g["name"] == "policy training"]
         plans[name] = group
     _, imported = run_cli_imports(*args)
-    assert "nemotron.plan.prompts" in imported and not {"torch", "transformers"} & imported
+    assert "nemotron.models.prompt_lengths" in imported and not {"torch", "transformers"} & imported
     shape = shape_from_checkpoint(policy)
     assert shape is not None
     tokens = len(encode_prompt(tokenizer, short))

@@ -52,6 +52,8 @@ _HUB_ID = re.compile(r"^(?:hf://)?[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 @dataclass(frozen=True)
 class ArtifactRef:
+    """An input as the user referred to it: a store name and version, a path, a hub id or a shipped pkg:// one."""
+
     kind: Literal["store", "path", "hub", "package"]
     text: str
     name: str = ""

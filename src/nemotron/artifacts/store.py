@@ -24,6 +24,8 @@ __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "Artifact", "ArtifactStore"
 
 @dataclass(frozen=True)
 class Artifact:
+    """One registered version of an artifact, as the store's row holds it."""
+
     id: int
     name: str
     version: int

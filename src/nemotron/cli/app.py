@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer.main import get_command_name
+from typer.models import TyperInfo
 
 from nemotron.core.paths import nemotron_home
 from nemotron.errors import ServiceError, UserError, did_you_mean, disk_full
@@ -37,15 +40,41 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-_added: set[str] = set()
+_added: dict[str, TyperInfo] = {}  # group name -> its entry in the root app
 
 
-def with_groups(only: str | None = None) -> typer.Typer:
-    """The app with command group `only` added, or every group."""
+def _mount(name: str, group: typer.Typer, help_line: str) -> None:
+    """Group `name` served by `group`: added once, then swapped (a caller in one process may run several commands)."""
+    if name in _added:
+        _added[name].typer_instance = group
+    else:
+        app.add_typer(group, name=name, help=help_line)
+        _added[name] = app.registered_groups[-1]
+
+
+def _with_only(group: typer.Typer, command: str | None) -> typer.Typer:
+    """`group` holding `command` alone, when it names one of its commands: typer builds every command of a group
+    (reading each function's signature and types) before it runs one. Else the whole group (its help, a mistyped
+    command's did-you-mean)."""
+    ours = [
+        c
+        for c in group.registered_commands
+        if (c.name or get_command_name(c.callback.__name__ if c.callback else "")) == command
+    ]
+    if not ours:
+        return group
+    alone = copy.copy(group)
+    alone.registered_commands = ours
+    return alone
+
+
+def with_groups(only: str | None = None, command: str | None = None) -> typer.Typer:
+    """The app with command group `only` added (holding `command` alone, when that names one of its commands), or
+    every group."""
     for name, (module, help_line) in GROUPS.items():
-        if only in (None, name) and name not in _added:
-            app.add_typer(importlib.import_module(module).app, name=name, help=help_line)
-            _added.add(name)
+        if only in (None, name):
+            group = importlib.import_module(module).app
+            _mount(name, _with_only(group, command) if only else group, help_line)
     return app
 
 
@@ -54,8 +83,7 @@ def with_group_names() -> typer.Typer:
     `--version` and a mistyped group's did-you-mean read, without importing the groups' code."""
     for name, (_module, help_line) in GROUPS.items():
         if name not in _added:
-            app.add_typer(typer.Typer(no_args_is_help=True, rich_markup_mode=None), name=name, help=help_line)
-            _added.add(name)
+            _mount(name, typer.Typer(no_args_is_help=True, rich_markup_mode=None), help_line)
     return app
 
 
@@ -134,7 +162,9 @@ def main(argv: list[str] | None = None) -> None:
         # bare `nemotron`: the help, exit 0 (asking what there is is not an error)
         with_group_names()(args=["--help"], prog_name="nemotron", standalone_mode=False)
         sys.exit(0)
-    cli = with_groups(args[0]) if args[0] in GROUPS else with_group_names()
+    cli = (
+        with_groups(args[0], args[1] if len(args) > 1 else None) if args[0] in GROUPS else with_group_names()
+    )
     try:
         code = cli(args=args, prog_name="nemotron", standalone_mode=False)
         if isinstance(code, int) and code:

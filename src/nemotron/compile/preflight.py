@@ -35,8 +35,8 @@ from nemotron.config.stepconfig import engine_name
 from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config, shape_problems
 from nemotron.models.nemo_checkpoint import nemo_model_config
+from nemotron.models.prompt_lengths import first_prompt_at_least
 from nemotron.models.tokenizer_match import generation_config_problem
-from nemotron.plan.prompts import first_prompt_at_least
 from nemotron.tracking.checks import tracking_problems
 
 if TYPE_CHECKING:

@@ -8,12 +8,19 @@ from typing import Any
 
 
 def deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    """`top` wins; dicts merge recursively, everything else (lists included) is replaced."""
-    out: dict[str, Any] = copy.deepcopy(dict(base))
-    for k, v in top.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = deep_merge(out[k], v)
+    """`top` wins; dicts merge recursively, everything else (lists included) is replaced. A new tree in `base`'s key
+    order, then `top`'s new keys; each value copied once (copying all of `base` at every level copied a subtree once
+    per level above it, on every compile)."""
+    out: dict[str, Any] = {}
+    for k, v in base.items():
+        if k not in top:
+            out[k] = copy.deepcopy(v)
+        elif isinstance(top[k], Mapping) and isinstance(v, Mapping):
+            out[k] = deep_merge(v, top[k])
         else:
+            out[k] = copy.deepcopy(top[k])
+    for k, v in top.items():
+        if k not in base:
             out[k] = copy.deepcopy(v)
     return out
 

@@ -1,6 +1,7 @@
-"""Execution profiles: env.toml tables with `extends`, one strict schema per executor kind, secrets redacted on show."""
+"""Execution profiles: env.toml tables with `extends`, one strict schema per executor kind, secrets redacted on show.
 
-from __future__ import annotations
+No `from __future__ import annotations` here: pydantic would evaluate every field's annotation string when each
+profile class is defined, a quarter of this module's import on the CLI's start-up path (`python -X importtime`)."""
 
 import os
 import re
@@ -49,7 +50,7 @@ class _ProfileBase(BaseModel):
     artifacts_root: str | None = None  # where the artifact store lives (shared storage on clusters)
     inherits_shell_env: ClassVar[bool] = False  # whether the job sees the submitting shell's variables
     # where a served reward model or judge runs beside the step: a process of its own, a node of its own (Slurm:
-    # group 0 of a heterogeneous job, nemotron.launch.served), or beside each node's local rank 0 (Lepton)
+    # group 0 of a heterogeneous job, nemotron.plan.served), or beside each node's local rank 0 (Lepton)
     serves_on: ClassVar[Literal["process", "node", "rank0"]] = "process"
 
 

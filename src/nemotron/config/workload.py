@@ -4,8 +4,7 @@ through `Config.workload()`, so the plan sizes any step (a user's too) without k
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from nemotron.config.configtree import get_dotted
 
@@ -13,8 +12,7 @@ if TYPE_CHECKING:
     from nemotron.catalog import Model
 
 
-@dataclass(frozen=True)
-class Training:
+class Training(NamedTuple):
     """One trained model over batches of records (sft, rm/train)."""
 
     batch_key: str  # the config key of the global batch, named by the plan's suggestions
@@ -29,8 +27,7 @@ class Training:
     micro_batch: int = 0
 
 
-@dataclass(frozen=True)
-class Serving:
+class Serving(NamedTuple):
     """A frozen model behind a server (rm/serve)."""
 
     batch_key: str  # the config key of the largest batch one forward pass scores
@@ -38,8 +35,7 @@ class Serving:
     max_length: int  # tokens per scored sequence
 
 
-@dataclass(frozen=True)
-class Rollouts:
+class Rollouts(NamedTuple):
     """An RL step: a policy generates responses, a scorer scores them, the policy trains on them."""
 
     micro_batch_key: str  # the config key a suggestion to lower the micro-batch names
@@ -60,8 +56,7 @@ class DeclaresWorkload(Protocol):
     def workload(self) -> Workload: ...
 
 
-@dataclass(frozen=True)
-class JobModel:
+class JobModel(NamedTuple):
     """A model a compiled job runs, as its manifest's [[models]] entry declares it under the job's config."""
 
     role: str  # policy, reward_model, judge or critic

@@ -7,28 +7,13 @@ answers with one of three launch shapes, and every executor knows how to place e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from nemotron.compile import Job
 from nemotron.config.backends import ENGINES
 from nemotron.core.registry import load
 from nemotron.errors import UserError
-
-if TYPE_CHECKING:
-    pass
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where the executor puts the job: the job dir as the nodes see it, the resources of the profile, and whether
-    that is this machine (its paths, RAM and store are this machine's: the local executor's jobs)."""
-
-    job_dir: str
-    nodes: int = 1
-    gpus_per_node: int = 0
-    here: bool = False
-    # the ranks a torchrun step starts on each node: its GPUs, else the profile's CPU processes
-    ranks_per_node: int = 1
+from nemotron.plan.placement import Placement
 
 
 @dataclass(frozen=True)

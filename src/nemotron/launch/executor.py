@@ -15,7 +15,8 @@ from typing import Any, Protocol, TypeVar
 from nemotron.compile import Job
 from nemotron.config.profiles import AnyProfile
 from nemotron.core.registry import load
-from nemotron.engines.base import Launch, Placement
+from nemotron.engines.base import Launch
+from nemotron.plan.placement import Placement
 
 P = TypeVar("P", bound=AnyProfile)
 

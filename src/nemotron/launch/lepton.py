@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field, TypeAdapter
 
 from nemotron.compile import Job
 from nemotron.config.profiles import LeptonProfile
-from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
+from nemotron.engines.base import HetJob, Launch, StepProcess
 from nemotron.errors import UserError
 from nemotron.launch import liveness, ray_lepton, remote, step_process
 from nemotron.launch.lepton_site import (
@@ -32,6 +32,7 @@ from nemotron.launch.lepton_site import (
 from nemotron.launch.nemo_run_layout import EXPERIMENT_TITLE, QUIET_EXPERIMENT, Experiment
 from nemotron.launch.records import SHAPE_FIELD, LogReader, RemoteRecord, RemoteState, read_record
 from nemotron.launch.remote import SchedulerJobs
+from nemotron.plan.placement import Placement
 
 if TYPE_CHECKING:
     from types import ModuleType

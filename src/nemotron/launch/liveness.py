@@ -24,7 +24,7 @@ the first node with the batch script: a hang of that node is left to Slurm's own
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from nemotron.config.profiles import LeptonProfile, LocalProfile, SlurmProfile
 from nemotron.errors import UserError
@@ -37,8 +37,7 @@ _ATTEMPT = (
 )
 
 
-@dataclass(frozen=True)
-class Liveness:
+class Liveness(NamedTuple):
     """What the watchdog watches and how often; `None` in a plan with nothing to watch."""
 
     job_dir: str  # the step's job dir on shared storage

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 from nemotron.compile import Job
 from nemotron.config.profiles import LocalProfile
 from nemotron.core.paths import jobs_dir
-from nemotron.engines.base import HetJob, Launch, Placement, RayDriver
+from nemotron.engines.base import HetJob, Launch, RayDriver
 from nemotron.errors import UserError
 from nemotron.launch import render
+from nemotron.plan.placement import Placement
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -5,7 +5,7 @@ root: $NEMORUN_HOME/experiments as the job's machines see it (a Slurm tunnel's j
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from typing import NamedTuple
 
 EXPERIMENT_TITLE = "nemotron"
 # run.Experiment's options for a detached submission that prints nothing but warnings
@@ -24,8 +24,7 @@ def srun_log(folder: str, job_name: str, suffix: str = ".out") -> str:
     return shlex.quote(f"{folder}/log-{job_name}_%j_") + RESTART + suffix
 
 
-@dataclass(frozen=True)
-class Experiment:
+class Experiment(NamedTuple):
     """The experiment of one job: <root>/<title>/<experiment id> holds each task's dir and sbatch script."""
 
     root: str  # NeMo-Run's experiments root
@@ -45,8 +44,7 @@ class Experiment:
         return f"{self.task_dir(task)}_sbatch.sh"
 
 
-@dataclass(frozen=True)
-class RayClusterDirs:
+class RayClusterDirs(NamedTuple):
     """A Slurm Ray cluster as NeMo-Run's SlurmRayCluster keeps it: <root>/<name> holds its sbatch script,
     job_ids.json and logs/."""
 

@@ -22,7 +22,7 @@ from pydantic import field_serializer
 
 from nemotron.compile import Job
 from nemotron.config.profiles import LeptonProfile
-from nemotron.engines.base import Placement, RayDriver
+from nemotron.engines.base import RayDriver
 from nemotron.errors import UserError
 from nemotron.launch import liveness, ray_watchdog, remote
 from nemotron.launch.lepton_site import (
@@ -34,6 +34,7 @@ from nemotron.launch.lepton_site import (
 )
 from nemotron.launch.ray_slurm import DRIVER_FILE, driver_script, register_lines
 from nemotron.launch.records import LogReader, RemoteRecord, RemoteState
+from nemotron.plan.placement import Placement
 
 # The state Lepton reports for a RayCluster whose head and workers all run (nemo_run's RAY_READY_STATE).
 READY_STATE = "Ready"

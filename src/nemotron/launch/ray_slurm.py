@@ -19,11 +19,12 @@ from pydantic import field_serializer
 from nemotron.compile import Job
 from nemotron.config.profiles import SlurmProfile
 from nemotron.core.paths import nemotron_home
-from nemotron.engines.base import Placement, RayDriver
+from nemotron.engines.base import RayDriver
 from nemotron.launch import liveness, ray_watchdog, remote, slurm
 from nemotron.launch.nemo_run_layout import RayClusterDirs
 from nemotron.launch.records import RemoteState
 from nemotron.launch.slurm_script import SlurmJob, tunnel
+from nemotron.plan.placement import Placement
 
 DRIVER_FILE = "ray_driver.sh"
 READY_TIMEOUT_S = 600  # pulling a container and starting raylets on many nodes takes minutes

@@ -10,9 +10,8 @@ as `ray` and `process` (the launch shapes they were).
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -29,8 +28,7 @@ class LogReader(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class RemoteState:
+class RemoteState(NamedTuple):
     """What the scheduler says of a job now."""
 
     state: str  # pending | running | succeeded | failed | cancelled | unknown

@@ -22,11 +22,11 @@ from typing import Any
 
 from nemotron.core.paths import nemotron_home
 from nemotron.errors import UserError
-from nemotron.jobs.dirs import now, read_record, update_status
-from nemotron.jobs.record import FINAL, read_status
 from nemotron.launch.records import RemoteRecord
 
 log = logging.getLogger("nemotron")
+# The job records (nemotron.jobs: pydantic models) are imported by the functions that read or write them: a dry run
+# imports this module for its executor's classes and reads no record.
 # sacct lags squeue by up to a second or two and knows nothing of a job in that time: pending, not lost.
 UNKNOWN_GRACE_S = 120.0
 _EXIT_LINE = re.compile(r"job exited with code (\d+)")
@@ -134,6 +134,8 @@ def submit_remote(job: Any, job_dir: Path, submit_job: Callable[[], RemoteRecord
     """Hand the job to its scheduler; `-b` prints the job id, `-r` streams the step's log and Ctrl-C cancels."""
     from rich.console import Console
 
+    from nemotron.jobs.dirs import now, update_status
+
     err = Console(stderr=True, highlight=False)
     try:
         submitted = submit_job()
@@ -170,6 +172,9 @@ def submit_remote(job: Any, job_dir: Path, submit_job: Callable[[], RemoteRecord
 def refresh_status(job_dir: Path, record: Reader) -> dict[str, Any]:
     """Ask the scheduler for the job's state, record it in status.json, return the status. A job that succeeded
     with outputs to register (`register`) has them registered once, before it is recorded as succeeded."""
+    from nemotron.jobs.dirs import now, update_status
+    from nemotron.jobs.record import FINAL, read_status
+
     status = read_status(job_dir)
     if status.get("state") in FINAL or not status.get("handle"):
         return status
@@ -210,6 +215,7 @@ def _register_outputs(job_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
     """Record what a remote engine's run registered on the cluster, else register what it left where this machine
     sees it; a run that left an output missing fails (nothing is registered)."""
     from nemotron.artifacts.lineage import job_store, register_job_outputs
+    from nemotron.jobs.dirs import read_record
 
     record = read_record(job_dir)
     store = job_store(record)
@@ -286,6 +292,8 @@ class WholeLog:
 
 def print_logs(job_dir: Path, follow: bool, record: Reader) -> None:
     """`nemotron jobs logs [-f]` for a remote job."""
+    from nemotron.jobs.record import FINAL, read_status
+
     job = record(read_status(job_dir), job_dir)
     reader = job.log_reader(job_dir)
     while True:
@@ -304,6 +312,9 @@ def print_logs(job_dir: Path, follow: bool, record: Reader) -> None:
 
 def cancel(job_dir: Path, record: Reader, wait_s: float = 30.0) -> dict[str, Any]:
     """Cancel the remote job and wait (a little) until the scheduler says so."""
+    from nemotron.jobs.dirs import now, update_status
+    from nemotron.jobs.record import FINAL, read_status
+
     status = read_status(job_dir)
     if not status.get("handle"):
         raise UserError(f"job {job_dir.name} was never submitted (no scheduler handle in status.json)")
@@ -327,6 +338,8 @@ def cancel(job_dir: Path, record: Reader, wait_s: float = 30.0) -> dict[str, Any
 
 def attach(job_dir: Path, record: Reader, on_line: Callable[[str], None], poll_s: float = 0.5) -> int:
     """Stream the step's log until the job ends; Ctrl-C cancels it. Returns the exit code (130 if cancelled)."""
+    from nemotron.jobs.record import FINAL, read_status
+
     reader = record(read_status(job_dir), job_dir).log_reader(job_dir)
 
     def emit(final: bool) -> None:

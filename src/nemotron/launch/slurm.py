@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from nemotron.compile import Job
 from nemotron.config.profiles import SlurmProfile
@@ -16,7 +16,7 @@ from nemotron.core.paths import bundled_root
 from nemotron.errors import UserError
 from nemotron.launch import containers, step_process
 from nemotron.launch.nemo_run_layout import Experiment, srun_log
-from nemotron.launch.served import ServedModel
+from nemotron.plan.served import ServedModel
 from nemotron.reward.bind import TOKEN_ENV as REWARD_TOKEN_ENV
 
 JOB_NAME_PREFIX = "nemotron."
@@ -42,8 +42,7 @@ MACROS = {
 EXECUTOR_FIELDS = ("account", "partition", "time", "cpus_per_task", "mem", "container_image", "signal")
 
 
-@dataclass(frozen=True)
-class ClusterPaths:
+class ClusterPaths(NamedTuple):
     """Where the job's files live as the compute nodes see them (the same paths as here with a LocalTunnel)."""
 
     home: str  # NEMOTRON_HOME on the cluster
@@ -54,8 +53,7 @@ class ClusterPaths:
     code: tuple[str, str] | None = None  # (root here, root there) of the steps' code, when they differ
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """What NeMo-Run's `Script(path, args, entrypoint, m)` runs: `entrypoint [-m] path args...` (args are shell words)."""
 
     entrypoint: str
@@ -67,8 +65,7 @@ class Command:
         return [self.entrypoint, *(["-m"] if self.module else []), self.path, *self.args]
 
 
-@dataclass(frozen=True)
-class SrunGroup:
+class SrunGroup(NamedTuple):
     """One srun of the job; several make a heterogeneous job (group i runs on its own nodes)."""
 
     role: str  # NeMo-Run role name; its log is log-nemotron.<role>_<slurm id>_0.out

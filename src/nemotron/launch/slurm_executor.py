@@ -16,10 +16,11 @@ from pydantic import Field, TypeAdapter
 from nemotron.compile import Job
 from nemotron.config.profiles import SlurmProfile
 from nemotron.core.paths import nemotron_home
-from nemotron.engines.base import HetJob, Launch, Placement, StepProcess
+from nemotron.engines.base import HetJob, Launch, StepProcess
 from nemotron.launch import het_slurm, remote, slurm, slurm_script
 from nemotron.launch.records import SHAPE_FIELD, RemoteRecord, RemoteState, read_record
-from nemotron.launch.served import served_model
+from nemotron.plan.placement import Placement
+from nemotron.plan.served import served_model
 
 if TYPE_CHECKING:
     from nemotron.launch.ray_slurm import SlurmRay

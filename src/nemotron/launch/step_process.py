@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from nemotron.compile import Job
@@ -20,8 +20,7 @@ RUN_STEP = "nemotron.run_step"  # exit codes 2/3/130 mean the same on every exec
 TORCHRUN = "nemotron.launch.torchrun_agent"
 
 
-@dataclass(frozen=True)
-class StepCommand:
+class StepCommand(NamedTuple):
     """`[wrapper...] python -m module args...`: NeMo-Run's `Script(path=module, args, entrypoint=python, m=True)`
     without a wrapper. Words are as the executor needs them: shell words on a cluster, argv locally."""
 
@@ -88,8 +87,7 @@ def secret_names(env_vars: Mapping[str, str]) -> list[str]:
     return sorted(k for k, v in env_vars.items() if v and is_secret_name(k))
 
 
-@dataclass(frozen=True)
-class StepEnv:
+class StepEnv(NamedTuple):
     """The step's environment on a cluster: `variables` (name, plain value), to export; `secrets`, the names of the
     profile's variables that hold secrets, which no rendered script or spec may carry."""
 

@@ -10,11 +10,12 @@ from typing import Any
 from nemotron.compile import Job
 from nemotron.core.paths import jobs_dir
 from nemotron.core.redact import redact_text, secret_values
-from nemotron.engines.base import Launch, Placement, engine_for
+from nemotron.engines.base import Launch, engine_for
 from nemotron.errors import UserError
 from nemotron.launch import render
 from nemotron.launch.executor import Executor, executor_for
 from nemotron.plan.groups import fitting_plan
+from nemotron.plan.placement import Placement
 from nemotron.plan.terms import refusal
 
 

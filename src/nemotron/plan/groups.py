@@ -23,7 +23,8 @@ from nemotron.config.backends import PLAN_GROUPS
 from nemotron.config.stepconfig import ResourcePlan, Runtime, ServeRuntime, TrainRuntime
 from nemotron.config.workload import JobModel, Workload
 from nemotron.errors import UserError
-from nemotron.plan.prompts import PromptLength, longest_prompt
+from nemotron.models.prompt_lengths import PromptLength, longest_prompt
+from nemotron.plan.placement import Placement
 from nemotron.plan.shapes import ModelShape, known_shape, shape_from_checkpoint
 from nemotron.plan.terms import (
     CPU_RUNTIME_MB,
@@ -40,7 +41,6 @@ from nemotron.plan.terms import (
 
 if TYPE_CHECKING:
     from nemotron.compile import Job
-    from nemotron.engines.base import Placement
 
 
 @runtime_checkable

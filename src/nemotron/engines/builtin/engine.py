@@ -5,8 +5,9 @@ from __future__ import annotations
 from nemotron.compile import Job
 from nemotron.config.stepconfig import TrainRuntime
 from nemotron.config.workload import Rollouts
-from nemotron.engines.base import Launch, Placement, StepProcess
+from nemotron.engines.base import Launch, StepProcess
 from nemotron.errors import UserError
+from nemotron.plan.placement import Placement
 
 
 class BuiltinEngine:

@@ -5,8 +5,7 @@ own node (Slurm) or beside the trainer (local). An engine without plan groups of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -14,7 +13,6 @@ from nemotron.config.offpolicy import AsyncGRPO, async_group
 from nemotron.config.profiles import serves_beside_rank0, serves_on_a_node
 from nemotron.config.stepconfig import ModelArch, TrainRuntime
 from nemotron.config.workload import Rollouts, Serving, Training, Workload
-from nemotron.launch.served import served_model, vllm_judge
 from nemotron.plan.groups import (
     ASSUMED_PROMPT_TOKENS,
     SCALAR_HEAD_ROLES,
@@ -24,6 +22,7 @@ from nemotron.plan.groups import (
     inference_mb,
     suggest,
 )
+from nemotron.plan.served import served_model, vllm_judge
 from nemotron.plan.shapes import ModelShape, shape_from_arch
 from nemotron.plan.terms import (
     Group,
@@ -90,8 +89,7 @@ def plan_groups(ctx: PlanContext, config: PlannedConfig, load: Workload) -> list
     )
 
 
-@dataclass(frozen=True)
-class Shards:
+class Shards(NamedTuple):
     """How the trained models' state is spread over the ranks (`runtime.sharding`): DDP keeps it whole on each,
     FSDP divides weights, gradients and AdamW state by the ranks and gathers a layer at a time (rl/sharding.py)."""
 
@@ -182,7 +180,7 @@ def _prompt_tokens(ctx: PlanContext, policy: ModelShape, max_new: int) -> tuple[
 
 def _server_placement(ctx: PlanContext) -> str:
     """Where a served reward model or judge runs: a Slurm job serves it in group 0 of a heterogeneous job, on a node
-    of its own (nemotron.launch.served); on Lepton, and wherever else the step starts the server itself
+    of its own (nemotron.plan.served); on Lepton, and wherever else the step starts the server itself
     (reward/sibling.py: under local rank 0, on that rank's device), beside each node's local rank 0: on a GPU that
     rank's device, on the CPU a process of its own beside the trainer."""
     if serves_on_a_node(ctx.job.profile) and served_model(ctx.job) is not None:

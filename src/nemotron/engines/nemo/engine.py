@@ -17,8 +17,9 @@ from typing import Any
 
 from nemotron.compile import Job
 from nemotron.config.targets import NEMO_ALIGNER_IMAGE, NEMO_DIR, NEMO_VERSION
-from nemotron.engines.base import HetGroup, HetJob, Launch, Placement, pinned_or_profile, recipe_for
+from nemotron.engines.base import HetGroup, HetJob, Launch, pinned_or_profile, recipe_for
 from nemotron.errors import UserError
+from nemotron.plan.placement import Placement
 
 CONVERTERS = "scripts/checkpoint_converters"  # under the NeMo checkout
 # our family (config.json's model_type) -> the script's family word: convert_<word>_{hf_to_nemo,nemo_to_hf}.py

@@ -9,9 +9,10 @@ import shlex
 
 from nemotron.compile import Job
 from nemotron.config.targets import NEMO_ALIGNER_DIR, NEMO_ALIGNER_IMAGE, NEMO_ALIGNER_VERSION
-from nemotron.engines.base import HetGroup, HetJob, Launch, Placement, pinned_or_profile
+from nemotron.engines.base import HetGroup, HetJob, Launch, pinned_or_profile
 from nemotron.engines.nemo_aligner.config import compile_aligner
 from nemotron.engines.remote_tracking import RunLabels
+from nemotron.plan.placement import Placement
 
 
 class NemoAlignerEngine:

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from nemotron.compile import Job
 from nemotron.config.targets import NEMO_RL_DIR, NEMO_RL_IMAGE, NEMO_RL_VERSION
-from nemotron.engines.base import Launch, Placement, RayDriver, pinned_or_profile
+from nemotron.engines.base import Launch, RayDriver, pinned_or_profile
 from nemotron.engines.nemo_rl.config import compile_run
 from nemotron.engines.nemo_rl.evaluation import RECIPE, REPORT
 from nemotron.engines.nemo_rl.supervised import RM_OUTPUT, RM_RECIPE, adopt_reward_model
 from nemotron.engines.remote_tracking import RunLabels
+from nemotron.plan.placement import Placement
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -5,9 +5,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from nemotron.compile import Job
 
@@ -15,8 +14,7 @@ REWARD_MODEL_TYPE = "reward_model_hf"
 JUDGE_INPUT = "judge"
 
 
-@dataclass(frozen=True)
-class ServedModel:
+class ServedModel(NamedTuple):
     """The model group 0 serves: `rm` runs nemotron.reward.server (KServe v2), `vllm` runs `vllm serve` (OpenAI)."""
 
     input_name: str

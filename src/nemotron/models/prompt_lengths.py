@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from nemotron.catalog.manifest_cache import cache_dir
 from nemotron.core.atomic import write_atomic
@@ -24,8 +23,7 @@ CACHE_ENTRIES = 64  # the newest counts kept
 TEMPLATE_TOKENS_PER_MESSAGE = 16
 
 
-@dataclass(frozen=True)
-class PromptLength:
+class PromptLength(NamedTuple):
     """The longest prompt of a step's prompt files, in tokens (None: none readable here), and how it was found."""
 
     tokens: int | None
