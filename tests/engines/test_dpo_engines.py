@@ -25,11 +25,11 @@ from tests.engines.test_nemo_rl_config import has, load_config
 from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten, unflatten
 from nemotron.engines import data_files
-from nemotron.engines.base import Placement
 from nemotron.engines.nemo_aligner.config import compile_aligner
 from nemotron.engines.nemo_aligner.scripts import AlignerRun
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.errors import UserError
+from nemotron.plan.placement import Placement
 
 STEP = "rl/dpo"
 JOB = "/jobs/run 1"

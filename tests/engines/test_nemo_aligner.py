@@ -22,11 +22,11 @@ from tests.engines.mirrors import git_show
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
-from nemotron.engines.base import Placement
 from nemotron.engines.nemo_aligner.config import compile_aligner
 from nemotron.engines.nemo_aligner.scripts import Env, hydra_value
 from nemotron.errors import UserError
 from nemotron.launch import slurm, slurm_script, submit
+from nemotron.plan.placement import Placement
 
 CONF, KEYS, MIRROR, SCRIPTS, TAG = tag.CONF, tag.KEYS, tag.MIRROR, tag.SCRIPTS, tag.TAG
 TRAINER_BATCH = tag.TRAINER_BATCH

@@ -17,10 +17,10 @@ from tests.engines import nemo_aligner_v070 as tag
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compile_job
-from nemotron.engines.base import Placement
 from nemotron.engines.nemo_aligner.config import compile_aligner
 from nemotron.engines.nemo_aligner.scripts import AlignerRun
 from nemotron.errors import UserError
+from nemotron.plan.placement import Placement
 
 STEPS = {"sft": ("train_gpt_sft.py", "policy"), "rm/train": ("train_reward_model.py", "reward_model")}
 GIVEN = ["inputs.init_from=/models/base.nemo"]  # over the step's nemo_aligner preset

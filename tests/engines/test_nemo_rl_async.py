@@ -12,9 +12,9 @@ from tests.engines import nemo_rl_v070 as tag
 from tests.engines.mirrors import git_show
 from tests.engines.test_nemo_rl_config import GYM, JOB, compiled, has, loaded, step_model
 
-from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl.config import compile_run
 from nemotron.errors import UserError
+from nemotron.plan.placement import Placement
 
 ASYNC = {
     "rl/rlhf": {"grpo.async_grpo.enabled": True, "loss_fn.use_importance_sampling_correction": True},

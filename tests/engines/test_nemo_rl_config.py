@@ -18,10 +18,10 @@ from tests.engines.mirrors import git_files, git_show
 
 from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten, get_dotted, unflatten
-from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.engines.refusals import builtin_refusals
 from nemotron.errors import UserError
+from nemotron.plan.placement import Placement
 
 JOB = "/jobs/run 1/$(touch pwned)"
 JUDGE = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"

@@ -22,13 +22,13 @@ from tests.engines.mirrors import git_files
 
 from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten, get_dotted, unflatten
-from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl import evaluation as nemo_rl_eval
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.engines.nemo_rl.evaluation_report import SAMPLES_FILE, adopt_report
 from nemotron.engines.refusals import Refusals, builtin_refusals
 from nemotron.errors import EngineOutputError, UserError
 from nemotron.jobs.record import JobRecord
+from nemotron.plan.placement import Placement
 from nemotron.policy_eval.stats import bootstrap_interval
 
 STEP = "eval/policy"

@@ -12,10 +12,10 @@ from tests.engines.mirrors import git_show
 from tests.engines.test_nemo_rl_config import GYM, JOB, step_model
 
 from nemotron.config.configtree import flatten
-from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl import sections
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.errors import UserError
+from nemotron.plan.placement import Placement
 
 
 def _gym_run(nodes: int, gpus: int) -> NemoRLRun:

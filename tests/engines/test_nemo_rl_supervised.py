@@ -23,10 +23,10 @@ from tests.engines.test_nemo_rl_config import has, load_config
 from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten, get_dotted, unflatten
 from nemotron.engines import data_files
-from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.engines.nemo_rl.supervised import adopt_reward_model
 from nemotron.errors import UserError
+from nemotron.plan.placement import Placement
 
 JOB = "/jobs/run 1"
 STEPS = {

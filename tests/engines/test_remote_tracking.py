@@ -25,11 +25,11 @@ from tests.engines import (
 )
 from tests.engines.mirrors import git_show
 
-from nemotron.engines.base import Placement
 from nemotron.engines.nemo_aligner.config import compile_aligner
 from nemotron.engines.nemo_aligner.scripts import Env
 from nemotron.engines.remote_tracking import RunLabels
 from nemotron.errors import UserError
+from nemotron.plan.placement import Placement
 from nemotron.tracking.wandb_tracker import run_id
 
 LABELS = RunLabels("rl-ppo-20261127-0100-ab12", "rl/ppo", "default")

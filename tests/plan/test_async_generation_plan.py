@@ -12,10 +12,10 @@ from tests.engines.test_nemo_rl_async import nemo_rl_setup
 
 from nemotron.catalog import Catalog
 from nemotron.compile import Job, compile_job
-from nemotron.engines.base import Placement
 from nemotron.engines.nemo_rl.config import compile_run
 from nemotron.errors import UserError
 from nemotron.launch import submit
+from nemotron.plan.placement import Placement
 from nemotron.plan.terms import CPU_RUNTIME_MB, MiB
 
 PROFILES = """

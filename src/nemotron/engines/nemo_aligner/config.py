@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from nemotron.config.offpolicy import ASYNC_KEYS, CORRECTION_KEYS, refusing
 from nemotron.config.stepconfig import Generation, RLConfig, ServeRuntime, TrainRuntime
 from nemotron.config.targets import NEMO_ALIGNER_VERSION
-from nemotron.engines.base import Placement, recipe_for
+from nemotron.engines.base import recipe_for
 from nemotron.engines.nemo_aligner.megatron_batch import batch_problems
 from nemotron.engines.nemo_aligner.preference import compile_dpo
 from nemotron.engines.nemo_aligner.scripts import (
@@ -35,6 +35,7 @@ from nemotron.engines.nemo_aligner.scripts import (
 from nemotron.engines.nemo_aligner.supervised import RECIPES as SUPERVISED
 from nemotron.engines.refusals import Refusals, builtin_refusals
 from nemotron.engines.remote_tracking import RunLabels, aligner_exp_manager
+from nemotron.plan.placement import Placement
 
 if TYPE_CHECKING:  # mypy reads steps/ as a package root; at run time the catalog loads each schema.py itself
     from rl.ppo.schema import PPO

@@ -15,13 +15,14 @@ from pydantic import BaseModel
 
 from nemotron.config.targets import NEMO_RL_DIR, NEMO_RL_VERSION
 from nemotron.engines import data_files
-from nemotron.engines.base import Placement, recipe_for
+from nemotron.engines.base import recipe_for
 from nemotron.engines.nemo_rl import evaluation, supervised, to_safetensors
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.nemo_rl.steps import RECIPES, compile_step
 from nemotron.engines.refusals import Refusals
 from nemotron.engines.remote_tracking import RunLabels, Tracked, nemo_rl_logger
 from nemotron.errors import UserError
+from nemotron.plan.placement import Placement
 
 CONFIG_FILE = "nemo_rl_config.yaml"
 TO_SAFETENSORS = "to_safetensors.py"  # engines/nemo_rl/to_safetensors.py in the job dir
