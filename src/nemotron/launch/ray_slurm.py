@@ -157,9 +157,19 @@ def driver_script(
         "left() {\n"
         f"    gone=$(ls {exited} 2>/dev/null | head -n 1)\n"
         '    [ -z "$gone" ] && return 0\n'
+        '    log="${gone%.exit}_$SLURM_JOB_ID.out"\n'
+        # srun's step daemon writes the node's output to its log, which can land after the exit file the node's
+        # shell wrote: read the tail once the log has stopped growing (1 s unchanged, 10 s at most)
+        "    size=-1\n"
+        "    for _ in 1 2 3 4 5 6 7 8 9 10; do\n"
+        '        now=$(stat -c %s "$log" 2>/dev/null || echo 0)\n'
+        '        [ "$now" = "$size" ] && [ "$now" != 0 ] && break\n'
+        "        size=$now\n"
+        "        sleep 1\n"
+        "    done\n"
         '    echo "nemotron: a Ray worker node left before the cluster was ready: its \\`ray start\\` exited with code'
         ' $(cat "$gone") ($gone); the end of its log:" >&2\n'
-        '    tail -n 20 "${gone%.exit}_$SLURM_JOB_ID.out" >&2\n'
+        '    tail -n 20 "$log" >&2\n'
         "    exit 1\n"
         "}\n"
         if exited
