@@ -4,6 +4,7 @@ them."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,17 @@ NEMO_MODEL_CONFIG = "model_config.yaml"  # inside a .nemo tar (NeMo's NLPSaveRes
 
 def nemo_model_config(path: Path) -> dict[str, Any] | None:
     """The model config of a .nemo file (a tar, its members read one header at a time until model_config.yaml);
-    None when `path` is not a local file. A file that is not such a tar raises CheckpointError."""
+    None when `path` is not a local file. A file that is not such a tar raises CheckpointError. Read once per
+    process while the file is unchanged: a compile asks for it from the load check, each GPU group of the
+    preflight and each trainer's batch rule. Callers must not change the mapping."""
     if not path.is_file():
         return None
+    stat = path.stat()
+    return _read_model_config(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_model_config(path: Path, _mtime_ns: int, _size: int) -> dict[str, Any]:
     import tarfile  # here: only a .nemo input is read, and a dry run's start-up counts
 
     try:
