@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from tests.vllm.runs_beside import RunsBeside
 
 if importlib.util.find_spec("vllm") is None:
     if os.environ.get("NEMOTRON_REQUIRE_VLLM") == "1":
@@ -57,3 +59,14 @@ def beside() -> Iterator[Callable[[int], ThreadPoolExecutor]]:
     yield make
     for pool in pools:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def runs_beside(
+    cli_in: Callable[..., subprocess.CompletedProcess[str]],
+    beside: Callable[[int], ThreadPoolExecutor],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> RunsBeside:
+    """The step runs this module starts with itself, one after another on a thread `beside` its tests."""
+    return RunsBeside(cli_in, beside(1), tmp_path_factory, request.session.items)

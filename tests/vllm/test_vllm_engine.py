@@ -3,13 +3,12 @@ weights that change inside the engine after an optimizer step (synced in memory)
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
+from tests.vllm.runs_beside import Run, RunsBeside
 
 from nemotron.config.stepconfig import Generation, Optim
 from nemotron.core.paths import shipped_root
@@ -25,7 +24,7 @@ REFUSED = [
     ("generation.vllm_max_model_len=20", "max_new_tokens needs"),  # vLLM would cut the responses silently
     ("generation.vllm_gpu_memory_utilization=1.0", "the vLLM engine could not start"),  # all of the memory
 ]
-Refused = dict[str, Future[subprocess.CompletedProcess[str]]]
+Refused = dict[str, Run]
 
 
 @pytest.fixture(scope="module")
@@ -34,28 +33,21 @@ def llama_dir(tiny_llama: Callable[[str, int, int], Path]) -> Path:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def refused_runs(
-    llama_dir: Path,
-    cli_in: Callable[..., subprocess.CompletedProcess[str]],
-    beside: Callable[[int], ThreadPoolExecutor],
-    tmp_path_factory: pytest.TempPathFactory,
-    request: pytest.FixtureRequest,
-) -> Refused:
-    """The step runs of test_settings_vllm_refuses_are_exit_2, started with the module, one after another on a
-    thread, so they compute beside the in-process engine tests; each test then reads its run's result. One engine
-    per process (a second one in the same process would count the first's memory as taken), hence processes."""
-    chosen = {item.callspec.params["setting"] for item in request.session.items if isinstance(item, pytest.Function)
-              and item.originalname == "test_settings_vllm_refuses_are_exit_2"}  # fmt: skip
-    pool = beside(1)
+def refused_runs(llama_dir: Path, runs_beside: RunsBeside) -> Refused:
+    """The step runs of test_settings_vllm_refuses_are_exit_2, started with the module, so they compute beside the
+    in-process engine tests; each test then reads its run's result. One engine per process (a second one in the same
+    process would count the first's memory as taken), hence processes."""
+    chosen = {
+        item.callspec.params["setting"]
+        for item in runs_beside.selected("test_settings_vllm_refuses_are_exit_2")
+    }
     args = ("steps", "run", "rl/reinforce", "-c", "tiny", f"inputs.policy={llama_dir}", "generation.backend=vllm",
             "trainer.max_steps=1", "eval.num_prompts=0", "reward.source=in_process")  # fmt: skip
-    runs: Refused = {}
-    for setting, _ in REFUSED:
-        if setting in chosen:
-            runs[setting] = pool.submit(
-                cli_in, tmp_path_factory.mktemp("refused"), *args, setting, timeout=600
-            )
-    return runs
+    return {
+        setting: runs_beside.start("refused", *args, setting, timeout=600)[1]
+        for setting, _ in REFUSED
+        if setting in chosen
+    }
 
 
 @pytest.fixture(scope="module")

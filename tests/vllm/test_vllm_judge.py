@@ -5,12 +5,10 @@ rl/rlhf trains against it."""
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from tests.vllm.runs_beside import Run, RunsBeside
 
 from nemotron.core.procs import free_port
 from nemotron.reward.judge import JudgeClient
@@ -19,31 +17,20 @@ from nemotron.reward.vllm_serve import own_vllm_server
 PROMPTS = ["the movie was", "the food was", "the plot was"]
 RESPONSES = ["great fun", "awful", "fine I guess"]
 RLHF = "test_tiny_rlhf_with_the_judge_on_vllm_serve"
-Started = Future[subprocess.CompletedProcess[str]] | None
 
 
 @pytest.fixture(scope="module", autouse=True)
-def rlhf_run(
-    judge_dir: Path,
-    cli_in: Callable[..., subprocess.CompletedProcess[str]],
-    beside: Callable[[int], ThreadPoolExecutor],
-    tmp_path_factory: pytest.TempPathFactory,
-    request: pytest.FixtureRequest,
-) -> tuple[Path, Started]:
-    """The rl/rlhf run of test_tiny_rlhf_with_the_judge_on_vllm_serve, started with the module on a thread, so it
-    trains (and its step starts its own `vllm serve`) beside the client test's two servers; its test reads the
+def rlhf_run(judge_dir: Path, runs_beside: RunsBeside) -> tuple[Path, Run] | None:
+    """The rl/rlhf run of test_tiny_rlhf_with_the_judge_on_vllm_serve (its root and result), started with the module,
+    so it trains (and its step starts its own `vllm serve`) beside the client test's two servers; its test reads the
     result. Not started when that test is not selected."""
-    root = tmp_path_factory.mktemp("rlhf")
-    if not any(
-        isinstance(item, pytest.Function) and item.originalname == RLHF for item in request.session.items
-    ):
-        return root, None
-    run = beside(1).submit(cli_in, root, "steps", "run", "rl/rlhf", "-c", "tiny", "judge.kind=generative",
-                           "judge.server=vllm", "judge.guided_choice=true",
-                           f"env.nemo_gym.genrm_model.responses_api_models.vllm_model.model={judge_dir}",
-                           "grpo.max_num_steps=2", "grpo.num_prompts_per_step=2", "eval.num_prompts=0",
-                           timeout=900)  # fmt: skip
-    return root, run
+    if not runs_beside.selected(RLHF):
+        return None
+    return runs_beside.start("rlhf", "steps", "run", "rl/rlhf", "-c", "tiny", "judge.kind=generative",
+                             "judge.server=vllm", "judge.guided_choice=true",
+                             f"env.nemo_gym.genrm_model.responses_api_models.vllm_model.model={judge_dir}",
+                             "grpo.max_num_steps=2", "grpo.num_prompts_per_step=2", "eval.num_prompts=0",
+                             timeout=900)  # fmt: skip
 
 
 def test_the_judge_client_scores_through_vllm_serve_and_survives_a_restart(
@@ -68,9 +55,9 @@ def test_the_judge_client_scores_through_vllm_serve_and_survives_a_restart(
 
 
 @pytest.mark.slow
-def test_tiny_rlhf_with_the_judge_on_vllm_serve(rlhf_run: tuple[Path, Started]) -> None:
+def test_tiny_rlhf_with_the_judge_on_vllm_serve(rlhf_run: tuple[Path, Run] | None) -> None:
+    assert rlhf_run is not None
     root, run = rlhf_run
-    assert run is not None
     r = run.result()
     assert r.returncode == 0, r.stderr[-3000:]
     (job,) = (root / "home" / "jobs").glob("rl-rlhf-*")
