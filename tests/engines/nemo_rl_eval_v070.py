@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.engines.nemo_rl_v070 import read_in
+
 ENTRY = "examples/run_eval.py"
 BASE = "examples/configs/evals/eval.yaml"
 
@@ -62,38 +64,52 @@ REQUIRED_CHECKED = {
 }  # what pydantic validates
 
 # (dotted key, file, line): where the eval path reads each key our config writes.
-_EVAL = "nemo_rl/evals/eval.py"
-_DATASETS = "nemo_rl/data/datasets/eval_datasets/__init__.py"
-_WORKER = "nemo_rl/models/generation/vllm/vllm_worker.py"
-READS: list[tuple[str, str, int]] = [
-    ("eval.metric", _EVAL, 103),
-    ("eval.k_value", _EVAL, 104),
-    ("eval.num_tests_per_prompt", _EVAL, 105),
-    ("eval.save_path", _EVAL, 422),
-    ("generation.backend", _EVAL, 153),
-    ("generation.temperature", _EVAL, 106),
-    ("generation.top_k", _EVAL, 107),
-    ("generation.num_prompts_per_step", _EVAL, 124),
-    ("generation.model_name", _WORKER, 218),
-    ("generation.max_new_tokens", _WORKER, 868),
-    ("generation.top_p", _WORKER, 866),
-    ("generation.vllm_cfg.precision", _WORKER, 224),
-    ("generation.vllm_cfg.max_model_len", _WORKER, 449),
-    ("generation.vllm_cfg.gpu_memory_utilization", _WORKER, 223),
-    ("generation.vllm_cfg.tensor_parallel_size", "nemo_rl/models/generation/vllm/vllm_generation.py", 105),
-    ("tokenizer.name", "nemo_rl/algorithms/utils.py", 367),
-    ("tokenizer.chat_template", "nemo_rl/algorithms/utils.py", 374),
-    ("tokenizer.chat_template_kwargs", "nemo_rl/algorithms/utils.py", 393),
-    ("data.max_input_seq_length", ENTRY, 69),
-    ("data.dataset_name", _DATASETS, 36),
-    ("data.problem_key", _DATASETS, 102),
-    ("data.solution_key", _DATASETS, 103),
-    ("data.file_format", _DATASETS, 104),
-    ("data.split", _DATASETS, 105),
-    ("data.prompt_file", _DATASETS, 106),
-    ("data.system_prompt_file", _DATASETS, 107),
-    ("env.math.num_workers", "nemo_rl/environments/math_environment.py", 350),
-    ("env.math.math_verify_impl", "nemo_rl/environments/math_environment.py", 471),
-    ("cluster.gpus_per_node", _EVAL, 140),
-    ("cluster.num_nodes", _EVAL, 141),
-]
+READS = (
+    read_in(
+        "nemo_rl/evals/eval.py",
+        ("eval.metric", 103),
+        ("eval.k_value", 104),
+        ("eval.num_tests_per_prompt", 105),
+        ("eval.save_path", 422),
+        ("generation.backend", 153),
+        ("generation.temperature", 106),
+        ("generation.top_k", 107),
+        ("generation.num_prompts_per_step", 124),
+        ("cluster.gpus_per_node", 140),
+        ("cluster.num_nodes", 141),
+    )
+    + read_in(
+        "nemo_rl/models/generation/vllm/vllm_worker.py",
+        ("generation.model_name", 218),
+        ("generation.max_new_tokens", 868),
+        ("generation.top_p", 866),
+        ("generation.vllm_cfg.precision", 224),
+        ("generation.vllm_cfg.max_model_len", 449),
+        ("generation.vllm_cfg.gpu_memory_utilization", 223),
+    )
+    + read_in(
+        "nemo_rl/models/generation/vllm/vllm_generation.py", ("generation.vllm_cfg.tensor_parallel_size", 105)
+    )
+    + read_in(
+        "nemo_rl/algorithms/utils.py",
+        ("tokenizer.name", 367),
+        ("tokenizer.chat_template", 374),
+        ("tokenizer.chat_template_kwargs", 393),
+    )
+    + read_in(ENTRY, ("data.max_input_seq_length", 69))
+    + read_in(
+        "nemo_rl/data/datasets/eval_datasets/__init__.py",
+        ("data.dataset_name", 36),
+        ("data.problem_key", 102),
+        ("data.solution_key", 103),
+        ("data.file_format", 104),
+        ("data.split", 105),
+        ("data.prompt_file", 106),
+        ("data.system_prompt_file", 107),
+    )
+    + read_in(
+        "nemo_rl/environments/math_environment.py",
+        ("env.math.num_workers", 350),
+        ("env.math.math_verify_impl", 471),
+    )
+)

@@ -129,14 +129,14 @@ def yaml_of(dotted: str, alg: str) -> str:
     return KEY_YAMLS[max(prefixes, key=len)] if prefixes else BASES[alg]
 
 
-def _in(file: str, *refs: tuple[str, int]) -> list[tuple[str, str, int]]:
+def read_in(file: str, *refs: tuple[str, int]) -> list[tuple[str, str, int]]:
     """(dotted key, file, line) of each (dotted key, line) read in `file`."""
     return [(key, file, line) for key, line in refs]
 
 
 # (dotted key, file, line): a key NeMo-RL indexes unconditionally on our path. The line reads the key's last part, as
 # the end of a chain of subscripts (`cfg["vllm_cfg"]["precision"]`, `.get("...")`) that is a suffix of the dotted key.
-_RUN = _in(
+_RUN = read_in(
     "examples/run_grpo.py",
     ("logger.log_dir", 90),
     ("checkpointing.enabled", 92),
@@ -144,7 +144,7 @@ _RUN = _in(
     ("policy.draft.enabled", 104),
     ("grpo.async_grpo.enabled", 159),
 )
-_GRPO_SETUP = _in(
+_GRPO_SETUP = read_in(
     "nemo_rl/algorithms/grpo.py",
     ("grpo.seed", 308),
     ("grpo.num_prompts_per_step", 331),
@@ -178,7 +178,7 @@ _GRPO_SETUP = _in(
     ("logger.wandb_enabled", 3019),
 )
 # Policy.__init__ (also built from env.reward_model)
-_POLICY = _in(
+_POLICY = read_in(
     "nemo_rl/models/policy/lm_policy.py",
     ("policy.megatron_cfg.tensor_model_parallel_size", 115),
     ("policy.megatron_cfg.pipeline_model_parallel_size", 116),
@@ -189,7 +189,7 @@ _POLICY = _in(
     ("policy.sequence_packing.enabled", 310),
     ("policy.make_sequence_length_divisible_by", 312),
     ("policy.sequence_packing.algorithm", 314),
-) + _in(
+) + read_in(
     "nemo_rl/models/generation/vllm/vllm_generation.py",
     ("policy.generation.vllm_cfg.tensor_parallel_size", 105),
     ("policy.generation.vllm_cfg.pipeline_parallel_size", 106),
@@ -200,7 +200,7 @@ _POLICY = _in(
 )
 # RewardModelEnvironment.__init__
 _RM_ENV = (
-    _in(
+    read_in(
         "nemo_rl/environments/reward_model_environment.py",
         ("env.reward_model.reward_model_cfg.enabled", 102),
         ("env.reward_model.reward_model_cfg.reward_model_type", 106),
@@ -214,35 +214,35 @@ _RM_ENV = (
         ("env.reward_model.resources.num_nodes", 152),
         ("env.reward_model.tokenizer", 164),
     )
-    + _in(
+    + read_in(
         "nemo_rl/models/policy/lm_policy.py",
         # the environment hands its whole config to Policy(...): lm_policy.py reads these of it too
         ("env.reward_model.dtensor_cfg.tensor_parallel_size", 162),
         ("env.reward_model.dtensor_cfg.context_parallel_size", 163),
         ("env.reward_model.model_name", 304),
     )
-    + _in(
+    + read_in(
         "nemo_rl/data/datasets/utils.py",
         ("data.default.env_name", 214),  # extract_necessary_env_names
     )
 )
-_GYM = _in(
+_GYM = read_in(
     "examples/nemo_gym/run_grpo_nemo_gym.py",
     ("grpo.max_val_samples", 170),  # must be null
     ("env.nemo_gym", 196),
-) + _in(
+) + read_in(
     "nemo_rl/algorithms/grpo.py",
     ("env.nemo_gym.num_gpu_nodes", 464),  # the GenRM's nodes: only the NemoGym actor's node affinity reads it
     ("policy.generation.vllm_cfg.expose_http_server", 1717),
 )
 _PPO = (
-    _in(
+    read_in(
         "examples/run_ppo.py",
         ("logger.log_dir", 74),
         ("checkpointing.enabled", 76),
         ("policy.tokenizer", 84),
     )
-    + _in(
+    + read_in(
         "nemo_rl/algorithms/ppo.py",
         ("ppo.policy_training_start_step", 238),
         ("checkpointing.save_optimizer", 240),
@@ -270,7 +270,7 @@ _PPO = (
         ("checkpointing.save_period", 1479),
         ("checkpointing.metric_name", 1498),
     )
-    + _in(
+    + read_in(
         "nemo_rl/algorithms/advantage_estimator.py",
         # GeneralizedAdvantageEstimator.__init__
         ("ppo.adv_estimator.gae_lambda", 293),
@@ -279,13 +279,13 @@ _PPO = (
         ("ppo.adv_estimator.gae_lambda_value", 299),
         ("ppo.adv_estimator.gae_lambda_policy", 300),
     )
-    + _in(
+    + read_in(
         "nemo_rl/algorithms/loss/loss_functions.py",
         ("value_loss_fn.cliprange", 1144),
     )
 )
 # GRPOAdvantageEstimator.__init__ reads these of grpo.adv_estimator (advantage_estimator.py:50-51).
-_GRPO_ADV = _in(
+_GRPO_ADV = read_in(
     "nemo_rl/algorithms/advantage_estimator.py",
     ("grpo.adv_estimator.use_leave_one_out_baseline", 50),
     ("grpo.adv_estimator.normalize_rewards", 51),
@@ -294,7 +294,7 @@ _GRPO_ADV = _in(
 # run_sft.py / run_rm.py build the same Policy (lm_policy.py) from policy.*; the vLLM lines are the RL steps' only.
 _TRAIN_POLICY = [r for r in _POLICY if r[1] == "nemo_rl/models/policy/lm_policy.py"]
 _SFT = (
-    _in(
+    read_in(
         "examples/run_sft.py",
         ("data.train", 72),
         ("data.default", 77),
@@ -306,7 +306,7 @@ _SFT = (
         ("checkpointing.enabled", 187),
         ("policy.tokenizer", 195),
     )
-    + _in(
+    + read_in(
         "nemo_rl/algorithms/sft.py",
         # SFTConfig (a pydantic model with defaults): every field is set, none left to its default
         ("sft.max_num_steps", 66),
@@ -332,14 +332,14 @@ _SFT = (
     + _TRAIN_POLICY
 )
 _RM = (
-    _in(
+    read_in(
         "examples/run_rm.py",
         ("policy.reward_model_cfg.enabled", 65),
         ("logger.log_dir", 67),
         ("checkpointing.enabled", 69),
         ("policy.tokenizer", 77),
     )
-    + _in(
+    + read_in(
         "nemo_rl/algorithms/rm.py",
         ("rm.seed", 120),
         ("policy.dtensor_cfg.enabled", 128),
@@ -361,7 +361,7 @@ _RM = (
         ("policy.train_micro_batch_size", 533),
         ("checkpointing.save_period", 582),
     )
-    + _in(
+    + read_in(
         "nemo_rl/data/utils.py",  # setup_preference_data
         ("data.train", 315),
         ("data.max_input_seq_length", 328),
@@ -372,7 +372,7 @@ _RM = (
 )
 
 # async GRPO (grpo.async_grpo.enabled) with vLLM on GPUs of its own: what the async path reads besides the above
-_ASYNC = _in(
+_ASYNC = read_in(
     "nemo_rl/algorithms/grpo.py",
     ("policy.generation.colocated.resources", 610),  # setup, non-colocated: the generation's own resources
     ("policy.generation.colocated.resources.gpus_per_node", 611),
@@ -381,28 +381,28 @@ _ASYNC = _in(
     ("grpo.async_grpo.max_trajectory_age_steps", 3383),  # async_grpo_train
     ("grpo.async_grpo.in_flight_weight_updates", 3384),
     ("policy.generation.colocated.enabled", 3416),  # asserted false at :3421
-) + _in(
+) + read_in(
     "nemo_rl/algorithms/async_utils/trajectory_collector.py",
     ("grpo.async_grpo.in_flight_weight_updates", 492),  # prepare_for_refit: swap weights mid-generation
 )
-_ASYNC_RUN = _in(
+_ASYNC_RUN = read_in(
     "examples/run_grpo.py",
     ("data.use_multiple_dataloader", 183),  # refused with async at the tag; ours is false
     ("grpo.async_grpo.max_trajectory_age_steps", 207),
 )
-_ASYNC_GYM = _in(
+_ASYNC_GYM = read_in(
     "examples/nemo_gym/run_grpo_nemo_gym.py",
     ("grpo.async_grpo.enabled", 232),
     ("grpo.async_grpo.max_trajectory_age_steps", 280),
 )
 _DPO = (
-    _in(
+    read_in(
         "examples/run_dpo.py",
         ("logger.log_dir", 64),
         ("checkpointing.enabled", 66),
         ("policy.tokenizer", 74),
     )
-    + _in(
+    + read_in(
         "nemo_rl/algorithms/dpo.py",
         # DPOConfig (a pydantic model with defaults): every field is set, none left to the base's
         ("dpo.max_num_epochs", 62),
