@@ -17,6 +17,7 @@ from nemotron.artifacts.refs import store_ref
 from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash, open_store
 from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
+from nemotron.cli.listing import since_option
 from nemotron.core.paths import artifacts_dir
 from nemotron.errors import UserError
 
@@ -58,9 +59,7 @@ def ls(
     name_opt: Annotated[str | None, typer.Option("--name", help="only versions of this artifact")] = None,
     type_: Annotated[str | None, typer.Option("--type", help="only this type")] = None,
     step: Annotated[str | None, typer.Option(help="only artifacts made by this step (e.g. rl/rlhf)")] = None,
-    since: Annotated[
-        str | None, typer.Option(help="only artifacts registered since: 2026-11-01, 12h, 7d")
-    ] = None,
+    since: Annotated[str | None, since_option("artifacts registered")] = None,
     alias: Annotated[
         str | None, typer.Option(help="only the artifacts this alias points at (one per name)")
     ] = None,
@@ -70,12 +69,9 @@ def ls(
     as_jsonl: Annotated[bool, typer.Option("--jsonl", help="one JSON object per line")] = False,
 ) -> None:
     """Artifacts in the store, newest first; a page at a time (--limit, default 50), filtered in SQL."""
-    from datetime import UTC, datetime
+    from nemotron.cli.listing import more_note
 
-    from nemotron.cli.listing import more_note, parse_since
-
-    filters = {"name": name_opt or name, "type_": type_, "step": step, "alias": alias,
-               "since": parse_since(since, datetime.now(UTC)) if since else None}  # fmt: skip
+    filters = {"name": name_opt or name, "type_": type_, "step": step, "alias": alias, "since": since}
     store = _store()
     page = _with_aliases(store, store.newest(None if all_ else limit, **filters))
     if as_json or as_jsonl:

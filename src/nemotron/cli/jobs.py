@@ -15,7 +15,7 @@ from rich.table import Table
 
 from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
 from nemotron.cli.help import epilog
-from nemotron.cli.listing import more_note, parse_since
+from nemotron.cli.listing import more_note, since_option
 from nemotron.errors import UserError
 from nemotron.jobs import dirs as records
 from nemotron.jobs.record import read_status
@@ -52,9 +52,7 @@ def ls(
     state: Annotated[
         str | None, typer.Option(help="only jobs in this state (pending, running, succeeded, ...)")
     ] = None,
-    since: Annotated[
-        str | None, typer.Option(help="only jobs created since: 2026-11-01, 2026-11-01T12:00, 12h, 7d")
-    ] = None,
+    since: Annotated[str | None, since_option("jobs created")] = None,
 ) -> None:
     """Jobs of this $NEMOTRON_HOME, newest first by creation time, from the jobs index ($NEMOTRON_HOME/jobs.sqlite, or
     the team's PostgreSQL when $NEMOTRON_STORE_URL is set; brought up to date with the job dirs first). Unfinished
@@ -63,8 +61,7 @@ def ls(
     from nemotron.core.paths import jobs_dir
     from nemotron.jobs.index import JobsIndex
 
-    since_iso = parse_since(since, datetime.now(UTC)) if since else None
-    page, more = JobsIndex().page(None if all_ else limit, step=step, state=state, since=since_iso)
+    page, more = JobsIndex().page(None if all_ else limit, step=step, state=state, since=since)
     rows, stale = [], 0
     deadline = time.monotonic() + LS_REFRESH_BUDGET_S
     for job in page:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import typer
 from rich.console import Console
 
 from nemotron.errors import UserError
@@ -27,6 +29,15 @@ def parse_since(text: str, at: datetime) -> str:
                             "(30m, 12h, 7d, 2w)") from None  # fmt: skip
         when = when if when.tzinfo else when.replace(tzinfo=UTC)
     return when.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def since_option(what: str) -> Any:
+    """`--since` for a listing of `what` (e.g. "jobs created"): the command gets the time as parse_since writes it
+    (now is when the command line is read), None without the option."""
+    return typer.Option(
+        help=f"only {what} since: 2026-11-01, 2026-11-01T12:00, 12h, 7d",
+        callback=lambda text: parse_since(text, datetime.now(UTC)) if text else None,
+    )
 
 
 def more_note(more: int, what: str) -> None:
