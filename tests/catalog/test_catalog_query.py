@@ -3,7 +3,6 @@ engines a step runs on (declared, or read from its schema), and the flow tree wh
 
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -96,9 +95,7 @@ def test_a_shipped_manifests_engines_are_the_backends_its_schema_accepts(step_id
     step = SHIPPED.get(step_id)
     declared = engines_of(step)
     assert declared, f"{step_id} declares no engines"
-    undeclared = dataclasses.replace(
-        step, manifest=step.manifest._replace(step=step.manifest.step._replace(engines=[]))
-    )
+    undeclared = step._replace(manifest=step.manifest._replace(step=step.manifest.step._replace(engines=[])))
     assert engines_of(undeclared) == declared
     assert set(declared) <= set(ENGINES)
 

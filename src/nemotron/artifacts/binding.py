@@ -4,10 +4,8 @@ stops one. `bind_inputs` reports every problem at once."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from nemotron.artifacts.refs import ArtifactRef, parse_ref
 from nemotron.artifacts.store import ArtifactStore
@@ -19,8 +17,7 @@ from nemotron.errors import NotFound, UserError
 from nemotron.models.layout import CONFIG_FILE, describe
 
 
-@dataclass(frozen=True)
-class Binding:
+class Binding(NamedTuple):
     """One [[consumes]] entry bound to a concrete artifact."""
 
     name: str
@@ -36,15 +33,13 @@ class Binding:
     )
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """Why one input cannot be bound: one line of the error that lists them all."""
 
     line: str
 
 
-@dataclass(frozen=True)
-class Wanted:
+class Wanted(NamedTuple):
     """One input being bound: its [[consumes]] name and the type the config's backend reads."""
 
     name: str
@@ -212,5 +207,5 @@ def _wrong_type(catalog: Catalog, want: Wanted, ref: ArtifactRef, actual: str, r
 def _described(binding: Binding) -> Binding:
     """A local HF checkpoint carries its family, classes and size (what --dry-run and the resource plan show)."""
     if binding.path and (Path(binding.path) / CONFIG_FILE).is_file():
-        return dataclasses.replace(binding, model=describe(Path(binding.path)))
+        return binding._replace(model=describe(Path(binding.path)))
     return binding

@@ -4,9 +4,8 @@ path, or a hub id."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from nemotron.core.paths import shipped_root
 from nemotron.errors import UserError
@@ -50,8 +49,7 @@ def check_alias_name(alias: str) -> str | None:
 _HUB_ID = re.compile(r"^(?:hf://)?[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
-@dataclass(frozen=True)
-class ArtifactRef:
+class ArtifactRef(NamedTuple):
     """An input as the user referred to it: a store name and version, a path, a hub id or a shipped pkg:// one."""
 
     kind: Literal["store", "path", "hub", "package"]

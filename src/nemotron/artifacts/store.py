@@ -8,10 +8,9 @@ import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from nemotron.artifacts.index import Connection, Index, committed
 from nemotron.artifacts.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, schema_sql
@@ -22,8 +21,7 @@ __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "Artifact", "ArtifactStore"
            "schema_sql"]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Artifact:
+class Artifact(NamedTuple):
     """One registered version of an artifact, as the store's row holds it."""
 
     id: int

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
@@ -256,8 +255,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """A manifest plus where its code lives."""
 
     manifest: Manifest

@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pydantic import BaseModel
 
@@ -50,8 +50,7 @@ if TYPE_CHECKING:
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(NamedTuple):
     """One set of GPUs and the model-parallel sizes of what runs on it."""
 
     who: str  # "policy", "policy and critic", "generation (vLLM)", "reward model", ...

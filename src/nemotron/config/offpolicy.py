@@ -2,9 +2,7 @@
 `grpo.async_grpo`) and the importance-sampling correction of the lag it brings (its `loss_fn` keys). Plain
 pydantic, no torch: schemas load on the CLI's start-up path."""
 
-from __future__ import annotations
-
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -28,7 +26,7 @@ class AsyncGRPO(Strict):
     built-in engine swaps them between batches and refuses true"""
 
     @model_validator(mode="after")
-    def _keys_act_when_enabled(self) -> AsyncGRPO:
+    def _keys_act_when_enabled(self) -> Self:
         if not self.enabled and (self.max_trajectory_age_steps != 1 or self.in_flight_weight_updates):
             raise ValueError(
                 "max_trajectory_age_steps and in_flight_weight_updates act only with enabled=true"
@@ -54,7 +52,7 @@ class ImportanceSampling(Strict):
     """the lower bound of the truncation (tis: default 0; icepop and seq-mask-tis need it)"""
 
     @model_validator(mode="after")
-    def _truncation_is_whole(self) -> ImportanceSampling:
+    def _truncation_is_whole(self) -> Self:
         """NeMo-RL v0.7.0's ClippedPGLossFn asserts these at start-up; here they are config errors."""
         kind, high, low = (
             self.truncated_importance_sampling_type,

@@ -5,9 +5,7 @@ step shares."""
 # ruff: noqa: RUF012  (a list or dict default below is a pydantic field default, copied for each instance; ruff
 # cannot tell that Strict, imported, is a pydantic model)
 
-from __future__ import annotations
-
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -32,7 +30,7 @@ class GenerationEngine(Strict):
     NeMo-RL: vllm_cfg.max_model_len)"""
 
     @model_validator(mode="after")
-    def _vllm_keys_need_vllm(self) -> GenerationEngine:
+    def _vllm_keys_need_vllm(self) -> Self:
         """Accepted-but-ignored is refused: the vllm_* keys act only with backend vllm."""
         if self.backend != "vllm" and (
             self.vllm_gpu_memory_utilization != 0.3 or self.vllm_max_model_len != 0

@@ -3,10 +3,8 @@
 # ruff: noqa: RUF012  (a list or dict default below is a pydantic field default, copied for each instance; ruff
 # cannot tell that Strict, imported, is a pydantic model)
 
-from __future__ import annotations
-
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_validator
@@ -290,7 +288,7 @@ class TrainRuntime(Runtime):
     offload from"""
 
     @model_validator(mode="after")
-    def _offload_needs_fsdp_on_gpu(self) -> TrainRuntime:
+    def _offload_needs_fsdp_on_gpu(self) -> Self:
         """Accepted-but-ignored is refused: CPU offload acts only on FSDP shards that live on a GPU."""
         if self.fsdp_cpu_offload and self.sharding != "fsdp":
             raise ValueError("fsdp_cpu_offload acts only with sharding: fsdp")
@@ -369,7 +367,7 @@ class SupervisedConfig(Strict):
     rows_per_record: ClassVar[int] = 1
 
     @model_validator(mode="after")
-    def _model_builds_only_without_init_from(self) -> SupervisedConfig:
+    def _model_builds_only_without_init_from(self) -> Self:
         """Accepted-but-ignored is refused: model.* builds a random init, which inputs.init_from replaces."""
         changed = self.model.changed()
         if getattr(self.inputs, "init_from", None) and changed:

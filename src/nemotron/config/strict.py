@@ -1,6 +1,7 @@
-"""The base of every config group: strict keys, finite floats (plain pydantic, no torch)."""
+"""The base of every config group: strict keys, finite floats (plain pydantic, no torch).
 
-from __future__ import annotations
+The modules of config groups do without `from __future__ import annotations`: pydantic would compile and evaluate
+every field's annotation string when each group class is defined, on the start-up path of every dry run."""
 
 from pydantic import BaseModel, ConfigDict
 

@@ -8,7 +8,7 @@ carries one anyway is accepted and redacted wherever it is shown."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from nemotron.core.redact import redact_url_passwords
@@ -18,8 +18,7 @@ ENV = "NEMOTRON_STORE_URL"
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 
 
-@dataclass(frozen=True)
-class StoreUrl:
+class StoreUrl(NamedTuple):
     """A parsed $NEMOTRON_STORE_URL: `url` is what psycopg connects with (scheme postgresql://)."""
 
     url: str

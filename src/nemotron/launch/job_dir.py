@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,7 +87,7 @@ def job_files(job: Job, rendered: str) -> dict[str, tuple[str, int]]:
         "config": redact_tree(job.config_tree),
         "config_hash": job.config_hash,
         "sources": job.sources,
-        "inputs": [asdict(b) for b in job.bindings],
+        "inputs": [b._asdict() for b in job.bindings],
         "outputs": {k: {"artifact": v[0], "type": v[1]} for k, v in job.outputs.items()},
         "resources": job.resources._asdict(),
         "launch": rendered,

@@ -17,9 +17,8 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import yaml
 
@@ -48,8 +47,7 @@ class _Bound(Protocol):
     def path(self) -> str | None: ...
 
 
-@dataclass(frozen=True)
-class TokenizerFiles:
+class TokenizerFiles(NamedTuple):
     """One model's tokenizer as its files state it."""
 
     where: str  # the vocabulary file, as messages name it (a .nemo member as ARCHIVE:MEMBER)

@@ -89,7 +89,7 @@ class Shapes:
                 )
             # the hint stands in for a model the plan cannot read: the row says so, and for which input, so a
             # preset's hint left over a changed input (inputs.policy=/lustre/me/70b) shows
-            return replace(found, source=f"plan.models.{role}, standing in for {ref}") if ref else found
+            return found._replace(source=f"plan.models.{role}, standing in for {ref}") if ref else found
         self.unknown.append(
             f"{role}: {ref or '(not set)'} is not a checkpoint readable here and not in the shape table; set "
             f"plan.models.{role}=<a Hugging Face id from docs/cluster.md's shape table>"

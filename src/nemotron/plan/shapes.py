@@ -8,15 +8,13 @@ The memory terms need the parameter count (weights, gradients, optimizer state) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
 
 
-@dataclass(frozen=True)
-class ModelShape:
+class ModelShape(NamedTuple):
     """What the plan needs to know about one model."""
 
     name: str  # the path, HF id or "model.*" it was read from
@@ -74,7 +72,7 @@ def shape_from_config(config: dict[str, Any], name: str, parameters: int | None,
             int(config["vocab_size"]), True, bool(config.get("tie_word_embeddings", False)), 0, source,
             int(config.get("max_position_embeddings") or 0),
         )  # fmt: skip
-    return replace(shape, parameters=parameters if parameters is not None else computed_parameters(shape))
+    return shape._replace(parameters=parameters if parameters is not None else computed_parameters(shape))
 
 
 def shape_from_checkpoint(path: Path) -> ModelShape | None:
@@ -102,7 +100,7 @@ def shape_from_arch(arch: Any, vocab: int) -> ModelShape:
         "model.*", family, int(arch.n_layer), int(arch.n_embd), heads, kv, 4 * int(arch.n_embd), vocab,
         family != "gpt2", True, 0, "model.*", int(arch.n_positions),
     )  # fmt: skip
-    return replace(shape, parameters=computed_parameters(shape))
+    return shape._replace(parameters=computed_parameters(shape))
 
 
 def _known(
@@ -112,7 +110,7 @@ def _known(
     shape = ModelShape(
         name, family, layers, hidden, heads, kv, inter, vocab, True, tied, 0, "shape table", context
     )
-    return replace(shape, parameters=computed_parameters(shape))
+    return shape._replace(parameters=computed_parameters(shape))
 
 
 # From each model's published config.json on the Hugging Face hub (num_hidden_layers, hidden_size,
@@ -139,4 +137,4 @@ def known_shape(name: str) -> ModelShape | None:
     """The shape-table row for a Hugging Face id (case-insensitive), or None."""
     lowered = {k.lower(): v for k, v in KNOWN_MODELS.items()}
     found = lowered.get(name.strip().lower())
-    return replace(found, name=name) if found else None
+    return found._replace(name=name) if found else None

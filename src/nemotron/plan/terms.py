@@ -10,7 +10,7 @@ after each optimizer step (`zero_grad(set_to_none=True)`), so the two are not he
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from nemotron.plan.shapes import ModelShape
 
@@ -43,8 +43,7 @@ def compute_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-@dataclass(frozen=True)
-class Sharding:
+class Sharding(NamedTuple):
     """How one model's weights, gradients and optimizer state are split over the devices of its group.
 
     weights: devices one copy of the weights is split over (FSDP: the data-parallel world; Megatron: TP x PP);
@@ -60,7 +59,10 @@ class Sharding:
     pp: int = 1
 
 
-def train_state_mb(parameters: int, precision: str, sharding: Sharding = Sharding()) -> dict[str, float]:
+ONE_DEVICE = Sharding()  # a model whole on each device: nothing split
+
+
+def train_state_mb(parameters: int, precision: str, sharding: Sharding = ONE_DEVICE) -> dict[str, float]:
     """Weights, gradients and AdamW's two moments per device, in MiB.
 
     The built-in engine and FSDP keep weights, gradients and both moments in the weight dtype (fp32, or bf16
@@ -89,7 +91,7 @@ def train_state_mb(parameters: int, precision: str, sharding: Sharding = Shardin
     return terms
 
 
-def frozen_weights_mb(parameters: int, precision: str, sharding: Sharding = Sharding()) -> float:
+def frozen_weights_mb(parameters: int, precision: str, sharding: Sharding = ONE_DEVICE) -> float:
     """A model that only runs forwards (reference policy, reward model, judge): its weights per device."""
     size = 2 if sharding.kind == "megatron" else dtype_bytes(precision)
     return parameters / sharding.weights * size / MiB
@@ -119,7 +121,7 @@ def activations_mb(
     seq_len: int,
     precision: str,
     checkpointing: bool,
-    sharding: Sharding = Sharding(),
+    sharding: Sharding = ONE_DEVICE,
 ) -> dict[str, float]:
     """Activations kept for the backward pass of one micro-batch, per device, in MiB.
 

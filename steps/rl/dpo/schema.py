@@ -1,9 +1,7 @@
 """Config schema of rl/dpo: Direct Preference Optimization against a frozen reference, in NeMo-RL v0.7.0's key
 names (dpo.*), with NeMo-Aligner v0.7.0's loss variants and conservative DPO's label smoothing."""
 
-from __future__ import annotations
-
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -98,7 +96,7 @@ class DPO(Strict):
     """
 
     @model_validator(mode="after")
-    def _every_key_acts(self) -> DPO:
+    def _every_key_acts(self) -> Self:
         """Accepted-but-ignored is refused: keys a variant does not read, and a loss of nothing."""
         if self.preference_loss_weight == 0 and self.sft_loss_weight == 0:
             raise ValueError("preference_loss_weight and sft_loss_weight are both 0: the loss would be 0")
@@ -163,7 +161,7 @@ class Config(Strict):
     """the resource plan's model hints and what a plan that cannot fit does"""
 
     @model_validator(mode="after")
-    def _one_validation_source(self) -> Config:
+    def _one_validation_source(self) -> Self:
         """The held-out share acts only when no validation file is given."""
         if self.inputs.validation_preferences and self.trainer.validation_fraction is not None:
             raise ValueError(
