@@ -154,6 +154,72 @@ def test_inexpressible_settings_are_refused(step_id: str, overrides: dict[str, A
     assert [p.split("=")[0] for p in err.value.problems] == [key]
 
 
+@pytest.mark.parametrize(
+    ("step_id", "nodes", "overrides", "ranks"),
+    [
+        # one node of 8 GPUs: 8 data-parallel ranks on DTensor at TP 1, 4 at TP 2, 2 on Megatron at TP 2 x PP 2
+        ("sft", 1, {"trainer__global_batch_size": 12}, 8),
+        ("sft", 1, {"trainer__global_batch_size": 13, "nemo_rl__tensor_parallel_size": 2}, 4),
+        ("sft", 1, {"trainer__global_batch_size": 13, "nemo_rl__context_parallel_size": 2}, 4),
+        (
+            "sft",
+            1,
+            {
+                "trainer__global_batch_size": 13,
+                "nemo_rl__policy_backend": "megatron",
+                "nemo_rl__tensor_parallel_size": 2,
+                "nemo_rl__pipeline_parallel_size": 2,
+            },
+            2,
+        ),
+        ("sft", 2, {"trainer__global_batch_size": 24}, 16),
+        ("rm/train", 1, {"trainer__global_batch_size": 20}, 8),
+    ],
+)
+def test_a_batch_the_ranks_cannot_split_evenly_is_refused(
+    step_id: str, nodes: int, overrides: dict[str, Any], ranks: int
+) -> None:
+    """NeMo-RL asserts that each training batch shards evenly over the data-parallel ranks: refused at compile,
+    naming the multiple; the next multiple of the ranks (and a profile without GPUs) compiles."""
+    with pytest.raises(UserError) as err:
+        compiled(step_id, nodes, **overrides)
+    (problem,) = err.value.problems
+    assert problem.startswith("trainer.global_batch_size=") and problem.endswith(f"a multiple of {ranks}"), (
+        problem
+    )
+    even = {**overrides, "trainer__global_batch_size": ranks * 3}
+    assert compiled(step_id, nodes, **even).config["policy"]["train_global_batch_size"] == ranks * 3
+    schema = Catalog().get(step_id).config_schema()
+    flat = dict(flatten(schema().model_dump(mode="json"))) | {"backend": "nemo_rl"} | INPUTS
+    flat |= {k.replace("__", "."): v for k, v in overrides.items()}
+    cpu_ray = compile_run(step_id, schema.model_validate(unflatten(flat)), Placement(JOB, nodes, 0))
+    assert cpu_ray.config["policy"]["train_global_batch_size"] == overrides["trainer__global_batch_size"]
+
+
+@pytest.mark.parametrize("step_id", list(STEPS))
+def test_the_batch_rule_is_the_tags(step_id: str) -> None:
+    """What the rule above assumes of v0.7.0, from the encoded tag (and its sources where the mirror is here): the
+    micro-batch is the base's 1 (we do not set it), a batch is sharded with the global batch size and no uneven
+    shards, which shard_by_batch_size asserts; rm.py passes a pair's two rows as one micro-batch of two."""
+    alg = STEPS[step_id]
+    assert tag.BASE_KEYS[alg]["policy.train_micro_batch_size"] == 1
+    assert "train_micro_batch_size" not in compiled(step_id).config["policy"]
+    if not tag.MIRROR.exists():
+        pytest.skip("the NeMo-RL mirror is not on this machine; the data-encoded checks ran")
+    shard = git_show(tag.MIRROR, tag.TAG, "nemo_rl/distributed/batched_data_dict.py")
+    assert "if not allow_uneven_shards:\n            assert batch_size % shards == 0" in shard
+    policy = git_show(tag.MIRROR, tag.TAG, "nemo_rl/models/policy/lm_policy.py")
+    for_train = policy.split("def _shard_for_train(")[1].split("\n    def ")[0]
+    assert for_train.count("batch_size=batch_size,") == 3 and "allow_uneven_shards" not in for_train
+    assert (
+        yaml.safe_load(git_show(tag.MIRROR, tag.TAG, tag.BASES[alg]))["policy"]["train_micro_batch_size"] == 1
+    )
+    if alg == "rm":
+        rm = git_show(tag.MIRROR, tag.TAG, "nemo_rl/algorithms/rm.py")
+        assert 'gbs=master_config.policy["train_global_batch_size"] * 2' in rm
+        assert 'mbs=master_config.policy["train_micro_batch_size"] * 2' in rm
+
+
 @pytest.mark.parametrize("step_id", list(STEPS))
 def test_the_data_step_runs_before_the_entry_and_writes_what_the_loaders_read(
     tmp_path: Path, step_id: str

@@ -55,25 +55,14 @@ def _refusals(c: DPOConfig, refuse: Refusals) -> tuple[str, str]:
     return str(model or ""), str(data or "")
 
 
-def _whole_micro_batches(c: DPOConfig, refuse: Refusals, nodes: int, gpus: int) -> None:
-    """NeMo-RL's DPO asserts that a training batch splits into whole micro-batches on every data-parallel rank
-    (algorithms/dpo.py, add_ref_logprobs_to_data: only validation may pad); the ranks are the job's GPUs over
-    TP x CP (x PP on Megatron). A profile without GPUs (a CPU Ray cluster) has no ranks to count."""
-    nemo, t = c.nemo_rl, c.trainer
-    pp = nemo.pipeline_parallel_size if nemo.policy_backend == "megatron" else 1
-    ranks = nodes * gpus // (nemo.tensor_parallel_size * nemo.context_parallel_size * pp)
-    if ranks >= 1 and t.global_batch_size % (ranks * t.micro_batch_size):
-        refuse(
-            "trainer.global_batch_size",
-            f"NeMo-RL's DPO takes whole micro-batches on each of its {ranks} data-parallel ranks: a multiple of "
-            f"{ranks} x trainer.micro_batch_size {t.micro_batch_size} = {ranks * t.micro_batch_size}",
-        )
-
-
 def compile_dpo(c: DPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
     d, t = c.dpo, c.trainer
     model, data = _refusals(c, refuse)
-    _whole_micro_batches(c, refuse, nodes, gpus)
+    # dpo.py also asserts whole micro-batches of pairs itself (add_ref_logprobs_to_data: only validation may pad)
+    sup.refuse_uneven_batches(
+        refuse, sup.data_parallel_ranks(c.nemo_rl, nodes, gpus), t.global_batch_size, t.micro_batch_size,
+        "preference pairs", "DPO asserts it",
+    )  # fmt: skip
     given = c.inputs.validation_preferences
     share = c.held_out_share()  # 0 with inputs.validation_preferences, which is then the validation set whole
     validates = bool(given) or share > 0
