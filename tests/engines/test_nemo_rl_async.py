@@ -65,7 +65,9 @@ def _async(step: str, env: str, nodes: int | None = None, **extra: Any) -> dict[
 @pytest.mark.parametrize(("step", "env"), CASES)
 def test_async_config_has_what_the_tag_reads_and_asserts(step: str, env: str) -> None:
     in_flight = {f"{_group(step)}.async_grpo.in_flight_weight_updates": True}
-    cfg = loaded(compiled(step, env, overrides={**ASYNC[step], **in_flight}))
+    # the reward model's workers on the one node (training keeps 4 of its GPUs), the GenRM on a node of its own
+    nodes = 1 if env == "reward_model" else None
+    cfg = loaded(compiled(step, env, nodes=nodes, overrides={**ASYNC[step], **in_flight}))
     missing = [(k, f"{f}:{n}") for k, f, n in tag.REQUIRED[f"grpo+{env}+async"] if not has(cfg, k)]
     assert missing == []
     grpo, gen = cfg["grpo"], cfg["policy"]["generation"]
@@ -97,7 +99,10 @@ def test_sync_stays_colocated_unless_asked_and_truncation_reaches_the_loss() -> 
     assert sync["grpo"]["async_grpo"]["enabled"] is False
     assert sync["policy"]["generation"]["vllm_cfg"]["async_engine"] is False
     # vLLM apart without async: the synchronous loop, non-colocated (grpo_train refits over NCCL, grpo.py:1136)
-    apart = compiled("rl/rlhf", overrides={"nemo_rl.generation_gpus": 2}).config
+    # one node: 8 GPUs less the reward model's 1 and vLLM's 2 leave training 5 (40 x 8 responses: 4 x 5 x 16)
+    apart = compiled(
+        "rl/rlhf", nodes=1, overrides={"nemo_rl.generation_gpus": 2, "grpo.num_prompts_per_step": 40}
+    ).config
     assert apart["policy"]["generation"]["colocated"] == {
         "enabled": False,
         "resources": {"gpus_per_node": 2, "num_nodes": 1},
@@ -117,9 +122,18 @@ def test_sync_stays_colocated_unless_asked_and_truncation_reaches_the_loss() -> 
 GRID = list(itertools.product((1, 2, 3), (2, 8), CASES, (None, 1, 4, 8, 12)))
 
 
+# 1,680 responses a step in micro-batches of one: whatever the split leaves training (1 to 8, 12, 14, 16 or 24
+# GPUs), the step's batch divides evenly over it (nemotron.engines.nemo_rl.batches), so only the split is tested
+ANY_SPLIT = {
+    "rl/rlhf": {"grpo.num_prompts_per_step": 210, "policy.train_micro_batch_size": 1},
+    "rl/reinforce": {"trainer.num_prompts_per_step": 420, "trainer.micro_batch_size": 1},
+}
+
+
 def on(step: str, env: str, nodes: int, gpus: int, **overrides: Any) -> dict[str, Any]:
     """The compiled config on `nodes` x `gpus` (NeMo-Gym's judge on nodes of its own, as the engine compiles it)."""
     extra = {**GYM, "nemo_rl.policy_backend": "dtensor"} if env == "nemo_gym" else {}
+    extra |= ANY_SPLIT[step]
     cfg = step_model(step, **{k.replace(".", "__"): v for k, v in (extra | overrides).items()})
     return compile_run(step, cfg, Placement(JOB, nodes, gpus)).config
 

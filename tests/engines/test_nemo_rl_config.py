@@ -31,15 +31,19 @@ INPUTS = {
         "data.train.data_path": "/data/train prompts.jsonl",
         JUDGE: "/models/rm",
     },
+    # micro-batches that split each step's responses over the policy's 8 data-parallel ranks (the schema defaults'
+    # 16 would leave each rank fewer rows than one micro-batch: nemotron.engines.nemo_rl.batches)
     "rl/reinforce": {
         "inputs.policy": "/models/sft",
         "inputs.prompts": "/data/train prompts.jsonl",
         "inputs.reward_model": "/models/rm",
+        "trainer.micro_batch_size": 4,
     },
     "rl/ppo": {
         "inputs.policy": "/models/sft",
         "inputs.prompts": "/data/train prompts.jsonl",
         "inputs.reward_model": "/models/rm",
+        "trainer.micro_batch_size": 2,
     },
 }
 GYM = {
@@ -85,8 +89,9 @@ def compiled(
     nodes: int | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> NemoRLRun:
-    """On one node of 8 GPUs; NeMo-Gym's judge on a second node of its own (tests/engines/test_nemo_rl_judge.py)."""
-    nodes = nodes or (2 if env == "nemo_gym" else 1)
+    """On two nodes of 8 GPUs: the policy trains on one (8 data-parallel ranks), the reward model's workers or
+    NeMo-Gym's judge (tests/engines/test_nemo_rl_judge.py) have the other."""
+    nodes = nodes or 2
     extra = dict(GYM) if env == "nemo_gym" else {}
     extra["nemo_rl.policy_backend"] = backend
     cfg = step_model(step_id, **{k.replace(".", "__"): v for k, v in (extra | (overrides or {})).items()})
@@ -255,9 +260,13 @@ def test_reinforce_is_rloo_with_no_ratio() -> None:
 
 
 def test_ppo_critic_starts_from_the_reward_model() -> None:
+    # one node: the reward model takes a GPU of the policy's, which leaves 7 data-parallel ranks (14 responses a step)
     cfg = compiled(
-        "rl/ppo", overrides={"ppo.dual_clip": 3.0, "critic.loss_clip_val": 0.5, "ppo.critic_warmup_steps": 2}
-    ).config
+        "rl/ppo",
+        nodes=1,
+        overrides={"ppo.dual_clip": 3.0, "critic.loss_clip_val": 0.5, "ppo.critic_warmup_steps": 2,
+                   "trainer.num_prompts_per_step": 14},
+    ).config  # fmt: skip
     assert cfg["value"]["model_name"] == "/models/rm"
     assert cfg["value"]["reward_model_cfg"] == {"enabled": True, "reward_model_type": "regression"}
     assert cfg["value"]["sequence_packing"]["enabled"] is False  # ppo.py:266
@@ -288,9 +297,13 @@ def test_precision_and_activation_checkpointing_reach_policy_and_value(backend: 
 
 
 def test_rlhf_stop_strings_warmup_and_kl_reach_nemo_rl() -> None:
+    # one node: the reward model's GPU comes out of the policy's, 7 data-parallel ranks (28 x 8 = 2 x 7 x 16 responses)
     cfg = compiled(
-        "rl/rlhf", overrides={"policy.generation.stop_strings": ["\n\n"], "policy.optimizer.warmup_steps": 10}
-    ).config
+        "rl/rlhf",
+        nodes=1,
+        overrides={"policy.generation.stop_strings": ["\n\n"], "policy.optimizer.warmup_steps": 10,
+                   "grpo.num_prompts_per_step": 28},
+    ).config  # fmt: skip
     assert cfg["policy"]["generation"]["stop_strings"] == ["\n\n"]
     assert cfg["loss_fn"]["reference_policy_kl_type"] == "k3"
     warm, _, milestones = cfg["policy"]["scheduler"]
@@ -318,7 +331,7 @@ def test_finalize_picks_the_newest_step(tmp_path: Path) -> None:
     job = tmp_path / "a b"
     for name in ("step_2", "step_10", "tmp_step_11", "step_x"):
         (job / "checkpoints" / "nemo_rl" / name).mkdir(parents=True)
-    run = compile_run("rl/rlhf", step_model("rl/rlhf"), Placement(str(job), 1, 8))
+    run = compile_run("rl/rlhf", step_model("rl/rlhf"), Placement(str(job), 2, 8))
     script = run.finalize.split(" && uv run")[0].replace("cd /opt/nemo-rl && ", "") + ' && echo "$step"'
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.strip()
     assert out == f"{job}/checkpoints/nemo_rl/step_10"
@@ -385,8 +398,10 @@ def test_all_refusals_come_in_one_error() -> None:
 def test_inexpressible_settings_are_refused(
     step_id: str, env: str, overrides: dict[str, Any], key: str
 ) -> None:
+    # the reward model takes GPUs of the policy's node only on one node (on several it has a node of its own)
+    one_node = key == "nemo_rl.reward_model_gpus"
     with pytest.raises(UserError) as err:
-        compiled(step_id, env, overrides=overrides)
+        compiled(step_id, env, nodes=1 if one_node else None, overrides=overrides)
     assert [p.split("=")[0] for p in err.value.problems] == [key]
 
 

@@ -17,9 +17,13 @@ from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
 from nemotron.errors import UserError
 from nemotron.plan.placement import Placement
 
+# a step every split below can train: 48 x 8 responses over 4, 8, 12, 16 or 24 data-parallel ranks in micro-batches
+# of 8 (nemotron.engines.nemo_rl.batches)
+EVEN = {"grpo.num_prompts_per_step": 48, "policy.train_micro_batch_size": 8}
+
 
 def _gym_run(nodes: int, gpus: int) -> NemoRLRun:
-    model = step_model("rl/rlhf", **{k.replace(".", "__"): v for k, v in GYM.items()})
+    model = step_model("rl/rlhf", **{k.replace(".", "__"): v for k, v in (GYM | EVEN).items()})
     return compile_run("rl/rlhf", model, Placement(JOB, nodes, gpus))
 
 

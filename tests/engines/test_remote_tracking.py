@@ -48,7 +48,7 @@ ON = {
 
 def _nemo_rl(step_id: str, labels: RunLabels | None = LABELS, **over: Any) -> Any:
     cfg = rl.step_model(step_id, **{k.replace(".", "__"): v for k, v in (ON | over).items()})
-    return rl.compile_run(step_id, cfg, Placement("/jobs/j1", 1, 8), labels=labels)
+    return rl.compile_run(step_id, cfg, Placement("/jobs/j1", 2, 8), labels=labels)
 
 
 def _aligner(step_id: str, labels: RunLabels | None = LABELS, **over: Any) -> Any:

@@ -25,12 +25,17 @@ MATH = "<REPO>/docs/examples/math_prompts.jsonl"
 # rl/ppo's default preset does not fit one Lepton node: each node's reward server shares local rank 0's GPU with
 # the actor and critic (the plan refuses it: tests/plan/test_plan_cli.py); with activation checkpointing it does
 # rl/rlhf's default judge (NeMo-Gym's GenRM, 8 GPUs) needs a node of its own beside the policy's (refused on one
-# node: tests/plan/test_judge_plan.py); one node runs rl/rlhf on NeMo-RL with a reward model judge
+# node: tests/plan/test_judge_plan.py); one node runs rl/rlhf on NeMo-RL with a reward model judge, whose GPU
+# leaves the policy 7 data-parallel ranks: 28 prompts a step (28 x 8 responses split evenly over them, as NeMo-RL
+# asserts: nemotron.engines.nemo_rl.batches; the preset's 32 x 8 does not)
 RM_JUDGE = (
     "judge.kind=reward_model",
     "env.should_use_nemo_gym=false",
     "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model=/models/rm",
+    "grpo.num_prompts_per_step=28",
 )
+# eight nodes less the GenRM's one: 56 data-parallel ranks, 56 prompts a step
+EIGHT_NODES = ("grpo.num_prompts_per_step=56",)
 FITS = {("lepton_rl", "rl/ppo"): ("runtime.gradient_checkpointing=true",), ("lepton_rl", "rl/rlhf"): RM_JUDGE}
 # tracking on, as a team's cluster runs it (the server named in the config, W&B offline on air-gapped nodes)
 TRACKING = (
@@ -59,9 +64,9 @@ CASES = [
     ("slurm_rlhf", "rl/reinforce", "default", ("--force-squash",)),
     # backend=nemo_rl (rl/rlhf's default preset): a Ray head, workers and one driver on 1, 2 and 8 nodes
     ("slurm_1node", "rl/rlhf", "default", RM_JUDGE),
-    ("slurm_8nodes", "rl/rlhf", "default", ()),
+    ("slurm_8nodes", "rl/rlhf", "default", EIGHT_NODES),
     ("lepton_1node", "rl/rlhf", "default", RM_JUDGE),
-    ("lepton_8nodes", "rl/rlhf", "default", ()),
+    ("lepton_8nodes", "rl/rlhf", "default", EIGHT_NODES),
     # the built-in engine's torchrun on 8 Lepton pods, each under the pod watchdog
     ("lepton_8nodes", "rl/reinforce", "default", ()),
     ("slurm_rlhf", "rl/reinforce", "default", ("backend=nemo_rl",)),

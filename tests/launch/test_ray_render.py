@@ -25,7 +25,11 @@ RM_JUDGE = ["judge.kind=reward_model", "env.should_use_nemo_gym=false",
 @pytest.mark.parametrize("nodes", [1, 2, 8])
 def test_one_head_workers_and_one_driver(nodes: int, home: Path, tmp_path: Path) -> None:
     (tmp_path / "env.toml").write_text(PROFILES)
-    overrides = RM_JUDGE if nodes == 1 else []
+    # prompts a step whose 8 responses each split evenly over the policy's ranks (nemotron.engines.nemo_rl.batches):
+    # 7 on one node beside the reward model's GPU, 8 or 56 beside the GenRM's node
+    overrides = (
+        [*RM_JUDGE, "grpo.num_prompts_per_step=28"] if nodes == 1 else ["grpo.num_prompts_per_step=56"]
+    )
     job = compile_job(Catalog(), "rl/rlhf", "default", overrides, profile_name=f"slurm_{nodes}", mode="batch")
     _, where, launch, text = submit.plan(job)
     plan = ray_slurm.plan_for(job, where, launch)  # type: ignore[arg-type]

@@ -25,10 +25,14 @@ def profiles(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("NEMOTRON_ENV_FILE", str(tmp_path / "env.toml"))
 
 
+EVEN = "grpo.num_prompts_per_step=48"
+
+
 def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(
     nemotron: Any, submitted: Callable[..., str], profiles: None, home: Path, lepton_api: Any
 ) -> None:
-    job_id = submitted("rl/rlhf", "-c", "default", "-b", "lep4")
+    # 4 nodes less the GenRM's one: 24 data-parallel ranks, which 48 x 8 responses a step split evenly
+    job_id = submitted("rl/rlhf", "-c", "default", "-b", "lep4", EVEN)
 
     (cluster,) = lepton_api.clusters.values()
     spec = cluster["spec"]
@@ -36,7 +40,7 @@ def test_submit_creates_the_rendered_cluster_and_runs_the_driver_once(
     assert spec["head_group_spec"]["min_replicas"] == 1 and spec["worker_group_specs"][0]["min_replicas"] == 3
     assert spec["head_group_spec"]["affinity"] == {"allowed_dedicated_node_groups": ["ng-0123"]}
     # the dry-run's spec is this one, but for what only the workspace knows (node group id, default Ray version)
-    shown = nemotron("steps", "run", "rl/rlhf", "-c", "default", "-b", "lep4", "--dry-run").out
+    shown = nemotron("steps", "run", "rl/rlhf", "-c", "default", "-b", "lep4", EVEN, "--dry-run").out
     rendered = json.loads(shown.split("/rayclusters (then wait until it is Ready)\n")[1].split("\n# ----")[0])
     rendered["metadata"] = cluster["metadata"]
     for group in [rendered["spec"]["head_group_spec"], *rendered["spec"]["worker_group_specs"]]:

@@ -27,7 +27,9 @@ extends = "slurm_rlhf"
 nodes = 3
 """
 ASYNC = ("grpo.async_grpo.enabled=true", "loss_fn.use_importance_sampling_correction=true")
-RM_JUDGE = ("judge.kind=reward_model", "env.should_use_nemo_gym=false")
+# with 28 prompts a step, whose 8 responses each split evenly over the policy's 7 ranks beside the reward model's GPU
+# on one node, and over the 4 that async leaves it (nemotron.engines.nemo_rl.batches)
+RM_JUDGE = ("judge.kind=reward_model", "env.should_use_nemo_gym=false", "grpo.num_prompts_per_step=28")
 # NeMo-RL's grpo-llama3.1-8b-instruct-2n8g-async-1off.yaml (examples/configs/recipes/llm/performance/) over its
 # defaults grpo-llama3.1-8b-instruct-2n8g.yaml, in our keys: meta-llama/Llama-3.1-8B-Instruct (:12 of the
 # defaults), train_micro_batch_size 1 (:16), max_total_sequence_length 4096 (:19), Megatron (:21-24) with

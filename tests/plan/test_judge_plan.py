@@ -120,8 +120,17 @@ def test_a_profile_too_small_for_nemo_rls_judge_is_refused_naming_what_fits(
         )
         assert ("judge.kind=reward_model env.should_use_nemo_gym=false" in line) == (profile != "one_gpu")
         assert "backend=builtin env.should_use_nemo_gym=false" in line
+    # one node with a reward model judge: its GPU leaves the policy 7 data-parallel ranks, which the preset's 32 x 8
+    # responses do not split evenly; that refusal names the multiple, and 28 prompts a step pass
+    rm_judge = ("judge.kind=reward_model", "env.should_use_nemo_gym=false")
+    uneven = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", "one_node", *rm_judge, "--dry-run")
+    assert (
+        uneven.code == 2
+        and "grpo.num_prompts_per_step=32: " in uneven.err
+        and "a multiple of 7" in uneven.err
+    )
     for profile, *named in (("two_nodes",),
-                            ("one_node", "judge.kind=reward_model", "env.should_use_nemo_gym=false"),
+                            ("one_node", *rm_judge, "grpo.num_prompts_per_step=28"),
                             ("one_gpu", "backend=builtin", "env.should_use_nemo_gym=false")):  # fmt: skip
         ok = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", profile, *named, "--dry-run")
         assert ok.code == 0 and "warning: resource plan" not in ok.out, (profile, ok.err[-2000:])

@@ -155,14 +155,33 @@ def placement(
     the split of `cluster_nodes` (NeMo-RL's cluster.num_nodes) x `gpus_per_node` with the reward model's workers
     (`reward_model_gpus`, None without them) set aside as NeMo-RL sets them aside. A split it would assert on is
     refused."""
-    if nemo.generation_gpus is None and not group.enabled:
-        return colocated()
-    rm = reward_model_gpus is not None
-    taken = (reward_model_gpus or 0) if cluster_nodes == 1 else 0
-    split = split_generation(
-        policy_nodes(cluster_nodes, rm), gpus_per_node, taken, nemo.generation_gpus, trigger
-    )
+    split = _split(nemo, group, trigger, cluster_nodes, gpus_per_node, reward_model_gpus)
     if isinstance(split, Shortfall):
         refuse(split.key, split.why)
         return colocated()
-    return split.colocated()
+    return colocated() if split is None else split.colocated()
+
+
+def training_gpus(
+    nemo: NemoRL, group: AsyncGRPO, *, cluster_nodes: int, gpus_per_node: int, reward_model_gpus: int | None
+) -> int:
+    """The GPUs the policy trains on, the cluster split as `placement` splits it: NeMo-RL's policy share (the
+    cluster less the reward model's node on several nodes, its GPUs on one) less vLLM's own when it generates
+    apart; 0 when the split is refused."""
+    split = _split(nemo, group, "", cluster_nodes, gpus_per_node, reward_model_gpus)
+    if split is None:
+        taken = (reward_model_gpus or 0) if cluster_nodes == 1 else 0
+        return policy_nodes(cluster_nodes, reward_model_gpus is not None) * gpus_per_node - taken
+    return split.train_gpus if isinstance(split, SeparateGeneration) else 0
+
+
+def _split(
+    nemo: NemoRL, group: AsyncGRPO, trigger: str, cluster_nodes: int, gpus_per_node: int,
+    reward_model_gpus: int | None,
+) -> SeparateGeneration | Shortfall | None:  # fmt: skip
+    """vLLM's own GPUs out of the policy's share, or None when it generates colocated."""
+    if nemo.generation_gpus is None and not group.enabled:
+        return None
+    taken = (reward_model_gpus or 0) if cluster_nodes == 1 else 0
+    nodes = policy_nodes(cluster_nodes, reward_model_gpus is not None)
+    return split_generation(nodes, gpus_per_node, taken, nemo.generation_gpus, trigger)

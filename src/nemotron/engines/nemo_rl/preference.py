@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from nemotron.config.targets import NEMO_RL_VERSION
 from nemotron.engines.nemo_rl import sections as sec
 from nemotron.engines.nemo_rl import supervised as sup
+from nemotron.engines.nemo_rl.batches import data_parallel_ranks, refuse_uneven_batches
 from nemotron.engines.nemo_rl.compiled import Compiled
 from nemotron.engines.refusals import Refusals
 
@@ -59,9 +60,9 @@ def compile_dpo(c: DPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
     d, t = c.dpo, c.trainer
     model, data = _refusals(c, refuse)
     # dpo.py also asserts whole micro-batches of pairs itself (add_ref_logprobs_to_data: only validation may pad)
-    sup.refuse_uneven_batches(
-        refuse, sup.data_parallel_ranks(c.nemo_rl, nodes, gpus), t.global_batch_size, t.micro_batch_size,
-        "preference pairs", "DPO asserts it",
+    refuse_uneven_batches(
+        refuse, data_parallel_ranks(c.nemo_rl, nodes * gpus), ("trainer.global_batch_size", t.global_batch_size),
+        ("trainer.micro_batch_size", t.micro_batch_size), "preference pairs", "DPO asserts it",
     )  # fmt: skip
     given = c.inputs.validation_preferences
     share = c.held_out_share()  # 0 with inputs.validation_preferences, which is then the validation set whole

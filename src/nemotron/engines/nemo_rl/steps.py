@@ -14,6 +14,7 @@ from nemotron.config.stepconfig import RLConfig
 from nemotron.config.targets import NEMO_RL_VERSION
 from nemotron.engines.nemo_rl import generation as gen
 from nemotron.engines.nemo_rl import sections as sec
+from nemotron.engines.nemo_rl.batches import whole_batches
 from nemotron.engines.nemo_rl.compiled import Compiled
 from nemotron.engines.nemo_rl.preference import compile_dpo
 from nemotron.engines.nemo_rl.supervised import compile_rm, compile_sft
@@ -287,6 +288,13 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
     )
     colocated = gen.placement(nemo, grpo.async_grpo, "grpo.async_grpo.enabled", refuse, cluster_nodes=cluster_nodes,
                               gpus_per_node=gpus, reward_model_gpus=rm_gpus)  # fmt: skip
+    world = gen.training_gpus(nemo, grpo.async_grpo, cluster_nodes=cluster_nodes, gpus_per_node=gpus,
+                              reward_model_gpus=rm_gpus)  # fmt: skip
+    set_batch = pol.train_global_batch_size
+    whole_batches(refuse, nemo, world, ("grpo.num_prompts_per_step", grpo.num_prompts_per_step,
+                                         "grpo.num_generations_per_prompt", group),
+                   None if set_batch is None else ("policy.train_global_batch_size", set_batch),
+                   ("policy.train_micro_batch_size", pol.train_micro_batch_size))  # fmt: skip
     if gym:  # run_grpo_nemo_gym.py refuses a max_val_samples and sets both from the validation file
         gcfg.update(max_val_samples=None, val_batch_size=None)
     config: dict[str, Any] = {
@@ -356,6 +364,12 @@ def compile_reinforce(c: ReinforceConfig, refuse: Refusals, job_dir: str, nodes:
     rm_gpus = sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus)["gpus_per_node"]
     colocated = gen.placement(nemo, r.async_grpo, "reinforce.async_grpo.enabled", refuse, cluster_nodes=nodes,
                               gpus_per_node=gpus, reward_model_gpus=rm_gpus)  # fmt: skip
+    world = gen.training_gpus(
+        nemo, r.async_grpo, cluster_nodes=nodes, gpus_per_node=gpus, reward_model_gpus=rm_gpus
+    )
+    whole_batches(refuse, nemo, world, ("trainer.num_prompts_per_step", t.num_prompts_per_step,
+                                         "reinforce.num_rollouts_per_prompt", group),
+                   None, ("trainer.micro_batch_size", t.micro_batch_size))  # fmt: skip
     config: dict[str, Any] = {
         "grpo": gcfg,
         # REINFORCE: -A * log pi with no probability ratio (disable_ppo_ratio makes the ratio clips inert).
@@ -441,6 +455,10 @@ def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         if nodes == 1
         else {"num_nodes": nodes - 1, "gpus_per_node": gpus}
     )
+    # the policy and the critic take turns on the cluster, each over all of its GPUs with the same batches
+    whole_batches(refuse, nemo, cluster["num_nodes"] * cluster["gpus_per_node"],
+                   ("trainer.num_prompts_per_step", t.num_prompts_per_step, "ppo.num_rollouts_per_prompt", group),
+                   None, ("trainer.micro_batch_size", micro))  # fmt: skip
     config: dict[str, Any] = {
         "ppo": _ppo(c, val_keys, kl=kl),
         # NeMo-Aligner's PPO: per-token KL to the initial policy inside the reward (GAE's token rewards).

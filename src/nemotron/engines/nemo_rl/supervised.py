@@ -14,9 +14,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nemotron.config.stepconfig import NemoRLTraining, SupervisedConfig
+from nemotron.config.stepconfig import SupervisedConfig
 from nemotron.engines.data_files import every_nth
 from nemotron.engines.nemo_rl import sections as sec
+from nemotron.engines.nemo_rl.batches import data_parallel_ranks, refuse_uneven_batches
 from nemotron.engines.nemo_rl.compiled import Compiled
 from nemotron.engines.refusals import Refusals
 
@@ -58,34 +59,6 @@ def refuse_trainer_keys(c: Any, refuse: Refusals) -> None:
     sec.refuse_builtin_training(c, refuse)
     if c.nemo_rl.policy_backend == "dtensor" and c.nemo_rl.pipeline_parallel_size > 1:
         refuse("nemo_rl.pipeline_parallel_size", "pipeline parallelism needs nemo_rl.policy_backend=megatron")
-
-
-def data_parallel_ranks(nemo: NemoRLTraining, nodes: int, gpus: int) -> int:
-    """The policy's data-parallel ranks in NeMo-RL: the job's GPUs over TP x CP (x PP on Megatron); 0 on a profile
-    without GPUs (a CPU Ray cluster), which has none to count."""
-    pp = nemo.pipeline_parallel_size if nemo.policy_backend == "megatron" else 1
-    return nodes * gpus // (nemo.tensor_parallel_size * nemo.context_parallel_size * pp)
-
-
-def refuse_uneven_batches(
-    refuse: Refusals, ranks: int, global_batch: int, micro_batch: int, what: str, where: str
-) -> None:
-    """NeMo-RL v0.7.0 shards each training batch over the data-parallel ranks and asserts the split is even
-    (models/policy/lm_policy.py _shard_for_train -> distributed/batched_data_dict.py shard_by_batch_size:
-    `batch_size % shards == 0`), then each rank trains on whole micro-batches and leaves out the rest (the workers'
-    `batch.size // mbs` micro-batches). A global batch of `what` that is not a multiple of ranks x `micro_batch`
-    fails the job at its first step, or trains on less than it says: refused at compile, `where` says who asserts
-    it."""
-    whole = ranks * micro_batch
-    if ranks >= 1 and global_batch % whole:
-        per_rank = (
-            f"{ranks} x trainer.micro_batch_size {micro_batch} = {whole}" if micro_batch > 1 else f"{ranks}"
-        )
-        refuse(
-            "trainer.global_batch_size",
-            f"NeMo-RL splits each batch of {what} evenly over its {ranks} data-parallel ranks, whole micro-batches "
-            f"on each ({where}): a multiple of {per_rank}",
-        )
 
 
 def _refusals(c: SFTConfig | RMConfig, refuse: Refusals) -> tuple[str, str]:
@@ -159,8 +132,8 @@ def compile_sft(c: SFTConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
     model, data = _refusals(c, refuse)
     # sft.yaml's train_micro_batch_size is 1, which we keep
     refuse_uneven_batches(
-        refuse, data_parallel_ranks(c.nemo_rl, nodes, gpus), c.trainer.global_batch_size, 1, "examples",
-        "shard_by_batch_size asserts it",
+        refuse, data_parallel_ranks(c.nemo_rl, nodes * gpus), ("trainer.global_batch_size", c.trainer.global_batch_size),
+        ("", 1), "examples", "shard_by_batch_size asserts it",
     )  # fmt: skip
     fraction = c.trainer.validation_fraction
     prepare, train, val = data_files("messages", data, job_dir, fraction)
@@ -204,8 +177,8 @@ def compile_rm(c: RMConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: in
         refuse("nemo_rl.context_parallel_size", "NeMo-RL's reward-model loss takes no context parallelism")
     # rm.py trains on twice rm.yaml's batches (a pair's two rows, in one micro-batch): the pairs split as the rows do
     refuse_uneven_batches(
-        refuse, data_parallel_ranks(nemo, nodes, gpus), c.trainer.global_batch_size, 1, "preference pairs",
-        "shard_by_batch_size asserts it; a pair is never split",
+        refuse, data_parallel_ranks(nemo, nodes * gpus), ("trainer.global_batch_size", c.trainer.global_batch_size),
+        ("", 1), "preference pairs", "shard_by_batch_size asserts it; a pair is never split",
     )  # fmt: skip
     fraction = c.trainer.validation_fraction
     prepare, train_file, val_file = data_files("pairs", data, job_dir, fraction)
