@@ -41,6 +41,7 @@ def test_every_command_help_shows_an_example_and_the_exit_codes(home: Path, run_
     import typer.main
 
     from nemotron.cli.app import with_groups
+    from nemotron.cli.help import summary
 
     group = typer.main.get_command(with_groups())
     for name, sub in group.commands.items():  # type: ignore[attr-defined]
@@ -55,8 +56,10 @@ def test_every_command_help_shows_an_example_and_the_exit_codes(home: Path, run_
             (example,) = [line for line in command.epilog.splitlines() if line.startswith("Example: ")]
             assert f"  {example}" in shown.out.splitlines(), (args, shown.out)
             assert not {"╭", "│", "─"} & set(shown.out), (args, shown.out)
-            (summary,) = [line for line in listing.splitlines() if line.startswith(f"  {cmd}  ")]
-            assert not summary.endswith("..."), summary
+            (listed,) = [line for line in listing.splitlines() if line.startswith(f"  {cmd}  ")]
+            assert not listed.endswith("..."), listed
+            # registered through cli.help.command: the listing's summary is the docstring's first paragraph
+            assert command.short_help == summary(command.callback), args
 
 
 def test_the_help_is_the_same_on_a_terminal_and_in_a_pipe(home: Path, run_cli: Any) -> None:

@@ -16,7 +16,7 @@ from rich.table import Table
 from nemotron.artifacts.refs import store_ref
 from nemotron.artifacts.store import Artifact, ArtifactStore, content_hash, open_store
 from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
-from nemotron.cli.help import epilog
+from nemotron.cli.help import command
 from nemotron.cli.listing import since_option
 from nemotron.core.paths import artifacts_dir
 from nemotron.errors import UserError
@@ -49,11 +49,7 @@ def _as_dict(a: Artifact) -> dict[str, Any]:
     }
 
 
-@app.command(
-    "ls",
-    short_help="Artifacts in the store, newest first, a page at a time.",
-    epilog=epilog("nemotron artifacts ls --type checkpoint_hf --since 7d --limit 20"),
-)
+@command(app, "ls", "nemotron artifacts ls --type checkpoint_hf --since 7d --limit 20")
 def ls(
     name: Annotated[str | None, typer.Argument(help="only versions of this artifact")] = None,
     name_opt: Annotated[str | None, typer.Option("--name", help="only versions of this artifact")] = None,
@@ -68,7 +64,9 @@ def ls(
     as_json: Annotated[bool, typer.Option("--json", help="a JSON array, written as it is read")] = False,
     as_jsonl: Annotated[bool, typer.Option("--jsonl", help="one JSON object per line")] = False,
 ) -> None:
-    """Artifacts in the store, newest first; a page at a time (--limit, default 50), filtered in SQL."""
+    """Artifacts in the store, newest first, a page at a time.
+
+    A page is --limit rows (default 50), filtered and ordered in SQL."""
     from nemotron.cli.listing import more_note
 
     filters = {"name": name_opt or name, "type_": type_, "step": step, "alias": alias, "since": since}
@@ -118,14 +116,12 @@ def _with_aliases(store: ArtifactStore, arts: Iterator[Artifact]) -> Iterator[tu
         yield from ((a, found.get(a.id, [])) for a in chunk)
 
 
-@app.command(
-    "show",
-    short_help="One artifact: hash, files, job, inputs, aliases.",
-    epilog=epilog("nemotron artifacts show tiny_sft_policy:v1"),
-)
+@command(app, "show", "nemotron artifacts show tiny_sft_policy:v1")
 def show(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """One artifact: type, hash, files, producing job, inputs, its aliases and their history (every move of an
-    alias that points at it, and of one that pointed at it before; newest first, at most 20)."""
+    """One artifact: hash, files, job, inputs, aliases.
+
+    Also its type, and its aliases' history: every move of an alias that points at it, and of one that pointed
+    at it before (newest first, at most 20)."""
     from nemotron.artifacts.aliases import aliases_of, history_of
 
     store = _store()
@@ -153,18 +149,15 @@ def show(ref: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> 
             out.print(f"  ... and {more} older moves", markup=False)
 
 
-@app.command(
-    "lineage",
-    short_help="Which job made an artifact, from which inputs.",
-    epilog=epilog("nemotron artifacts lineage tiny_rlhf_policy:latest --depth 3"),
-)
+@command(app, "lineage", "nemotron artifacts lineage tiny_rlhf_policy:latest --depth 3")
 def lineage(
     ref: str,
     depth: Annotated[int | None, typer.Option(min=1, help="at most N inputs away (default: all)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="the graph as nodes and edges")] = False,
 ) -> None:
-    """The ancestry of an artifact: which job made it, from which inputs, with which config. Each ancestor is
-    printed once; another path to it is a line that points back to it (↳ policy:v3 (above))."""
+    """Which job made an artifact, from which inputs.
+
+    The whole ancestry, with each job's config. Each ancestor is printed once; another path to it is a line that points back to it (↳ policy:v3 (above))."""
     from nemotron.cli.lineage_view import deleted_ref, lineage_json, lineage_tree
 
     store = _store()
@@ -180,10 +173,8 @@ def lineage(
     out.print(lineage_tree(top, nodes, edges, dist, depth, parent_ref))
 
 
-@app.command(
-    "compare",
-    short_help="Eval reports side by side: metrics, differences beyond noise, config diff.",
-    epilog=epilog("nemotron artifacts compare tiny_eval_report:v1 tiny_eval_report:v2 --plot rewards.png"),
+@command(
+    app, "compare", "nemotron artifacts compare tiny_eval_report:v1 tiny_eval_report:v2 --plot rewards.png"
 )
 def compare(
     refs: Annotated[list[str], typer.Argument(help="eval_report artifacts (NAME:vN, NAME:latest, NAME@ALIAS, art://NAME:vN); the first is the reference")],
@@ -192,7 +183,9 @@ def compare(
     plot_metric: Annotated[str | None, typer.Option(help="the per-prompt score --plot draws (default: reward_model, else task_score, ...)")] = None,
     allow_different_prompts: Annotated[bool, typer.Option("--allow-different-prompts", help="compare reports made on different prompt sets (unpaired: a weaker test)")] = False,
 ) -> None:  # fmt: skip
-    """Eval reports side by side: each metric's mean and interval, whether it differs from the first report's beyond
+    """Eval reports side by side: metrics, differences beyond noise, config diff.
+
+    Each metric's mean and interval, whether it differs from the first report's beyond
     noise (a paired bootstrap over the prompts), and the config keys that differ between the jobs that trained the
     compared policies and between the eval jobs. Reports made on different prompt sets are refused (exit 2) unless
     --allow-different-prompts."""
@@ -239,13 +232,11 @@ def compare(
         out.print(f"wrote {plot}", markup=False, highlight=False)
 
 
-@app.command(
-    "verify",
-    short_help="Re-hash an artifact's files; exit 1 when they changed.",
-    epilog=epilog("nemotron artifacts verify tiny_sft_policy:v1"),
-)
+@command(app, "verify", "nemotron artifacts verify tiny_sft_policy:v1")
 def verify(ref: str) -> None:
-    """Re-hash an artifact's files and report tampering or corruption (exit 1)."""
+    """Re-hash an artifact's files; exit 1 when they changed.
+
+    A file that no longer hashes to what the store recorded was tampered with or corrupted."""
     a = _resolve(_store(), ref)
     path = Path(a.path)
     if not path.exists():
@@ -262,7 +253,7 @@ def verify(ref: str) -> None:
     raise typer.Exit(1)
 
 
-@app.command("gc", epilog=epilog("nemotron artifacts gc --keep 2 (add --yes to delete)"))
+@command(app, "gc", "nemotron artifacts gc --keep 2 (add --yes to delete)")
 def gc(
     keep: Annotated[
         int, typer.Option(min=1, help="versions of each artifact to keep (their ancestors are always kept)")
@@ -270,20 +261,17 @@ def gc(
     yes: Annotated[bool, typer.Option("--yes", help="really delete; without it gc only reports")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="one line per removable artifact")] = False,
 ) -> None:
-    """Remove old, unreferenced artifact versions. A dry run unless --yes; never removes an artifact an alias points
-    at, one a job that has not ended uses as an input, nor an ancestor of a kept one.
-    Reports per name (versions, bytes); deletes in batches, each its own transaction, so Ctrl-C leaves a
+    """Remove old, unreferenced artifact versions.
+
+    A dry run unless --yes; never removes an artifact an alias points at, one a job that has not ended uses as an
+    input, nor an ancestor of a kept one. Reports per name (versions, bytes); deletes in batches, each its own transaction, so Ctrl-C leaves a
     consistent store (run gc again to finish)."""
     from nemotron.cli.artifacts_gc import run_gc
 
     run_gc(_store(), keep, yes=yes, verbose=verbose, out=out)
 
 
-@app.command(
-    "alias",
-    short_help="Set or move NAME@ALIAS to an artifact (recorded).",
-    epilog=epilog("nemotron artifacts alias tiny_sft_policy:v2 best"),
-)
+@command(app, "alias", "nemotron artifacts alias tiny_sft_policy:v2 best")
 def alias(
     ref: Annotated[
         str,
@@ -294,7 +282,8 @@ def alias(
     name: Annotated[str, typer.Argument(metavar="ALIAS", help="letters, digits, _ -; not latest nor vN")],
     as_json: Annotated[bool, typer.Option("--json", help="the move as JSON")] = False,
 ) -> None:
-    """Point the alias ALIAS of the artifact's name at it: set it, or move it from the version it pointed at.
+    """Set or move NAME@ALIAS to an artifact (recorded).
+
     Inputs then take NAME@ALIAS wherever they take NAME:vN. Each move is recorded (from, to, when, by whom:
     `artifacts show NAME@ALIAS`); gc keeps every artifact an alias points at."""
     from nemotron.artifacts.aliases import move_alias
@@ -319,16 +308,14 @@ def alias(
         out.print(f"{to} -> {target.ref} (moved from v{move.from_version})", markup=False, highlight=False)
 
 
-@app.command(
-    "unalias",
-    short_help="Remove an alias (recorded in its history).",
-    epilog=epilog("nemotron artifacts unalias tiny_sft_policy@best"),
-)
+@command(app, "unalias", "nemotron artifacts unalias tiny_sft_policy@best")
 def unalias(
     ref: Annotated[str, typer.Argument(metavar="NAME@ALIAS", help="the alias to remove")],
     as_json: Annotated[bool, typer.Option("--json", help="the removal as JSON")] = False,
 ) -> None:
-    """Remove the alias NAME@ALIAS; the artifact it pointed at stays, and gc may remove it once nothing else keeps
+    """Remove an alias (recorded in its history).
+
+    The artifact NAME@ALIAS pointed at stays, and gc may remove it once nothing else keeps
     it. The removal is the alias's last recorded move."""
     from nemotron.artifacts.aliases import remove_alias
 
@@ -343,12 +330,10 @@ def unalias(
         out.print(f"removed {move.ref} (it pointed at {was})", markup=False, highlight=False)
 
 
-@app.command(
+@command(
+    app,
     "migrate",
-    short_help="Copy this home's SQLite store into an empty PostgreSQL store, and verify it.",
-    epilog=epilog(
-        "nemotron artifacts migrate --to postgresql://nemotron@db.example.com:5432/nemotron   # password: $PGPASSWORD"
-    ),
+    "nemotron artifacts migrate --to postgresql://nemotron@db.example.com:5432/nemotron   # password: $PGPASSWORD",
 )
 def migrate(
     to: Annotated[
@@ -361,9 +346,10 @@ def migrate(
         ),
     ],
 ) -> None:
-    """Copy the SQLite store under $NEMOTRON_HOME into an empty PostgreSQL store: every artifact (version, sha256,
-    files, metadata, job, creation time), every lineage edge, every alias and the whole alias history; then read
-    both back and compare them (counts, each reference's sha256, the edges by reference, the aliases). The files
+    """Copy this home's SQLite store into an empty PostgreSQL store, and verify it.
+
+    The store under $NEMOTRON_HOME: every artifact (version, sha256, files, metadata, job, creation time), every
+    lineage edge, every alias and the whole alias history; then both are read back and compared (counts, each reference's sha256, the edges by reference, the aliases). The files
     stay where they are. A target that already holds this same store is a verified no-op; one that holds anything
     else is refused. The password is never part of --to (it would be in your shell history and in `ps`): libpq
     reads it from $PGPASSWORD or ~/.pgpass. Afterwards, point every host at the new store with

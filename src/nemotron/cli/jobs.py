@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nemotron.cli.console import TABLE_ROWS, print_columns, stdout_console
-from nemotron.cli.help import epilog
+from nemotron.cli.help import command
 from nemotron.cli.listing import more_note, since_option
 from nemotron.errors import UserError
 from nemotron.jobs import dirs as records
@@ -39,11 +39,7 @@ def checked_recently(status: dict[str, object], at: datetime, ttl_s: float = LS_
     return (at - checked).total_seconds() < ttl_s
 
 
-@app.command(
-    "ls",
-    short_help="Jobs, newest first, with their state.",
-    epilog=epilog("nemotron jobs ls --step rl/rlhf --since 7d --limit 10"),
-)
+@command(app, "ls", "nemotron jobs ls --step rl/rlhf --since 7d --limit 10")
 def ls(
     as_json: Annotated[bool, typer.Option("--json")] = False,
     limit: Annotated[int, typer.Option(min=1, help="newest N")] = 50,
@@ -54,7 +50,9 @@ def ls(
     ] = None,
     since: Annotated[str | None, since_option("jobs created")] = None,
 ) -> None:
-    """Jobs of this $NEMOTRON_HOME, newest first by creation time, from the jobs index ($NEMOTRON_HOME/jobs.sqlite, or
+    """Jobs, newest first, with their state.
+
+    This $NEMOTRON_HOME's, newest first by creation time, from the jobs index ($NEMOTRON_HOME/jobs.sqlite, or
     the team's PostgreSQL when $NEMOTRON_STORE_URL is set; brought up to date with the job dirs first). Unfinished
     jobs are refreshed from their executor (Slurm, Lepton) within 10 s in all; a state checked in the last 30 s is
     shown as is."""
@@ -130,7 +128,7 @@ def _live_status(job_dir: Path) -> dict[str, object]:
     return executor_of(job_dir).refresh(job_dir)
 
 
-@app.command("status", epilog=epilog("nemotron jobs status JOB_ID --json"))
+@command(app, "status", "nemotron jobs status JOB_ID --json")
 def status(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """A job's state."""
     d = records.resolve_job_dir(job_id)
@@ -144,13 +142,9 @@ def status(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
         )
 
 
-@app.command(
-    "show",
-    short_help="A job's record, last metrics, and artifacts in and out.",
-    epilog=epilog("nemotron jobs show JOB_ID"),
-)
+@command(app, "show", "nemotron jobs show JOB_ID")
 def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """A job's record, its last metrics, and the artifacts it consumed and produced."""
+    """A job: its record, last metrics, and the artifacts in and out."""
     from nemotron.artifacts.store import open_store
     from nemotron.errors import NotFound
 
@@ -192,7 +186,7 @@ def show(job_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) 
         out.print(f"[bold]{k}[/]: {v}", markup=True, highlight=False)
 
 
-@app.command("logs", epilog=epilog("nemotron jobs logs JOB_ID -f"))
+@command(app, "logs", "nemotron jobs logs JOB_ID -f")
 def logs(job_id: str, follow: Annotated[bool, typer.Option("-f", "--follow")] = False) -> None:
     """Print a job's log; -f follows it until the job ends."""
     from nemotron.launch.executor import executor_of
@@ -201,7 +195,7 @@ def logs(job_id: str, follow: Annotated[bool, typer.Option("-f", "--follow")] = 
     executor_of(d).print_logs(d, follow)
 
 
-@app.command("cancel", epilog=epilog("nemotron jobs cancel JOB_ID"))
+@command(app, "cancel", "nemotron jobs cancel JOB_ID")
 def cancel(job_id: str) -> None:
     """Stop a running job (SIGTERM, then SIGKILL after a grace period)."""
     d = records.resolve_job_dir(job_id)
@@ -214,7 +208,7 @@ def cancel(job_id: str) -> None:
     out.print(f"{d.name}: cancelled")
 
 
-@app.command("plot", epilog=epilog("nemotron jobs plot JOB_ID -o curves.png"))
+@command(app, "plot", "nemotron jobs plot JOB_ID -o curves.png")
 def plot(
     job_id: str,
     output: Annotated[
@@ -232,11 +226,7 @@ def plot(
     out.print(str(path))
 
 
-@app.command(
-    "sync",
-    short_help="Replay a finished job into MLflow / W&B.",
-    epilog=epilog("nemotron jobs sync JOB_ID --to mlflow"),
-)
+@command(app, "sync", "nemotron jobs sync JOB_ID --to mlflow")
 def sync(
     job_id: str,
     to: Annotated[
@@ -250,8 +240,9 @@ def sync(
         ),
     ] = None,
 ) -> None:
-    """Replay a finished job (its config, metrics.jsonl and registered artifacts with their inputs) into its
-    experiment trackers, e.g. after a tracker was down while it ran. The job's run is found again by its id and
+    """Replay a finished job into MLflow / W&B.
+
+    Its config, metrics.jsonl and registered artifacts with their inputs go to its experiment trackers, e.g. after a tracker was down while it ran. The job's run is found again by its id and
     gets only what it lacks: a second sync adds nothing. Exit 3 when a tracker still fails after retries."""
     from nemotron.errors import ServiceError
     from nemotron.tracking.sync import TRACKERS, sync_job

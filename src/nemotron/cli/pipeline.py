@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nemotron.cli.console import stdout_console
-from nemotron.cli.help import epilog
+from nemotron.cli.help import command
 from nemotron.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # its help: cli.app.GROUPS
@@ -18,11 +18,7 @@ err = Console(stderr=True, highlight=False)
 out = stdout_console()
 
 
-@app.command(
-    "run",
-    short_help="Run a pipeline's steps in order, skipping those already done.",
-    epilog=epilog("nemotron pipeline run tiny --until sft"),
-)
+@command(app, "run", "nemotron pipeline run tiny --until sft")
 def run(
     name: Annotated[
         str, typer.Argument(help="pipeline name (manifests/pipelines/NAME.toml) or a .toml path")
@@ -42,7 +38,9 @@ def run(
         ),
     ] = False,
 ) -> None:
-    """Run every step of a pipeline in order, skipping steps already done for the same inputs and config."""
+    """Run a pipeline's steps in order, skipping those already done.
+
+    A step is done when it ran before with the same inputs and config."""
     from nemotron.catalog import Catalog
     from nemotron.launch.pipeline import load_pipeline
 

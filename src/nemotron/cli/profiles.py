@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from nemotron.cli.console import stdout_console
-from nemotron.cli.help import epilog
+from nemotron.cli.help import command
 from nemotron.config.profiles import list_profiles, load_profile
 from nemotron.core.redact import redact_tree
 
@@ -17,7 +17,7 @@ app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # its help: cli.
 out = stdout_console()
 
 
-@app.command("ls", epilog=epilog("nemotron profiles ls"))
+@command(app, "ls", "nemotron profiles ls")
 def ls(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every profile: shipped templates and your env.toml."""
     rows = list_profiles()
@@ -32,7 +32,7 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     out.print(table)
 
 
-@app.command("show", epilog=epilog("nemotron profiles show slurm_rlhf --json"))
+@command(app, "show", "nemotron profiles show slurm_rlhf --json")
 def show(
     name: str, as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False
 ) -> None:

@@ -11,7 +11,7 @@ import typer
 
 from nemotron.catalog import Catalog, Step, plain
 from nemotron.cli.console import print_columns, stdout_console
-from nemotron.cli.help import epilog
+from nemotron.cli.help import command
 from nemotron.errors import UserError
 
 if TYPE_CHECKING:  # the queries load with `list` and `show`, not with a run
@@ -49,7 +49,7 @@ LIST_EXAMPLES = (
 )
 
 
-@app.command("list", epilog=epilog(LIST_EXAMPLES))
+@command(app, "list", LIST_EXAMPLES)
 def list_steps(
     category: Annotated[
         str | None, typer.Option(help="only steps of this category (sft, rm, rl, ...)")
@@ -125,16 +125,14 @@ def _print_tree(nodes: list[FlowNode]) -> None:
     stdout_console(markup=False).print(root)
 
 
-@app.command(
-    "show",
-    short_help="A step: inputs, outputs, parameters, presets, known errors.",
-    epilog=epilog("nemotron steps show rl/reinforce"),
-)
+@command(app, "show", "nemotron steps show rl/reinforce")
 def show(
     step_id: Annotated[str, typer.Argument(metavar="ID")],
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """A step's inputs, outputs, parameters, presets, strategies and known errors."""
+    """A step: inputs, outputs, parameters, presets, known errors.
+
+    Its strategies too, as its manifest declares them."""
     from nemotron.catalog.query import engines_of
 
     step = Catalog().get(step_id)
@@ -188,11 +186,11 @@ def show(
         )
 
 
-@app.command(
+@command(
+    app,
     "run",
-    short_help="Compile a step into a job and run it, or print it (--dry-run).",
+    "nemotron steps run rl/reinforce -c tiny trainer.max_steps=20 --dry-run",
     context_settings={"allow_interspersed_args": True},
-    epilog=epilog("nemotron steps run rl/reinforce -c tiny trainer.max_steps=20 --dry-run"),
 )
 def run(
     step_id: Annotated[str, typer.Argument(metavar="ID")],
@@ -223,7 +221,9 @@ def run(
         bool, typer.Option("--json", help="with --dry-run: the resource plan and the launch as JSON")
     ] = False,
 ) -> None:
-    """Compile STEP + preset + profile + overrides into a job and run it (args after `--` go to the step)."""
+    """Compile a step into a job and run it, or print it (--dry-run).
+
+    The job is STEP + preset + profile + overrides; args after `--` go to the step."""
     if run_profile and batch_profile:
         raise UserError(
             "-r/--run and -b/--batch are mutually exclusive: -r runs attached, -b submits detached"

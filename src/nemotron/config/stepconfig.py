@@ -36,6 +36,13 @@ NemoFamily = Literal["llama", "qwen2", "mistral"]
 NemoPrecision = Annotated[Literal["32", "16", "bf16"], BeforeValidator(_number_as_word)]
 
 
+def kv_heads(family: str, n_head: int) -> int:
+    """Key/value heads of a model built from `model.*`: Llama (and GPT-2) keep one per query head; Qwen2 and
+    Mistral use grouped-query attention, half as many when n_head is even, so the tiny models take the same code
+    paths as the real ones."""
+    return n_head if family in ("gpt2", "llama") or n_head % 2 else n_head // 2
+
+
 class ModelArch(Strict):
     """Architecture of a model built from a config with random weights (no inputs.init_from): a tiny member of a
     Hugging Face causal-LM family, named in GPT-2's terms. With inputs.init_from the checkpoint's architecture is

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from nemotron.config.stepconfig import kv_heads
 from nemotron.models.layout import CheckpointError, parameter_count, read_config
 
 
@@ -92,10 +93,10 @@ def shape_from_checkpoint(path: Path) -> ModelShape | None:
 
 
 def shape_from_arch(arch: Any, vocab: int) -> ModelShape:
-    """The shape `nemotron.models.tiny.causal_lm_config` builds from a `model.*` group (GPT-2 size terms; Qwen2
-    and Mistral halve the KV heads when n_head is even; tied embeddings)."""
+    """The shape `nemotron.models.tiny.build_model` builds from a `model.*` group (GPT-2 size terms, `kv_heads`,
+    tied embeddings)."""
     family, heads = str(arch.family), int(arch.n_head)
-    kv = heads if family in ("gpt2", "llama") or heads % 2 else heads // 2
+    kv = kv_heads(family, heads)
     shape = ModelShape(
         "model.*", family, int(arch.n_layer), int(arch.n_embd), heads, kv, 4 * int(arch.n_embd), vocab,
         family != "gpt2", True, 0, "model.*", int(arch.n_positions),

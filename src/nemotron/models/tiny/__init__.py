@@ -24,57 +24,9 @@ from transformers import (
     Qwen2Config,
 )
 
+from nemotron.config.stepconfig import kv_heads
+
 FAMILIES = ("gpt2", "llama", "qwen2", "mistral")
-
-
-def causal_lm_config(
-    family: str,
-    vocab_size: int,
-    n_layer: int,
-    n_embd: int,
-    n_head: int,
-    n_positions: int,
-    *,
-    pad_token_id: int | None = None,
-    eos_token_id: int | None = None,
-) -> PretrainedConfig:
-    """A dropout-free config of `family` ("gpt2", "llama", "qwen2" or "mistral") in GPT-2's size terms, with
-    the tokenizer's special-token ids recorded.
-
-    Llama keeps one KV head per query head; Qwen2 and Mistral use grouped-query attention (half as many KV
-    heads when n_head is even), and Mistral keeps its sliding window (as long as the context), so the tiny
-    models take the same code paths as the real ones.
-    """
-    if family not in FAMILIES:
-        raise ValueError(f"unknown model family {family!r}: expected one of {', '.join(FAMILIES)}")
-    if n_embd % n_head:
-        raise ValueError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
-    ids: dict[str, Any] = dict(
-        pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=eos_token_id
-    )
-    config: PretrainedConfig
-    if family == "gpt2":
-        config = GPT2Config(
-            vocab_size=vocab_size, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_positions=n_positions,
-            n_inner=4 * n_embd, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0,
-            **ids,
-        )  # fmt: skip
-    else:
-        kv_heads = n_head if family == "llama" or n_head % 2 else n_head // 2
-        common: dict[str, Any] = dict(
-            vocab_size=vocab_size, hidden_size=n_embd, intermediate_size=4 * n_embd,
-            num_hidden_layers=n_layer, num_attention_heads=n_head, num_key_value_heads=kv_heads,
-            max_position_embeddings=n_positions, attention_dropout=0.0, tie_word_embeddings=True, **ids,
-        )  # fmt: skip
-        if family == "llama":
-            config = LlamaConfig(**common)
-        elif family == "qwen2":
-            config = Qwen2Config(**common)
-        else:
-            config = MistralConfig(**common, sliding_window=n_positions)
-    # Not a config argument, but the token-classification head (PPO's critic) reads it, else drops out 10%.
-    config.classifier_dropout = 0.0
-    return config
 
 
 def build_model(
@@ -92,21 +44,43 @@ def build_model(
     attn_implementation: str | None = None,
     **config_overrides: Any,
 ) -> PreTrainedModel:
-    """A randomly initialised causal LM (`policy`) or reward model (a scalar score head) of `family`; the same
-    seed gives the same weights. `config_overrides` set further config attributes (e.g. `resid_pdrop=0.1`).
+    """A randomly initialised causal LM (`policy`) or reward model (a scalar score head) of `family` ("gpt2",
+    "llama", "qwen2" or "mistral") in GPT-2's size terms, with the tokenizer's special-token ids recorded and no
+    dropout; the same seed gives the same weights. `config_overrides` set further config attributes (e.g.
+    `resid_pdrop=0.1`).
 
-    The global torch RNG is left as it was, so building a model does not shift later sampling.
+    Key/value heads follow `kv_heads`, and Mistral keeps its sliding window (as long as the context), so the tiny
+    models take the same code paths as the real ones. The global torch RNG is left as it was, so building a model
+    does not shift later sampling.
     """
-    config = causal_lm_config(
-        family,
-        vocab_size,
-        n_layer,
-        n_embd,
-        n_head,
-        n_positions,
-        pad_token_id=pad_token_id,
-        eos_token_id=eos_token_id,
+    if family not in FAMILIES:
+        raise ValueError(f"unknown model family {family!r}: expected one of {', '.join(FAMILIES)}")
+    if n_embd % n_head:
+        raise ValueError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
+    ids: dict[str, Any] = dict(
+        pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=eos_token_id
     )
+    config: PretrainedConfig
+    if family == "gpt2":
+        config = GPT2Config(
+            vocab_size=vocab_size, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_positions=n_positions,
+            n_inner=4 * n_embd, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0,
+            **ids,
+        )  # fmt: skip
+    else:
+        common: dict[str, Any] = dict(
+            vocab_size=vocab_size, hidden_size=n_embd, intermediate_size=4 * n_embd,
+            num_hidden_layers=n_layer, num_attention_heads=n_head, num_key_value_heads=kv_heads(family, n_head),
+            max_position_embeddings=n_positions, attention_dropout=0.0, tie_word_embeddings=True, **ids,
+        )  # fmt: skip
+        if family == "llama":
+            config = LlamaConfig(**common)
+        elif family == "qwen2":
+            config = Qwen2Config(**common)
+        else:
+            config = MistralConfig(**common, sliding_window=n_positions)
+    # Not a config argument, but the token-classification head (PPO's critic) reads it, else drops out 10%.
+    config.classifier_dropout = 0.0
     for key, value in config_overrides.items():
         setattr(config, key, value)
     auto_class: Any = AutoModelForCausalLM
