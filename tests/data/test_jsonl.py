@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.data.jsonl import DataError, read_jsonl, write_jsonl_atomic
+from nemotron.data.jsonl import DataError, read_jsonl, read_jsonl_numbered, write_jsonl_atomic
 from nemotron.data.records import PreferenceRecord, PromptRecord, SFTRecord
 from nemotron.errors import UserError
 
@@ -29,6 +29,13 @@ def test_reads_valid_records_and_skips_blank_lines(tmp_path: Path) -> None:
         SFTRecord(prompt="a", response="b"),
         SFTRecord(prompt="c", response="d"),
     ]
+
+
+def test_numbered_records_carry_the_line_they_stand_on(tmp_path: Path) -> None:
+    """Blank lines count (a CRLF ending is one line end, a no-break space alone is blank), as an editor counts."""
+    content = '\r\n{"prompt": "a", "response": "b"}\r\n\u00a0\n\n{"prompt": "c", "response": "d"}'
+    numbered = read_jsonl_numbered(_file(tmp_path, content), SFTRecord)
+    assert [(line, r.prompt) for line, r in numbered] == [(2, "a"), (5, "c")]
 
 
 def test_round_trip_through_the_atomic_writer(tmp_path: Path) -> None:

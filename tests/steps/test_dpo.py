@@ -67,3 +67,21 @@ def test_the_rpo_losses_read_each_lines_rewards_and_nemo_aligners_defaults(tmp_p
     pairs = step["encode_pairs"](str(prefs), load_tokenizer(SFT), 32, dpo)
     assert [p.gt_delta for p in pairs] == [2 * (3 - 1.5), 2 * (1 - 0)]
     assert all(p.tokens.has_responses for p in pairs)
+
+
+def test_a_pair_that_keeps_no_response_token_is_named_by_its_line(tmp_path: Path) -> None:
+    """The line number is the reader's own: a line of only a no-break space is blank to it (and to nothing that
+    counts lines by bytes), so the bad pair after it is still line 3."""
+    from nemotron.errors import UserError
+    from nemotron.models.checkpoint import load_tokenizer
+
+    step = runpy.run_path(str(STEP_FILE), run_name="imported_step")
+    dpo = runpy.run_path(str(STEP_FILE.parent / "schema.py"))["DPO"]()
+    prefs = tmp_path / "prefs.jsonl"
+    long_prompt = "the tour was " * 30
+    prefs.write_text(
+        '{"prompt": "the tour was", "chosen": "great .", "rejected": "awful ."}\n\u00a0\n'
+        f'{{"prompt": "{long_prompt}", "chosen": "great .", "rejected": "awful ."}}\n'
+    )
+    with pytest.raises(UserError, match=rf"^{prefs}:3: the prompt takes \d+ tokens"):
+        step["encode_pairs"](str(prefs), load_tokenizer(SFT), 32, dpo)

@@ -42,6 +42,16 @@ def read_jsonl(
     not an object, missing, extra or mistyped fields, empty text, bytes that are not UTF-8, a line
     over `max_line_bytes` (newline excluded), and a file with no records at all.
     """
+    return [record for _, record in read_jsonl_numbered(path, record_type, max_line_bytes=max_line_bytes)]
+
+
+def read_jsonl_numbered(
+    path: str | os.PathLike[str],
+    record_type: type[RecordT],
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> list[tuple[int, RecordT]]:
+    """`read_jsonl`, each record with its line number (from 1), for a later check that names the line."""
     path = Path(path)
     try:
         handle = path.open("rb")
@@ -52,7 +62,7 @@ def read_jsonl(
     except PermissionError:
         raise DataError(f"{path}: permission denied") from None
 
-    records: list[RecordT] = []
+    records: list[tuple[int, RecordT]] = []
     problems: list[str] = []
     n_bad = 0
     with handle:
@@ -68,7 +78,10 @@ def read_jsonl(
                             f"`iconv -f {encoding.split()[0]} -t UTF-8 {path.name} > {path.stem}.utf8{path.suffix}`"
                         )
                     raw = raw.removeprefix(b"\xef\xbb\xbf")
-                problem = _parse_line(raw, record_type, records)
+                parsed = _parse_line(raw, record_type)
+                problem = parsed if isinstance(parsed, str) else None
+                if isinstance(parsed, BaseModel):
+                    records.append((line_number, parsed))
             if problem is not None:
                 n_bad += 1
                 if len(problems) < MAX_REPORTED_PROBLEMS:
@@ -154,8 +167,8 @@ def _lines(handle: BinaryIO, max_line_bytes: int) -> Iterable[bytes | None]:
             yield None
 
 
-def _parse_line(raw: bytes, record_type: type[RecordT], records: list[RecordT]) -> str | None:
-    """Append the record on this line to `records`, or return what is wrong with the line."""
+def _parse_line(raw: bytes, record_type: type[RecordT]) -> RecordT | str | None:
+    """The record on this line, what is wrong with it, or None for a blank line."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -169,10 +182,9 @@ def _parse_line(raw: bytes, record_type: type[RecordT], records: list[RecordT]) 
     if not isinstance(obj, dict):
         return f"expected a JSON object, got {type(obj).__name__}"
     try:
-        records.append(record_type.model_validate(obj))
+        return record_type.model_validate(obj)
     except ValidationError as err:
         return "; ".join(_describe(e) for e in err.errors())
-    return None
 
 
 def _describe(error: ErrorDetails) -> str:

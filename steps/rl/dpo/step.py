@@ -11,12 +11,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from nemotron.data.jsonl import read_jsonl
+from nemotron.data.jsonl import read_jsonl_numbered
 from nemotron.data.records import PreferenceRecord
 from nemotron.errors import UserError
 from nemotron.models.batches import EncodedPair, encode_pair, pad_id, pair_batch
@@ -71,10 +70,8 @@ class DPOStats:
 def encode_pairs(path: str, tokenizer: Any, max_length: int, dpo: DPO) -> list[Pair]:
     """Every pair of a preference file, tokenised; a pair whose prompt leaves no response token within
     `max_length` is exit 2, naming its file and line."""
-    records = read_jsonl(path, PreferenceRecord)
-    lines = [i for i, raw in enumerate(Path(path).read_bytes().splitlines(), start=1) if raw.strip()]
     pairs = []
-    for line, record in zip(lines, records, strict=True):
+    for line, record in read_jsonl_numbered(path, PreferenceRecord):
         tokens = encode_pair(tokenizer, record, max_length)
         if not tokens.has_responses:
             raise UserError(
