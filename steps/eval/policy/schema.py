@@ -1,6 +1,6 @@
 """Config schema of eval/policy: which policy answers which prompts, how it samples, and which scorers run."""
 
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -50,7 +50,7 @@ class Generation(GenerationEngine):
     batches (several ranks take whole batches each)"""
 
     @model_validator(mode="after")
-    def _sampling_keys_act(self) -> "Generation":
+    def _sampling_keys_act(self) -> Self:
         if self.greedy and (self.temperature != 1.0 or self.top_k != 0 or self.top_p != 1.0):
             raise ValueError(
                 "generation.temperature, top_k and top_p act only when sampling: set generation.greedy=false"
@@ -97,7 +97,7 @@ class Judge(Strict):
         return value
 
     @model_validator(mode="after")
-    def _generative_keys_act_only_there(self) -> "Judge":
+    def _generative_keys_act_only_there(self) -> Self:
         if self.kind == "generative":
             return self
         defaults = Judge.model_fields
@@ -195,7 +195,7 @@ class Config(Strict):
         return {}
 
     @model_validator(mode="after")
-    def _scorers_have_inputs(self) -> "Config":
+    def _scorers_have_inputs(self) -> Self:
         needs = []
         if self.scorers.reward_model and not self.inputs.reward_model:
             needs.append("scorers.reward_model needs inputs.reward_model")

@@ -1,7 +1,7 @@
 """Config schema of rl/reinforce: NeMo-Aligner's REINFORCE (RLOO baseline, KL to the initial policy, no
 critic)."""
 
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -46,7 +46,7 @@ class Reinforce(ImportanceSampling):
     """asynchronous rollouts, NeMo-RL's grpo.async_grpo group (rl/reinforce runs there as GRPO with RLOO)"""
 
     @model_validator(mode="after")
-    def _async_needs_the_correction(self) -> "Reinforce":
+    def _async_needs_the_correction(self) -> Self:
         check_async(self.async_grpo, self, ("reinforce.async_grpo", "reinforce"))
         return self
 
@@ -58,7 +58,7 @@ class Config(RLConfig):
     reinforce: Reinforce = Field(default_factory=Reinforce)
 
     @model_validator(mode="after")
-    def _builtin_async(self) -> "Config":
+    def _builtin_async(self) -> Self:
         if self.backend == "builtin":
             check_builtin_async(self.reinforce.async_grpo, self.runtime.sharding, "reinforce.async_grpo")
         return self

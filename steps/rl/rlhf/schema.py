@@ -1,6 +1,6 @@
 """Config schema of rl/rlhf: NeMo-RL's GRPO with a reward-model judge. Keys follow NeMo-RL's GRPO recipe."""
 
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -181,7 +181,7 @@ class Judge(Strict):
     (Slurm)"""
 
     @model_validator(mode="after")
-    def _vllm_serves_generative_judges(self) -> "Judge":
+    def _vllm_serves_generative_judges(self) -> Self:
         if self.server == "vllm" and self.kind != "generative":
             raise ValueError("judge.server=vllm serves a generative judge: set judge.kind=generative")
         if self.vllm_gpu_memory_utilization != 0.3 and self.server != "vllm":
@@ -242,7 +242,7 @@ class Config(Strict):
         return self.policy.generation.rollouts(micro_batch, prompts, self.grpo.num_generations_per_prompt)
 
     @model_validator(mode="after")
-    def _nemo_gym_runs_under_nemo_rl(self) -> "Config":
+    def _nemo_gym_runs_under_nemo_rl(self) -> Self:
         if self.env.should_use_nemo_gym and self.backend != "nemo_rl":
             raise ValueError(
                 "env.should_use_nemo_gym acts only with backend=nemo_rl (NeMo-Gym runs under NeMo-RL); the "
@@ -251,7 +251,7 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
-    def _async_keys(self) -> "Config":
+    def _async_keys(self) -> Self:
         check_async(self.grpo.async_grpo, self.loss_fn, ("grpo.async_grpo", "loss_fn"))
         if self.backend == "builtin":
             check_builtin_async(self.grpo.async_grpo, self.runtime.sharding, "grpo.async_grpo")
