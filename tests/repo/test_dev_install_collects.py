@@ -55,8 +55,12 @@ def test_every_test_module_imports_only_what_a_dev_install_brings() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     brought = _closure([*project["dependencies"], *project["optional-dependencies"]["dev"]], set())
     providers = metadata.packages_distributions()
-    # the repo's own modules, which tests import from beside them (fixtures' fakes, scripts/)
-    local = {p.stem for p in REPO.rglob("*.py")} | {p.parent.name for p in REPO.rglob("__init__.py")}
+    # the repo's own modules, which tests import from beside them (fixtures' fakes, scripts/), and its top-level
+    # folders, which import as namespace packages (`tests.processes`); never what a venv inside the checkout holds,
+    # which a fresh clone or a worktree has not
+    ours = [p for p in REPO.rglob("*.py") if not p.relative_to(REPO).parts[0].startswith(".")]
+    local = {p.stem for p in ours} | {p.parent.name for p in ours if p.name == "__init__.py"}
+    local |= {p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")}
     missing = []
     for path in sorted((REPO / "tests").rglob("*.py")):
         where = path.relative_to(REPO).as_posix()
