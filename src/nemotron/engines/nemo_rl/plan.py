@@ -59,13 +59,13 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
     # profile has GPUs (the compile sets none aside on a CPU Ray cluster)
     gpus_per_node = int(getattr(ctx.job.profile, "gpus_per_node", 0) or 0)
     genrm = rm is not None and judge_role == "judge" and gpus_per_node >= 1
+    apart = isinstance(planned, BaseModel) and gen.separate(planned)
     if genrm:
         split = sec.genrm_split(ctx.nodes, ctx.per_node)
         if split is None:
-            raise UserError(sec.genrm_shortfall(ctx.nodes, ctx.per_node, nemo.reward_model_gpus))
+            raise UserError(sec.genrm_shortfall(ctx.nodes, ctx.per_node, nemo, apart, r))
         cluster_nodes = split[0]
     # the compile's split of the cluster (a plan names the key that sets vLLM's GPUs, whatever asked for them)
-    apart = isinstance(planned, BaseModel) and gen.separate(planned)
     share = gen.policy_share(nemo, apart, gen.GPUS_KEY, cluster_nodes=cluster_nodes, gpus_per_node=ctx.per_node,
                              reward_model_gpus=rm_gpus or None)  # fmt: skip
     # the engine's compile refuses these first; a remedy re-planned on it (groups.py) lands here

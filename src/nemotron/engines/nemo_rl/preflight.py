@@ -16,6 +16,7 @@ from nemotron.engines.nemo_rl.evaluation import preflight_problems
 from nemotron.engines.nemo_rl.generation import GPUS_KEY, SeparateGeneration, policy_share, separate
 from nemotron.engines.nemo_rl.sections import genrm_shortfall, genrm_split, reward_model_resources
 from nemotron.engines.nemo_rl.steps import RECIPES
+from nemotron.plan.groups import PlannedConfig
 
 if TYPE_CHECKING:
     from nemotron.artifacts.binding import Binding
@@ -44,7 +45,8 @@ def preflight(
     problems = preflight_problems(manifest, config, bindings)
     nemo = getattr(config, "nemo_rl", None)
     if gpus >= 1 and _gym(config) and isinstance(nemo, NemoRL) and genrm_split(nodes, gpus) is None:
-        problems.append(genrm_shortfall(nodes, gpus, nemo.reward_model_gpus))
+        work = config.workload() if isinstance(config, PlannedConfig) else None
+        problems.append(genrm_shortfall(nodes, gpus, nemo, separate(config), work))
     return EngineChecks(problems, groups)
 
 

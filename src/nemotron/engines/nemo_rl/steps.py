@@ -237,7 +237,8 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
     if gym and gpus >= 1:
         split = sec.genrm_split(nodes, gpus)
         if split is None:
-            refuse("env.should_use_nemo_gym", sec.genrm_shortfall(nodes, gpus, nemo.reward_model_gpus))
+            shortfall = sec.genrm_shortfall(nodes, gpus, nemo, gen.separate(c), c.workload())
+            refuse("env.should_use_nemo_gym", shortfall)
         else:
             cluster_nodes, judge_nodes = split
     if gym:
