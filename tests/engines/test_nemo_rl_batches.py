@@ -12,6 +12,8 @@ from tests.engines import nemo_rl_v070 as tag
 from tests.engines.mirrors import git_show
 from tests.engines.test_nemo_rl_config import GYM, JOB, step_model
 
+from nemotron.config.workload import Rollouts
+from nemotron.engines.nemo_rl.batches import even_batches
 from nemotron.engines.nemo_rl.config import compile_run
 from nemotron.errors import UserError
 from nemotron.plan.placement import Placement
@@ -67,6 +69,24 @@ def test_a_step_the_ranks_cannot_split_is_refused_and_the_named_multiple_passes(
     assert problem.startswith(f"{key}=") and multiple in problem, problem
     assert "shard_by_batch_size asserts it" in problem
     _compile(step, nodes, 8, **{**overrides, **passes})
+
+
+@pytest.mark.parametrize(("ranks", "prompts", "micro", "batch", "named"), [
+    (8, 32, 16, None, []),  # 256 responses over 8 ranks of 16 already split
+    (7, 32, 16, None, ["grpo.num_prompts_per_step=28"]),  # prompts of 14s (112 / gcd(8, 112)): 28 is nearest
+    (7, 32, 1, None, ["grpo.num_prompts_per_step=35"]),  # prompts of 7s: 35 is nearer than 28
+    (8, 5, 16, None, ["grpo.num_prompts_per_step=16"]),  # none below one multiple (16s) of 128 / 8
+    # 224 responses in updates that are multiples of 112 and divide them: 112, the nearest to 64
+    (7, 32, 16, 64, ["grpo.num_prompts_per_step=28", "policy.train_global_batch_size=112"]),
+    (8, 32, 16, 128, []),  # 256 responses in 2 updates of 8 x 16
+])  # fmt: skip
+def test_the_overrides_that_split_a_step_evenly_are_the_nearest(
+    ranks: int, prompts: int, micro: int, batch: int | None, named: list[str]
+) -> None:
+    update = None if batch is None else ("policy.train_global_batch_size", batch)
+    rollouts = Rollouts("policy.train_micro_batch_size", micro, "grpo.num_prompts_per_step", prompts, prompts * 8,
+                        16, 0.6, update)  # fmt: skip
+    assert even_batches(ranks, rollouts) == named
 
 
 def test_the_judges_node_is_not_the_policys() -> None:

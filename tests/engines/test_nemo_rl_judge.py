@@ -5,15 +5,21 @@ against the tag's recipes and the Gym commit it pins (tests/engines/nemo_rl_v070
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
 import yaml
+from pydantic import BaseModel
 from tests.engines import nemo_rl_v070 as tag
 from tests.engines.mirrors import git_show
 from tests.engines.test_nemo_rl_config import GYM, JOB, step_model
 
+from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten
 from nemotron.engines.nemo_rl import sections
 from nemotron.engines.nemo_rl.config import NemoRLRun, compile_run
+from nemotron.engines.nemo_rl.preflight import preflight
 from nemotron.errors import UserError
 from nemotron.plan.placement import Placement
 
@@ -56,6 +62,43 @@ def test_a_profile_too_small_for_judge_and_policy_is_refused(nodes: int, gpus: i
     ), problem
     # one GPU leaves a reward model none either: only the built-in engine is named
     assert ("judge.kind=reward_model" in problem) == (nodes * gpus > 1)
+
+
+# jobs whose GenRM does not fit, and what the reward model judge needs there besides, worked by hand (the async one
+# needs nothing more)
+FOLLOWED = [
+    # the reward model's GPU leaves the policy 7 ranks: 32 x 8 responses in micro-batches of 16 need prompts of 14s
+    (1, 8, {}),
+    # 7 GPUs are no multiple of TP 2: 2 for the reward model leave 3 ranks
+    (1, 8, {"nemo_rl.tensor_parallel_size": 2}),
+    # 28 x 8 = 224 responses over 7 ranks do not split into updates of 64: 112 does
+    (1, 8, {"policy.train_global_batch_size": 64}),
+    # async: vLLM takes 3 of the 7 GPUs, training 4 ranks that 32 x 8 responses fill evenly
+    (1, 8, {"grpo.async_grpo.enabled": True, "loss_fn.use_importance_sampling_correction": True}),
+    # the reward model on a node of its own: 4 ranks of micro-batches of 16, 5 x 8 responses are not 64 x k
+    (2, 4, {"grpo.num_prompts_per_step": 5}),
+]
+
+
+@pytest.mark.parametrize(("nodes", "gpus", "job"), FOLLOWED)
+def test_the_reward_model_judge_the_shortfall_names_passes_as_named(
+    nodes: int, gpus: int, job: dict[str, Any]
+) -> None:
+    """The refusal's `judge.kind=reward_model ...` remedy, followed to the letter: the engine compiles the job and
+    its preflight (GPU groups, sizes) finds nothing."""
+    with pytest.raises(UserError) as refused:
+        compile_run("rl/rlhf", _model(GYM | job), Placement(JOB, nodes, gpus))
+    found = re.search(r"judge\.kind=reward_model [^,]*", str(refused.value.problems[0]))
+    assert found is not None, refused.value.problems
+    remedy = {key: yaml.safe_load(value) for key, _, value in (o.partition("=") for o in found[0].split())}
+    followed = _model(GYM | job | remedy)
+    compile_run("rl/rlhf", followed, Placement(JOB, nodes, gpus))
+    checks = preflight(Catalog().get("rl/rlhf").manifest, followed, [], nodes, gpus)
+    assert checks.problems == [] and [p for g in checks.groups if (p := g.problem("followed"))] == []
+
+
+def _model(overrides: dict[str, Any]) -> BaseModel:
+    return step_model("rl/rlhf", **{k.replace(".", "__"): v for k, v in overrides.items()})
 
 
 def test_a_profile_without_gpus_sets_nothing_aside() -> None:

@@ -118,10 +118,13 @@ def test_a_profile_too_small_for_nemo_rls_judge_is_refused_naming_what_fits(
         assert line.startswith("error: NeMo-Gym's GenRM judge (vLLM DP 2 x TP 4 x PP 1") and fits in line, (
             line
         )
-        assert ("judge.kind=reward_model env.should_use_nemo_gym=false" in line) == (profile != "one_gpu")
+        # one node: the reward model's GPU leaves the policy 7 ranks, and the remedy names the prompts a step whose
+        # responses they split evenly (the nearest multiple of 7 to the preset's 32), followed below
+        remedy = "judge.kind=reward_model env.should_use_nemo_gym=false grpo.num_prompts_per_step=35, or"
+        assert (remedy in line) == (profile != "one_gpu"), line
         assert "backend=builtin env.should_use_nemo_gym=false" in line
-    # one node with a reward model judge: its GPU leaves the policy 7 data-parallel ranks, which the preset's 32 x 8
-    # responses do not split evenly; that refusal names the multiple, and 28 prompts a step pass
+    # one node with a reward model judge and the preset's prompts: its GPU leaves the policy 7 data-parallel ranks,
+    # which the preset's 32 x 8 responses do not split evenly; that refusal names the multiple
     rm_judge = ("judge.kind=reward_model", "env.should_use_nemo_gym=false")
     uneven = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", "one_node", *rm_judge, "--dry-run")
     assert (
@@ -130,7 +133,7 @@ def test_a_profile_too_small_for_nemo_rls_judge_is_refused_naming_what_fits(
         and "a multiple of 7" in uneven.err
     )
     for profile, *named in (("two_nodes",),
-                            ("one_node", *rm_judge, "grpo.num_prompts_per_step=28"),
+                            ("one_node", *remedy.removesuffix(", or").split()),
                             ("one_gpu", "backend=builtin", "env.should_use_nemo_gym=false")):  # fmt: skip
         ok = run_cli("steps", "run", "rl/rlhf", "-c", "default", "-b", profile, *named, "--dry-run")
         assert ok.code == 0 and "warning: resource plan" not in ok.out, (profile, ok.err[-2000:])

@@ -60,13 +60,19 @@ class Generation(GenerationEngine):
     """end a response on the token that completes one of these strings; that token is kept, as in vLLM's
     output tokens (NeMo-Aligner: sampling_params.end_strings)"""
 
-    def rollouts(self, micro_batch: tuple[str, int], prompts: tuple[str, int], per_prompt: int) -> Rollouts:
+    def rollouts(
+        self, micro_batch: tuple[str, int], prompts: tuple[str, int], per_prompt: int,
+        global_batch: tuple[str, int] | None = None,
+    ) -> Rollouts:  # fmt: skip
         """The work of one step that samples `per_prompt` responses to each prompt with this group, as the resource
-        plan reads it; `micro_batch` (responses per forward/backward pass) and `prompts` (prompts per step) are each
-        (the config key that sets it, its value)."""
+        plan reads it; `micro_batch` (responses per forward/backward pass), `prompts` (prompts per step) and
+        `global_batch` (responses per update, where the step sets it) are each (the config key that sets it, its
+        value)."""
         (micro_key, micro), (prompts_key, count) = micro_batch, prompts
         share = self.vllm_share()
-        return Rollouts(micro_key, micro, prompts_key, count, count * per_prompt, self.max_new_tokens, share)
+        return Rollouts(
+            micro_key, micro, prompts_key, count, count * per_prompt, self.max_new_tokens, share, global_batch
+        )
 
 
 class RewardServer(Strict):

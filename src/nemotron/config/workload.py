@@ -45,6 +45,8 @@ class Rollouts(NamedTuple):
     responses: int  # responses per step, over all ranks
     max_new_tokens: int
     vllm_share: float | None  # generation on vLLM: its share of the device memory; None: our sampler
+    # the config key and size of the batch each update trains on where the step sets one; None: a step's responses
+    global_batch: tuple[str, int] | None = None
 
 
 Workload = Training | Serving | Rollouts

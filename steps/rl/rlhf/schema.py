@@ -239,7 +239,11 @@ class Config(Strict):
     def workload(self) -> Workload:
         micro_batch = ("policy.train_micro_batch_size", self.policy.train_micro_batch_size)
         prompts = ("grpo.num_prompts_per_step", self.grpo.num_prompts_per_step)
-        return self.policy.generation.rollouts(micro_batch, prompts, self.grpo.num_generations_per_prompt)
+        batch = self.policy.train_global_batch_size
+        update = None if batch is None else ("policy.train_global_batch_size", batch)
+        return self.policy.generation.rollouts(
+            micro_batch, prompts, self.grpo.num_generations_per_prompt, update
+        )
 
     @model_validator(mode="after")
     def _nemo_gym_runs_under_nemo_rl(self) -> Self:

@@ -9,7 +9,10 @@ naming the key and the multiple."""
 
 from __future__ import annotations
 
+from math import gcd
+
 from nemotron.config.stepconfig import NemoRL, NemoRLTraining
+from nemotron.config.workload import Rollouts
 from nemotron.engines.refusals import Refusals
 
 
@@ -54,3 +57,23 @@ def whole_batches(
     refuse_uneven_batches(
         refuse, ranks, batch or (prompts_key, responses), micro, what, "shard_by_batch_size asserts it"
     )
+
+
+def even_batches(ranks: int, rollouts: Rollouts) -> list[str]:
+    """The `KEY=VALUE` overrides that let a step's responses pass `whole_batches` over `ranks` data-parallel ranks:
+    the prompts a step nearest the job's whose responses fill whole micro-batches on every rank, then, where the job
+    sets a global batch that does not split them so, the nearest one that does; none when the job's already pass."""
+    if ranks < 1 or rollouts.prompts < 1:
+        return []
+    group, whole = rollouts.responses // rollouts.prompts, ranks * rollouts.micro_batch
+    step = whole // gcd(group, whole)  # the prompts whose responses are a multiple of `whole`
+    below = rollouts.prompts // step * step
+    prompts = below if below and rollouts.prompts - below <= step // 2 else below + step
+    overrides = [] if prompts == rollouts.prompts else [f"{rollouts.prompts_key}={prompts}"]
+    if rollouts.global_batch is not None:
+        key, size = rollouts.global_batch
+        responses = prompts * group
+        if responses % size or size % whole:  # the multiples of `whole` that divide a step's responses
+            fits = [k * whole for k in range(1, responses // whole + 1) if responses % (k * whole) == 0]
+            overrides.append(f"{key}={min(fits, key=lambda b: (abs(b - size), b))}")
+    return overrides

@@ -141,47 +141,51 @@ def importance_sampling(correction: ImportanceSampling) -> dict[str, Any]:
     }
 
 
-def placement(
-    nemo: NemoRL,
-    group: AsyncGRPO,
-    trigger: str,
-    refuse: Refusals,
-    *,
-    cluster_nodes: int,
-    gpus_per_node: int,
+@dataclass(frozen=True)
+class PolicyShare:
+    """NeMo-RL's policy share of its cluster (grpo.py:520-665): the cluster less the reward model's workers (a node of
+    its own on several nodes, `taken` GPUs of a single one), and vLLM's own GPUs out of it when it generates apart."""
+
+    nodes: int  # NeMo-RL's policy_nodes
+    gpus_per_node: int
+    taken: int  # the reward model's GPUs of a one-node cluster
+    reward_model_node: bool  # the reward model on a node of its own, the cluster's last
+    generation: SeparateGeneration | Shortfall | None  # None: colocated
+
+    @property
+    def gpus(self) -> int:
+        """Training's and vLLM's GPUs together."""
+        return self.nodes * self.gpus_per_node - self.taken
+
+    @property
+    def train_gpus(self) -> int:
+        """The GPUs the policy trains on; 0 when the split is refused."""
+        if self.generation is None:
+            return self.gpus
+        return self.generation.train_gpus if isinstance(self.generation, SeparateGeneration) else 0
+
+
+def policy_share(
+    nemo: NemoRL, apart: bool, trigger: str, *, cluster_nodes: int, gpus_per_node: int,
     reward_model_gpus: int | None,
-) -> dict[str, Any]:
-    """policy.generation.colocated: shared GPUs unless async or nemo_rl.generation_gpus asks for vLLM's own; then
-    the split of `cluster_nodes` (NeMo-RL's cluster.num_nodes) x `gpus_per_node` with the reward model's workers
-    (`reward_model_gpus`, None without them) set aside as NeMo-RL sets them aside. A split it would assert on is
-    refused."""
-    split = _split(nemo, group, trigger, cluster_nodes, gpus_per_node, reward_model_gpus)
+) -> PolicyShare:  # fmt: skip
+    """The share of `cluster_nodes` (NeMo-RL's cluster.num_nodes) x `gpus_per_node` the policy has once the reward
+    model's workers (`reward_model_gpus`, None without them) are set aside as NeMo-RL sets them aside; `apart`:
+    vLLM generates on GPUs of its own (`separate`), split off as `split_generation` says (`trigger` as there)."""
+    reward_model = reward_model_gpus is not None
+    taken = (reward_model_gpus or 0) if cluster_nodes == 1 else 0
+    nodes = policy_nodes(cluster_nodes, reward_model)
+    generation = (
+        split_generation(nodes, gpus_per_node, taken, nemo.generation_gpus, trigger) if apart else None
+    )
+    return PolicyShare(nodes, gpus_per_node, taken, reward_model and cluster_nodes > 1, generation)
+
+
+def placement(share: PolicyShare, refuse: Refusals) -> dict[str, Any]:
+    """policy.generation.colocated: shared GPUs unless vLLM generates apart; then the share's split, refused where
+    NeMo-RL would assert on it."""
+    split = share.generation
     if isinstance(split, Shortfall):
         refuse(split.key, split.why)
         return colocated()
     return colocated() if split is None else split.colocated()
-
-
-def training_gpus(
-    nemo: NemoRL, group: AsyncGRPO, *, cluster_nodes: int, gpus_per_node: int, reward_model_gpus: int | None
-) -> int:
-    """The GPUs the policy trains on, the cluster split as `placement` splits it: NeMo-RL's policy share (the
-    cluster less the reward model's node on several nodes, its GPUs on one) less vLLM's own when it generates
-    apart; 0 when the split is refused."""
-    split = _split(nemo, group, "", cluster_nodes, gpus_per_node, reward_model_gpus)
-    if split is None:
-        taken = (reward_model_gpus or 0) if cluster_nodes == 1 else 0
-        return policy_nodes(cluster_nodes, reward_model_gpus is not None) * gpus_per_node - taken
-    return split.train_gpus if isinstance(split, SeparateGeneration) else 0
-
-
-def _split(
-    nemo: NemoRL, group: AsyncGRPO, trigger: str, cluster_nodes: int, gpus_per_node: int,
-    reward_model_gpus: int | None,
-) -> SeparateGeneration | Shortfall | None:  # fmt: skip
-    """vLLM's own GPUs out of the policy's share, or None when it generates colocated."""
-    if nemo.generation_gpus is None and not group.enabled:
-        return None
-    taken = (reward_model_gpus or 0) if cluster_nodes == 1 else 0
-    nodes = policy_nodes(cluster_nodes, reward_model_gpus is not None)
-    return split_generation(nodes, gpus_per_node, taken, nemo.generation_gpus, trigger)

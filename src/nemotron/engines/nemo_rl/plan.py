@@ -54,28 +54,28 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
     _, judge_role, policy, rm, critic = ctx.rl_models()
     total = ctx.nodes * ctx.per_node
     rm_gpus = nemo.reward_model_gpus if rm is not None and judge_role == "reward_model" else 0
-    own_node = ctx.nodes > 1 and rm_gpus > 0
-    world = total - (ctx.per_node if own_node else rm_gpus)
-    train_nodes = ctx.nodes - 1 if own_node else ctx.nodes
+    cluster_nodes = ctx.nodes
     # NeMo-Gym's GenRM on nodes of its own (sections.genrm_split), as the compiled cluster leaves them where the
     # profile has GPUs (the compile sets none aside on a CPU Ray cluster)
     gpus_per_node = int(getattr(ctx.job.profile, "gpus_per_node", 0) or 0)
     genrm = rm is not None and judge_role == "judge" and gpus_per_node >= 1
+    apart = isinstance(planned, BaseModel) and gen.separate(planned)
     if genrm:
         split = sec.genrm_split(ctx.nodes, ctx.per_node)
         if split is None:
-            raise UserError(sec.genrm_shortfall(ctx.nodes, ctx.per_node, nemo.reward_model_gpus))
-        train_nodes = split[0]
-        world = train_nodes * ctx.per_node
-    if (
-        world < 1
-    ):  # the engine's compile refuses such a job first; a remedy re-planned on it (groups.py) lands here
+            raise UserError(sec.genrm_shortfall(ctx.nodes, ctx.per_node, nemo, apart, r))
+        cluster_nodes = split[0]
+    # the compile's split of the cluster (a plan names the key that sets vLLM's GPUs, whatever asked for them)
+    share = gen.policy_share(nemo, apart, gen.GPUS_KEY, cluster_nodes=cluster_nodes, gpus_per_node=ctx.per_node,
+                             reward_model_gpus=rm_gpus or None)  # fmt: skip
+    # the engine's compile refuses these first; a remedy re-planned on it (groups.py) lands here
+    if share.gpus < 1:
         raise UserError(f"NeMo-RL's policy has no GPU left: the reward model takes {rm_gpus} of {total}")
-    where = ctx.where(0, train_nodes)
-    apart = _separate_generation(ctx, planned, nemo, train_nodes, 0 if own_node else rm_gpus)
-    if apart is not None:  # vLLM on GPUs of its own: training keeps the rest (generation.split_generation)
-        world = apart.train_gpus
-        where = _where_split(ctx, 0, apart.train_nodes, apart.train_gpus, apart.same_node)
+    if isinstance(share.generation, gen.Shortfall):
+        raise UserError(f"{share.generation.key}: {share.generation.why}")
+    world, where, separate = share.train_gpus, ctx.where(0, share.nodes), share.generation
+    if separate is not None:  # vLLM on GPUs of its own: training keeps the rest (generation.split_generation)
+        where = _where_split(ctx, 0, separate.train_nodes, separate.train_gpus, separate.same_node)
     sharding, par = _sharding(megatron, world, tp, pp, cp)
     p = "bf16-mixed" if ctx.precision != "fp32" else "fp32"
     seq = nemo.max_prompt_tokens + max_new
@@ -93,9 +93,9 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
                 policy
             )  # FSDP all-gathers a layer or two at a time
         terms = {**state, **activations_mb(policy, mb, seq, "bf16", ctx.checkpointing, sharding)}
-        fewer = _fewer(apart, ctx.per_node) if apart is not None else None
-        if apart is not None and fewer is not None:  # more of the share to training
-            more.insert(1, f"{gen.GPUS_KEY}={fewer} (now {apart.gpus})")
+        fewer = _fewer(separate, ctx.per_node) if separate is not None else None
+        if separate is not None and fewer is not None:  # more of the share to training
+            more.insert(1, f"{gen.GPUS_KEY}={fewer} (now {separate.gpus})")
         groups.append(ctx.group("policy training", terms, [(policy, "policy")], par, where=where,
                                 suggestions=suggest(ctx, mb_key, mb, *more)))  # fmt: skip
         ref = {
@@ -105,8 +105,8 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
         groups.append(ctx.group("reference policy", ref, [(policy, "reference")], par + "; swapped in for its logprobs",
                                 peak=sum(ref.values()) + ctx.runtime_mb, where=where))  # fmt: skip
         util, gen_tp = nemo.gpu_memory_utilization, nemo.generation_tensor_parallel_size
-        if apart is not None:
-            groups.append(_separate_vllm(ctx, planned, nemo, policy, seq, apart))
+        if separate is not None:
+            groups.append(_separate_vllm(ctx, planned, nemo, policy, seq, separate))
         elif ctx.memory:
             vllm = {
                 "vLLM share (weights + KV cache)": util * ctx.memory,
@@ -137,14 +137,14 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
         groups.append(ctx.group("critic", terms, [(critic, "critic")], par + "; swapped in for its passes", where=where,
                                 suggestions=suggest(ctx, mb_key, mb, *more)))  # fmt: skip
     if rm is not None and judge_role == "judge":
-        groups.append(_genrm(ctx, rm, train_nodes) if genrm else _genrm_without_gpu(ctx, rm))
+        groups.append(_genrm(ctx, rm, share.nodes) if genrm else _genrm_without_gpu(ctx, rm))
     if rm is not None and judge_role == "reward_model":
         rm_sh = Sharding("fsdp", rm_gpus, rm_gpus)
         terms = {
             "weights": frozen_weights_mb(rm.parameters, "bf16", rm_sh),
             **inference_mb(rm, mb, seq, "bf16"),
         }
-        rm_where = ctx.where(ctx.nodes - 1, 1) if own_node else ctx.where(0, 1)
+        rm_where = ctx.where(ctx.nodes - 1, 1) if share.reward_model_node else ctx.where(0, 1)
         groups.append(ctx.group("reward model", terms, [(rm, "reward_model")], f"FSDP over {rm_gpus} GPUs",
                                 peak=sum(terms.values()) + ctx.runtime_mb, where=rm_where))  # fmt: skip
     return groups
@@ -225,19 +225,6 @@ def _genrm_without_gpu(ctx: PlanContext, judge: ModelShape) -> Group:
         shortfall=f"NeMo-Gym's GenRM vLLM needs {gpus} GPUs and the profile gives none (gpus_per_node = 0)",
     )  # fmt: skip
     return replace(group, enforced=False)
-
-
-def _separate_generation(
-    ctx: PlanContext, planned: PlannedConfig, nemo: NemoRL, policy_nodes: int, taken: int
-) -> gen.SeparateGeneration | None:
-    """vLLM's own GPUs when the job generates apart from training (async GRPO, or nemo_rl.generation_gpus), split
-    as the compiled config splits them; None when it is colocated."""
-    if not isinstance(planned, BaseModel) or not gen.separate(planned):
-        return None
-    split = gen.split_generation(policy_nodes, ctx.per_node, taken, nemo.generation_gpus, gen.GPUS_KEY)
-    if isinstance(split, gen.Shortfall):  # the compile refuses it first; a remedy re-planned on it lands here
-        raise UserError(f"{split.key}: {split.why}")
-    return split
 
 
 def _where_split(ctx: PlanContext, first: int, nodes: int, gpus: int, same_node: bool) -> str:

@@ -13,15 +13,10 @@ from nemotron.compile.preflight import EngineChecks, Group, shape
 from nemotron.config.stepconfig import NemoRL, NemoRLTraining
 from nemotron.engines.nemo_rl.evaluation import RECIPE as EVAL
 from nemotron.engines.nemo_rl.evaluation import preflight_problems
-from nemotron.engines.nemo_rl.generation import (
-    GPUS_KEY,
-    SeparateGeneration,
-    policy_nodes,
-    separate,
-    split_generation,
-)
+from nemotron.engines.nemo_rl.generation import GPUS_KEY, SeparateGeneration, policy_share, separate
 from nemotron.engines.nemo_rl.sections import genrm_shortfall, genrm_split, reward_model_resources
 from nemotron.engines.nemo_rl.steps import RECIPES
+from nemotron.plan.groups import PlannedConfig
 
 if TYPE_CHECKING:
     from nemotron.artifacts.binding import Binding
@@ -50,7 +45,8 @@ def preflight(
     problems = preflight_problems(manifest, config, bindings)
     nemo = getattr(config, "nemo_rl", None)
     if gpus >= 1 and _gym(config) and isinstance(nemo, NemoRL) and genrm_split(nodes, gpus) is None:
-        problems.append(genrm_shortfall(nodes, gpus, nemo.reward_model_gpus))
+        work = config.workload() if isinstance(config, PlannedConfig) else None
+        problems.append(genrm_shortfall(nodes, gpus, nemo, separate(config), work))
     return EngineChecks(problems, groups)
 
 
@@ -97,40 +93,30 @@ def _groups(manifest: Manifest, config: BaseModel, nodes: int, gpus: int) -> lis
     # DTensor takes no PP (lm_policy.py:162); dtensor with pipeline_parallel_size > 1 is refused by the engine
     pp = nemo.pipeline_parallel_size if megatron else 1
     groups: list[Group] = []
-    policy_gpus, where = nodes * gpus, shape(nodes, gpus)
-    if (
-        gym
-    ):  # the GenRM's nodes are outside the policy's cluster; none left when it does not fit (refused above)
+    cluster_nodes, rm_gpus, where = nodes, None, shape(nodes, gpus)
+    # the GenRM's nodes are outside the policy's cluster; none left when it does not fit (refused above)
+    if gym:
         split = genrm_split(nodes, gpus)
-        policy_gpus = split[0] * gpus if split else 0
+        cluster_nodes = split[0] if split else 0
         where = f"{where} less the judge's {split[1] if split else nodes} node(s)"
     else:
         rm = reward_model_resources(nodes, gpus, nemo.reward_model_gpus)
-        rm_gpus = rm["num_nodes"] * rm["gpus_per_node"]
-        if nodes == 1:
-            policy_gpus, where = gpus - rm_gpus, f"{where} less the reward model's {rm_gpus}"
-        else:
-            policy_gpus, where = (nodes - 1) * gpus, f"{where} less the reward model's node"
+        rm_gpus = rm["gpus_per_node"]
+        where = f"{where} less the reward model's {rm_gpus if nodes == 1 else 'node'}"
         rm_where = f"nemo_rl.reward_model_gpus of {shape(nodes, gpus)}"
-        groups.append(Group("reward model", "DTensor, fixed", 1, 1, 1, rm_gpus, rm_where))
+        groups.append(Group("reward model", "DTensor, fixed", 1, 1, 1, rm["num_nodes"] * rm_gpus, rm_where))
+    share = policy_share(nemo, separate(config), GPUS_KEY, cluster_nodes=cluster_nodes, gpus_per_node=gpus,
+                         reward_model_gpus=rm_gpus)  # fmt: skip
     who = "policy and critic" if any(m.role == "critic" for m in manifest.models) else "policy"
     pp_key = "nemo_rl.pipeline_parallel_size, " if megatron else ""
     sizes = f"nemo_rl.tensor_parallel_size, {pp_key}nemo_rl.context_parallel_size"
     gen_tp = nemo.generation_tensor_parallel_size
-    gen_gpus, gen_where = policy_gpus, where
-    if policy_gpus >= 1 and separate(config):  # vLLM on GPUs of its own (generation.split_generation)
-        cluster = genrm_split(nodes, gpus) if gym else None
-        taken = (
-            0
-            if gym or nodes > 1
-            else reward_model_resources(nodes, gpus, nemo.reward_model_gpus)["gpus_per_node"]
-        )
-        share = policy_nodes(cluster[0] if cluster else nodes, not gym)
-        apart = split_generation(share, gpus, taken, nemo.generation_gpus, GPUS_KEY)
-        if isinstance(apart, SeparateGeneration):  # else the engine's compile refuses the split
-            policy_gpus, gen_gpus = apart.train_gpus, apart.gpus
-            gen_where = f"{GPUS_KEY} of {where}"
-            where = f"{where} less vLLM's {apart.gpus}"
+    policy_gpus, gen_gpus, gen_where = share.gpus, share.gpus, where
+    apart = share.generation  # a Shortfall the engine's compile refuses
+    if policy_gpus >= 1 and isinstance(apart, SeparateGeneration):
+        policy_gpus, gen_gpus = apart.train_gpus, apart.gpus
+        gen_where = f"{GPUS_KEY} of {where}"
+        where = f"{where} less vLLM's {apart.gpus}"
     return [
         Group(who, sizes, tp, pp, cp, policy_gpus, where),
         Group(

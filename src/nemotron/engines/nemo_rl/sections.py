@@ -9,6 +9,9 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from nemotron.config.stepconfig import Generation, NemoRL, NemoRLTraining, Optim, TrainRuntime
+from nemotron.config.workload import Rollouts, Workload
+from nemotron.engines.nemo_rl import generation as gen
+from nemotron.engines.nemo_rl.batches import data_parallel_ranks, even_batches
 
 if (
     TYPE_CHECKING
@@ -300,10 +303,10 @@ def genrm_split(nodes: int, gpus_per_node: int) -> tuple[int, int] | None:
     return (nodes - judge, judge) if judge is not None and nodes > judge else None
 
 
-def genrm_shortfall(nodes: int, gpus_per_node: int, reward_model_gpus: int) -> str:
+def genrm_shortfall(nodes: int, gpus_per_node: int, nemo: NemoRL, apart: bool, work: Workload | None) -> str:
     """One line: why `nodes` x `gpus_per_node` cannot hold NeMo-Gym's GenRM beside the policy, and what would: a
-    profile that does, a reward model judge where its GPUs (nemo_rl.reward_model_gpus) leave the policy some
-    (NeMo-RL's grpo.py setup: a node of its own, or that many GPUs of a single node), the built-in engine."""
+    profile that does, a reward model judge with what else it needs to pass (`_reward_model_instead`; `apart`:
+    vLLM generates on GPUs of its own, `work`: the step's, None: not known), the built-in engine."""
     group = GENRM_TP * GENRM_PP
     judge = genrm_nodes(gpus_per_node)
     have = f"{nodes} node{'s' * (nodes != 1)} x {gpus_per_node} GPU{'s' * (gpus_per_node != 1)}"
@@ -316,11 +319,40 @@ def genrm_shortfall(nodes: int, gpus_per_node: int, reward_model_gpus: int) -> s
         need = (f"needs {judge} node{'s' * (judge != 1)} of its own outside NeMo-RL's cluster "
                 f"(env.nemo_gym.num_gpu_nodes) and the policy at least one more, but the profile has {have}: use a "
                 f"profile of at least {judge + 1} nodes x {gpus_per_node} GPUs")  # fmt: skip
-    reward_model_fits = nodes > 1 or gpus_per_node > reward_model_gpus
-    others = ["judge.kind=reward_model env.should_use_nemo_gym=false"] if reward_model_fits else []
+    rollouts = work if isinstance(work, Rollouts) else None
+    reward_model = _reward_model_instead(nodes, gpus_per_node, nemo, apart, rollouts)
+    others = [] if reward_model is None else [" ".join(["judge.kind=reward_model", *reward_model])]
     others.append("backend=builtin env.should_use_nemo_gym=false")
     return (f"NeMo-Gym's GenRM judge (vLLM DP {GENRM_DP} x TP {GENRM_TP} x PP {GENRM_PP}, genrm_compare.yaml at the "
             f"Gym commit NeMo-RL v0.7.0 pins) {need}, or {', or '.join(others)}")  # fmt: skip
+
+
+def _reward_model_instead(
+    nodes: int, gpus_per_node: int, nemo: NemoRL, apart: bool, rollouts: Rollouts | None
+) -> list[str] | None:
+    """The overrides a reward model judge needs on this profile, after env.should_use_nemo_gym=false: its workers
+    set aside as NeMo-RL sets them aside (grpo.py setup: a node of its own, or nemo_rl.reward_model_gpus of a single
+    one, raised where the policy's GPUs must be a multiple of its model-parallel sizes and of vLLM's TP), and a
+    step's responses split evenly over the policy's ranks (batches.even_batches). None when nothing it can set
+    leaves the policy GPUs it can use."""
+    megatron = nemo.policy_backend == "megatron"
+    model_parallel = nemo.tensor_parallel_size * nemo.context_parallel_size
+    model_parallel *= nemo.pipeline_parallel_size if megatron else 1
+    asked = nemo.reward_model_gpus
+    for gpus in range(asked, gpus_per_node) if nodes == 1 else [asked]:
+        taken = reward_model_resources(nodes, gpus_per_node, gpus)["gpus_per_node"]
+        share = gen.policy_share(nemo, apart, "", cluster_nodes=nodes, gpus_per_node=gpus_per_node,
+                                 reward_model_gpus=taken)  # fmt: skip
+        split = share.generation
+        vllm = split.gpus if isinstance(split, gen.SeparateGeneration) else share.gpus
+        train = share.train_gpus
+        if train < 1 or train % model_parallel or vllm % nemo.generation_tensor_parallel_size:
+            continue  # NeMo-RL asserts on the split, or the preflight refuses its sizes
+        ranks = data_parallel_ranks(nemo, train)
+        more = [f"nemo_rl.reward_model_gpus={gpus}"] if gpus != asked else []
+        even = even_batches(ranks, rollouts) if rollouts is not None else []
+        return ["env.should_use_nemo_gym=false", *more, *even]
+    return None
 
 
 def genrm_env(judge_model: str, judge: Judge, group_size: int, num_gpu_nodes: int | None) -> dict[str, Any]:

@@ -237,7 +237,8 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
     if gym and gpus >= 1:
         split = sec.genrm_split(nodes, gpus)
         if split is None:
-            refuse("env.should_use_nemo_gym", sec.genrm_shortfall(nodes, gpus, nemo.reward_model_gpus))
+            shortfall = sec.genrm_shortfall(nodes, gpus, nemo, gen.separate(c), c.workload())
+            refuse("env.should_use_nemo_gym", shortfall)
         else:
             cluster_nodes, judge_nodes = split
     if gym:
@@ -286,12 +287,11 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
     rm_gpus = (
         None if gym else sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus)["gpus_per_node"]
     )
-    colocated = gen.placement(nemo, grpo.async_grpo, "grpo.async_grpo.enabled", refuse, cluster_nodes=cluster_nodes,
-                              gpus_per_node=gpus, reward_model_gpus=rm_gpus)  # fmt: skip
-    world = gen.training_gpus(nemo, grpo.async_grpo, cluster_nodes=cluster_nodes, gpus_per_node=gpus,
-                              reward_model_gpus=rm_gpus)  # fmt: skip
+    share = gen.policy_share(nemo, gen.separate(c), "grpo.async_grpo.enabled", cluster_nodes=cluster_nodes,
+                             gpus_per_node=gpus, reward_model_gpus=rm_gpus)  # fmt: skip
+    colocated = gen.placement(share, refuse)
     set_batch = pol.train_global_batch_size
-    whole_batches(refuse, nemo, world, ("grpo.num_prompts_per_step", grpo.num_prompts_per_step,
+    whole_batches(refuse, nemo, share.train_gpus, ("grpo.num_prompts_per_step", grpo.num_prompts_per_step,
                                          "grpo.num_generations_per_prompt", group),
                    None if set_batch is None else ("policy.train_global_batch_size", set_batch),
                    ("policy.train_micro_batch_size", pol.train_micro_batch_size))  # fmt: skip
@@ -362,12 +362,10 @@ def compile_reinforce(c: ReinforceConfig, refuse: Refusals, job_dir: str, nodes:
     )
     gcfg.update(val_keys, val_period=0)
     rm_gpus = sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus)["gpus_per_node"]
-    colocated = gen.placement(nemo, r.async_grpo, "reinforce.async_grpo.enabled", refuse, cluster_nodes=nodes,
-                              gpus_per_node=gpus, reward_model_gpus=rm_gpus)  # fmt: skip
-    world = gen.training_gpus(
-        nemo, r.async_grpo, cluster_nodes=nodes, gpus_per_node=gpus, reward_model_gpus=rm_gpus
-    )
-    whole_batches(refuse, nemo, world, ("trainer.num_prompts_per_step", t.num_prompts_per_step,
+    share = gen.policy_share(nemo, gen.separate(c), "reinforce.async_grpo.enabled", cluster_nodes=nodes,
+                             gpus_per_node=gpus, reward_model_gpus=rm_gpus)  # fmt: skip
+    colocated = gen.placement(share, refuse)
+    whole_batches(refuse, nemo, share.train_gpus, ("trainer.num_prompts_per_step", t.num_prompts_per_step,
                                          "reinforce.num_rollouts_per_prompt", group),
                    None, ("trainer.micro_batch_size", t.micro_batch_size))  # fmt: skip
     config: dict[str, Any] = {
