@@ -161,3 +161,10 @@ def test_an_import_of_a_moved_module_is_one_clear_line(tmp_path: Path) -> None:
     other.write_text("import nemotron_no_such_module\n")
     with pytest.raises(ModuleNotFoundError):
         load_schema(other)
+
+
+def test_steps_list_names_each_type_a_step_reads_once(home: Path, run_cli: Any) -> None:
+    """rl/dpo reads a policy and a reference (checkpoint_hf), and training and validation preferences."""
+    listed = run_cli("steps", "list", "--consumes", "preference_jsonl")
+    (dpo,) = [line for line in listed.out.splitlines() if line.startswith("rl/dpo ")]
+    assert "checkpoint_hf, preference_jsonl → checkpoint_hf" in dpo, dpo

@@ -90,8 +90,9 @@ def list_steps(
         rows = []
         for s in steps:
             m = s.manifest
-            ins = ", ".join(c.type for c in m.consumes) or "—"
-            outs = ", ".join(p.type for p in m.produces) or "—"
+            # each type once: rl/dpo reads two checkpoints and two preference files
+            ins = ", ".join(dict.fromkeys(c.type for c in m.consumes)) or "—"
+            outs = ", ".join(dict.fromkeys(p.type for p in m.produces)) or "—"
             rows.append([s.id, f"{ins} → {outs}", ", ".join(s.presets()), m.step.name])
         print_columns(None, "nemotron steps", ["id", "consumes → produces", "presets", "name"], rows,
                       ["bold cyan", "", "green", ""])  # fmt: skip
