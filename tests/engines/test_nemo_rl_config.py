@@ -281,6 +281,22 @@ def test_ppo_critic_starts_from_the_reward_model() -> None:
     assert cfg["cluster"] == {"num_nodes": 1, "gpus_per_node": 7}
 
 
+@pytest.mark.parametrize(("nodes", "rm_gpus", "cluster"), [
+    (1, 1, (1, 7)), (1, 4, (1, 4)), (2, 1, (1, 8)), (3, 4, (2, 8)),
+])  # fmt: skip
+def test_ppos_cluster_is_the_policys_colocated_share(
+    nodes: int, rm_gpus: int, cluster: tuple[int, int]
+) -> None:
+    """ppo.setup leaves the reward model's GPUs in the cluster (see compile_ppo): the compiled cluster is the share
+    GRPO's setup gives the policy: the reward model's GPUs of one node, or its node of several (336 prompts a step
+    split evenly over each cluster's ranks)."""
+    overrides = {"nemo_rl.reward_model_gpus": rm_gpus, "trainer.num_prompts_per_step": 336,
+                 "trainer.micro_batch_size": 1}  # fmt: skip
+    cfg = compiled("rl/ppo", nodes=nodes, overrides=overrides).config
+    assert (cfg["cluster"]["num_nodes"], cfg["cluster"]["gpus_per_node"]) == cluster
+    assert cfg["env"]["reward_model"]["resources"] == {"num_nodes": 1, "gpus_per_node": rm_gpus}
+
+
 @pytest.mark.parametrize("backend", ["dtensor", "megatron"])
 def test_precision_and_activation_checkpointing_reach_policy_and_value(backend: str) -> None:
     """NeMo-RL loads fp32 master weights and computes in policy.precision (automodel/setup.py, megatron/setup.py):

@@ -64,6 +64,20 @@ def test_a_profile_too_small_for_judge_and_policy_is_refused(nodes: int, gpus: i
     assert ("judge.kind=reward_model" in problem) == (nodes * gpus > 1)
 
 
+@pytest.mark.parametrize("batch", [{"policy.train_global_batch_size": 64}, {"grpo.num_prompts_per_step": 3}])
+def test_a_profile_too_small_for_the_judge_is_not_also_refused_for_batches_over_a_split_it_cannot_make(
+    batch: dict[str, int],
+) -> None:
+    """With no node left for the judge there is no policy share: the batch rule would check the step's batches
+    over all 8 GPUs, which NeMo-RL never gives the policy, and add a refusal the job does not have. Refusals that do
+    not depend on the split are still reported with it."""
+    overrides = GYM | batch | {"grpo.std_floor": 0.1}
+    model = step_model("rl/rlhf", **{k.replace(".", "__"): v for k, v in overrides.items()})
+    with pytest.raises(UserError) as refused:
+        compile_run("rl/rlhf", model, Placement(JOB, 1, 8))
+    assert [p.split("=")[0] for p in refused.value.problems] == ["grpo.std_floor", "env.should_use_nemo_gym"]
+
+
 # jobs whose GenRM does not fit, and what the reward model judge needs there besides, worked by hand (the async one
 # needs nothing more)
 FOLLOWED = [

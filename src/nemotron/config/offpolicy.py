@@ -124,13 +124,19 @@ def refusing(prefix: str, keys: tuple[str, ...], why: str) -> tuple[tuple[str, s
 def async_group(config: BaseModel) -> AsyncGRPO | None:
     """A step config's asynchronous-RL group, wherever its schema keeps it (at the top or one group deep, as
     grpo.async_grpo or reinforce.async_grpo): found by its type, so the plan and the engines serve any step."""
+    found = located_async_group(config)
+    return None if found is None else found[1]
+
+
+def located_async_group(config: BaseModel) -> tuple[str, AsyncGRPO] | None:
+    """`async_group` with its dotted key in the config (grpo.async_grpo), for a message that names its keys."""
     for name in type(config).model_fields:
         group = getattr(config, name)
         if isinstance(group, AsyncGRPO):
-            return group
+            return name, group
         if isinstance(group, BaseModel):
-            found = next((v for n in type(group).model_fields if isinstance(v := getattr(group, n), AsyncGRPO)),
-                         None)  # fmt: skip
+            found = next(((f"{name}.{n}", v) for n in type(group).model_fields
+                          if isinstance(v := getattr(group, n), AsyncGRPO)), None)  # fmt: skip
             if found is not None:
                 return found
     return None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from nemotron.config.offpolicy import AsyncGRPO, ImportanceSampling, async_group
+from nemotron.config.offpolicy import AsyncGRPO, ImportanceSampling, async_group, located_async_group
 from nemotron.config.stepconfig import NemoRL
 
 if TYPE_CHECKING:
@@ -106,6 +106,13 @@ def separate(config: BaseModel) -> bool:
     nemo, asynchronous = getattr(config, "nemo_rl", None), async_group(config)
     asked = isinstance(nemo, NemoRL) and nemo.generation_gpus is not None
     return asked or (asynchronous is not None and asynchronous.enabled)
+
+
+def trigger(config: BaseModel) -> str:
+    """The key a refused split names when nemo_rl.generation_gpus is unset (`split_generation`): what asked for
+    vLLM's own GPUs, the `enabled` of the step's async group; the compile, the plan and the preflight name it."""
+    found = located_async_group(config)
+    return GPUS_KEY if found is None else f"{found[0]}.enabled"
 
 
 def async_grpo(group: AsyncGRPO, prefix: str, refuse: Refusals) -> dict[str, Any]:

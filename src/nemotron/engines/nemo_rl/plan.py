@@ -51,23 +51,25 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
     tp, pp, cp = nemo.tensor_parallel_size, nemo.pipeline_parallel_size, nemo.context_parallel_size
     megatron = nemo.policy_backend == "megatron"
     mb_key, mb, max_new = r.micro_batch_key, r.micro_batch, r.max_new_tokens
-    _, judge_role, policy, rm, critic = ctx.rl_models()
+    _, _, policy, rm, critic = ctx.rl_models()
     total = ctx.nodes * ctx.per_node
-    rm_gpus = nemo.reward_model_gpus if rm is not None and judge_role == "reward_model" else 0
+    # what the compile sets aside for the scorer, known or not its shape (which only its own group needs)
+    gym, rm_gpus = sec.nemo_gym(planned), sec.reward_model_gpus(planned, nemo, ctx.nodes, ctx.per_node)
     cluster_nodes = ctx.nodes
     # NeMo-Gym's GenRM on nodes of its own (sections.genrm_split), as the compiled cluster leaves them where the
     # profile has GPUs (the compile sets none aside on a CPU Ray cluster)
     gpus_per_node = int(getattr(ctx.job.profile, "gpus_per_node", 0) or 0)
-    genrm = rm is not None and judge_role == "judge" and gpus_per_node >= 1
+    genrm = gym and gpus_per_node >= 1
     apart = isinstance(planned, BaseModel) and gen.separate(planned)
     if genrm:
         split = sec.genrm_split(ctx.nodes, ctx.per_node)
         if split is None:
             raise UserError(sec.genrm_shortfall(ctx.nodes, ctx.per_node, nemo, apart, r))
         cluster_nodes = split[0]
-    # the compile's split of the cluster (a plan names the key that sets vLLM's GPUs, whatever asked for them)
-    share = gen.policy_share(nemo, apart, gen.GPUS_KEY, cluster_nodes=cluster_nodes, gpus_per_node=ctx.per_node,
-                             reward_model_gpus=rm_gpus or None)  # fmt: skip
+    # the compile's split of the cluster, refused as the compile refuses it
+    trigger = gen.trigger(planned) if isinstance(planned, BaseModel) else gen.GPUS_KEY
+    share = gen.policy_share(nemo, apart, trigger, cluster_nodes=cluster_nodes, gpus_per_node=ctx.per_node,
+                             reward_model_gpus=rm_gpus)  # fmt: skip
     # the engine's compile refuses these first; a remedy re-planned on it (groups.py) lands here
     if share.gpus < 1:
         raise UserError(f"NeMo-RL's policy has no GPU left: the reward model takes {rm_gpus} of {total}")
@@ -136,9 +138,9 @@ def plan_groups(ctx: PlanContext, planned: PlannedConfig, r: Workload) -> list[G
         terms["logits"] = 0.0  # a value head
         groups.append(ctx.group("critic", terms, [(critic, "critic")], par + "; swapped in for its passes", where=where,
                                 suggestions=suggest(ctx, mb_key, mb, *more)))  # fmt: skip
-    if rm is not None and judge_role == "judge":
+    if rm is not None and gym:
         groups.append(_genrm(ctx, rm, share.nodes) if genrm else _genrm_without_gpu(ctx, rm))
-    if rm is not None and judge_role == "reward_model":
+    if rm is not None and rm_gpus is not None:
         rm_sh = Sharding("fsdp", rm_gpus, rm_gpus)
         terms = {
             "weights": frozen_weights_mb(rm.parameters, "bf16", rm_sh),

@@ -13,8 +13,8 @@ from nemotron.compile.preflight import EngineChecks, Group, shape
 from nemotron.config.stepconfig import NemoRL, NemoRLTraining
 from nemotron.engines.nemo_rl.evaluation import RECIPE as EVAL
 from nemotron.engines.nemo_rl.evaluation import preflight_problems
-from nemotron.engines.nemo_rl.generation import GPUS_KEY, SeparateGeneration, policy_share, separate
-from nemotron.engines.nemo_rl.sections import genrm_shortfall, genrm_split, reward_model_resources
+from nemotron.engines.nemo_rl.generation import GPUS_KEY, SeparateGeneration, policy_share, separate, trigger
+from nemotron.engines.nemo_rl.sections import genrm_shortfall, genrm_split, nemo_gym, reward_model_gpus
 from nemotron.engines.nemo_rl.steps import RECIPES
 from nemotron.plan.groups import PlannedConfig
 
@@ -44,15 +44,10 @@ def preflight(
     groups = _groups(manifest, config, nodes, gpus) if gpus >= 1 else []
     problems = preflight_problems(manifest, config, bindings)
     nemo = getattr(config, "nemo_rl", None)
-    if gpus >= 1 and _gym(config) and isinstance(nemo, NemoRL) and genrm_split(nodes, gpus) is None:
+    if gpus >= 1 and nemo_gym(config) and isinstance(nemo, NemoRL) and genrm_split(nodes, gpus) is None:
         work = config.workload() if isinstance(config, PlannedConfig) else None
         problems.append(genrm_shortfall(nodes, gpus, nemo, separate(config), work))
     return EngineChecks(problems, groups)
-
-
-def _gym(config: BaseModel) -> bool:
-    """rl/rlhf's env.should_use_nemo_gym: NeMo-Gym's judge replaces the reward model's workers."""
-    return bool(getattr(getattr(config, "env", None), "should_use_nemo_gym", False))
 
 
 def _groups(manifest: Manifest, config: BaseModel, nodes: int, gpus: int) -> list[Group]:
@@ -87,25 +82,22 @@ def _groups(manifest: Manifest, config: BaseModel, nodes: int, gpus: int) -> lis
     # an RL recipe's Config has the RL steps' NemoRL group
     if recipe not in RECIPES or not isinstance(nemo, NemoRL):
         return []  # the engine refuses the step itself
-    gym = _gym(config)
     megatron = nemo.policy_backend == "megatron"
     tp, cp = nemo.tensor_parallel_size, nemo.context_parallel_size
     # DTensor takes no PP (lm_policy.py:162); dtensor with pipeline_parallel_size > 1 is refused by the engine
     pp = nemo.pipeline_parallel_size if megatron else 1
     groups: list[Group] = []
-    cluster_nodes, rm_gpus, where = nodes, None, shape(nodes, gpus)
+    cluster_nodes, rm_gpus, where = nodes, reward_model_gpus(config, nemo, nodes, gpus), shape(nodes, gpus)
     # the GenRM's nodes are outside the policy's cluster; none left when it does not fit (refused above)
-    if gym:
+    if rm_gpus is None:
         split = genrm_split(nodes, gpus)
         cluster_nodes = split[0] if split else 0
         where = f"{where} less the judge's {split[1] if split else nodes} node(s)"
     else:
-        rm = reward_model_resources(nodes, gpus, nemo.reward_model_gpus)
-        rm_gpus = rm["gpus_per_node"]
         where = f"{where} less the reward model's {rm_gpus if nodes == 1 else 'node'}"
         rm_where = f"nemo_rl.reward_model_gpus of {shape(nodes, gpus)}"
-        groups.append(Group("reward model", "DTensor, fixed", 1, 1, 1, rm["num_nodes"] * rm_gpus, rm_where))
-    share = policy_share(nemo, separate(config), GPUS_KEY, cluster_nodes=cluster_nodes, gpus_per_node=gpus,
+        groups.append(Group("reward model", "DTensor, fixed", 1, 1, 1, rm_gpus, rm_where))
+    share = policy_share(nemo, separate(config), trigger(config), cluster_nodes=cluster_nodes, gpus_per_node=gpus,
                          reward_model_gpus=rm_gpus)  # fmt: skip
     who = "policy and critic" if any(m.role == "critic" for m in manifest.models) else "policy"
     pp_key = "nemo_rl.pipeline_parallel_size, " if megatron else ""

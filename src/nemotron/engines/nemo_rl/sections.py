@@ -251,6 +251,21 @@ def reward_model_resources(nodes: int, gpus_per_node: int, reward_model_gpus: in
     return {"num_nodes": 1, "gpus_per_node": min(reward_model_gpus, gpus_per_node)}
 
 
+def nemo_gym(config: object) -> bool:
+    """Whether NeMo-Gym's GenRM judges the job (rl/rlhf's env.should_use_nemo_gym) in place of the reward model's
+    own workers, which every other RL step runs."""
+    return bool(getattr(getattr(config, "env", None), "should_use_nemo_gym", False))
+
+
+def reward_model_gpus(config: object, nemo: NemoRL, nodes: int, gpus_per_node: int) -> int | None:
+    """The GPUs of the reward model's workers NeMo-RL sets aside out of the policy's (`reward_model_resources`),
+    None for a job NeMo-Gym judges: the compile, the plan and the preflight all set aside what this says, whether
+    or not the plan can read the reward model's shape."""
+    if nemo_gym(config):
+        return None
+    return reward_model_resources(nodes, gpus_per_node, nemo.reward_model_gpus)["gpus_per_node"]
+
+
 def reward_model_env(
     model: str, *, micro_batch: int, budget: int, resources: dict[str, int]
 ) -> dict[str, Any]:

@@ -214,7 +214,7 @@ def compile_step(
 
 def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: int) -> Compiled:
     grpo, loss, pol, judge, nemo = c.grpo, c.loss_fn, c.policy, c.judge, c.nemo_rl
-    gym = bool(c.env.should_use_nemo_gym)
+    gym = sec.nemo_gym(c)
     _common_refusals(
         c,
         refuse,
@@ -234,9 +234,11 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
     )
     refuse.unless_default("judge.url", "NeMo-RL runs the judge itself; it cannot call a running server")
     cluster_nodes, judge_nodes = nodes, None  # a profile without GPUs sets nothing aside (a CPU Ray cluster)
+    placed = True  # false where the profile has no room for NeMo-Gym's judge beside the policy
     if gym and gpus >= 1:
         split = sec.genrm_split(nodes, gpus)
         if split is None:
+            placed = False
             shortfall = sec.genrm_shortfall(nodes, gpus, nemo, gen.separate(c), c.workload())
             refuse("env.should_use_nemo_gym", shortfall)
         else:
@@ -284,17 +286,15 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
     )
     gcfg.update(val_keys, val_period=grpo.val_period)
     # vLLM on GPUs of its own for async GRPO: out of NeMo-RL's cluster as compiled (the GenRM's nodes already out)
-    rm_gpus = (
-        None if gym else sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus)["gpus_per_node"]
-    )
-    share = gen.policy_share(nemo, gen.separate(c), "grpo.async_grpo.enabled", cluster_nodes=cluster_nodes,
-                             gpus_per_node=gpus, reward_model_gpus=rm_gpus)  # fmt: skip
-    colocated = gen.placement(share, refuse)
-    set_batch = pol.train_global_batch_size
-    whole_batches(refuse, nemo, share.train_gpus, ("grpo.num_prompts_per_step", grpo.num_prompts_per_step,
-                                         "grpo.num_generations_per_prompt", group),
-                   None if set_batch is None else ("policy.train_global_batch_size", set_batch),
-                   ("policy.train_micro_batch_size", pol.train_micro_batch_size))  # fmt: skip
+    share = gen.policy_share(nemo, gen.separate(c), gen.trigger(c), cluster_nodes=cluster_nodes, gpus_per_node=gpus,
+                             reward_model_gpus=sec.reward_model_gpus(c, nemo, nodes, gpus))  # fmt: skip
+    colocated, set_batch = gen.colocated(), pol.train_global_batch_size
+    if placed:  # no share to split or batch over otherwise: the judge's refusal is the one that applies
+        colocated = gen.placement(share, refuse)
+        whole_batches(refuse, nemo, share.train_gpus, ("grpo.num_prompts_per_step", grpo.num_prompts_per_step,
+                                             "grpo.num_generations_per_prompt", group),
+                       None if set_batch is None else ("policy.train_global_batch_size", set_batch),
+                       ("policy.train_micro_batch_size", pol.train_micro_batch_size))  # fmt: skip
     if gym:  # run_grpo_nemo_gym.py refuses a max_val_samples and sets both from the validation file
         gcfg.update(max_val_samples=None, val_batch_size=None)
     config: dict[str, Any] = {
@@ -361,9 +361,8 @@ def compile_reinforce(c: ReinforceConfig, refuse: Refusals, job_dir: str, nodes:
         async_grpo=gen.async_grpo(r.async_grpo, "reinforce.async_grpo", refuse),
     )
     gcfg.update(val_keys, val_period=0)
-    rm_gpus = sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus)["gpus_per_node"]
-    share = gen.policy_share(nemo, gen.separate(c), "reinforce.async_grpo.enabled", cluster_nodes=nodes,
-                             gpus_per_node=gpus, reward_model_gpus=rm_gpus)  # fmt: skip
+    share = gen.policy_share(nemo, gen.separate(c), gen.trigger(c), cluster_nodes=nodes, gpus_per_node=gpus,
+                             reward_model_gpus=sec.reward_model_gpus(c, nemo, nodes, gpus))  # fmt: skip
     colocated = gen.placement(share, refuse)
     whole_batches(refuse, nemo, share.train_gpus, ("trainer.num_prompts_per_step", t.num_prompts_per_step,
                                          "reinforce.num_rollouts_per_prompt", group),
@@ -446,15 +445,13 @@ def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         ),
     }
     # ppo.setup subtracts the reward model's GPUs only when a top-level data.env_name says so, which v0.7.0's
-    # DataConfig does not carry: size the policy cluster to its share here instead.
+    # DataConfig does not carry: size the policy cluster to its share here instead (colocated: ppo.py:371).
     resources = sec.reward_model_resources(nodes, gpus, nemo.reward_model_gpus)
-    cluster = (
-        {"num_nodes": nodes, "gpus_per_node": gpus - resources["gpus_per_node"]}
-        if nodes == 1
-        else {"num_nodes": nodes - 1, "gpus_per_node": gpus}
-    )
+    share = gen.policy_share(nemo, False, gen.GPUS_KEY, cluster_nodes=nodes, gpus_per_node=gpus,
+                             reward_model_gpus=sec.reward_model_gpus(c, nemo, nodes, gpus))  # fmt: skip
+    cluster = {"num_nodes": share.nodes, "gpus_per_node": gpus - share.taken}
     # the policy and the critic take turns on the cluster, each over all of its GPUs with the same batches
-    whole_batches(refuse, nemo, cluster["num_nodes"] * cluster["gpus_per_node"],
+    whole_batches(refuse, nemo, share.gpus,
                    ("trainer.num_prompts_per_step", t.num_prompts_per_step, "ppo.num_rollouts_per_prompt", group),
                    None, ("trainer.micro_batch_size", micro))  # fmt: skip
     config: dict[str, Any] = {
