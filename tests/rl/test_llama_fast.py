@@ -117,5 +117,5 @@ def test_configs_it_does_not_compute_go_to_transformers(overrides: dict[str, Any
 def test_activation_checkpointing_goes_to_transformers() -> None:
     model = llama()
     assert llama_fast.supports(model)
-    model.gradient_checkpointing_enable()  # the lean forward would not recompute the blocks
+    model.activation_checkpointing_enable()  # the lean forward would not recompute the blocks
     assert not llama_fast.supports(model)

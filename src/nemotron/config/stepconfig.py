@@ -281,7 +281,7 @@ class TrainRuntime(Runtime):
 
     gradient_checkpointing: bool = False
     """recompute each block's activations in the backward pass instead of storing them: less memory, about a
-    third more compute (transformers' gradient_checkpointing_enable)"""
+    third more compute (transformers' activation_checkpointing_enable)"""
     sharding: Literal["ddp", "fsdp"] = "ddp"
     """how the built-in engine spreads a trained model over its ranks: ddp (every rank holds the whole model, its
     gradients and AdamW state; gradients summed over ranks) or fsdp (FSDP2: each decoder layer, then the root,
