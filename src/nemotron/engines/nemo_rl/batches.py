@@ -16,11 +16,16 @@ from nemotron.config.workload import Rollouts
 from nemotron.engines.refusals import Refusals
 
 
-def data_parallel_ranks(nemo: NemoRL | NemoRLTraining, training_gpus: int) -> int:
-    """The policy's data-parallel ranks in NeMo-RL: the GPUs it trains on over TP x CP (x PP on Megatron); 0 on a
-    profile without GPUs (a CPU Ray cluster), which has none to count."""
+def model_parallel_size(nemo: NemoRL | NemoRLTraining) -> int:
+    """The GPUs one replica of the policy spans in NeMo-RL: TP x CP (x PP on Megatron; DTensor takes no PP)."""
     pp = nemo.pipeline_parallel_size if nemo.policy_backend == "megatron" else 1
-    return training_gpus // (nemo.tensor_parallel_size * nemo.context_parallel_size * pp)
+    return nemo.tensor_parallel_size * nemo.context_parallel_size * pp
+
+
+def data_parallel_ranks(nemo: NemoRL | NemoRLTraining, training_gpus: int) -> int:
+    """The policy's data-parallel ranks in NeMo-RL: the GPUs it trains on over `model_parallel_size`; 0 on a
+    profile without GPUs (a CPU Ray cluster), which has none to count."""
+    return training_gpus // model_parallel_size(nemo)
 
 
 def refuse_uneven_batches(

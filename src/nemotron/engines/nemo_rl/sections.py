@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from nemotron.config.stepconfig import Generation, NemoRL, NemoRLTraining, Optim, TrainRuntime
 from nemotron.config.workload import Rollouts, Workload
 from nemotron.engines.nemo_rl import generation as gen
-from nemotron.engines.nemo_rl.batches import data_parallel_ranks, even_batches
+from nemotron.engines.nemo_rl.batches import data_parallel_ranks, even_batches, model_parallel_size
 
 if (
     TYPE_CHECKING
@@ -350,9 +350,7 @@ def _reward_model_instead(
     one, raised where the policy's GPUs must be a multiple of its model-parallel sizes and of vLLM's TP), and a
     step's responses split evenly over the policy's ranks (batches.even_batches). None when nothing it can set
     leaves the policy GPUs it can use."""
-    megatron = nemo.policy_backend == "megatron"
-    model_parallel = nemo.tensor_parallel_size * nemo.context_parallel_size
-    model_parallel *= nemo.pipeline_parallel_size if megatron else 1
+    model_parallel = model_parallel_size(nemo)
     asked = nemo.reward_model_gpus
     for gpus in range(asked, gpus_per_node) if nodes == 1 else [asked]:
         taken = reward_model_resources(nodes, gpus_per_node, gpus)["gpus_per_node"]
