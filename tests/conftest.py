@@ -1,6 +1,7 @@
 """Shared fixtures: an isolated $NEMOTRON_HOME, a helper that runs the real CLI in a subprocess, the figures the
 scripts/ record for the docs, the local Slurm cluster for tests marked `slurm` (tests/slurm and the vLLM
-judge's hetjob in tests/vllm), and a real MLflow tracking server (`mlflow_server`, for the tracking tests)."""
+judge's hetjob in tests/vllm), a real PostgreSQL server and a real MLflow tracking server, and the runs made once per
+session. The services behind them, and how the suite is handed out to the xdist workers, live in tests/services/."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,13 @@ def _load_service(name: str) -> ModuleType:
 
 _pg = _load_service("postgres")
 PostgresServer = _pg.PostgresServer
+_scheduling = _load_service("scheduling")
+_slurm = _load_service("slurm")
+_mlflow = _load_service("mlflow")
+
+# how the suite is handed out to the xdist workers, and --quick (tests/services/scheduling.py)
+pytest_addoption = _scheduling.pytest_addoption
+pytest_xdist_make_scheduler = _scheduling.pytest_xdist_make_scheduler
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,82 +55,30 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     # $NEMOTRON_TEST_TIMES=DIR records each test's wall and CPU time (scripts/test_durations.py, docs/testing.md)
     _load_service("timing").register(config)
-    if not hasattr(config, "workerinput") and config.getoption("dist", default=None) == "loadgroup":
-        # the workers, started after this, write each test's group here (see _XdistGroups below)
-        os.environ[GROUPS_ENV] = str(Path(tempfile.mkdtemp(prefix="nemotron-test-groups-")) / "groups.json")
+    _scheduling.configure(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    groups = os.environ.get(GROUPS_ENV)
-    if groups and not hasattr(config, "workerinput"):
-        shutil.rmtree(Path(groups).parent, ignore_errors=True)
+    _scheduling.unconfigure(config)
 
 
-# pytest-xdist's loadgroup puts a test in its group by appending "@group" to the test's node id on the worker
-# (item._nodeid); since pytest 9.2 a node id is derived from item._id, so that append changes nothing and every test
-# was handed out alone: the Slurm tests ran on several workers at once, and each worker started its own MLflow
-# server. So the workers write each test's group to a file (pytest_collection_modifyitems) and the controller's
-# scheduler reads it: xdist's own LoadScopeScheduling with the group as the scope.
-GROUPS_ENV = "NEMOTRON_TEST_GROUPS"
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test in its xdist group, longest first (tests/services/scheduling.py); tests marked `gpu` skipped where
+    torch sees no CUDA device, those marked `no_gpu` where it sees one."""
+    _scheduling.group_and_order(config, items)
+    marked = [item for item in items if item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu")]
+    if not marked:
+        return  # torch is imported only when a collected test asks about the GPU
+    import torch
 
-
-@pytest.hookimpl(tryfirst=True, optionalhook=True)  # a venv without xdist (.venv-vllm) runs these tests too
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    if config.getoption("dist", default=None) != "loadgroup" or not os.environ.get(GROUPS_ENV):
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    # LoadScopeScheduling hands out the units with the most tests first unless told not to (--loadscope-reorder is
-    # on by default): that undid the longest-first order below, and the tiny pipeline's one 5-minute test started
-    # last and ran alone at the end of the run
-    config.option.loadscopereorder = False
-
-    class _XdistGroups(LoadScopeScheduling):  # type: ignore[misc]
-        """Work units are the groups the workers recorded (an xdist_group marker, or the test itself)."""
-
-        _groups: dict[str, str] | None = None
-
-        def _split_scope(self, nodeid: str) -> str:
-            if self._groups is None:  # read once, when the workers have all collected
-                path = Path(os.environ[GROUPS_ENV])
-                self._groups = json.loads(path.read_text()) if path.exists() else {}
-            return self._groups.get(nodeid, nodeid)
-
-        def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
-            super().mark_test_complete(node, item_index, duration)
-            if not self.workqueue and not self._pending_of(self.assigned_work[node]):
-                _signal_tail(
-                    len(self.assigned_work)
-                    - sum(not self._pending_of(w) for w in self.assigned_work.values())
-                )
-
-    return _XdistGroups(config, log)
-
-
-# $NEMOTRON_TEST_TAIL_FILE: written once, when a worker has finished and nothing is left to hand out. .ci/run starts
-# the vLLM part then, so that it runs on what the suite's last units leave of the two cores.
-TAIL_ENV = "NEMOTRON_TEST_TAIL_FILE"
-
-
-def _signal_tail(busy: int) -> None:
-    path = os.environ.get(TAIL_ENV)
-    if path and not os.path.exists(path):
-        Path(path).write_text(f"{time.time():.0f} {busy} workers busy\n")
-
-
-def _record_groups(items: list[pytest.Item]) -> None:
-    """On an xdist worker: every test's group, for the controller's scheduler (written whole, then renamed)."""
-    out = os.environ.get(GROUPS_ENV)
-    if not out or not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    groups = {}
-    for item in items:
-        mark = item.get_closest_marker("xdist_group")
-        if mark is not None:
-            groups[item.nodeid] = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-    partial = Path(f"{out}.{os.environ['PYTEST_XDIST_WORKER']}")
-    partial.write_text(json.dumps(groups))
-    partial.replace(out)
+    has_gpu = torch.cuda.is_available()
+    for item in marked:
+        if item.get_closest_marker("gpu") is not None and not has_gpu:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device; torch sees none here"))
+        if item.get_closest_marker("no_gpu") is not None and has_gpu:
+            item.add_marker(
+                pytest.mark.skip(reason="checks a machine without CUDA; torch sees a device here")
+            )
 
 
 @dataclass
@@ -316,214 +271,18 @@ make_tokenizer_variant = _helper_fixture(tokenizer_variant)
 shuffle_vocab = _helper_fixture(permute_vocab)
 
 
-# ----------------------------------------------------------------------------- the local Slurm cluster
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`scripts/test.sh` runs `-n 3 --dist loadgroup`) the tests marked `slurm` run on two
-    workers, one per group: `slurm` (Ray across both nodes, the liveness tests that stop node2's processes, rm/serve
-    on the whole cluster) and those marked `slurm(group="single")` (one job of one or two one-CPU tasks at a time).
-    The local cluster has 4 CPUs per node (scripts/slurm-up.sh), so a job of one group never waits for the other's.
-    Every other test not in a group of its own goes in its file's group: loadgroup hands each ungrouped test out
-    alone, so a file's module fixtures (tiny models, fine-tuned policies, servers) were built once on every worker
-    that ran one of its tests; the tests that use the MLflow server join the `mlflow` group. Tests marked `gpu` are skipped where torch sees no CUDA device, those marked `no_gpu`
-    where it sees one."""
-    if config.getoption("--quick"):
-        _quick_selection(config, items)
-    for item in items:
-        slurm = item.get_closest_marker("slurm")
-        if slurm is not None:
-            group = slurm.kwargs.get("group")
-            item.add_marker(pytest.mark.xdist_group(f"slurm-{group}" if group else "slurm"))
-        elif item.get_closest_marker("xdist_group") is None:
-            # the MLflow server is a session fixture: its users on one worker start it once (about 15 s of CPU)
-            group = (
-                "mlflow"
-                if "mlflow_server" in getattr(item, "fixturenames", ())
-                else item.nodeid.split("::")[0]
-            )
-            item.add_marker(pytest.mark.xdist_group(group))
-    _record_groups(items)
-    _slowest_first(items)
-    marked = [item for item in items if item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu")]
-    if not marked:
-        return  # torch is imported only when a collected test asks about the GPU
-    import torch
-
-    has_gpu = torch.cuda.is_available()
-    for item in marked:
-        if item.get_closest_marker("gpu") is not None and not has_gpu:
-            item.add_marker(pytest.mark.skip(reason="needs a CUDA device; torch sees none here"))
-        if item.get_closest_marker("no_gpu") is not None and has_gpu:
-            item.add_marker(
-                pytest.mark.skip(reason="checks a machine without CUDA; torch sees a device here")
-            )
-
-
-# Recorded wall seconds of each test file, and of each test that took 2 s or more: `python scripts/test_durations.py
-# DIR --label after --seconds` rewrites it from a run recorded with $NEMOTRON_TEST_TIMES=DIR (docs/testing.md).
-TEST_SECONDS = Path(__file__).resolve().parent / "test_seconds.json"
-
-
-def _recorded_seconds() -> dict[str, dict[str, float]]:
-    if not TEST_SECONDS.exists():
-        return {"files": {}, "tests": {}}
-    recorded: dict[str, dict[str, float]] = json.loads(TEST_SECONDS.read_text())
-    return recorded
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--quick",
-        action="store_true",
-        help="the inner loop (scripts/test.sh --quick): leave out the Slurm tests and every test recorded at 2 s "
-        "or more in tests/test_seconds.json, except those marked `smoke` (one tiny step end to end)",
-    )
-
-
-def _quick_selection(config: pytest.Config, items: list[pytest.Item]) -> None:
-    slow = _recorded_seconds()["tests"]
-    kept, left_out = [], []
-    for item in items:
-        heavy = item.get_closest_marker("slurm") is not None or item.nodeid in slow
-        (left_out if heavy and item.get_closest_marker("smoke") is None else kept).append(item)
-    config.hook.pytest_deselected(items=left_out)
-    items[:] = kept
-
-
-def _slowest_first(items: list[pytest.Item]) -> None:
-    """Order the run longest first, so the workers end together instead of one finishing the pipeline test alone:
-    xdist hands out work units in collection order. The unit is an xdist group (a test file, or a group a test
-    names, like a `slurm` group, which one worker runs in sequence); its cost is the sum of its tests'
-    recorded seconds, a test too quick to be listed taking an even share of what its file's total leaves. A unit
-    tests/test_seconds.json does not know goes last, in collection order."""
-    recorded = _recorded_seconds()
-    files, tests = recorded["files"], recorded["tests"]
-    unlisted: dict[str, int] = {}
-    for item in items:
-        if item.nodeid not in tests:
-            file = item.nodeid.split("::")[0]
-            unlisted[file] = unlisted.get(file, 0) + 1
-    listed_in: dict[str, float] = {}
-    for nodeid, s in tests.items():
-        listed_in[nodeid.split("::")[0]] = listed_in.get(nodeid.split("::")[0], 0.0) + s
-
-    def seconds(item: pytest.Item) -> float:
-        if item.nodeid in tests:
-            return tests[item.nodeid]
-        file = item.nodeid.split("::")[0]
-        return max(files.get(file, 0.0) - listed_in.get(file, 0.0), 0.0) / unlisted[file]
-
-    def unit(item: pytest.Item) -> str:
-        group = item.get_closest_marker("xdist_group")
-        if group is None:
-            return item.nodeid.split("::")[0]
-        return str(group.args[0] if group.args else group.kwargs.get("name", "default"))
-
-    cost: dict[str, float] = {}
-    for item in items:
-        cost[unit(item)] = cost.get(unit(item), 0.0) + seconds(item)
-    rank = {name: r for r, name in enumerate(sorted(cost, key=lambda n: -cost[n]))}  # stable: ties keep order
-    position = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (rank[unit(item)], position[id(item)]))
-
-
-SLURM_UP = REPO / "scripts" / "slurm-up.sh"
-# A first call installs four Debian packages; later calls return in well under a second.
-SLURM_UP_TIMEOUT_S = 900
-
-
-SLURM_FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
-
-
-@dataclass(frozen=True)
-class SlurmCluster:
-    """What scripts/slurm-up.sh brings up: one partition holding two nodes on 127.0.0.1."""
-
-    partition: str = "debug"
-    nodes: tuple[str, ...] = ("node1", "node2")
-
-    def final_state(self, slurm_id: str, timeout_s: float = 180) -> str:
-        """The job's final state, polling sacct (which lags squeue); a hetjob reports its leader's line first.
-        Returns once squeue no longer lists the job either: sacct can say COMPLETED while squeue still shows it
-        COMPLETING (its epilog, on a loaded machine), and the schedulers' status calls (torchx's, NeMo-Run's Ray
-        status) read squeue first, so `jobs status` would still say running."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            out = subprocess.run(
-                ["sacct", "-n", "-P", "-X", "-j", slurm_id, "-o", "State"], capture_output=True, text=True
-            ).stdout
-            states = [line.split()[0] for line in out.splitlines() if line.strip()]
-            queued = subprocess.run(
-                ["squeue", "-h", "-j", slurm_id, "-o", "%T"], capture_output=True, text=True
-            )
-            if states and all(s in SLURM_FINAL for s in states) and set(queued.stdout.split()) <= SLURM_FINAL:
-                return states[0]
-            time.sleep(0.5)
-        raise AssertionError(
-            f"slurm job {slurm_id} not finished after {timeout_s} s\n{self.describe(slurm_id)}"
-        )
-
-    def wait_running(self, slurm_id: str, timeout_s: float = 300) -> None:
-        """Until the job has its allocation. Time in the queue (behind a job a test before this one left
-        completing, on a loaded machine) is not what a test measures: its own deadlines start from here."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            out = subprocess.run(
-                ["squeue", "-h", "-j", slurm_id, "-o", "%T"], capture_output=True, text=True
-            ).stdout.split()
-            if out[:1] != ["PENDING"]:  # running, or ran and left the queue already
-                return
-            time.sleep(0.5)
-        raise AssertionError(
-            f"slurm job {slurm_id} still pending after {timeout_s} s\n{self.describe(slurm_id)}"
-        )
-
-    def describe(self, slurm_id: str) -> str:
-        """The queue, the nodes and this job, for a failure message (the cluster is gone when CI's log is read)."""
-        commands = [
-            ["squeue", "-o", "%i %T %r %N %M"],
-            ["sinfo", "-N", "-o", "%N %T %E"],
-            ["sacct", "-n", "-P", "-j", slurm_id, "-o", "JobID,State,ExitCode,Start,End,NodeList"],
-        ]
-        shown = []
-        for argv in commands:
-            done = subprocess.run(argv, capture_output=True, text=True)
-            shown.append(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}")
-        return "\n".join(shown)
-
-
-def slurm_required() -> bool:
-    return os.environ.get("CI", "").lower() == "true" or os.environ.get("NEMOTRON_REQUIRE_SLURM") == "1"
-
-
-def start_cluster() -> str | None:
-    """Run scripts/slurm-up.sh; return why Slurm is unavailable, or None when it is up."""
-    if shutil.which("bash") is None:
-        return "bash not found"
-    if os.geteuid() != 0:
-        return "scripts/slurm-up.sh needs root (it installs packages and starts daemons)"
-    try:
-        done = subprocess.run(
-            ["bash", str(SLURM_UP)], capture_output=True, text=True, timeout=SLURM_UP_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return f"scripts/slurm-up.sh did not finish within {SLURM_UP_TIMEOUT_S} s"
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-8:])
-        return f"scripts/slurm-up.sh failed (exit {done.returncode}):\n{tail}"
-    return None
+# ----------------------------------------------------------------------------- the local Slurm cluster (tests/services/slurm.py)
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster() -> SlurmCluster:
+def slurm_cluster() -> Any:
     """A running local cluster. Left running after the session: the next one starts in < 1 s."""
-    reason = start_cluster()
+    reason = _slurm.start_cluster()
     if reason is not None:
-        if slurm_required():
+        if _slurm.slurm_required():
             pytest.fail(f"Slurm is required (CI=true or NEMOTRON_REQUIRE_SLURM=1) but unavailable: {reason}")
         pytest.skip(f"local Slurm unavailable: {reason}")
-    return SlurmCluster()
+    return _slurm.SlurmCluster()
 
 
 @pytest.fixture(autouse=True)
@@ -564,58 +323,13 @@ def postgres_url(postgres_server: PostgresServer) -> str:
 
 # ----------------------------------------------------------------------------- a real MLflow tracking server
 
-# its first start migrates a new SQLite database: about 20 s on a busy 2-core runner
-MLFLOW_START_TIMEOUT_S = 180
-
 
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real `mlflow server` for the session (SQLite backend and artifacts under a tmp dir, 127.0.0.1, a free
     port): its tracking URI. Tests query it with MlflowClient; each uses its own experiment or job ids."""
-    import http.client
-    import urllib.request
-
-    from nemotron.core.procs import free_port
-
-    root = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    log_path = root / "server.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
-             "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-             "--workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
-    uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + MLFLOW_START_TIMEOUT_S
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"mlflow server exited ({proc.returncode}):\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except (OSError, http.client.HTTPException):  # not up yet
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"mlflow server not healthy in {MLFLOW_START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}"
-                )
-            time.sleep(0.5)
+    with _mlflow.running_server(tmp_path_factory.mktemp("mlflow")) as uri:
         yield uri
-    finally:
-        import signal
-
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)  # the server and its uvicorn worker
-            proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 # ----------------------------------------------------------------------------- train once, reuse (issue 40)
