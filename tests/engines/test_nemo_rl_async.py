@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from tests.engines import nemo_rl_v070 as tag
 from tests.engines.mirrors import git_show
-from tests.engines.test_nemo_rl_config import GYM, JOB, compiled, has, loaded, step_model
+from tests.engines.nemo_rl_rules import has
+from tests.engines.test_nemo_rl_config import GYM, JOB, compiled, loaded, step_model
 
 from nemotron.engines.nemo_rl.config import compile_run
 from nemotron.errors import UserError

@@ -15,9 +15,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 from tests.engines import nemo_rl_eval_v070 as tag
-from tests.engines import (
-    test_nemo_rl_config as rl,  # NeMo-RL's loader rule and the source-reading rules, shared with the RL steps
-)
+from tests.engines import nemo_rl_rules as rules
+from tests.engines import nemo_rl_v070 as rl_tag
 from tests.engines.mirrors import git_files
 
 from nemotron.catalog import Catalog
@@ -62,7 +61,7 @@ def loaded(run: NemoRLRun) -> dict[str, Any]:
     """The run's config as NeMo-RL's loader merges it over the base keys we encoded."""
     parent = run.config["defaults"]
     assert parent == f"/opt/nemo-rl/{tag.BASE}"
-    merged: dict[str, Any] = rl.load_config(run.config, {parent: unflatten(tag.BASE_KEYS)})
+    merged: dict[str, Any] = rules.load_config(run.config, {parent: unflatten(tag.BASE_KEYS)})
     return merged
 
 
@@ -319,15 +318,15 @@ def test_samples_that_are_not_the_jobs_prompts_register_nothing(
 
 
 def test_data_matches_the_tag() -> None:
-    if not rl.tag.MIRROR.exists():
+    if not rl_tag.MIRROR.exists():
         pytest.skip("no NeMo-RL mirror on this machine; the data-encoded tests above still ran")
-    files = git_files(rl.tag.MIRROR, rl.tag.TAG)
+    files = git_files(rl_tag.MIRROR, rl_tag.TAG)
     assert {tag.ENTRY, tag.BASE} <= files
-    base = dict(flatten(yaml.safe_load(rl._show(tag.BASE))))
+    base = dict(flatten(yaml.safe_load(rules.show(tag.BASE))))
     assert {k: base.get(k, "<absent>") for k in tag.BASE_KEYS} == tag.BASE_KEYS
     for cls, (path, fields) in tag.TYPED.items():
         (node,) = [
-            n for n in ast.walk(ast.parse(rl._show(path))) if isinstance(n, ast.ClassDef) and n.name == cls
+            n for n in ast.walk(ast.parse(rules.show(path))) if isinstance(n, ast.ClassDef) and n.name == cls
         ]
         real = {n.target.id: ast.unparse(n.annotation) for n in node.body
                 if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}  # fmt: skip
@@ -336,14 +335,14 @@ def test_data_matches_the_tag() -> None:
     wrong = []
     for dotted, path, line in tag.READS:
         if path not in sources:
-            sources[path] = ast.parse(rl._show(path))
-        chains = rl.keys_read_on(sources[path], line)
-        if not any(rl.reads(chain, dotted) for chain in chains):
+            sources[path] = ast.parse(rules.show(path))
+        chains = rules.keys_read_on(sources[path], line)
+        if not any(rules.reads(chain, dotted) for chain in chains):
             wrong.append((dotted, f"{path}:{line} reads {chains}"))
     assert wrong == []
     # run_eval validates its config as a pydantic model that keeps unknown keys (so they must be read to act)
-    assert 'class MasterConfig(BaseModel, extra="allow")' in rl._show("nemo_rl/evals/eval.py")
-    assert "config = MasterConfig(**config)" in rl._show(tag.ENTRY)
+    assert 'class MasterConfig(BaseModel, extra="allow")' in rules.show("nemo_rl/evals/eval.py")
+    assert "config = MasterConfig(**config)" in rules.show(tag.ENTRY)
 
 
 def test_every_schema_key_is_in_the_mapping_table() -> None:

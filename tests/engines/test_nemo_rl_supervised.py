@@ -18,7 +18,7 @@ import yaml
 from tests.engines import nemo_rl_data_v070 as data_tag
 from tests.engines import nemo_rl_v070 as tag
 from tests.engines.mirrors import git_show
-from tests.engines.test_nemo_rl_config import has, load_config
+from tests.engines.nemo_rl_rules import has, load_config
 
 from nemotron.catalog import Catalog
 from nemotron.config.configtree import flatten, get_dotted, unflatten

@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 from tests.engines import nemo_aligner_v070 as al_tag
+from tests.engines import nemo_rl_rules as rules
 from tests.engines import nemo_rl_v070 as rl_tag
-from tests.engines import (
-    test_nemo_rl_config as rl,  # its step configs and its re-implementation of NeMo-RL's loader
-)
+from tests.engines import test_nemo_rl_config as rl  # its step configs
 from tests.engines.mirrors import git_show
 
 from nemotron.engines.nemo_aligner.config import compile_aligner
@@ -87,7 +86,7 @@ def test_nemo_rl_gets_only_logger_keys_its_typeddicts_declare(step_id: str) -> N
 def test_nemo_rl_logger_keys_match_the_tag() -> None:
     if not rl_tag.MIRROR.exists():
         pytest.skip("no NeMo-RL mirror on this machine; the data-encoded test above still ran")
-    module = ast.parse(rl._show("nemo_rl/utils/logger.py"))
+    module = ast.parse(rules.show("nemo_rl/utils/logger.py"))
     typed = {
         node.name: node
         for node in module.body
