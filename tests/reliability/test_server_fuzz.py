@@ -4,8 +4,8 @@ Every example travels over a real socket. Requests start valid and then take up 
 `Inference-Header-Content-Length`, a wrong dtype or shape, NaN, negative lengths, non-UTF-8 BYTES, a body over
 the limit, mangled JSON, ...). An unmutated request must get exactly the right rewards; after every example the
 server must still answer a probe correctly. The server runs twice: with a cheap deterministic scorer (many
-examples) and with a tiny real GPT-2 reward model built from a config. The last block checks the bearer token
-on every endpoint.
+examples) and with a tiny real GPT-2 reward model built from a config. The bearer token has its own
+tests (test_server_token.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import socket
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -24,11 +23,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.reliability.raw_http import exchange, http_request, parse_responses
 
 from nemotron.models.tiny import tiny_model
 from nemotron.models.tokenizer import word_tokenizer
 from nemotron.reward.batcher import BatchingConfig
-from nemotron.reward.chat_server import ChatRequest, Completion, serve_chat
 from nemotron.reward.client import RewardClient
 from nemotron.reward.scorer import Scorer, scorer_from_reward_model
 from nemotron.reward.server import serve
@@ -98,60 +97,6 @@ def target(request: pytest.FixtureRequest, report: Callable[[str], None]) -> Ite
         f"reward-server fuzz ({target.name}): "
         + ", ".join(f"{k}: {v}" for k, v in sorted(target.tally.items())),
     )
-
-
-# --- sending raw bytes and reading every response back ---------------------------------------------------
-
-
-def exchange(handle: ServerHandle, raw: bytes) -> bytes:
-    """Send `raw`, half-close, and read until the server closes; b"" also when it reset the connection."""
-    chunks = []
-    with socket.create_connection((handle.host, handle.port), timeout=10) as conn:
-        try:
-            conn.sendall(raw)
-            conn.shutdown(socket.SHUT_WR)  # EOF: the server never waits for bytes that will not come
-        except OSError:
-            pass  # it answered (413, 401) and closed before reading everything
-        try:
-            while chunk := conn.recv(65536):
-                chunks.append(chunk)
-        except ConnectionResetError:
-            pass
-    return b"".join(chunks)
-
-
-def parse_responses(data: bytes, to_head: bool = False) -> list[tuple[int, dict[str, str], bytes]]:
-    """Every HTTP/1.1 response in `data` (a lying Content-Length can make the server see two requests).
-
-    The answer to a HEAD request (`to_head`) has a Content-Length but no body.
-    """
-    responses: list[tuple[int, dict[str, str], bytes]] = []
-    while data:
-        if not data.startswith(b"HTTP/"):
-            # A request line without a valid version is taken as HTTP/0.9, whose answer is a bare body:
-            # http.server's 400, after which it closes the connection.
-            assert "error" in json.loads(data), data[:200]
-            return [*responses, (400, {}, data)]
-        head, sep, rest = data.partition(b"\r\n\r\n")
-        assert sep, f"truncated response head: {data[:200]!r}"
-        lines = head.decode("latin-1").split("\r\n")
-        version, status, _ = (lines[0] + " ").split(" ", 2)
-        assert version == "HTTP/1.1" and status.isdigit(), f"bad status line {lines[0]!r}"
-        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-        length = 0 if to_head else int(headers.get("content-length", "0"))
-        assert len(rest) >= length, f"body shorter than its Content-Length: {rest!r}"
-        responses.append((int(status), headers, rest[:length]))
-        data = rest[length:]
-    return responses
-
-
-def http_request(
-    method: str, path: str, body: bytes, headers: dict[str, str], content_length: str | None = None
-) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1"]
-    lines.append(f"Content-Length: {len(body) if content_length is None else content_length}")
-    lines += [f"{k}: {v}" for k, v in headers.items()]
-    return "\r\n".join(lines).encode("latin-1", "replace") + b"\r\n\r\n" + body
 
 
 def rewards_of(headers: dict[str, str], body: bytes) -> list[float]:
@@ -506,78 +451,3 @@ def test_sharp_cases_are_4xx(
 def test_a_target_urlsplit_refuses_is_400_not_a_dropped_connection(target: Target) -> None:
     answer = parse_responses(exchange(target.handle, b"GET http://[::1/score HTTP/1.1\r\n\r\n"))
     assert [status for status, _, _ in answer] == [400]
-
-
-# --- the bearer token --------------------------------------------------------------------------------------
-
-TOKEN = "fuzz-token-123"
-# "METHOD path" per server; the unknown paths and wrong methods say only 401 too, so a stranger can neither map
-# the server nor learn its model's name.
-PUBLIC = {
-    "reward": "GET /v2/health/live|GET /v2/health/ready|GET /health",
-    "chat": "GET /health|GET /v2/health/ready|GET /v2/health/live",
-}
-PRIVATE = {
-    "reward": f"GET /v2|GET /metrics|POST /score|GET /v2/models/reward_model|GET /v2/models/reward_model/config|"
-    f"POST {INFER}|POST /v2/models/reward_model/versions/1/infer|GET /v2/models/reward_model/versions/1|"
-    f"GET /nowhere|POST /v2/models/other/infer|PUT /score|GET {INFER}|"
-    # A model's readiness needs the token too: else 200 for the right name and 401 for a guess tell them apart.
-    "GET /v2/models/reward_model/ready|GET /v2/models/reward_model/versions/1/ready|GET /v2/models/guess/ready",
-    "chat": "POST /v1/chat/completions|GET /v1/models|GET /metrics|GET /nowhere",
-}
-ENDPOINTS = [
-    (server, *line.split(" "), public)
-    for public, table in ((True, PUBLIC), (False, PRIVATE))
-    for server, lines in table.items()
-    for line in lines.split("|")
-]
-
-
-class EchoChat:
-    def complete(self, request: ChatRequest) -> Completion:
-        return Completion("ok", "stop", 1, 1)
-
-
-@pytest.fixture(scope="module")
-def token_servers() -> Iterator[dict[str, ServerHandle]]:
-    with (
-        serve(cheap_scorer(), HTTPSettings(token=TOKEN)) as reward,
-        serve_chat(EchoChat(), HTTPSettings(token=TOKEN)) as chat,
-    ):
-        yield {"reward": reward, "chat": chat}
-
-
-def _status(handle: ServerHandle, method: str, path: str, authorization: str | None) -> int:
-    headers = {"Authorization": authorization} if authorization is not None else {}
-    body = b'{"sentences": ["good"]}' if method in ("POST", "PUT") else b""
-    responses = parse_responses(exchange(handle, http_request(method, path, body, headers)))
-    assert len(responses) == 1
-    return responses[0][0]
-
-
-@pytest.mark.parametrize(("server", "method", "path", "public"), ENDPOINTS)
-def test_every_endpoint_but_health_needs_the_token(
-    token_servers: dict[str, ServerHandle], server: str, method: str, path: str, public: bool
-) -> None:
-    handle = token_servers[server]
-    for authorization in (None, "", "Bearer", "Bearer wrong", f"Basic {TOKEN}", TOKEN, f"Bearer {TOKEN}x"):
-        status = _status(handle, method, path, authorization)
-        assert status == 200 if public else status == 401, authorization
-    assert _status(handle, method, path, f"Bearer {TOKEN}") != 401
-
-
-def test_any_other_authorization_is_401(token_servers: dict[str, ServerHandle]) -> None:
-    @settings(max_examples=150, deadline=None, database=None)
-    @given(
-        authorization=st.text(st.characters(min_codepoint=32, max_codepoint=255), max_size=40)
-        | st.sampled_from([TOKEN.upper(), TOKEN[:-1], TOKEN + "\x00", TOKEN + "-"]).map(
-            lambda t: "Bearer " + t
-        )
-    )
-    def prop(authorization: str) -> None:
-        # A NUL is no valid header value (RFC 9110 5.5): 400 from the parser, before auth is asked.
-        assert _status(token_servers["reward"], "POST", INFER, authorization) == (
-            400 if "\x00" in authorization else 401
-        )
-
-    prop()
