@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from nemotron.catalog import Catalog, InvalidManifest, Manifest, validate
-from nemotron.compile import _model_at, compose_config
+from nemotron.compile import compose_config
 from nemotron.config.configtree import get_dotted
+from nemotron.config.fields import model_at
 from nemotron.core.paths import bundled_root
 
 CATALOG = Catalog([bundled_root()])
@@ -69,7 +70,7 @@ def test_parameters_exist_in_schema_with_matching_defaults(step_id: str) -> None
     defaults = schema().model_dump(mode="json")
     for p in step.manifest.parameters:
         *parent, leaf = p.key.split(".")
-        owner = _model_at(schema, parent)
+        owner = model_at(schema, parent)
         assert owner is not None and leaf in owner.model_fields, (
             f"{step_id}: parameter {p.key} not in the schema"
         )
@@ -87,7 +88,7 @@ def test_consumes_and_produces_keys_exist_in_schema(step_id: str) -> None:
         p.config_key for p in step.manifest.produces
     ]:
         *parent, leaf = key.split(".")
-        owner = _model_at(schema, parent)
+        owner = model_at(schema, parent)
         assert owner is not None and leaf in owner.model_fields, f"{step_id}: {key} not in the schema"
 
 
@@ -99,7 +100,7 @@ def test_text_when_names_settings_the_schema_has(step_id: str) -> None:
     for c in step.manifest.consumes:
         for key, value in c.text_when.items():
             *parent, leaf = key.split(".")
-            owner = _model_at(schema, parent)
+            owner = model_at(schema, parent)
             assert owner is not None and leaf in owner.model_fields, (
                 f"{step_id}: text_when {key} not in the schema"
             )

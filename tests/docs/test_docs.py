@@ -10,6 +10,7 @@ import pytest
 
 from nemotron.catalog import Catalog
 from nemotron.compile import compose_config
+from nemotron.config.fields import schema_fields
 from nemotron.core.paths import bundled_root
 from nemotron.docs.blocks import parse_blocks
 from nemotron.docs.generate import (
@@ -19,7 +20,6 @@ from nemotron.docs.generate import (
     config_reference_path,
     engine_mapping,
     reference_path,
-    schema_fields,
     step_reference,
     troubleshooting_path,
     with_known_errors,

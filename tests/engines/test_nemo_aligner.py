@@ -310,7 +310,7 @@ def _tables() -> dict[str, dict[str, str]]:
 
 @pytest.mark.parametrize("step", STEPS)
 def test_the_docs_table_names_every_schema_key(step: str) -> None:
-    from nemotron.docs.generate import schema_fields
+    from nemotron.config.fields import schema_fields
 
     tables = _tables()
     keys = {f.key for f in schema_fields(Catalog().get(step).config_schema())}

@@ -11,7 +11,6 @@ import hashlib
 import json
 import secrets
 import time
-import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -296,22 +295,6 @@ def parse_dotlist(items: list[str]) -> dict[str, Any]:
     return {str(k): v for k, v in tree.items()}
 
 
-def _model_at(schema: type[BaseModel], path: list[str]) -> type[BaseModel] | None:
-    """The nested pydantic model that owns `path` (so its fields can be suggested), if any."""
-    model: type[BaseModel] | None = schema
-    for part in path:
-        if model is None or part not in model.model_fields:
-            return None
-        ann = model.model_fields[part].annotation
-        candidates = (
-            typing.get_args(ann)
-            if isinstance(ann, types.UnionType) or typing.get_origin(ann) is typing.Union
-            else (ann,)
-        )
-        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-    return model
-
-
 def validate_config(
     step_id: str, schema: type[BaseModel], tree: dict[str, Any], sources: dict[str, str]
 ) -> BaseModel:
@@ -325,9 +308,11 @@ def validate_config(
             src = sources.get(key)
             origin = f" [from {src}]" if src else ""
             if err["type"] == "extra_forbidden":
-                owner = _model_at(schema, loc[:-1])
-                hint = did_you_mean(loc[-1], owner.model_fields if owner else [])
-                hint = hint.replace("'", "'" + ".".join(loc[:-1]) + ".", 1) if hint and len(loc) > 1 else hint
+                from nemotron.config.fields import (
+                    unknown_key_hint,  # reads the schema's source: refusals only
+                )
+
+                hint = unknown_key_hint(schema, loc, err["input"])
                 shown = (
                     MASK if is_secret_name(loc[-1]) else cut(repr(err["input"]))
                 )  # a token typed where none belongs

@@ -7,31 +7,25 @@ Regenerate with `python -m nemotron.docs.generate`; a test fails when a committe
 
 from __future__ import annotations
 
-import ast
-import functools
-import inspect
-import itertools
 import json
 import os
 import platform
 import re
 import sys
-import textwrap
 import time
 import types
 import typing
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import annotated_types
-from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from nemotron.catalog import Catalog, Step
 from nemotron.catalog.query import engines_of
 from nemotron.config.configtree import flatten
+from nemotron.config.fields import schema_fields
 from nemotron.config.targets import NEMO_ALIGNER_VERSION, NEMO_RL_VERSION
 from nemotron.core.paths import bundled_root
 
@@ -183,61 +177,6 @@ NEMO_ALIGNER_DOC = "nemo-aligner.md"
 # probe: a pattern that would appear in the step's step.py once the key is read, so a test catches a stale entry.
 # They are defects to fix in the engine, listed here so the reference does not claim they act.
 BUILTIN_UNREAD: dict[str, dict[str, tuple[str, str]]] = {}
-
-
-@dataclass(frozen=True)
-class SchemaField:
-    """One key of a step's config: a group (a nested model) or a leaf."""
-
-    key: str
-    info: FieldInfo
-    group: type[BaseModel] | None
-    doc: str  # the docstring under the field's declaration, "" when it has none
-
-    @property
-    def description(self) -> str:
-        """The field's description (its docstring, or a `Field(description=...)`), or for a group without one
-        its class docstring."""
-        text = self.doc or self.info.description or (self.group.__doc__ if self.group else None)
-        return " ".join(text.split()) if text else ""
-
-
-def _group_of(annotation: Any) -> type[BaseModel] | None:
-    for a in (annotation, *typing.get_args(annotation)):
-        if isinstance(a, type) and issubclass(a, BaseModel):
-            return a
-    return None
-
-
-@functools.cache
-def _attribute_docs(cls: type) -> dict[str, str]:
-    """The docstrings under the fields `cls` itself declares (a string statement right after `name: T = ...`),
-    read from its source."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return {}
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    return {
-        field.target.id: doc.value.value
-        for field, doc in itertools.pairwise(body)
-        if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
-        and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)
-    }  # fmt: skip
-
-
-def _field_doc(model: type[BaseModel], name: str) -> str:
-    own = [c for c in model.__mro__ if issubclass(c, BaseModel) and c is not BaseModel]
-    return next((d[name] for c in own if name in (d := _attribute_docs(c))), "")
-
-
-def schema_fields(model: type[BaseModel], prefix: str = "") -> Iterator[SchemaField]:
-    """Every field of `model`, groups before their keys, depth first, in declaration order."""
-    for name, info in model.model_fields.items():
-        group = _group_of(info.annotation)
-        yield SchemaField(prefix + name, info, group, _field_doc(model, name))
-        if group is not None:
-            yield from schema_fields(group, f"{prefix}{name}.")
 
 
 def _type_name(annotation: Any) -> str:

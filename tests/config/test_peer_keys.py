@@ -1,0 +1,134 @@
+"""A peer's name for one of our keys, as its description states it, answers an unknown key: read from a schema made
+here (what is taken and what is not), on every shipped schema, and through the CLI (exit 2, nothing written)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import Field
+
+from nemotron.catalog import Catalog
+from nemotron.config.fields import PeerKey, peer_hint, peer_keys, unknown_key_hint
+from nemotron.config.strict import Strict
+
+
+class Loss(Strict):
+    beta: float = 0.1
+    """the KL strength (TRL: beta)"""
+    kl_penalty: float = 0.05
+    """the penalty in the reward (NeMo-Aligner: initial_policy_kl_penalty; TRL RLOO: kl_coef)"""
+    adam_beta1: float = 0.9
+    """the first moment's decay (NeMo-Aligner: optim.betas[0])"""
+    min_lr_ratio: float = 1.0
+    """the floor of the schedule (NeMo-Aligner: optim.sched.min_lr / lr)"""
+    max_steps: int = 10
+    """the number of steps (NeMo-Aligner: trainer.{reinforce,ppo}.max_steps)"""
+
+
+class Trainer(Strict):
+    global_batch_size: int = Field(8, ge=1)
+    """rows per step (NeMo-RL: policy.train_global_batch_size)"""
+    clip: float = 1.0
+    """gradient norm clip (NeMo-Aligner: gradient_clip_val)"""
+    steps: int = 3
+    """steps to run (NeMo-RL and NeMo-Aligner: trainer.steps)"""
+
+
+class Critic(Strict):
+    clip: float = 1.0
+    """the critic's gradient norm clip (NeMo-Aligner: gradient_clip_val)"""
+
+
+class Config(Strict):
+    loss: Loss = Field(default_factory=Loss)
+    trainer: Trainer = Field(default_factory=Trainer)
+    critic: Critic = Field(default_factory=Critic)
+
+
+def test_peer_names_are_read_from_the_descriptions_and_formulas_are_not() -> None:
+    assert (
+        peer_keys(Config)
+        == [
+            PeerKey("NeMo-Aligner", "initial_policy_kl_penalty", "loss.kl_penalty"),
+            PeerKey("TRL RLOO", "kl_coef", "loss.kl_penalty"),
+            PeerKey("NeMo-RL", "policy.train_global_batch_size", "trainer.global_batch_size"),
+            PeerKey("NeMo-Aligner", "gradient_clip_val", "trainer.clip"),
+            PeerKey("NeMo-Aligner", "gradient_clip_val", "critic.clip"),
+        ]
+    )  # beta and trainer.steps are our own names; optim.betas[0], min_lr / lr and {reinforce,ppo} are not keys
+
+
+@pytest.mark.parametrize(
+    ("unknown", "hint"),
+    [
+        ("loss.initial_policy_kl_penalty", " (NeMo-Aligner's initial_policy_kl_penalty is loss.kl_penalty here)"),
+        ("initial_policy_kl_penalty", " (NeMo-Aligner's initial_policy_kl_penalty is loss.kl_penalty here)"),
+        ("policy.train_global_batch_size", " (NeMo-RL's policy.train_global_batch_size is trainer.global_batch_size here)"),
+        ("x.policy.train_global_batch_size", " (NeMo-RL's policy.train_global_batch_size is trainer.global_batch_size here)"),
+        # a dotted peer name matches whole parts only, and a bare one the last part only
+        ("train_global_batch_size", ""),
+        ("policy.train_global_batch_size.x", ""),
+        ("loss.kl_coeff", ""),
+        # several keys carry the name: the one in the unknown key's own group, else all of them
+        ("critic.gradient_clip_val", " (NeMo-Aligner's gradient_clip_val is critic.clip here)"),
+        ("gradient_clip_val", " (NeMo-Aligner's gradient_clip_val is trainer.clip here; "
+                              "NeMo-Aligner's gradient_clip_val is critic.clip here)"),
+    ],
+)  # fmt: skip
+def test_an_unknown_key_is_matched_to_the_peer_name_it_ends_with(unknown: str, hint: str) -> None:
+    assert peer_hint(Config, unknown) == hint
+
+
+@pytest.mark.parametrize(
+    ("loc", "value", "hint"),
+    [
+        (["loss", "bta"], 0.2, " (did you mean 'loss.beta'?)"),
+        (["loss", "initial_policy_kl_penalty"], 0.2, " (NeMo-Aligner's initial_policy_kl_penalty is loss.kl_penalty here)"),
+        # an unknown group comes as one error with the group as its value: each key typed under it is looked up
+        (["policy"], {"train_global_batch_size": 4}, " (NeMo-RL's policy.train_global_batch_size is trainer.global_batch_size here)"),
+        (["policy"], {"nothing": 4}, ""),
+    ],
+)  # fmt: skip
+def test_a_peer_name_comes_before_the_close_names(loc: list[str], value: Any, hint: str) -> None:
+    assert unknown_key_hint(Config, loc, value) == hint
+
+
+def test_every_peer_name_of_the_shipped_schemas_finds_its_key() -> None:
+    """The descriptions of the shipped steps state peers' names in one form: each name found there, typed as an
+    unknown key, is answered with the key that states it."""
+    catalog = Catalog()
+    found = 0
+    for step_id in catalog.steps:
+        schema = catalog.get(step_id).config_schema()
+        for peer in peer_keys(schema):
+            assert f"{peer.peer}'s {peer.name} is {peer.key} here" in peer_hint(schema, peer.name), (
+                step_id,
+                peer,
+            )
+            found += 1
+    assert found >= 40  # the RL steps and DPO name NeMo-RL's, NeMo-Aligner's and TRL's keys
+
+
+def test_a_trl_users_keys_are_answered_through_the_cli(run_cli: Any, home: Path) -> None:
+    r = run_cli(*"steps run rl/ppo -c tiny ppo.gamma=0.9 ppo.lam=0.9 ppo.cliprange=0.1 --dry-run".split())
+    assert r.code == 2, r.err
+    assert r.err.splitlines() == [
+        "error: invalid config for step 'rl/ppo':",
+        "  - ppo.gamma: unknown key (value 0.9) [from cli] (TRL's gamma is ppo.discount_factor here)",
+        "  - ppo.lam: unknown key (value 0.9) [from cli] (TRL's lam is ppo.gae_lambda here)",
+        "  - ppo.cliprange: unknown key (value 0.1) [from cli] (TRL's cliprange is ppo.ratio_eps here)",
+    ]
+    assert not (home / "jobs").exists()
+
+
+def test_a_nemo_rl_users_group_is_answered_through_the_cli(run_cli: Any, home: Path) -> None:
+    r = run_cli("steps", "run", "rl/dpo", "-c", "tiny", "policy.train_global_batch_size=64", "dpo.beta=0.1")
+    assert r.code == 2, r.err
+    assert "(NeMo-RL's policy.train_global_batch_size is trainer.global_batch_size here)" in r.err
+    assert (
+        "dpo.beta: unknown key (value 0.1) [from cli] (TRL's beta is dpo.reference_policy_kl_penalty here)"
+        in r.err
+    )
+    assert "Traceback" not in r.err and not (home / "jobs").exists()
