@@ -116,9 +116,9 @@ def test_a_trl_users_keys_are_answered_through_the_cli(run_cli: Any, home: Path)
     assert r.code == 2, r.err
     assert r.err.splitlines() == [
         "error: invalid config for step 'rl/ppo':",
-        "  - ppo.gamma: unknown key (value 0.9) [from cli] (TRL's gamma is ppo.discount_factor here)",
-        "  - ppo.lam: unknown key (value 0.9) [from cli] (TRL's lam is ppo.gae_lambda here)",
-        "  - ppo.cliprange: unknown key (value 0.1) [from cli] (TRL's cliprange is ppo.ratio_eps here)",
+        "  - ppo.gamma: unknown key (value 0.9) [from cli] (TRL PPO's gamma is ppo.discount_factor here)",
+        "  - ppo.lam: unknown key (value 0.9) [from cli] (TRL PPO's lam is ppo.gae_lambda here)",
+        "  - ppo.cliprange: unknown key (value 0.1) [from cli] (TRL PPO's cliprange is ppo.ratio_eps here)",
     ]
     assert not (home / "jobs").exists()
 
@@ -132,3 +132,75 @@ def test_a_nemo_rl_users_group_is_answered_through_the_cli(run_cli: Any, home: P
         in r.err
     )
     assert "Traceback" not in r.err and not (home / "jobs").exists()
+
+
+# The TRL trainer each shipped step compares with (bench/ runs the installed TRL's), by its config class; rl/ppo's
+# "TRL PPO" names are those of TRL's PPOConfig, read from TRL's source at the last tag here that has it.
+TRL_CONFIGS = {
+    "rl/rlhf": ("GRPO", "GRPOConfig"),
+    "rl/reinforce": ("RLOO", "RLOOConfig"),
+    "rl/dpo": ("DPO", "DPOConfig"),
+    "sft": ("SFT", "SFTConfig"),
+    "rm/train": ("Reward", "RewardConfig"),
+}
+TRL_MIRROR = Path("/work/.mirror/huggingface+trl/repo")
+TRL_PPO = ("v1.9.0", "trl/experimental/ppo/ppo_config.py")
+
+
+def _trl_names(catalog: Catalog, step_id: str) -> dict[str, set[str]]:
+    """The TRL names the step's key descriptions state, by the label they carry ("TRL", "TRL GRPO", ...)."""
+    names: dict[str, set[str]] = {}
+    for peer in peer_keys(catalog.get(step_id).config_schema()):
+        if peer.peer.startswith("TRL"):
+            names.setdefault(peer.peer, set()).add(peer.name)
+    return names
+
+
+def test_trl_names_are_fields_of_the_installed_trls_configs() -> None:
+    """Every TRL name a key's description states is a field of the config of the TRL trainer the step compares
+    with, in the TRL the lock installs, and an algorithm's label is the step's own."""
+    import dataclasses
+
+    import trl
+    from transformers import TrainingArguments
+
+    catalog = Catalog()
+    shared = {f.name for f in dataclasses.fields(TrainingArguments)}  # what every TRL config extends
+    checked = 0
+    for step_id in catalog.steps:
+        names = _trl_names(catalog, step_id)
+        if step_id == "rl/ppo":
+            assert set(names) == {"TRL", "TRL PPO"}, names
+            assert names["TRL"] <= shared
+            continue
+        if step_id not in TRL_CONFIGS:
+            assert names == {}, (step_id, names)
+            continue
+        algorithm, config = TRL_CONFIGS[step_id]
+        fields = {f.name for f in dataclasses.fields(getattr(trl, config))}
+        assert set(names) <= {"TRL", f"TRL {algorithm}"}, (step_id, names)
+        for label, stated in names.items():
+            assert stated <= fields, (step_id, label, sorted(stated - fields), trl.__version__)
+            checked += len(stated)
+    assert checked >= 15
+
+
+def test_trl_ppo_names_are_fields_of_trls_last_ppo_config() -> None:
+    import ast
+    import subprocess
+
+    if not TRL_MIRROR.exists():
+        pytest.skip("no TRL mirror on this machine; TRL 1.16, which the lock installs, has no PPO")
+    tag, path = TRL_PPO
+    source = subprocess.run(
+        ["git", "-C", str(TRL_MIRROR), "show", f"{tag}:{path}"], capture_output=True, text=True, check=True
+    ).stdout
+    (config,) = [
+        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == "PPOConfig"
+    ]
+    fields = {
+        n.target.id for n in config.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    stated = _trl_names(Catalog(), "rl/ppo")["TRL PPO"]
+    assert stated == {"gamma", "lam", "cliprange", "kl_coef", "cliprange_value"}
+    assert stated <= fields, sorted(stated - fields)

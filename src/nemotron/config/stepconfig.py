@@ -103,7 +103,7 @@ class Optim(Strict):
     """AdamW and its learning-rate schedule (NeMo-Aligner: model.optim; NeMo-RL: policy.optimizer)."""
 
     lr: float = Field(1e-5, gt=0)
-    """peak learning rate, reached after warmup_steps (NeMo-Aligner: optim.lr)"""
+    """peak learning rate, reached after warmup_steps (NeMo-Aligner: optim.lr; TRL: learning_rate)"""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW decoupled weight decay (NeMo-Aligner: optim.weight_decay)"""
     adam_beta1: float = 0.9
@@ -125,7 +125,7 @@ class Checkpointing(Strict):
 
     save_interval: int = Field(0, ge=0)
     """save a resume checkpoint every N steps (0 = none: a crash starts over, and only Slurm's time-limit warning
-    saves one); the trained model is written as the step's output at the end either way"""
+    saves one); the trained model is written as the step's output at the end either way (TRL: save_steps)"""
     resume: bool | Literal["auto"] = "auto"
     """auto: the same command after a crash continues where it stopped (an earlier job of this step that did not
     succeed, made from the same config and inputs, left a checkpoint: the run resumes it and says so in one line);

@@ -56,7 +56,7 @@ class DPO(Strict):
     sft_loss_weight * NLL(chosen)."""
 
     max_num_steps: int = Field(150, ge=1)
-    """optimizer steps (NeMo-RL: dpo.max_num_steps; NeMo-Aligner: trainer.dpo.max_steps)"""
+    """optimizer steps (NeMo-RL: dpo.max_num_steps; NeMo-Aligner: trainer.dpo.max_steps; TRL: max_steps)"""
     val_period: int = Field(25, ge=0)
     """validate every N steps (0 = not during training; NeMo-RL: dpo.val_period)"""
     val_batches: int = Field(8, ge=0)

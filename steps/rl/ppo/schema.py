@@ -25,16 +25,17 @@ class Outputs(Strict):
 
 
 class PPO(Strict):
-    """PPO with GAE over per-token rewards (NeMo-Aligner: trainer.ppo.* and model.ppo.*)."""
+    """PPO with GAE over per-token rewards (NeMo-Aligner: trainer.ppo.* and model.ppo.*; "TRL PPO" names the
+    keys of TRL's PPOConfig, in trl.experimental.ppo at TRL 1.9 and since removed)."""
 
     num_rollouts_per_prompt: int = Field(1, ge=1)
     """responses sampled per prompt (NeMo-RL: ppo.num_generations_per_prompt)"""
     discount_factor: float = Field(1.0, ge=0, le=1)
-    """GAE gamma (NeMo-Aligner: trainer.ppo.discount_factor; TRL: gamma)"""
+    """GAE gamma (NeMo-Aligner: trainer.ppo.discount_factor; TRL PPO: gamma)"""
     gae_lambda: float = Field(0.95, ge=0, le=1)
-    """GAE lambda: 1 = Monte-Carlo returns, 0 = one-step TD (NeMo-Aligner: gae_lambda; TRL: lam)"""
+    """GAE lambda: 1 = Monte-Carlo returns, 0 = one-step TD (NeMo-Aligner: gae_lambda; TRL PPO: lam)"""
     ratio_eps: float = Field(0.2, gt=0)
-    """clip the probability ratio to [1-eps, 1+eps] (NeMo-Aligner: model.ppo.ratio_eps; TRL: cliprange)"""
+    """clip the probability ratio to [1-eps, 1+eps] (NeMo-Aligner: model.ppo.ratio_eps; TRL PPO: cliprange)"""
     dual_clip: float | None = Field(None, gt=1)
     """dual-clip constant c: for negative advantages the per-token loss is capped at c*|A| (off when null;
     NeMo-RL: loss_fn.ratio_clip_c)"""
@@ -43,7 +44,7 @@ class PPO(Strict):
     """
     initial_policy_kl_penalty: float = Field(0.02, ge=0)
     """beta of the per-token KL penalty to the initial policy, subtracted from each token's reward
-    (NeMo-Aligner: initial_policy_kl_penalty; TRL: kl_coef)"""
+    (NeMo-Aligner: initial_policy_kl_penalty; TRL PPO: kl_coef)"""
     kl_estimator: KLEstimator = kl_estimator_field("k1", "NeMo-Aligner's use_absolute_kl: true is abs")
     ppo_epochs: int = Field(1, ge=1)
     """optimisation passes over each rollout batch, one optimizer step each"""
@@ -61,7 +62,7 @@ class Critic(Strict):
 
     loss_clip_val: float = Field(0.2, gt=0)
     """clip the new value to old value +- this in the value loss (NeMo-Aligner critic: model.loss_clip_val;
-    TRL: cliprange_value)"""
+    TRL PPO: cliprange_value)"""
     optim: Optim = Optim(lr=5e-5)
     """the critic's optimizer"""
 

@@ -28,13 +28,14 @@ class Reinforce(ImportanceSampling):
 
     initial_policy_kl_penalty: float = Field(0.01, ge=0)
     """beta: reward -= beta * KL(policy || initial policy) (NeMo-Aligner: initial_policy_kl_penalty; TRL RLOO:
-    kl_coef)"""
+    beta)"""
     kl_estimator: KLEstimator = kl_estimator_field("k1", "NeMo-Aligner's use_absolute_kl: true is abs")
     kl_in: Literal["reward_sequence_mean", "reward_per_token"] = "reward_sequence_mean"
     """reward_sequence_mean: subtract beta times the mean token KL of the response (NeMo-Aligner);
     reward_per_token: subtract beta times the sum of the token KLs"""
     num_rollouts_per_prompt: int = Field(4, ge=2)
-    """responses per prompt (RLOO needs >= 2; NeMo-Aligner: num_rollouts_per_prompt; TRL: rloo_k)"""
+    """responses per prompt (RLOO needs >= 2; NeMo-Aligner: num_rollouts_per_prompt; TRL RLOO:
+    num_generations)"""
     reinforce_epochs: int = Field(1, ge=1)
     """optimisation passes over each rollout batch, one optimizer step each"""
     loss_level: Literal["token", "sequence"] = "token"

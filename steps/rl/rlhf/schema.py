@@ -29,10 +29,10 @@ class GRPO(Strict):
     num_prompts_per_step: int = Field(32, ge=1)
     """prompts per step over all ranks (NeMo-RL: grpo.num_prompts_per_step)"""
     num_generations_per_prompt: int = Field(8, ge=2)
-    """the GRPO group size: responses per prompt (NeMo-RL: grpo.num_generations_per_prompt; TRL:
+    """the GRPO group size: responses per prompt (NeMo-RL: grpo.num_generations_per_prompt; TRL GRPO:
     num_generations)"""
     max_num_steps: int = Field(1000, ge=1)
-    """rollout + update steps (NeMo-RL: grpo.max_num_steps)"""
+    """rollout + update steps (NeMo-RL: grpo.max_num_steps; TRL GRPO: max_steps)"""
     use_leave_one_out_baseline: bool = True
     """baseline each response with the mean of the other responses of its group instead of the whole group's
     mean"""
@@ -57,9 +57,10 @@ class LossFn(ImportanceSampling):
         "k3", "NeMo-RL: loss_fn.reference_policy_kl_type, k1/k2/k3 only"
     )
     ratio_clip_min: float = Field(0.2, gt=0)
-    """clip the probability ratio from below at 1 - this"""
+    """clip the probability ratio from below at 1 - this (TRL GRPO: epsilon)"""
     ratio_clip_max: float = Field(0.2, gt=0)
-    """clip the probability ratio from above at 1 + this (a larger value is DAPO's clip-higher)"""
+    """clip the probability ratio from above at 1 + this (a larger value is DAPO's clip-higher; TRL GRPO:
+    epsilon_high)"""
     ratio_clip_c: float | None = Field(None, gt=1)
     """dual-clip constant c: for negative advantages the per-token loss is capped at c*|A| (off when null)"""
     token_level_loss: bool = True
