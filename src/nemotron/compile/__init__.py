@@ -308,9 +308,8 @@ def validate_config(
             src = sources.get(key)
             origin = f" [from {src}]" if src else ""
             if err["type"] == "extra_forbidden":
-                from nemotron.config.fields import (
-                    unknown_key_hint,  # reads the schema's source: refusals only
-                )
+                # here, not at the top: it reads the schema's source, which only a refusal needs
+                from nemotron.config.fields import unknown_key_hint
 
                 hint = unknown_key_hint(schema, loc, err["input"])
                 shown = (
