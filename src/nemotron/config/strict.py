@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict
 class Strict(BaseModel):
     """Every config group rejects unknown keys, so a typo is an error with a suggestion, never silently ignored,
     and every float is finite (nan and inf are refused, whatever the key).
-    A key's description is the docstring under it: docgen reads it from the source for the config reference
-    (pydantic's use_attribute_docstrings would parse every schema's source on each run, ~30 ms of a dry-run)."""
+    A key's description is the docstring under it: `config.fields` reads it from the source, for the config reference
+    and the hints of an unknown key (pydantic's use_attribute_docstrings would parse every schema's source on each
+    run, ~30 ms of a dry-run)."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False, defer_build=True)
