@@ -1,5 +1,7 @@
 """A peer's name for one of our keys, as its description states it, answers an unknown key: read from a schema made
-here (what is taken and what is not), on every shipped schema, and through the CLI (exit 2, nothing written)."""
+here (what is taken and what is not), on every shipped schema, and through the CLI (exit 2, nothing written). The
+names themselves are checked against the peers: TRL's against the configs of the TRL the lock installs (its removed
+PPO against its source), NeMo-RL's and NeMo-Aligner's against the configs their pinned tags ship."""
 
 from __future__ import annotations
 
@@ -204,3 +206,46 @@ def test_trl_ppo_names_are_fields_of_trls_last_ppo_config() -> None:
     stated = _trl_names(Catalog(), "rl/ppo")["TRL PPO"]
     assert stated == {"gamma", "lam", "cliprange", "kl_coef", "cliprange_value"}
     assert stated <= fields, sorted(stated - fields)
+
+
+def _keys_and_groups(texts: list[str]) -> set[str]:
+    """Every dotted key of these YAML files, and every group above one."""
+    import yaml
+
+    from nemotron.config.configtree import flatten
+
+    found = set()
+    for text in texts:
+        for key, _ in flatten(yaml.safe_load(text)):
+            parts = key.split(".")
+            found.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return found
+
+
+@pytest.mark.parametrize("peer", ["NeMo-RL", "NeMo-Aligner"])
+def test_nemo_names_are_keys_of_the_pinned_tags_configs(peer: str) -> None:
+    """Every NeMo-RL or NeMo-Aligner name a key's description states is a key (or the end of one) of the configs
+    the pinned tag ships for the recipes we compile to, read from its mirror."""
+    from tests.engines import nemo_aligner_v070 as aligner
+    from tests.engines import nemo_rl_v070 as rl
+    from tests.engines.mirrors import git_show
+
+    if peer == "NeMo-RL":
+        mirror, tag = rl.MIRROR, rl.TAG
+        files = [*rl.BASES.values(), "examples/configs/evals/eval.yaml", "examples/configs/grpo_rm_1B.yaml"]
+    else:
+        mirror, tag = aligner.MIRROR, aligner.TAG
+        files = [f"{aligner.CONF}/{name}" for name in aligner.SCRIPTS.values()]
+    if not mirror.exists():
+        pytest.skip(f"no {peer} mirror on this machine")
+    keys = _keys_and_groups([git_show(mirror, tag, path) for path in files])
+    catalog = Catalog()
+    stated = {
+        (step_id, p.name)
+        for step_id in catalog.steps
+        for p in peer_keys(catalog.get(step_id).config_schema())
+        if peer in p.peer
+    }
+    assert len(stated) >= 20
+    unknown = sorted(s for s in stated if not any(k == s[1] or k.endswith("." + s[1]) for k in keys))
+    assert unknown == []
