@@ -292,6 +292,15 @@ def test_invalid_batching_config(config: dict[str, float]) -> None:
         BatchingConfig(**config)  # type: ignore[arg-type]
 
 
+def test_every_broken_batching_rule_is_in_one_error() -> None:
+    with pytest.raises(ValueError) as caught:
+        BatchingConfig(max_batch_size=4, preferred_batch_size=5, max_queue_delay_ms=-1.0, max_queue_rows=2)
+    assert str(caught.value) == (
+        "preferred_batch_size must be in [1, max_batch_size=4], got 5; max_queue_delay_ms must be >= 0, got -1.0; "
+        "max_queue_rows must be at least max_batch_size=4, got 2"
+    )
+
+
 def test_submit_returns_at_once_and_its_future_holds_the_rows_in_order(recording: RecordingScorer) -> None:
     b = _started({"n": recording}, max_batch_size=4, preferred_batch_size=4, max_queue_delay_ms=10_000.0)
     try:

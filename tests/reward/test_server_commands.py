@@ -195,3 +195,25 @@ def test_a_port_in_use_is_exit_2_in_one_line_for_the_command_and_the_step(tmp_pa
     for done in (command, step):
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
         assert f"cannot serve on 127.0.0.1:{port}: Address already in use" in done.stderr
+
+
+def test_batching_that_breaks_the_batchers_rules_is_exit_2_for_the_command_and_the_step(
+    tmp_path: Path,
+) -> None:
+    """It was a traceback and exit 1 once the model had loaded (the step: after its job was written)."""
+    command = subprocess.run(_command("server", "--max-batch-size", "4", "--preferred-batch-size", "8",
+                                      "--max-queue-rows", "2"), env=_env(), capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    home = tmp_path / "home"
+    step = subprocess.run([sys.executable, "-m", "nemotron", "steps", "run", "rm/serve", "-c", "tiny",
+                           "server.max_batch_size=4", "server.preferred_batch_size=8", "server.max_queue_rows=2"],
+                          capture_output=True, text=True, env={**os.environ, "NEMOTRON_HOME": str(home)},
+                          timeout=120)  # fmt: skip
+    broken = "preferred_batch_size must be in [1, max_batch_size=4], got 8; max_queue_rows must be at least max_batch_size=4, got 2"  # fmt: skip
+    assert command.returncode == 2 and command.stderr.splitlines() == [f"error: batching: {broken}"]
+    assert step.returncode == 2, step.stderr[-2000:]
+    assert step.stderr.splitlines() == [
+        "error: invalid config for step 'rm/serve':",
+        f"  - server: {broken} [from cli]",
+    ]
+    assert not (home / "jobs").exists()

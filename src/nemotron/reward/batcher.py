@@ -26,6 +26,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from nemotron.reward.batching import BatchingConfig
 from nemotron.reward.metrics import BATCH_SIZE_BUCKETS, LATENCY_BUCKETS_S
 
 logger = logging.getLogger(__name__)
@@ -47,27 +48,6 @@ class ScorerFailed(RuntimeError):
 
 class UnscorableInput(ValueError):
     """Raised by a scoring function when the input itself is at fault, e.g. a text with no tokens (HTTP 400)."""
-
-
-@dataclass(frozen=True)
-class BatchingConfig:
-    max_batch_size: int = 64
-    preferred_batch_size: int = 32
-    max_queue_delay_ms: float = 5.0
-    max_queue_rows: int = 65536
-
-    def __post_init__(self) -> None:
-        if self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
-        if not 1 <= self.preferred_batch_size <= self.max_batch_size:
-            raise ValueError(
-                f"preferred_batch_size must be in [1, max_batch_size={self.max_batch_size}], "
-                f"got {self.preferred_batch_size}"
-            )
-        if self.max_queue_delay_ms < 0:
-            raise ValueError(f"max_queue_delay_ms must be >= 0, got {self.max_queue_delay_ms}")
-        if self.max_queue_rows < self.max_batch_size:
-            raise ValueError("max_queue_rows must be at least max_batch_size")
 
 
 @dataclass(frozen=True)

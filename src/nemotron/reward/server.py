@@ -23,15 +23,16 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 import nemotron
+from nemotron.errors import UserError
 from nemotron.reward.batcher import (
     BatcherClosed,
     BatcherMetrics,
-    BatchingConfig,
     DynamicBatcher,
     QueueFull,
     ScorerFailed,
     UnscorableInput,
 )
+from nemotron.reward.batching import BatchingConfig
 from nemotron.reward.kserve import (
     HEADER_LENGTH,
     Array,
@@ -359,11 +360,17 @@ def _as_scorer(scorer: Scorer | Callable[[list[str]], Sequence[float]]) -> Score
 
 def batching_of(source: Any) -> BatchingConfig:
     """The batching of a server command's parsed arguments or of rm/serve's `server` group (the same names);
-    an unset preferred_batch_size is max_batch_size."""
+    an unset preferred_batch_size is max_batch_size. Settings that break the batcher's rules are a UserError (exit
+    2): the rm/serve schema refuses them before a job is written, the server command before its model loads."""
     preferred = source.preferred_batch_size
     if preferred is None:
         preferred = source.max_batch_size
-    return BatchingConfig(source.max_batch_size, preferred, source.max_queue_delay_ms, source.max_queue_rows)
+    try:
+        return BatchingConfig(
+            source.max_batch_size, preferred, source.max_queue_delay_ms, source.max_queue_rows
+        )
+    except ValueError as exc:
+        raise UserError(f"batching: {exc}") from None
 
 
 def serve(
@@ -443,6 +450,7 @@ def _start(args: argparse.Namespace, http: HTTPSettings) -> ServerHandle:
     from nemotron.models.prompts import model_positions
     from nemotron.reward.scorer import scorer_from_reward_model
 
+    batching = batching_of(args)  # its refusal comes before the model's minutes of loading
     model, tokenizer = load_for_serving(args, load_reward_model)
     # Like rm/serve: a --max-length over the model's positions is capped, not an error.
     max_length = min(args.max_length, model_positions(model.config) or args.max_length)
@@ -450,7 +458,7 @@ def _start(args: argparse.Namespace, http: HTTPSettings) -> ServerHandle:
     return serve(
         scorer,
         http,
-        batching_of(args),
+        batching,
         model_name=args.model_name,
         max_request_tokens=args.max_request_tokens,
     )

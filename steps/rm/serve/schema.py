@@ -1,11 +1,12 @@
 """Config schema of rm/serve: a reward model behind a KServe v2 (Triton-compatible) HTTP server."""
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from nemotron.config.stepconfig import ResourcePlan, ServerBind, ServeRuntime, Strict
 from nemotron.config.workload import Serving, Workload
+from nemotron.reward.batching import BatchingConfig
 
 
 class Inputs(Strict):
@@ -36,8 +37,8 @@ class Server(ServerBind):
     """reward: longest a request waits for others to fill a batch, in ms (Triton: max_queue_delay_microseconds
     / 1000)"""
     max_queue_rows: int = Field(65536, ge=1)
-    """reward: sequences waiting for the model; a request that would queue more gets 503 with Retry-After, and
-    one of more sequences than this gets 413 before its data is decoded"""
+    """reward: sequences waiting for the model, at least max_batch_size; a request that would queue more gets
+    503 with Retry-After, and one of more sequences than this gets 413 before its data is decoded"""
     max_request_tokens: int = Field(1 << 20, ge=1)
     """reward: token ids one request may carry (a 'tokens' input's rows x tokens, as declared by its shape);
     more gets 413 naming this key, before the data is decoded. Sentences are bounded by max_body_bytes, each
@@ -57,6 +58,15 @@ class Server(ServerBind):
     max_length: int = Field(128, ge=8)
     """reward: tokens per scored sequence, capped at the model's context; a longer one keeps its last
     max_length tokens"""
+
+    @model_validator(mode="after")
+    def _batching_keeps_the_batchers_rules(self) -> Self:
+        """preferred_batch_size at most max_batch_size, max_queue_rows at least it: the batcher's own rules,
+        refused here before a job is written rather than when the server starts."""
+        BatchingConfig(
+            self.max_batch_size, self.preferred_batch_size, self.max_queue_delay_ms, self.max_queue_rows
+        )
+        return self
 
 
 class Config(Strict):
