@@ -173,3 +173,32 @@ def test_wait_ready() -> None:
 def test_normalize_url() -> None:
     assert normalize_url("localhost:8000") == "http://localhost:8000"
     assert normalize_url("https://h:1/") == "https://h:1"
+
+
+def test_requests_are_cut_at_the_row_and_byte_budgets() -> None:
+    client = RewardClient("http://127.0.0.1:1")
+    client.max_request_rows, client.max_request_bytes = 3, 100
+    sizes = [40, 16, 24, 80, 8]
+    # padded (token rows): a request costs its rows x its widest row; 2 x 40 fits, 3 x 40 = 120 does not, 2 x 80
+    # neither: [0, 2) [2, 3) [3, 4) [4, 5)
+    assert client._requests(sizes, padded=True) == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    # unpadded (sentences): the sum; 40 + 16 + 24 = 80 fits, + 80 does not; 80 + 8 = 88 fits
+    assert client._requests(sizes, padded=False) == [(0, 3), (3, 5)]
+    client.max_request_rows = 2  # now the rows bind first: 40 + 16, then 24 + 80 > 100 alone
+    assert client._requests(sizes, padded=False) == [(0, 2), (2, 3), (3, 5)]
+    assert client._requests([500, 1], padded=True) == [(0, 1), (1, 2)]  # a row over the budget goes alone
+    assert client._requests([], padded=True) == []
+
+
+def test_a_step_of_many_long_rows_is_scored_within_the_servers_default_budgets() -> None:
+    """300 rows of up to 4,000 token ids: 1.2 M ids, 9.6 MB as int64, over the server's default 8 MiB body and
+    2**20 ids per request. It was one request, refused with 413 before the body was read, which the client saw
+    as a reset connection and retried until it gave up: exit 3, "reward server unreachable"."""
+    from nemotron.reward.scorer import Scorer
+
+    rows = [[(i + j) % 50 for j in range(4000 - i % 7)] for i in range(300)]
+    scorer = Scorer(length_scorer, score_tokens=lambda batch: [float(sum(r)) for r in batch], vocab_size=50)
+    with serve(scorer) as handle, RewardClient(handle.url, retries=0) as client:
+        assert client.score_tokens(rows) == [float(sum(r)) for r in rows]
+        # sentences the same way: 2,000 of 5,000 characters, 10 MB of text
+        assert client.score([f"{i:05d}" * 1000 for i in range(2000)]) == [5000.0] * 2000

@@ -207,27 +207,57 @@ class RetryingHTTPClient:
 
 
 class RewardClient(RetryingHTTPClient):
-    """`RewardClient(url).score(["text", ...]) -> [reward, ...]` over KServe v2 with binary tensors."""
+    """`RewardClient(url).score(["text", ...]) -> [reward, ...]` over KServe v2 with binary tensors.
+
+    A call of more rows than one request may carry goes as several requests, in order: each stays within the
+    per-request budgets a server keeps at its defaults (rm/serve's server.max_body_bytes 8 MiB,
+    max_request_tokens 2**20 token ids, max_queue_rows 65536), so an RL step of many long responses is scored
+    rather than refused with 413 (which the server answers before it reads the body: the client sees the
+    connection reset)."""
 
     model_name = "reward_model"  # the name in /v2/models/<name>/infer; set it on an instance for another
+    max_request_rows = 4096  # rows in one request
+    # one request's tensor data: int64 token ids (rows x longest row x 8), or the sentences' UTF-8
+    max_request_bytes = 4 << 20
 
     def score(self, sentences: Sequence[str]) -> list[float]:
         """One reward per sentence, in order."""
-        if not sentences:
-            return []
-        array = np.empty(len(sentences), dtype=object)
-        array[:] = [s.encode("utf-8") for s in sentences]
-        return self._infer({"sentences": array}, len(sentences))
+        encoded = [s.encode("utf-8") for s in sentences]
+        rewards: list[float] = []
+        for start, stop in self._requests([4 + len(s) for s in encoded], padded=False):
+            array = np.empty(stop - start, dtype=object)
+            array[:] = encoded[start:stop]
+            rewards += self._infer({"sentences": array}, stop - start)
+        return rewards
 
     def score_tokens(self, tokens: Sequence[Sequence[int]]) -> list[float]:
         """One reward per token-id row (rows may differ in length), in order."""
-        if not tokens:
-            return []
-        lengths = np.asarray([len(row) for row in tokens], dtype=np.int64)  # [B]
-        padded = np.zeros((len(tokens), int(lengths.max())), dtype=np.int64)  # [B, T]
-        for i, row in enumerate(tokens):
-            padded[i, : len(row)] = row
-        return self._infer({"tokens": padded, "sequence_lengths": lengths}, len(tokens))
+        rewards: list[float] = []
+        for start, stop in self._requests([8 * len(row) for row in tokens], padded=True):
+            chunk = tokens[start:stop]
+            lengths = np.asarray([len(row) for row in chunk], dtype=np.int64)  # [B]
+            padded = np.zeros((len(chunk), int(lengths.max())), dtype=np.int64)  # [B, T]
+            for i, row in enumerate(chunk):
+                padded[i, : len(row)] = row
+            rewards += self._infer({"tokens": padded, "sequence_lengths": lengths}, len(chunk))
+        return rewards
+
+    def _requests(self, sizes: Sequence[int], padded: bool) -> list[tuple[int, int]]:
+        """[start, stop) of each request for rows of these data sizes in bytes: at most max_request_rows rows and
+        max_request_bytes of data (`padded`: every row of a request padded to its longest); a row larger than that
+        alone goes alone."""
+        spans: list[tuple[int, int]] = []
+        start, total, widest = 0, 0, 0
+        for i, size in enumerate(sizes):
+            rows = i - start + 1
+            need = rows * max(widest, size) if padded else total + size
+            if i > start and (rows > self.max_request_rows or need > self.max_request_bytes):
+                spans.append((start, i))
+                start, total, widest = i, 0, 0
+            total, widest = total + size, max(widest, size)
+        if start < len(sizes):
+            spans.append((start, len(sizes)))
+        return spans
 
     def _infer(self, inputs: Mapping[str, Array], count: int) -> list[float]:
         body, json_length = encode_infer_request(inputs, binary_inputs=True, binary_data_output=True)
