@@ -17,10 +17,11 @@ from nemotron.artifacts.binding import (
     bind_package,
     bind_path,
     bind_store,
+    expected_type,
 )
 from nemotron.artifacts.refs import parse_ref
 from nemotron.artifacts.store import ArtifactStore
-from nemotron.catalog import Catalog
+from nemotron.catalog import Catalog, Consumes, TypeWhen
 from nemotron.errors import UserError
 
 PROMPTS = Wanted("prompts", "prompt_jsonl")
@@ -145,3 +146,24 @@ def test_a_megatron_checkpoint_is_told_by_its_metadata_and_a_config_alone_is_non
     config_only.mkdir()
     (config_only / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     assert detect_type(config_only, catalog) is None
+
+
+def test_an_inputs_type_narrows_where_its_settings_hold() -> None:
+    """rl/rlhf's judge is any checkpoint_hf for a generative judge and a reward_model_hf for judge.kind=reward_model;
+    an engine that reads another type (NeMo-Aligner's .nemo) is not narrowed; a narrower type that is no kind of
+    the input's own is the manifest's error."""
+    catalog = Catalog()
+    narrowing = [TypeWhen("reward_model_hf", {"judge.kind": "reward_model"})]
+    judge = Consumes(
+        "judge", "checkpoint_hf", backend_types={"nemo_aligner": "checkpoint_nemo"}, types_when=narrowing
+    )
+    as_reward_model, generative = {"judge": {"kind": "reward_model"}}, {"judge": {"kind": "generative"}}
+    assert expected_type(catalog, judge, "builtin", as_reward_model) == "reward_model_hf"
+    assert expected_type(catalog, judge, "builtin", generative) == "checkpoint_hf"
+    assert expected_type(catalog, judge, "nemo_aligner", as_reward_model) == "checkpoint_nemo"
+    for wrong in ("prompt_jsonl", "reward_model_hff"):
+        bad = judge._replace(types_when=[TypeWhen(wrong, {})])
+        with pytest.raises(
+            UserError, match=f"types_when names '{wrong}', which is no kind of its type 'checkpoint_hf'"
+        ):
+            expected_type(catalog, bad, "builtin", generative)

@@ -43,6 +43,10 @@ def test_every_type_named_anywhere_exists() -> None:
     for step in CATALOG.steps.values():
         for t in [c.type for c in step.manifest.consumes] + [p.type for p in step.manifest.produces]:
             assert t in CATALOG.types, f"{step.id}: unknown type {t}"
+        for c in step.manifest.consumes:  # a narrower type is a kind of the input's own
+            assert all(CATALOG.is_a(w.type, c.type) and w.type in CATALOG.types for w in c.types_when), (
+                step.id
+            )
 
 
 def test_no_is_a_cycles() -> None:

@@ -10,9 +10,10 @@ from typing import Any, Literal, NamedTuple
 from nemotron.artifacts.refs import ArtifactRef, parse_ref
 from nemotron.artifacts.store import ArtifactStore
 from nemotron.artifacts.typecheck import conforms, detect_type, validate_records
-from nemotron.catalog import ArtifactType, Catalog, Step
+from nemotron.catalog import ArtifactType, Catalog, Consumes, Step
 from nemotron.config.configtree import get_dotted
 from nemotron.config.stepconfig import engine_name
+from nemotron.config.workload import holds
 from nemotron.errors import NotFound, UserError
 from nemotron.models.layout import CONFIG_FILE, describe
 
@@ -57,7 +58,7 @@ def bind_inputs(
     problems: list[str] = []
     backend = engine_name(config)
     for c in step.manifest.consumes:
-        want = Wanted(c.name, c.type_on(backend))
+        want = Wanted(c.name, expected_type(catalog, c, backend, config))
         ref_text = get_dotted(config, c.config_key)
         if ref_text in (None, ""):
             if c.required:
@@ -84,6 +85,22 @@ def bind_inputs(
     if problems:
         raise UserError(f"cannot bind the inputs of '{step.id}':", problems)
     return bindings
+
+
+def expected_type(catalog: Catalog, c: Consumes, backend: str, config: dict[str, Any]) -> str:
+    """The type input `c` must have under `config`: the one its backend reads, narrowed by the first of its
+    `types_when` whose settings hold and which is a kind of it (a .nemo an engine reads is not narrowed to an HF
+    reward model). A narrower type that is unknown, or no kind of the input's own, is the manifest's error."""
+    expected = c.type_on(backend)
+    for narrower in c.types_when:
+        if not catalog.is_a(narrower.type, c.type) or narrower.type not in catalog.types:
+            raise UserError(
+                f"input '{c.name}': types_when names {narrower.type!r}, which is no kind of its type {c.type!r} "
+                f"(manifests/types.toml: {', '.join(sorted(catalog.types))})"
+            )
+        if catalog.is_a(narrower.type, expected) and holds(narrower.when, config):
+            return narrower.type
+    return expected
 
 
 def bind_hub(catalog: Catalog, want: Wanted, ref: ArtifactRef, remote: bool) -> Binding | Problem:

@@ -59,6 +59,13 @@ class StepInfo(NamedTuple):
     engines: dict[str, str] = {}
 
 
+class TypeWhen(NamedTuple):
+    """An input's type under some settings: `type` (an is_a of the input's own) where every `when` key holds."""
+
+    type: str
+    when: dict[str, Any]
+
+
 class Consumes(NamedTuple):
     name: str
     type: str
@@ -72,6 +79,9 @@ class Consumes(NamedTuple):
     reads_token_ids_of: str = ""
     # Config key -> value under which this input is given decoded text instead, scored with its own tokenizer.
     text_when: dict[str, Any] = {}
+    # Narrower types this input must have under some settings (rl/rlhf's judge: a reward_model_hf when judge.kind
+    # is reward_model): the compiler binds it against the first whose `when` holds.
+    types_when: list[TypeWhen] = []
 
     @property
     def config_key(self) -> str:
@@ -79,6 +89,13 @@ class Consumes(NamedTuple):
 
     def type_on(self, backend: str) -> str:
         return self.backend_types.get(backend, self.type)
+
+    def type_text(self) -> str:
+        """Its type, then each narrower one with when it applies (`steps show`, the step reference)."""
+        narrower = [
+            f"{w.type} when {', '.join(f'{k}={v}' for k, v in w.when.items())}" for w in self.types_when
+        ]
+        return "; ".join([self.type, *narrower])
 
 
 class Model(NamedTuple):
@@ -177,7 +194,10 @@ class Manifest(NamedTuple):
         """The manifest `plain` gave for one that validated (ManifestCache holds these): no validation again."""
         return cls(
             step=StepInfo(**data["step"]),
-            consumes=[Consumes(**c) for c in data["consumes"]],
+            consumes=[
+                Consumes(**{**c, "types_when": [TypeWhen(**w) for w in c.get("types_when", [])]})
+                for c in data["consumes"]
+            ],
             produces=[Produces(**p) for p in data["produces"]],
             parameters=[Parameter(**p) for p in data["parameters"]],
             strategies=[Strategy(**s) for s in data["strategies"]],

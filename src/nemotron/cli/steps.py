@@ -160,7 +160,11 @@ def show(
         io.add_column(col)
     for c in m.consumes:
         io.add_row(
-            "consumes" + ("" if c.required else " (optional)"), c.name, c.type, c.config_key, c.description
+            "consumes" + ("" if c.required else " (optional)"),
+            c.name,
+            c.type_text(),
+            c.config_key,
+            c.description,
         )
     for p in m.produces:
         io.add_row("produces", p.name, p.type, p.config_key, p.description)

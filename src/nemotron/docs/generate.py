@@ -58,7 +58,7 @@ def step_section(step: Step, catalog: Catalog) -> str:
     if m.consumes or m.produces:
         lines += ["| direction | name | type | config key | description |", "|---|---|---|---|---|"]
         lines += [
-            f"| consumes{'' if c.required else ' (optional)'} | `{c.name}` | `{c.type}` | `{c.config_key}` | {_cell(c.description)} |"
+            f"| consumes{'' if c.required else ' (optional)'} | `{c.name}` | `{c.type_text()}` | `{c.config_key}` | {_cell(c.description)} |"
             for c in m.consumes
         ]
         lines += [
