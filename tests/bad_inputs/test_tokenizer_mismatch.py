@@ -155,9 +155,10 @@ def test_a_generation_config_that_disagrees_with_its_tokenizer_is_refused(
 def test_a_generative_judge_reads_text_so_any_tokenizer_meets_it(
     permuted: Path, home: Path, run_cli: Any
 ) -> None:
+    judge = "env.nemo_gym.genrm_model.responses_api_models.vllm_model.model"  # a causal LM, as a generative one is
     r = run_cli(
         "steps", "run", "rl/rlhf", "-c", "tiny", f"policy.model_name={permuted}", "judge.kind=generative",
-        "--dry-run",
+        f"{judge}={TINY / 'sft_policy'}", "--dry-run",
     )  # fmt: skip
     assert r.code == 0, r.err[-2000:]
 

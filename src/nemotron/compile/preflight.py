@@ -32,6 +32,7 @@ from pydantic import BaseModel
 
 from nemotron.config.backends import PREFLIGHT_RULES, READS_TOKENIZER_JSON_ONLY
 from nemotron.config.stepconfig import engine_name
+from nemotron.config.workload import holds
 from nemotron.errors import UserError
 from nemotron.models.layout import CheckpointError, parameter_count, read_config, shape_problems
 from nemotron.models.nemo_checkpoint import nemo_model_config
@@ -101,6 +102,7 @@ def check(
     (its engines' recipes, its models) its `manifest` declares."""
     step_id = manifest.step.id
     problems = unloadable_inputs(catalog, validated, bindings) + records_lacking_fields(validated, bindings)
+    problems += scorers_run_as_generators(catalog, manifest, validated, bindings)
     problems += prompts_leaving_no_response(validated, bindings)
     nodes, gpus = getattr(profile, "nodes", 1), getattr(profile, "gpus_per_node", 0)
     own = engine_checks(manifest, validated, bindings, nodes, gpus)
@@ -165,6 +167,28 @@ def unloadable_inputs(catalog: Catalog, config: BaseModel, bindings: Sequence[Bi
         except CheckpointError as err:
             problems.append(f"input '{b.name}' ({b.ref}) cannot load: {str(err).removeprefix(f'{path}: ')}")
     return problems
+
+
+def scorers_run_as_generators(
+    catalog: Catalog, manifest: Manifest, config: BaseModel, bindings: Sequence[Binding]
+) -> list[str]:
+    """A problem for each local input that the step runs as a policy or a generative judge (its [[models]] role,
+    where its `when` holds) but that holds a scorer, a reward model or a critic: the step would refuse it on loading,
+    after the job was written. (A type cannot say "a causal LM": a reward_model_hf is a checkpoint_hf too.)"""
+    scorers = {
+        b.name: b
+        for b in bindings
+        if b.actual_type and any(catalog.is_a(b.actual_type, t) for t in ("reward_model_hf", "critic_hf"))
+    }
+    generators = [m for m in manifest.models if m.role in ("policy", "judge") and m.input in scorers]
+    if not generators:
+        return []  # the config is dumped only when a scorer is given where a generator may go
+    tree = config.model_dump(mode="json")
+    return [
+        f"input '{m.input}' ({scorers[m.input].ref}) is a {scorers[m.input].actual_type}, but the step runs it as "
+        f"its {m.role}, a causal LM that writes text: give a causal LM's checkpoint"
+        for m in {m.input: m for m in generators if holds(m.when, tree)}.values()
+    ]
 
 
 # ----------------------------------------------------------------------------- record fields
