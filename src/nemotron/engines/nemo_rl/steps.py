@@ -125,19 +125,19 @@ def _loss(
     kl: float,
     kl_type: str,
     *,
-    ratio_clip_min: float = 0.2,
-    ratio_clip_max: float = 0.2,
+    ratio_clip: tuple[float, float] = (0.2, 0.2),
     ratio_clip_c: float | None = None,
     token_level_loss: bool,
     disable_ppo_ratio: bool = False,
     use_kl_in_reward: bool = False,
 ) -> dict[str, Any]:
-    """loss_fn.*: the clipped policy-gradient loss; the keyword arguments are NeMo-RL's keys."""
+    """loss_fn.*: the clipped policy-gradient loss; the keyword arguments are NeMo-RL's keys, but for `ratio_clip`,
+    the ratio's clip below and above 1 (ratio_clip_min, ratio_clip_max)."""
     return {
         "reference_policy_kl_penalty": kl,
         "reference_policy_kl_type": kl_type,
-        "ratio_clip_min": ratio_clip_min,
-        "ratio_clip_max": ratio_clip_max,
+        "ratio_clip_min": ratio_clip[0],
+        "ratio_clip_max": ratio_clip[1],
         "ratio_clip_c": ratio_clip_c,
         "token_level_loss": token_level_loss,
         "disable_ppo_ratio": disable_ppo_ratio,
@@ -303,8 +303,7 @@ def compile_rlhf(c: RLHFConfig, refuse: Refusals, job_dir: str, nodes: int, gpus
         "loss_fn": _loss(
             kl,
             _kl_type(refuse, "loss_fn.kl_estimator", loss.kl_estimator),
-            ratio_clip_min=loss.ratio_clip_min,
-            ratio_clip_max=loss.ratio_clip_max,
+            ratio_clip=(loss.ratio_clip_min, loss.ratio_clip_max),
             ratio_clip_c=loss.ratio_clip_c,
             token_level_loss=loss.token_level_loss,
         )
@@ -460,8 +459,7 @@ def compile_ppo(c: PPOConfig, refuse: Refusals, job_dir: str, nodes: int, gpus: 
         "loss_fn": _loss(
             kl,
             _kl_type(refuse, "ppo.kl_estimator", p.kl_estimator),
-            ratio_clip_min=p.ratio_eps,
-            ratio_clip_max=p.ratio_eps,
+            ratio_clip=(p.ratio_eps, p.ratio_eps),  # PPO's clip is symmetric
             ratio_clip_c=p.dual_clip,
             token_level_loss=p.loss_level == "token",
             use_kl_in_reward=True,
