@@ -12,6 +12,7 @@ import pytest
 from nemotron.core.procs import free_port
 from nemotron.errors import UserError
 from nemotron.reward.client import RequestRejected, RewardClient, RewardServerError, normalize_url, wait_ready
+from nemotron.reward.scorer import Scorer
 from nemotron.reward.server import serve
 from nemotron.reward.transport import HTTPSettings, ServerHandle
 
@@ -202,3 +203,41 @@ def test_a_step_of_many_long_rows_is_scored_within_the_servers_default_budgets()
         assert client.score_tokens(rows) == [float(sum(r)) for r in rows]
         # sentences the same way: 2,000 of 5,000 characters, 10 MB of text
         assert client.score([f"{i:05d}" * 1000 for i in range(2000)]) == [5000.0] * 2000
+
+
+def test_a_server_set_below_the_clients_budgets_scores_every_row(caplog: pytest.LogCaptureFixture) -> None:
+    """rm/serve with server.max_body_bytes=1 MiB under a client that cuts at 4 MiB: a request over the server's
+    limit is answered 413, the client halves its budgets (rows and bytes) and sends it again, once per halving.
+    By hand: 1,000 sentences of 4,000 characters are 4,004,000 bytes of data (4 + 4,000 a row), one request under
+    4 MiB; 413, then 500 rows (2,002,000 bytes): 413, then 250 rows (1,001,000 bytes), under 1 MiB with the
+    request's head. It was an endless "connection reset" before: exit 3, "reward server unreachable"."""
+    with (
+        serve(length_scorer, HTTPSettings(max_body_bytes=1 << 20)) as handle,
+        RewardClient(handle.url, retries=0) as client,
+    ):
+        assert client.score(["y" * 4000] * 1000) == [4000.0] * 1000
+        assert (client.max_request_rows, client.max_request_bytes) == (250, 1_001_000)
+        halvings = [r.getMessage() for r in caplog.records if "as too large" in r.getMessage()]
+        assert len(halvings) == 2 and "the limit is 1048576" in halvings[0], halvings
+    # token rows, padded to the longest, with a fresh client: 300 rows of 1,000 ids are 2,400,000 bytes, one
+    # request: 413; 150 rows (1,200,000 bytes): 413; 75 rows (600,000 bytes) go
+    rows = [[i % 50] * 1000 for i in range(300)]
+    scorer = Scorer(length_scorer, score_tokens=lambda b: [float(sum(r)) for r in b], vocab_size=50)
+    with (
+        serve(scorer, HTTPSettings(max_body_bytes=1 << 20)) as handle,
+        RewardClient(handle.url, retries=0) as client,
+    ):
+        assert client.score_tokens(rows) == [float(sum(r)) for r in rows]
+        assert (client.max_request_rows, client.max_request_bytes) == (75, 600_000)
+
+
+def test_a_single_row_over_the_servers_limit_is_an_error_naming_it() -> None:
+    """One row the server refuses (413) is not halved further: the error says the server's limit."""
+    with (
+        serve(length_scorer, HTTPSettings(max_body_bytes=1 << 16)) as handle,
+        RewardClient(handle.url, retries=0) as client,
+    ):
+        with pytest.raises(RewardServerError, match=r"HTTP 413: .*the limit is 65536") as raised:
+            client.score(["short", "y" * 100_000])
+        assert raised.value.status == 413
+        assert client.max_request_rows == 1  # halved once: the two rows, then the long one alone

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import select
 import socket
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from nemotron.reward.connection import LINGER_S
 from nemotron.reward.metrics import parse_samples
 from nemotron.reward.server import serve
 from nemotron.reward.transport import HTTPSettings, ServerHandle
@@ -85,6 +87,47 @@ def test_a_declared_body_over_the_limit_is_413_before_it_is_sent(server: ServerH
     started = time.monotonic()
     answer = exchange(server, b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
     assert status_of(answer) == 413 and time.monotonic() - started < 2.0
+
+
+def test_a_body_refused_before_it_is_read_still_gets_its_answer(server: ServerHandle) -> None:
+    """413 on the declared length while the client is still sending the body: the server ends its side after the
+    answer and drops what follows, so a client that sends the whole body before it reads (http.client, under the
+    reward client) reads the 413; the connection is gone once that client closes, well before LINGER_S. Closed
+    at once, the server reset the connection with the body unread, and the client saw only the reset."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+    try:
+        conn.request("POST", "/score", body=b"x" * (4 << 20), headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        assert reply.status == 413 and "the limit is 4096" in json.loads(reply.read())["error"]
+    finally:
+        conn.close()
+    closed_by = time.monotonic() + LINGER_S / 2
+    while (open_now := _samples(server)["nemotron_reward_http_connections"]) > 1:  # 1: this /metrics request
+        assert time.monotonic() < closed_by, f"{open_now} connections open after the client closed"
+        time.sleep(0.05)
+
+
+def test_connections_dropping_a_refused_body_make_room_first() -> None:
+    """At the cap, a connection that was answered 413 and is only dropping the rest of its body (for up to
+    LINGER_S) is closed for a newcomer before any idle one: the newcomer is served, not answered 503."""
+    with serve(length_scorer, HTTPSettings(max_connections=2, max_body_bytes=4096)) as handle:
+        refused = _idle_sockets(handle, 2)
+        try:
+            for sock in refused:  # a declared length over the limit: 413 at once, then the body is dropped
+                sock.sendall(
+                    b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000
+                )
+                assert status_of(sock.recv(65536)) == 413
+            started = time.monotonic()
+            reply = httpx.post(handle.url + "/score", json={"sentences": ["abc"]}, timeout=5)
+            assert reply.status_code == 200 and time.monotonic() - started < LINGER_S / 2
+        finally:
+            for sock in refused:
+                sock.close()
+
+
+def _samples(handle: ServerHandle) -> dict[str, float]:
+    return parse_samples(httpx.get(handle.url + "/metrics", timeout=5).text)
 
 
 def test_head_is_answered_without_a_body(server: ServerHandle) -> None:

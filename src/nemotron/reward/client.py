@@ -13,7 +13,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 from urllib.parse import urlsplit
 
@@ -212,8 +212,9 @@ class RewardClient(RetryingHTTPClient):
     A call of more rows than one request may carry goes as several requests, in order: each stays within the
     per-request budgets a server keeps at its defaults (rm/serve's server.max_body_bytes 8 MiB,
     max_request_tokens 2**20 token ids, max_queue_rows 65536), so an RL step of many long responses is scored
-    rather than refused with 413 (which the server answers before it reads the body: the client sees the
-    connection reset)."""
+    rather than refused with 413. A server set below them (a lowered server.max_body_bytes, another KServe
+    server) answers a request 413: the client halves its budgets, logs a warning, and sends that request again
+    in smaller ones; a single row refused is an error naming the server's limit."""
 
     model_name = "reward_model"  # the name in /v2/models/<name>/infer; set it on an instance for another
     max_request_rows = 4096  # rows in one request
@@ -223,40 +224,79 @@ class RewardClient(RetryingHTTPClient):
     def score(self, sentences: Sequence[str]) -> list[float]:
         """One reward per sentence, in order."""
         encoded = [s.encode("utf-8") for s in sentences]
-        rewards: list[float] = []
-        for start, stop in self._requests([4 + len(s) for s in encoded], padded=False):
+
+        def infer(start: int, stop: int) -> list[float]:
             array = np.empty(stop - start, dtype=object)
             array[:] = encoded[start:stop]
-            rewards += self._infer({"sentences": array}, stop - start)
-        return rewards
+            return self._infer({"sentences": array}, stop - start)
+
+        return self._in_requests([4 + len(s) for s in encoded], False, infer)
 
     def score_tokens(self, tokens: Sequence[Sequence[int]]) -> list[float]:
         """One reward per token-id row (rows may differ in length), in order."""
-        rewards: list[float] = []
-        for start, stop in self._requests([8 * len(row) for row in tokens], padded=True):
+
+        def infer(start: int, stop: int) -> list[float]:
             chunk = tokens[start:stop]
             lengths = np.asarray([len(row) for row in chunk], dtype=np.int64)  # [B]
             padded = np.zeros((len(chunk), int(lengths.max())), dtype=np.int64)  # [B, T]
             for i, row in enumerate(chunk):
                 padded[i, : len(row)] = row
-            rewards += self._infer({"tokens": padded, "sequence_lengths": lengths}, len(chunk))
+            return self._infer({"tokens": padded, "sequence_lengths": lengths}, len(chunk))
+
+        return self._in_requests([8 * len(row) for row in tokens], True, infer)
+
+    def _in_requests(
+        self, sizes: Sequence[int], padded: bool, infer: Callable[[int, int], list[float]]
+    ) -> list[float]:
+        """`infer(start, stop)` for each request in turn (`_stop`), the rewards in order. A request the server
+        refuses as too large (413) halves the budgets, to its rows and its data, and goes again as smaller ones."""
+        rewards: list[float] = []
+        start = 0
+        while start < len(sizes):
+            stop = self._stop(sizes, start, padded)
+            try:
+                rewards += infer(start, stop)
+            except RewardServerError as exc:
+                if exc.status != 413 or stop - start < 2:
+                    raise
+                self._halve(stop - start, _cost(sizes[start:stop], padded), exc.detail)
+                continue
+            start = stop
         return rewards
 
-    def _requests(self, sizes: Sequence[int], padded: bool) -> list[tuple[int, int]]:
-        """[start, stop) of each request for rows of these data sizes in bytes: at most max_request_rows rows and
-        max_request_bytes of data (`padded`: every row of a request padded to its longest); a row larger than that
-        alone goes alone."""
-        spans: list[tuple[int, int]] = []
-        start, total, widest = 0, 0, 0
-        for i, size in enumerate(sizes):
-            rows = i - start + 1
+    def _halve(self, rows: int, cost: int, why: str) -> None:
+        self.max_request_rows = min(self.max_request_rows, max(1, rows // 2))
+        self.max_request_bytes = min(self.max_request_bytes, max(1, cost // 2))
+        logger.warning(
+            "%s at %s refused %d rows (%d bytes of data) as too large (%s); sending at most %d rows and %d bytes "
+            "a request from now on",
+            self.service,
+            self.url,
+            rows,
+            cost,
+            why,
+            self.max_request_rows,
+            self.max_request_bytes,
+        )
+
+    def _stop(self, sizes: Sequence[int], start: int, padded: bool) -> int:
+        """Where the request that begins at row `start` ends, for rows of these data sizes in bytes: at most
+        max_request_rows rows and max_request_bytes of data (`padded`: every row of a request padded to its
+        longest); a row larger than that goes alone."""
+        total = widest = 0
+        for i in range(start, len(sizes)):
+            rows, size = i - start + 1, sizes[i]
             need = rows * max(widest, size) if padded else total + size
             if i > start and (rows > self.max_request_rows or need > self.max_request_bytes):
-                spans.append((start, i))
-                start, total, widest = i, 0, 0
+                return i
             total, widest = total + size, max(widest, size)
-        if start < len(sizes):
-            spans.append((start, len(sizes)))
+        return len(sizes)
+
+    def _requests(self, sizes: Sequence[int], padded: bool) -> list[tuple[int, int]]:
+        """[start, stop) of each request for rows of these data sizes (`_stop`)."""
+        spans: list[tuple[int, int]] = []
+        while (start := spans[-1][1] if spans else 0) < len(sizes):
+            spans.append((start, self._stop(sizes, start, padded)))
         return spans
 
     def _infer(self, inputs: Mapping[str, Array], count: int) -> list[float]:
@@ -285,6 +325,11 @@ class RewardClient(RetryingHTTPClient):
         if not all(math.isfinite(v) for v in values):
             raise self.error("the response holds a non-finite reward")
         return values
+
+
+def _cost(sizes: Sequence[int], padded: bool) -> int:
+    """The data of one request of rows of these sizes: each padded to the longest, or their sum."""
+    return len(sizes) * max(sizes) if padded else sum(sizes)
 
 
 def wait_ready(

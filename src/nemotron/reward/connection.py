@@ -49,6 +49,9 @@ logger = logging.getLogger(__name__)
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE"})  # any other method: 501
 PIPELINE_BUFFER = 256 * 1024  # read no further ahead than this while a request is being answered
+# A body refused before it was read (413, 401, ...) is read and dropped this long at most after the answer, so that
+# the client, still sending it, reads the answer rather than a reset (a lingering close, as Apache and nginx do)
+LINGER_S = 5.0
 
 
 class State(enum.Enum):
@@ -125,6 +128,7 @@ class Connection(asyncio.BufferedProtocol):
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = math.inf
         self.write_stall: asyncio.TimerHandle | None = None  # while the client reads none of our answers
+        self.linger: asyncio.TimerHandle | None = None  # closed, dropping a refused body until it ends
         self.head_seen = bytearray()  # bytes of the coming request head (h11 keeps no raw head to check)
         self.read_ahead = 0  # bytes that arrived while a request was being answered
         self.reading_paused = self.advancing = False
@@ -180,6 +184,8 @@ class Connection(asyncio.BufferedProtocol):
         self._advance()
 
     def eof_received(self) -> bool:
+        if self.linger is not None:
+            return False  # the refused body has ended: close now
         if self.state is not State.CLOSED:
             self.h11.receive_data(b"")
             if self.state is not State.ANSWER:
@@ -204,7 +210,7 @@ class Connection(asyncio.BufferedProtocol):
         if self.streaming is not None:
             self.streaming.cancel()  # nobody reads the rest: its producer may stop
         self.core.forget(self)
-        for timer in (self.timer, self.write_stall):
+        for timer in (self.timer, self.write_stall, self.linger):
             if timer is not None:
                 timer.cancel()
         if not answering:  # the body never fully came; an answer in progress is finished by answer()
@@ -233,10 +239,21 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
 
     def close(self) -> None:
-        """Close once what is buffered is sent."""
-        if self.transport is not None and self.state is not State.CLOSED:
-            self.state = State.CLOSED
-            self.transport.close()
+        """Close once what is buffered is sent. A client still sending a body gets our end of the stream after
+        the answer, and what it sends is read and dropped until it ends or LINGER_S: closing with its bytes
+        unread would reset the connection, and the client would see the reset instead of the answer."""
+        transport = self.transport
+        if transport is None or self.state is State.CLOSED:
+            return
+        self.state = State.CLOSED
+        if self.h11.their_state is h11.SEND_BODY and transport.can_write_eof():
+            transport.write_eof()
+            self.linger = self.loop.call_later(LINGER_S, transport.close)
+            if self.reading_paused:
+                self.reading_paused = False
+                transport.resume_reading()
+            return
+        transport.close()
 
     def abort(self) -> None:
         if self.transport is not None:

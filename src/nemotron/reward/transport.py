@@ -217,10 +217,14 @@ class ServerCore:
         return True
 
     def _make_room(self) -> bool:
-        """Close the connection that waited longest for its next request; else the one whose request head
-        has taken longest, if over a second (a slowloris client: a real head arrives in milliseconds)."""
+        """Close one that is closing already (dropping a refused body); else the connection that waited longest
+        for its next request; else the one whose request head has taken longest, if over a second (a slowloris
+        client: a real head arrives in milliseconds)."""
+        closing = [c for c in self.connections if c.state is State.CLOSED]
         idle = [c for c in self.connections if c.state is State.IDLE]
-        if idle:
+        if closing:
+            victim = closing[0]
+        elif idle:
             victim = min(idle, key=lambda c: c.due)  # the idle deadline runs from the last read or answer
         else:
             # A head that started over a second ago has a deadline before this.
