@@ -241,3 +241,26 @@ def test_a_single_row_over_the_servers_limit_is_an_error_naming_it() -> None:
             client.score(["short", "y" * 100_000])
         assert raised.value.status == 413
         assert client.max_request_rows == 1  # halved once: the two rows, then the long one alone
+
+
+def test_the_clients_cut_is_within_the_default_budgets_of_rm_serve_and_the_server_command() -> None:
+    """A default client to a default server never meets a 413 (the halving is for servers set lower): rm/serve's
+    schema defaults and those of `python -m nemotron.reward.server`, read where they are set."""
+    from pathlib import Path
+
+    from nemotron.catalog import load_schema
+    from nemotron.reward.batching import BatchingConfig
+    from nemotron.reward.server import MAX_REQUEST_TOKENS
+    from nemotron.reward.server_options import server_command_line
+
+    server = load_schema(Path(__file__).resolve().parents[2] / "steps/rm/serve/schema.py")()
+    command = server_command_line("server", None, "model", "reward_model").parse_args(["--model", "m"])
+    client = RewardClient
+    head = 64 << 10  # room for the request's JSON head and its lengths tensor
+    for body, rows, tokens in [
+        (server.server.max_body_bytes, server.server.max_queue_rows, server.server.max_request_tokens),
+        (command.max_body_bytes, BatchingConfig().max_queue_rows, MAX_REQUEST_TOKENS),
+    ]:
+        assert client.max_request_bytes + head <= body
+        assert client.max_request_rows <= rows
+        assert client.max_request_bytes // 8 <= tokens  # int64 token ids

@@ -54,7 +54,8 @@ class Server(ServerBind):
     """open client connections; past it an idle one is closed, or the newcomer gets 503. Unset: half the
     open-file limit (raised to the hard limit at start), at most 4096"""
     max_body_bytes: int = Field(8 << 20, ge=1024)
-    """largest request body in bytes (after decompression); bigger requests get 413"""
+    """largest request body in bytes (after decompression); bigger requests get 413, and the RL steps' reward
+    client, which cuts at 4 MiB, then sends the rows in smaller requests"""
     max_length: int = Field(128, ge=8)
     """reward: tokens per scored sequence, capped at the model's context; a longer one keeps its last
     max_length tokens"""
