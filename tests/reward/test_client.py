@@ -176,19 +176,27 @@ def test_normalize_url() -> None:
     assert normalize_url("https://h:1/") == "https://h:1"
 
 
+def _spans(client: RewardClient, sizes: list[int], padded: bool) -> list[tuple[int, int]]:
+    """[start, stop) of each request the client sends for rows of these data sizes (its `_stop`, in turn)."""
+    spans: list[tuple[int, int]] = []
+    while (start := spans[-1][1] if spans else 0) < len(sizes):
+        spans.append((start, client._stop(sizes, start, padded)))
+    return spans
+
+
 def test_requests_are_cut_at_the_row_and_byte_budgets() -> None:
     client = RewardClient("http://127.0.0.1:1")
     client.max_request_rows, client.max_request_bytes = 3, 100
     sizes = [40, 16, 24, 80, 8]
     # padded (token rows): a request costs its rows x its widest row; 2 x 40 fits, 3 x 40 = 120 does not, 2 x 80
     # neither: [0, 2) [2, 3) [3, 4) [4, 5)
-    assert client._requests(sizes, padded=True) == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert _spans(client, sizes, padded=True) == [(0, 2), (2, 3), (3, 4), (4, 5)]
     # unpadded (sentences): the sum; 40 + 16 + 24 = 80 fits, + 80 does not; 80 + 8 = 88 fits
-    assert client._requests(sizes, padded=False) == [(0, 3), (3, 5)]
+    assert _spans(client, sizes, padded=False) == [(0, 3), (3, 5)]
     client.max_request_rows = 2  # now the rows bind first: 40 + 16, then 24 + 80 > 100 alone
-    assert client._requests(sizes, padded=False) == [(0, 2), (2, 3), (3, 5)]
-    assert client._requests([500, 1], padded=True) == [(0, 1), (1, 2)]  # a row over the budget goes alone
-    assert client._requests([], padded=True) == []
+    assert _spans(client, sizes, padded=False) == [(0, 2), (2, 3), (3, 5)]
+    assert _spans(client, [500, 1], padded=True) == [(0, 1), (1, 2)]  # a row over the budget goes alone
+    assert _spans(client, [], padded=True) == []
 
 
 def test_a_step_of_many_long_rows_is_scored_within_the_servers_default_budgets() -> None:

@@ -292,13 +292,6 @@ class RewardClient(RetryingHTTPClient):
             total, widest = total + size, max(widest, size)
         return len(sizes)
 
-    def _requests(self, sizes: Sequence[int], padded: bool) -> list[tuple[int, int]]:
-        """[start, stop) of each request for rows of these data sizes (`_stop`)."""
-        spans: list[tuple[int, int]] = []
-        while (start := spans[-1][1] if spans else 0) < len(sizes):
-            spans.append((start, self._stop(sizes, start, padded)))
-        return spans
-
     def _infer(self, inputs: Mapping[str, Array], count: int) -> list[float]:
         body, json_length = encode_infer_request(inputs, binary_inputs=True, binary_data_output=True)
         headers = {"Content-Type": "application/octet-stream" if json_length else "application/json"}
